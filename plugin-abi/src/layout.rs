@@ -1,0 +1,354 @@
+//! `#[repr(C)]` descriptions of tensors, MX operands and requests crossing the plugin
+//! boundary, plus the shape rules (scale-tensor shapes, block tails) both sides share.
+//!
+//! Every tensor is dense and row-major. Enumerations travel as `u32` so that an unknown
+//! value from a newer peer is detected (`from_raw` returns `None`) instead of being
+//! undefined behaviour.
+
+use std::ffi::c_void;
+
+/// Largest tensor rank the ABI carries.
+pub const MAX_RANK: usize = 4;
+/// Elements per MX block along one axis (1×32 vectors and 32×32 tiles).
+pub const MX_BLOCK: u64 = 32;
+
+macro_rules! abi_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $n:expr),* $(,)? }) => {
+        $(#[$m])*
+        #[repr(u32)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vm])* $v = $n),* }
+        impl $name {
+            pub fn from_raw(raw: u32) -> Option<Self> {
+                match raw { $($n => Some(Self::$v),)* _ => None }
+            }
+        }
+    };
+}
+
+abi_enum!(
+    /// Element type of a buffer.
+    DType {
+        F32 = 0,
+        Bf16 = 1,
+        /// FP8 E4M3 (OCP "FN": no Inf, max 448), one byte per element.
+        E4m3 = 2,
+        /// FP8 E5M2, one byte per element.
+        E5m2 = 3,
+        /// E8M0 scale byte: value 2^(b-127), 0xFF = NaN.
+        E8m0 = 4,
+        I32 = 5,
+    }
+);
+
+impl DType {
+    pub fn size_bytes(self) -> u64 {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::Bf16 => 2,
+            DType::E4m3 | DType::E5m2 | DType::E8m0 => 1,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::Bf16 => "bf16",
+            DType::E4m3 => "e4m3",
+            DType::E5m2 => "e5m2",
+            DType::E8m0 => "e8m0",
+            DType::I32 => "i32",
+        }
+    }
+}
+
+abi_enum!(
+    /// Where a buffer lives.
+    DeviceKind { Cpu = 0, Cuda = 1, Hip = 2 }
+);
+
+abi_enum!(
+    /// MX element format.
+    MxFormat { E4m3 = 0, E5m2 = 1 }
+);
+
+impl MxFormat {
+    pub fn dtype(self) -> DType {
+        match self {
+            MxFormat::E4m3 => DType::E4m3,
+            MxFormat::E5m2 => DType::E5m2,
+        }
+    }
+}
+
+abi_enum!(
+    /// How a block's E8M0 scale is chosen from its absolute maximum.
+    ScaleMode {
+        /// amax / elem_max rounded up to a power of two (TE, torchao). Default.
+        Rceil = 0,
+        /// OCP MX v1.0: floor(log2 amax) - emax_elem.
+        Floor = 1,
+        /// The reference project's rule: amax rounded to the element mantissa, half up.
+        Even = 2,
+    }
+);
+
+abi_enum!(
+    /// Which pass of a grouped linear layer a GEMM computes.
+    GemmPass {
+        /// out[M,N] = A[M,K] · W_eᵀ   (A = X, rows of expert e)
+        Forward = 0,
+        /// out[M,K] = A[M,N] · W_e    (A = dY)
+        Dgrad = 1,
+        /// out_e = A_eᵀ · B_e         (A = dY [M,N], B = X [M,K]); out [E,N,K] or [E,K,N]
+        Wgrad = 2,
+    }
+);
+
+abi_enum!(
+    /// Storage of the weight (or weight-gradient) tensor.
+    WeightLayout {
+        /// `[E, N, K]`: nn.Linear layout, W_e maps K inputs to N outputs.
+        Nk = 0,
+        /// `[E, K, N]`: the transposed storage.
+        Kn = 1,
+    }
+);
+
+abi_enum!(
+    /// Shape of the blocks sharing one scale.
+    BlockKind {
+        /// 1×32 along `BlockLayout::axis`.
+        Vector = 0,
+        /// 32×32 over the last two axes.
+        Tile32x32 = 1,
+    }
+);
+
+/// Block layout of an MX tensor.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockLayout {
+    /// A [`BlockKind`] value.
+    pub kind: u32,
+    /// For `Vector`: the axis blocks run along; must be one of the last two axes.
+    pub axis: u32,
+}
+
+impl BlockLayout {
+    pub fn vector(axis: u32) -> Self {
+        BlockLayout { kind: BlockKind::Vector as u32, axis }
+    }
+    pub fn tile() -> Self {
+        BlockLayout { kind: BlockKind::Tile32x32 as u32, axis: 0 }
+    }
+}
+
+/// Number of blocks covering `n` elements: the last block holds the tail.
+pub fn blocks(n: u64) -> u64 {
+    n.div_ceil(MX_BLOCK)
+}
+
+/// Shape of the E8M0 scale tensor for data of shape `shape` in `layout`.
+///
+/// Leading axes (before the last two) are batch axes (experts) and are kept. Along a
+/// blocked axis of length n there are `ceil(n/32)` scales; the last block covers the
+/// remaining `n mod 32` elements as if zero-padded. Returns `None` for an invalid
+/// layout (unknown kind, axis not among the last two, tile on a rank-1 tensor).
+pub fn scale_shape(shape: &[u64], layout: BlockLayout) -> Option<Vec<u64>> {
+    let rank = shape.len();
+    if rank == 0 {
+        return None;
+    }
+    let mut out = shape.to_vec();
+    match BlockKind::from_raw(layout.kind)? {
+        BlockKind::Vector => {
+            let axis = layout.axis as usize;
+            if axis >= rank || axis + 2 < rank {
+                return None;
+            }
+            out[axis] = blocks(shape[axis]);
+        }
+        BlockKind::Tile32x32 => {
+            if rank < 2 {
+                return None;
+            }
+            out[rank - 1] = blocks(shape[rank - 1]);
+            out[rank - 2] = blocks(shape[rank - 2]);
+        }
+    }
+    Some(out)
+}
+
+/// A dense, row-major tensor owned by the host.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TensorView {
+    pub struct_size: usize,
+    /// Host pointer for `Cpu`, device pointer (`CUdeviceptr` as a pointer) for `Cuda`.
+    pub data: *mut c_void,
+    /// A [`DType`] value.
+    pub dtype: u32,
+    /// A [`DeviceKind`] value.
+    pub device: u32,
+    pub device_ordinal: i32,
+    pub rank: u32,
+    /// Only the first `rank` entries are meaningful.
+    pub shape: [u64; MAX_RANK],
+}
+
+impl TensorView {
+    pub fn empty() -> Self {
+        TensorView {
+            struct_size: std::mem::size_of::<TensorView>(),
+            data: std::ptr::null_mut(),
+            dtype: DType::F32 as u32,
+            device: DeviceKind::Cpu as u32,
+            device_ordinal: 0,
+            rank: 0,
+            shape: [0; MAX_RANK],
+        }
+    }
+    pub fn dims(&self) -> &[u64] {
+        &self.shape[..(self.rank as usize).min(MAX_RANK)]
+    }
+    pub fn numel(&self) -> u64 {
+        self.dims().iter().product()
+    }
+    pub fn dtype(&self) -> Option<DType> {
+        DType::from_raw(self.dtype)
+    }
+}
+
+/// An MX tensor: element bytes with the logical shape, E8M0 scale bytes with
+/// [`scale_shape`], the format and the block layout.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MxTensorView {
+    pub struct_size: usize,
+    pub data: TensorView,
+    pub scales: TensorView,
+    /// An [`MxFormat`] value.
+    pub format: u32,
+    /// The [`ScaleMode`] the scales were chosen with (informational for GEMMs).
+    pub mode: u32,
+    pub block: BlockLayout,
+}
+
+abi_enum!(
+    /// Which member of an [`Operand`] is set.
+    OperandKind {
+        /// High precision (f32 or bf16); the plugin quantizes it if it computes in MX.
+        Dense = 0,
+        /// Already quantized.
+        Mx = 1,
+    }
+);
+
+/// A GEMM operand: dense or pre-quantized.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Operand {
+    pub struct_size: usize,
+    /// An [`OperandKind`] value.
+    pub kind: u32,
+    pub dense: TensorView,
+    pub mx: MxTensorView,
+}
+
+/// Precision and feature options of a grouped GEMM. Booleans are 0 or 1.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GemmOptions {
+    pub struct_size: usize,
+    /// [`MxFormat`] used when the plugin quantizes dense operands.
+    pub format: u32,
+    /// [`ScaleMode`] used when the plugin quantizes dense operands.
+    pub mode: u32,
+    /// Quantize weights (forward, dgrad) with 32×32 tiles instead of 1×32 vectors.
+    pub weight_blocks_2d: u32,
+    /// [`WeightLayout`] of the weight operand (forward, dgrad) or the output (wgrad).
+    pub weight_layout: u32,
+    /// Knobs a guard must be able to reject; no current plugin implements them.
+    pub hadamard: u32,
+    pub dge: u32,
+    pub bias: u32,
+}
+
+/// One grouped GEMM pass. The host has validated every shape against `offs` before
+/// the call; the sizes below are the logical ones it derived.
+///
+/// Rows of `a` (and of `b` for wgrad) are sorted by expert: expert `e` owns rows
+/// `offs[e-1]..offs[e]` (with `offs[-1] = 0`). Rows at or after `offs[E-1]` are
+/// padding: the forward/dgrad output rows there are written as zeros and wgrad ignores
+/// them.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GroupedGemmDesc {
+    pub struct_size: usize,
+    /// A [`GemmPass`] value.
+    pub pass: u32,
+    /// forward: X `[rows, K]`; dgrad: dY `[rows, N]`; wgrad: dY `[rows, N]`.
+    pub a: Operand,
+    /// forward/dgrad: W `[E, N, K]` or `[E, K, N]`; wgrad: X `[rows, K]`.
+    pub b: Operand,
+    /// Cumulative end offsets, `num_groups` entries, in host memory.
+    pub offs_host: *const i32,
+    /// The same offsets in device memory when the tensors are on a device, else null.
+    pub offs_device: *const c_void,
+    pub num_groups: u32,
+    /// forward `[rows, N]`, dgrad `[rows, K]`, wgrad `[E, N, K]` or `[E, K, N]`; f32 or bf16.
+    pub out: TensorView,
+    pub options: GemmOptions,
+    /// Rows in the A buffer (≥ `offs[E-1]`).
+    pub rows: u64,
+    pub n: u64,
+    pub k: u64,
+    /// Backend stream (`CUstream`), null for the CPU or the default stream.
+    pub stream: *mut c_void,
+}
+
+/// Quantize `input` (f32 or bf16) into the preallocated `output` (data and scale
+/// buffers shaped by the host from `output.block`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct QuantizeDesc {
+    pub struct_size: usize,
+    pub input: TensorView,
+    pub output: MxTensorView,
+    pub stream: *mut c_void,
+}
+
+/// Dequantize `input` into the preallocated `output` (f32 or bf16, same shape).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DequantizeDesc {
+    pub struct_size: usize,
+    pub input: MxTensorView,
+    pub output: TensorView,
+    pub stream: *mut c_void,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_shapes_follow_the_block_layout() {
+        assert_eq!(scale_shape(&[100, 64], BlockLayout::vector(1)), Some(vec![100, 2]));
+        assert_eq!(scale_shape(&[100, 64], BlockLayout::vector(0)), Some(vec![4, 64]));
+        assert_eq!(scale_shape(&[8, 65, 33], BlockLayout::tile()), Some(vec![8, 3, 2]));
+        assert_eq!(scale_shape(&[8, 65, 33], BlockLayout::vector(0)), None);
+        assert_eq!(scale_shape(&[8, 65, 33], BlockLayout::vector(1)), Some(vec![8, 3, 33]));
+        assert_eq!(scale_shape(&[40], BlockLayout::tile()), None);
+        assert_eq!(scale_shape(&[40], BlockLayout::vector(0)), Some(vec![2]));
+        assert_eq!(scale_shape(&[], BlockLayout::vector(0)), None);
+        assert_eq!(scale_shape(&[4, 4], BlockLayout { kind: 9, axis: 0 }), None);
+    }
+
+    #[test]
+    fn unknown_enum_values_are_rejected() {
+        assert_eq!(DType::from_raw(5), Some(DType::I32));
+        assert_eq!(DType::from_raw(6), None);
+        assert_eq!(GemmPass::from_raw(3), None);
+    }
+}

@@ -1,0 +1,123 @@
+//! The versioned C ABI between `mxhost` and its native precision plugins.
+//!
+//! A plugin is a shared library exporting one symbol, [`ENTRY_SYMBOL`]
+//! (`mxhost_plugin_entry`), an `extern "C" fn() -> *const PluginApi`. The table it
+//! returns starts with a magic number, the ABI major/minor version and its own
+//! `struct_size`, so that a host can refuse a plugin built against another ABI with a
+//! clear error instead of calling through a mismatched table (the PJRT pattern).
+//!
+//! Ownership: the **host owns every buffer** (host or device memory) and passes raw
+//! pointers plus shapes and a stream handle; a plugin only reads its inputs and writes
+//! its outputs. That is why swapping plugins never copies a tensor. Errors come back as
+//! a [`Status`] code plus a message the plugin writes into a host-provided
+//! [`ErrorBuf`]. Every entry point must catch panics (see [`guard_entry`]); a plugin is
+//! never unloaded while the process lives.
+//!
+//! Compatibility rules: a new *minor* version may only append fields at the end of a
+//! struct (readers check `struct_size` before touching them) or append functions at
+//! the end of [`PluginApi`]; anything else bumps the *major* version.
+
+use std::ffi::{c_char, c_void};
+
+pub mod layout;
+pub mod plugin_support;
+
+pub use layout::*;
+
+/// Name of the single exported entry symbol (NUL-terminated for `dlsym`).
+pub const ENTRY_SYMBOL: &[u8] = b"mxhost_plugin_entry\0";
+/// `"MXHOSTPL"` in ASCII: the first field of every [`PluginApi`].
+pub const PLUGIN_MAGIC: u64 = 0x4D58_484F_5354_504C;
+pub const ABI_MAJOR: u32 = 1;
+pub const ABI_MINOR: u32 = 0;
+
+/// Type of the exported entry symbol.
+pub type PluginEntryFn = unsafe extern "C" fn() -> *const PluginApi;
+
+/// Result of every plugin call. Values are stable across minor versions.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok = 0,
+    /// The request is malformed (the host validates first, so this is a host bug or a
+    /// plugin with stricter rules).
+    InvalidArgument = 1,
+    /// A valid request this plugin does not implement (a format, layout or device).
+    Unsupported = 2,
+    /// The backend failed (CUDA error, out of memory, ...).
+    BackendError = 3,
+    /// The plugin panicked; the panic was caught at the boundary.
+    Panic = 4,
+}
+
+impl Status {
+    pub fn from_raw(raw: u32) -> Option<Status> {
+        Some(match raw {
+            0 => Status::Ok,
+            1 => Status::InvalidArgument,
+            2 => Status::Unsupported,
+            3 => Status::BackendError,
+            4 => Status::Panic,
+            _ => return None,
+        })
+    }
+}
+
+/// A host-owned buffer the plugin writes an error message into (UTF-8, truncated to
+/// `capacity`, not NUL-terminated; `len` is set to the bytes written).
+#[repr(C)]
+pub struct ErrorBuf {
+    pub struct_size: usize,
+    pub data: *mut u8,
+    pub capacity: usize,
+    pub len: usize,
+}
+
+/// Capability bits reported in [`PluginApi::capabilities`].
+pub mod caps {
+    /// Implements `quantize` / `dequantize` (MX formats).
+    pub const QUANTIZE: u64 = 1 << 0;
+    /// Implements grouped GEMM (all three passes).
+    pub const GROUPED_GEMM: u64 = 1 << 1;
+    /// Accepts pre-quantized MX operands in grouped GEMM.
+    pub const MX_OPERANDS: u64 = 1 << 2;
+    /// Accepts high-precision (f32/bf16) operands in grouped GEMM.
+    pub const DENSE_OPERANDS: u64 = 1 << 3;
+    /// Runs on host memory.
+    pub const DEVICE_CPU: u64 = 1 << 8;
+    /// Runs on CUDA device memory.
+    pub const DEVICE_CUDA: u64 = 1 << 9;
+    /// Reserved for a HIP backend.
+    pub const DEVICE_HIP: u64 = 1 << 10;
+}
+
+/// The function table a plugin exports. Lives for the whole process (`'static`).
+#[repr(C)]
+pub struct PluginApi {
+    pub magic: u64,
+    pub abi_major: u32,
+    pub abi_minor: u32,
+    pub struct_size: usize,
+    /// NUL-terminated, static: short name used by `select` (e.g. `"mxfp8"`).
+    pub name: *const c_char,
+    /// NUL-terminated, static: what the plugin computes in (e.g. `"MXFP8 E4M3/E5M2"`).
+    pub precision: *const c_char,
+    /// NUL-terminated, static: plugin version string.
+    pub version: *const c_char,
+    /// Bit set of [`caps`].
+    pub capabilities: u64,
+    /// Quantize a high-precision tensor into MX data + E8M0 scales.
+    pub quantize: unsafe extern "C" fn(desc: *const QuantizeDesc, err: *mut ErrorBuf) -> u32,
+    /// Expand MX data + scales back to f32 or bf16.
+    pub dequantize: unsafe extern "C" fn(desc: *const DequantizeDesc, err: *mut ErrorBuf) -> u32,
+    /// One contiguous grouped GEMM pass (forward, dgrad or wgrad).
+    pub grouped_gemm: unsafe extern "C" fn(desc: *const GroupedGemmDesc, err: *mut ErrorBuf) -> u32,
+    /// Opaque per-plugin context for backends that need one; may be null.
+    pub user_data: *mut c_void,
+}
+
+// SAFETY: the table is immutable after the plugin builds it; the string pointers point
+// at static data, and `user_data` is only handed back to the plugin's own functions,
+// which must be thread-safe (the host calls them from several threads).
+unsafe impl Sync for PluginApi {}
+unsafe impl Send for PluginApi {}
