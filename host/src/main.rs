@@ -1,1 +1,48 @@
-fn main() {}
+//! `mxhost`: run sandboxed Wasm experiments against native precision plugins.
+
+mod commands;
+mod device;
+mod error;
+mod limits;
+mod metrics;
+mod ops;
+mod plugin;
+mod routing;
+mod runtime;
+mod tensor;
+mod validate;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "mxhost", version, about = "Sandboxed low-precision MoE experiments with swappable precision plugins")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an experiment guest.
+    Run(commands::run::RunArgs),
+    /// List the plugins and devices found.
+    Plugins,
+    /// Quantize a safetensors file with an MX recipe.
+    Quantize(commands::quantize::QuantizeArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => commands::run::main(args),
+        Command::Plugins => commands::plugins::main().map(|()| 0),
+        Command::Quantize(args) => commands::quantize::main(args).map(|()| 0),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("mxhost: error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! The `mxhost` subcommands.
+pub mod plugins;
+pub mod quantize;
+pub mod run;

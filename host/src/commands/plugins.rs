@@ -1,0 +1,34 @@
+//! `mxhost plugins`: what plugins and devices this host can use.
+
+use crate::plugin::registry::{load_all, search_dirs};
+
+pub fn main() -> anyhow::Result<()> {
+    let dirs = search_dirs();
+    println!("plugin search path: {}", dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(":"));
+    let (plugins, skipped) = load_all(&dirs);
+    if plugins.is_empty() {
+        println!("no plugins found: build them with `cargo build --release`, or set MXHOST_PLUGIN_PATH");
+    } else {
+        println!("{:<8} {:<36} {:<8} {:<6} {:<50} path", "name", "precision", "version", "abi", "capabilities");
+        for p in &plugins {
+            println!(
+                "{:<8} {:<36} {:<8} {:<6} {:<50} {}",
+                p.name,
+                p.precision,
+                p.version,
+                format!("{}.{}", mxhost_plugin_abi::ABI_MAJOR, p.abi_minor),
+                p.capability_names().join(","),
+                p.path.display()
+            );
+        }
+    }
+    for e in &skipped {
+        println!("skipped: {e}");
+    }
+    println!("devices: cpu (always)");
+    match crate::device::cuda_unavailable_reason() {
+        None => println!("         cuda"),
+        Some(why) => println!("         cuda unavailable: {why}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! Host operations that go through a plugin: quantize, dequantize and the three
+//! grouped GEMM passes. Each one validates, allocates its output in host-owned
+//! storage, and calls the plugin with views of the host's buffers.
+//!
+//! Shared by the guest-facing runtime and the `mxhost quantize` command.
+
+use crate::error::{OpError, OpResult};
+use crate::plugin::{call, LoadedPlugin};
+use crate::tensor::{CpuBuffer, MxTensor, Storage, Tensor};
+use crate::validate::{self, MxDesc, OperandDesc};
+use mxhost_plugin_abi::{
+    caps, BlockLayout, DType, DequantizeDesc, GemmOptions, GemmPass, GroupedGemmDesc, MxFormat, Operand,
+    OperandKind, QuantizeDesc, ScaleMode, TensorView, WeightLayout,
+};
+
+/// Allocate a zeroed tensor on the host (CPU storage).
+pub fn alloc(shape: &[u64], dtype: DType) -> OpResult<Tensor> {
+    let (_, bytes) = validate::checked_size(shape, dtype)?;
+    let bytes = usize::try_from(bytes).map_err(|_| OpError::invalid("tensor too large for this host"))?;
+    Ok(Tensor::new(shape.to_vec(), dtype, Storage::Cpu(CpuBuffer::zeroed(bytes))))
+}
+
+/// Quantize `x` with the given recipe.
+pub fn quantize(
+    plugin: &LoadedPlugin,
+    x: &Tensor,
+    format: MxFormat,
+    mode: ScaleMode,
+    block: BlockLayout,
+) -> OpResult<MxTensor> {
+    if !plugin.has(caps::QUANTIZE) {
+        return Err(OpError::unsupported(format!("plugin `{}` cannot quantize", plugin.name)));
+    }
+    let scales_shape = validate::plan_quantize(&x.shape, x.dtype, block)?;
+    let mut out = MxTensor {
+        data: alloc(&x.shape, format.dtype())?,
+        scales: alloc(&scales_shape, DType::E8m0)?,
+        format,
+        mode,
+        block,
+    };
+    let desc = QuantizeDesc {
+        struct_size: std::mem::size_of::<QuantizeDesc>(),
+        input: x.view(),
+        output: out.view_mut().expect("fresh output is unshared"),
+        stream: std::ptr::null_mut(),
+    };
+    call::quantize(plugin, &desc)?;
+    Ok(out)
+}
+
+/// Expand an MX tensor to f32.
+pub fn dequantize(plugin: &LoadedPlugin, q: &MxTensor) -> OpResult<Tensor> {
+    if !plugin.has(caps::QUANTIZE) {
+        return Err(OpError::unsupported(format!("plugin `{}` cannot dequantize", plugin.name)));
+    }
+    let mut out = alloc(&q.data.shape, DType::F32)?;
+    let desc = DequantizeDesc {
+        struct_size: std::mem::size_of::<DequantizeDesc>(),
+        input: q.view(),
+        output: out.view_mut().expect("fresh output is unshared"),
+        stream: std::ptr::null_mut(),
+    };
+    call::dequantize(plugin, &desc)?;
+    Ok(out)
+}
+
+/// A grouped GEMM operand as the host holds it.
+pub enum GemmOperand<'a> {
+    Dense(&'a Tensor),
+    Mx(&'a MxTensor),
+}
+
+impl GemmOperand<'_> {
+    pub fn desc(&self) -> OperandDesc {
+        match self {
+            GemmOperand::Dense(t) => OperandDesc::dense(&t.shape, t.dtype),
+            GemmOperand::Mx(q) => OperandDesc {
+                shape: q.data.shape.clone(),
+                dtype: q.data.dtype,
+                mx: Some(MxDesc { format: q.format, block: q.block, scales_shape: q.scales.shape.clone() }),
+            },
+        }
+    }
+
+    fn abi(&self) -> Operand {
+        let empty_mx = mxhost_plugin_abi::MxTensorView {
+            struct_size: std::mem::size_of::<mxhost_plugin_abi::MxTensorView>(),
+            data: TensorView::empty(),
+            scales: TensorView::empty(),
+            format: 0,
+            mode: 0,
+            block: BlockLayout::vector(0),
+        };
+        match self {
+            GemmOperand::Dense(t) => Operand {
+                struct_size: std::mem::size_of::<Operand>(),
+                kind: OperandKind::Dense as u32,
+                dense: t.view(),
+                mx: empty_mx,
+            },
+            GemmOperand::Mx(q) => Operand {
+                struct_size: std::mem::size_of::<Operand>(),
+                kind: OperandKind::Mx as u32,
+                dense: TensorView::empty(),
+                mx: q.view(),
+            },
+        }
+    }
+
+    fn is_mx(&self) -> bool {
+        matches!(self, GemmOperand::Mx(_))
+    }
+}
+
+/// Options of one grouped GEMM, host side.
+#[derive(Debug, Clone, Copy)]
+pub struct GemmConfig {
+    pub format: MxFormat,
+    pub mode: ScaleMode,
+    pub weight_blocks_2d: bool,
+    pub weight_layout: WeightLayout,
+    pub out_dtype: DType,
+    pub hadamard: bool,
+    pub dge: bool,
+    pub bias: bool,
+}
+
+impl Default for GemmConfig {
+    fn default() -> Self {
+        GemmConfig {
+            format: MxFormat::E4m3,
+            mode: ScaleMode::Rceil,
+            weight_blocks_2d: false,
+            weight_layout: WeightLayout::Nk,
+            out_dtype: DType::F32,
+            hadamard: false,
+            dge: false,
+            bias: false,
+        }
+    }
+}
+
+/// Run one grouped GEMM pass on `plugin`.
+pub fn grouped_gemm(
+    plugin: &LoadedPlugin,
+    pass: GemmPass,
+    a: GemmOperand<'_>,
+    b: GemmOperand<'_>,
+    offs: &[i32],
+    cfg: &GemmConfig,
+) -> OpResult<Tensor> {
+    if !plugin.has(caps::GROUPED_GEMM) {
+        return Err(OpError::unsupported(format!("plugin `{}` has no grouped GEMM", plugin.name)));
+    }
+    if (a.is_mx() || b.is_mx()) && !plugin.has(caps::MX_OPERANDS) {
+        return Err(OpError::unsupported(format!(
+            "plugin `{}` ({}) does not accept pre-quantized operands: pass dense tensors, or select an MX plugin",
+            plugin.name, plugin.precision
+        )));
+    }
+    if (!a.is_mx() || !b.is_mx()) && !plugin.has(caps::DENSE_OPERANDS) {
+        return Err(OpError::unsupported(format!("plugin `{}` needs pre-quantized operands", plugin.name)));
+    }
+    let plan = validate::plan_grouped_gemm(pass, &a.desc(), &b.desc(), offs, cfg.weight_layout, cfg.out_dtype)?;
+    let mut out = alloc(&plan.out_shape, cfg.out_dtype)?;
+    let desc = GroupedGemmDesc {
+        struct_size: std::mem::size_of::<GroupedGemmDesc>(),
+        pass: pass as u32,
+        a: a.abi(),
+        b: b.abi(),
+        offs_host: offs.as_ptr(),
+        offs_device: std::ptr::null(),
+        num_groups: offs.len() as u32,
+        out: out.view_mut().expect("fresh output is unshared"),
+        options: GemmOptions {
+            struct_size: std::mem::size_of::<GemmOptions>(),
+            format: cfg.format as u32,
+            mode: cfg.mode as u32,
+            weight_blocks_2d: cfg.weight_blocks_2d as u32,
+            weight_layout: cfg.weight_layout as u32,
+            hadamard: cfg.hadamard as u32,
+            dge: cfg.dge as u32,
+            bias: cfg.bias as u32,
+        },
+        rows: plan.rows,
+        n: plan.n,
+        k: plan.k,
+        stream: std::ptr::null_mut(),
+    };
+    call::grouped_gemm(plugin, &desc)?;
+    Ok(out)
+}

@@ -1,0 +1,92 @@
+//! Per-guest state: the resource table holding tensor handles, the WASI context (no
+//! files, network or environment), limits and usage, and what the guest shares with
+//! the rest of the host (plugins, metrics, guards, router).
+
+use super::guards::GuardChain;
+use super::router::RouterInstance;
+use crate::error::OpResult;
+use crate::limits::{Limits, Usage};
+use crate::metrics::MetricsSink;
+use crate::plugin::PluginRegistry;
+use crate::tensor::{MxTensor, Tensor};
+use std::sync::{Arc, Mutex};
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime::StoreLimits;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// What every guest of one `mxhost` process shares.
+pub struct Shared {
+    pub plugins: Arc<PluginRegistry>,
+    pub metrics: Arc<Mutex<MetricsSink>>,
+}
+
+pub struct HostState {
+    pub table: ResourceTable,
+    pub wasi: WasiCtx,
+    pub store_limits: StoreLimits,
+    pub limits: Limits,
+    pub usage: Usage,
+    pub shared: Arc<Shared>,
+    pub guards: GuardChain,
+    pub router: Option<RouterInstance>,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// A WASI context with nothing granted but stdout/stderr (for tables the guest prints).
+pub fn sandboxed_wasi() -> WasiCtx {
+    wasmtime_wasi::WasiCtxBuilder::new().inherit_stdout().inherit_stderr().build()
+}
+
+pub fn store_limits(limits: &Limits) -> StoreLimits {
+    wasmtime::StoreLimitsBuilder::new()
+        .memory_size(limits.guest_memory_bytes)
+        .instances(16)
+        .tables(64)
+        .memories(16)
+        .trap_on_grow_failure(true)
+        .build()
+}
+
+impl HostState {
+    pub fn new(limits: Limits, shared: Arc<Shared>, guards: GuardChain, router: Option<RouterInstance>) -> Self {
+        HostState {
+            table: ResourceTable::new(),
+            wasi: sandboxed_wasi(),
+            store_limits: store_limits(&limits),
+            limits,
+            usage: Usage::default(),
+            shared,
+            guards,
+            router,
+        }
+    }
+
+    /// Check that `bytes` more would fit, without reserving (used before allocating).
+    pub fn check_room(&self, bytes: u64) -> OpResult<()> {
+        let mut probe = Usage { tensor_bytes: self.usage.tensor_bytes, tensor_handles: self.usage.tensor_handles };
+        probe.reserve(&self.limits, bytes)
+    }
+
+    pub fn push_tensor(&mut self, t: Tensor) -> OpResult<Resource<Tensor>> {
+        self.usage.reserve(&self.limits, t.byte_len())?;
+        let bytes = t.byte_len();
+        self.table.push(t).map_err(|e| {
+            self.usage.release(bytes);
+            crate::error::OpError::new(crate::error::ErrorKind::LimitExceeded, e.to_string())
+        })
+    }
+
+    pub fn push_mx(&mut self, q: MxTensor) -> OpResult<Resource<MxTensor>> {
+        self.usage.reserve(&self.limits, q.byte_len())?;
+        let bytes = q.byte_len();
+        self.table.push(q).map_err(|e| {
+            self.usage.release(bytes);
+            crate::error::OpError::new(crate::error::ErrorKind::LimitExceeded, e.to_string())
+        })
+    }
+}
