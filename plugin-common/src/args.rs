@@ -1,0 +1,540 @@
+//! Validated, device-agnostic views of the ABI descriptors.
+//!
+//! A descriptor arrives as plain `#[repr(C)]` data whose enums are raw `u32`s and whose
+//! shapes are unchecked. The parsers here turn it into typed values and check every
+//! rule that does not need to dereference a tensor pointer: known enum values, nested
+//! `struct_size`s, ranks, dtypes, shapes against each other and against `scale_shape`,
+//! byte sizes that fit the address space, one device per request, and output buffers
+//! that do not overlap inputs. Pointers stay raw (they may be device pointers); a
+//! backend for host memory turns them into slices with [`crate::host`].
+//!
+//! The one exception is the group offsets, which the ABI always passes in host memory
+//! and which are needed to validate anything: [`GemmArgs::parse`] reads them.
+
+use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use mxhost_plugin_abi::{
+    scale_shape, BlockKind, BlockLayout, DType, DequantizeDesc, DeviceKind, GemmPass,
+    GroupedGemmDesc, MxFormat, MxTensorView, Operand, OperandKind, QuantizeDesc, ScaleMode,
+    TensorView, WeightLayout, MAX_RANK,
+};
+use std::ffi::c_void;
+use std::ops::Range;
+
+fn check_struct_size(what: &str, got: usize, want: usize) -> PluginResult<()> {
+    if got < want {
+        return Err(PluginError::invalid(format!(
+            "{what}: struct_size {got} is smaller than {want} (host built against another ABI?)"
+        )));
+    }
+    Ok(())
+}
+
+fn fmt_shape(shape: &[u64]) -> String {
+    let parts: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// A tensor whose header has been checked; `ptr` is not dereferenced here.
+#[derive(Debug, Clone)]
+pub struct TensorArg {
+    /// Name used in error messages (e.g. `"grouped_gemm.a"`).
+    pub what: String,
+    pub ptr: *mut c_void,
+    pub dtype: DType,
+    pub device: DeviceKind,
+    pub ordinal: i32,
+    pub shape: Vec<u64>,
+    /// Product of `shape`, known to fit in `usize` with its byte size ≤ `isize::MAX`.
+    pub numel: usize,
+}
+
+impl TensorArg {
+    pub fn parse(view: &TensorView, what: &str) -> PluginResult<Self> {
+        check_struct_size(what, view.struct_size, std::mem::size_of::<TensorView>())?;
+        if view.rank as usize > MAX_RANK {
+            return Err(PluginError::invalid(format!(
+                "{what}: rank {} exceeds {MAX_RANK}",
+                view.rank
+            )));
+        }
+        let dtype = DType::from_raw(view.dtype)
+            .ok_or_else(|| PluginError::invalid(format!("{what}: unknown dtype {}", view.dtype)))?;
+        let device = DeviceKind::from_raw(view.device).ok_or_else(|| {
+            PluginError::invalid(format!("{what}: unknown device kind {}", view.device))
+        })?;
+        let shape = view.dims().to_vec();
+        let numel = shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| {
+                PluginError::invalid(format!("{what}: shape {} overflows", fmt_shape(&shape)))
+            })?;
+        let bytes = numel.checked_mul(dtype.size_bytes() as usize);
+        if bytes.is_none_or(|b| b > isize::MAX as usize) {
+            return Err(PluginError::invalid(format!(
+                "{what}: shape {} is too large",
+                fmt_shape(&shape)
+            )));
+        }
+        if numel > 0 && view.data.is_null() {
+            return Err(PluginError::invalid(format!(
+                "{what}: null data pointer for {numel} elements"
+            )));
+        }
+        Ok(TensorArg {
+            what: what.to_string(),
+            ptr: view.data,
+            dtype,
+            device,
+            ordinal: view.device_ordinal,
+            shape,
+            numel,
+        })
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.numel * self.dtype.size_bytes() as usize
+    }
+
+    pub fn expect_dtype(&self, allowed: &[DType]) -> PluginResult<()> {
+        if allowed.contains(&self.dtype) {
+            return Ok(());
+        }
+        let names: Vec<&str> = allowed.iter().map(|d| d.name()).collect();
+        Err(PluginError::invalid(format!(
+            "{}: dtype {} is not accepted here (expected {})",
+            self.what,
+            self.dtype.name(),
+            names.join(" or ")
+        )))
+    }
+
+    pub fn expect_shape(&self, shape: &[u64]) -> PluginResult<()> {
+        if self.shape == shape {
+            return Ok(());
+        }
+        Err(PluginError::invalid(format!(
+            "{}: shape {} does not match the expected {}",
+            self.what,
+            fmt_shape(&self.shape),
+            fmt_shape(shape)
+        )))
+    }
+
+    /// Byte range `[start, end)` of the buffer, for overlap checks.
+    fn byte_range(&self) -> Range<usize> {
+        let start = self.ptr as usize;
+        start..start.saturating_add(self.bytes())
+    }
+}
+
+/// The block layout of an MX tensor, typed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocking {
+    /// 1×32 vectors along `axis` (one of the last two axes).
+    Vector { axis: usize },
+    /// 32×32 tiles over the last two axes.
+    Tile,
+}
+
+impl Blocking {
+    pub fn from_abi(layout: BlockLayout) -> Option<Self> {
+        match BlockKind::from_raw(layout.kind)? {
+            BlockKind::Vector => Some(Blocking::Vector {
+                axis: layout.axis as usize,
+            }),
+            BlockKind::Tile32x32 => Some(Blocking::Tile),
+        }
+    }
+    pub fn to_abi(self) -> BlockLayout {
+        match self {
+            Blocking::Vector { axis } => BlockLayout::vector(axis as u32),
+            Blocking::Tile => BlockLayout::tile(),
+        }
+    }
+}
+
+/// An MX tensor whose data, scales, format and layout agree.
+#[derive(Debug, Clone)]
+pub struct MxArg {
+    pub data: TensorArg,
+    pub scales: TensorArg,
+    pub format: MxFormat,
+    pub mode: ScaleMode,
+    pub block: BlockLayout,
+}
+
+impl MxArg {
+    pub fn parse(view: &MxTensorView, what: &str) -> PluginResult<Self> {
+        check_struct_size(what, view.struct_size, std::mem::size_of::<MxTensorView>())?;
+        let data = TensorArg::parse(&view.data, &format!("{what}.data"))?;
+        let scales = TensorArg::parse(&view.scales, &format!("{what}.scales"))?;
+        let format = MxFormat::from_raw(view.format).ok_or_else(|| {
+            PluginError::invalid(format!("{what}: unknown MX format {}", view.format))
+        })?;
+        let mode = ScaleMode::from_raw(view.mode).ok_or_else(|| {
+            PluginError::invalid(format!("{what}: unknown scale mode {}", view.mode))
+        })?;
+        data.expect_dtype(&[format.dtype()])?;
+        scales.expect_dtype(&[DType::E8m0])?;
+        let want = scale_shape(&data.shape, view.block).ok_or_else(|| {
+            PluginError::invalid(format!(
+                "{what}: block layout {:?} is invalid for shape {}",
+                view.block,
+                fmt_shape(&data.shape)
+            ))
+        })?;
+        scales.expect_shape(&want)?;
+        if (data.device, data.ordinal) != (scales.device, scales.ordinal) {
+            return Err(PluginError::invalid(format!(
+                "{what}: data and scales live on different devices"
+            )));
+        }
+        Ok(MxArg {
+            data,
+            scales,
+            format,
+            mode,
+            block: view.block,
+        })
+    }
+
+    pub fn shape(&self) -> &[u64] {
+        &self.data.shape
+    }
+}
+
+/// A GEMM operand, dense or pre-quantized.
+#[derive(Debug, Clone)]
+pub enum OperandArg {
+    Dense(TensorArg),
+    Mx(MxArg),
+}
+
+impl OperandArg {
+    pub fn parse(op: &Operand, what: &str) -> PluginResult<Self> {
+        check_struct_size(what, op.struct_size, std::mem::size_of::<Operand>())?;
+        match OperandKind::from_raw(op.kind) {
+            Some(OperandKind::Dense) => {
+                let t = TensorArg::parse(&op.dense, what)?;
+                t.expect_dtype(&[DType::F32, DType::Bf16])?;
+                Ok(OperandArg::Dense(t))
+            }
+            Some(OperandKind::Mx) => Ok(OperandArg::Mx(MxArg::parse(&op.mx, what)?)),
+            None => Err(PluginError::invalid(format!(
+                "{what}: unknown operand kind {}",
+                op.kind
+            ))),
+        }
+    }
+
+    pub fn shape(&self) -> &[u64] {
+        match self {
+            OperandArg::Dense(t) => &t.shape,
+            OperandArg::Mx(m) => m.shape(),
+        }
+    }
+
+    fn expect_shape(&self, shape: &[u64]) -> PluginResult<()> {
+        match self {
+            OperandArg::Dense(t) => t.expect_shape(shape),
+            OperandArg::Mx(m) => m.data.expect_shape(shape),
+        }
+    }
+
+    fn tensors(&self) -> Vec<&TensorArg> {
+        match self {
+            OperandArg::Dense(t) => vec![t],
+            OperandArg::Mx(m) => vec![&m.data, &m.scales],
+        }
+    }
+}
+
+/// The device every tensor of a request lives on; mixed devices are rejected.
+fn common_device(tensors: &[&TensorArg]) -> PluginResult<(DeviceKind, i32)> {
+    let first = tensors
+        .first()
+        .map(|t| (t.device, t.ordinal))
+        .unwrap_or((DeviceKind::Cpu, 0));
+    for t in tensors {
+        if (t.device, t.ordinal) != first {
+            return Err(PluginError::invalid(format!(
+                "{} lives on {:?}:{} but the request's first tensor on {:?}:{}",
+                t.what, t.device, t.ordinal, first.0, first.1
+            )));
+        }
+    }
+    Ok(first)
+}
+
+/// Outputs must not overlap inputs or each other: the CPU backend hands out `&mut`
+/// slices, which would otherwise alias.
+fn check_disjoint(outputs: &[&TensorArg], inputs: &[&TensorArg]) -> PluginResult<()> {
+    for (i, o) in outputs.iter().enumerate() {
+        let others = outputs.iter().skip(i + 1).chain(inputs.iter());
+        for other in others {
+            let (a, b) = (o.byte_range(), other.byte_range());
+            if !a.is_empty() && !b.is_empty() && a.start < b.end && b.start < a.end {
+                return Err(PluginError::invalid(format!(
+                    "{} overlaps {} in memory",
+                    o.what, other.what
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A validated `quantize` request.
+#[derive(Debug, Clone)]
+pub struct QuantizeArgs {
+    pub input: TensorArg,
+    pub output: MxArg,
+    pub device: DeviceKind,
+    pub ordinal: i32,
+    pub stream: *mut c_void,
+}
+
+impl QuantizeArgs {
+    pub fn parse(desc: &QuantizeDesc) -> PluginResult<Self> {
+        let input = TensorArg::parse(&desc.input, "quantize.input")?;
+        input.expect_dtype(&[DType::F32, DType::Bf16])?;
+        let output = MxArg::parse(&desc.output, "quantize.output")?;
+        output.data.expect_shape(&input.shape)?;
+        let (device, ordinal) = common_device(&[&input, &output.data, &output.scales])?;
+        check_disjoint(&[&output.data, &output.scales], &[&input])?;
+        Ok(QuantizeArgs {
+            input,
+            output,
+            device,
+            ordinal,
+            stream: desc.stream,
+        })
+    }
+}
+
+/// A validated `dequantize` request.
+#[derive(Debug, Clone)]
+pub struct DequantizeArgs {
+    pub input: MxArg,
+    pub output: TensorArg,
+    pub device: DeviceKind,
+    pub ordinal: i32,
+    pub stream: *mut c_void,
+}
+
+impl DequantizeArgs {
+    pub fn parse(desc: &DequantizeDesc) -> PluginResult<Self> {
+        let input = MxArg::parse(&desc.input, "dequantize.input")?;
+        let output = TensorArg::parse(&desc.output, "dequantize.output")?;
+        output.expect_dtype(&[DType::F32, DType::Bf16])?;
+        output.expect_shape(input.shape())?;
+        let (device, ordinal) = common_device(&[&input.data, &input.scales, &output])?;
+        check_disjoint(&[&output], &[&input.data, &input.scales])?;
+        Ok(DequantizeArgs {
+            input,
+            output,
+            device,
+            ordinal,
+            stream: desc.stream,
+        })
+    }
+}
+
+/// Parse an ABI boolean knob: 0 or 1.
+fn flag(what: &str, raw: u32) -> PluginResult<bool> {
+    match raw {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(PluginError::invalid(format!(
+            "options.{what} must be 0 or 1, got {raw}"
+        ))),
+    }
+}
+
+/// A validated grouped-GEMM request.
+#[derive(Debug, Clone)]
+pub struct GemmArgs {
+    pub pass: GemmPass,
+    pub a: OperandArg,
+    pub b: OperandArg,
+    /// Cumulative end offsets, one per group, non-decreasing, last ≤ `rows`.
+    pub offs: Vec<usize>,
+    pub out: TensorArg,
+    /// Raw `options.format`; see [`GemmArgs::format`].
+    pub format_raw: u32,
+    /// Raw `options.mode`; see [`GemmArgs::mode`].
+    pub mode_raw: u32,
+    pub weight_blocks_2d: bool,
+    pub weight_layout: WeightLayout,
+    pub rows: usize,
+    pub n: usize,
+    pub k: usize,
+    pub device: DeviceKind,
+    pub ordinal: i32,
+    pub offs_device: *const c_void,
+    pub stream: *mut c_void,
+}
+
+impl GemmArgs {
+    /// Validate `desc`. Rejects `hadamard`/`dge`/`bias` = 1 as Unsupported (no plugin
+    /// implements them yet).
+    ///
+    /// # Safety
+    /// `desc.offs_host` is null or valid for reading `desc.num_groups` `i32`s, as the
+    /// ABI requires. It is only read after the weight (or wgrad output) shape has been
+    /// checked to have `num_groups` experts.
+    pub unsafe fn parse(desc: &GroupedGemmDesc) -> PluginResult<Self> {
+        let pass = GemmPass::from_raw(desc.pass)
+            .ok_or_else(|| PluginError::invalid(format!("unknown GEMM pass {}", desc.pass)))?;
+        let o = &desc.options;
+        check_struct_size(
+            "grouped_gemm.options",
+            o.struct_size,
+            std::mem::size_of_val(o),
+        )?;
+        for (what, raw) in [("hadamard", o.hadamard), ("dge", o.dge), ("bias", o.bias)] {
+            if flag(what, raw)? {
+                return Err(PluginError::unsupported(format!(
+                    "options.{what} = 1 is not implemented by this plugin"
+                )));
+            }
+        }
+        let weight_blocks_2d = flag("weight_blocks_2d", o.weight_blocks_2d)?;
+        let weight_layout = WeightLayout::from_raw(o.weight_layout).ok_or_else(|| {
+            PluginError::invalid(format!("unknown weight layout {}", o.weight_layout))
+        })?;
+
+        let a = OperandArg::parse(&desc.a, "grouped_gemm.a")?;
+        let b = OperandArg::parse(&desc.b, "grouped_gemm.b")?;
+        let out = TensorArg::parse(&desc.out, "grouped_gemm.out")?;
+        out.expect_dtype(&[DType::F32, DType::Bf16])?;
+
+        let too_big =
+            |what: &str| PluginError::invalid(format!("grouped_gemm.{what} does not fit in usize"));
+        let rows = usize::try_from(desc.rows).map_err(|_| too_big("rows"))?;
+        let n = usize::try_from(desc.n).map_err(|_| too_big("n"))?;
+        let k = usize::try_from(desc.k).map_err(|_| too_big("k"))?;
+        let e = desc.num_groups as u64;
+        let (r, n64, k64) = (desc.rows, desc.n, desc.k);
+        let weights = match weight_layout {
+            WeightLayout::Nk => [e, n64, k64],
+            WeightLayout::Kn => [e, k64, n64],
+        };
+        match pass {
+            GemmPass::Forward => {
+                a.expect_shape(&[r, k64])?;
+                b.expect_shape(&weights)?;
+                out.expect_shape(&[r, n64])?;
+            }
+            GemmPass::Dgrad => {
+                a.expect_shape(&[r, n64])?;
+                b.expect_shape(&weights)?;
+                out.expect_shape(&[r, k64])?;
+            }
+            GemmPass::Wgrad => {
+                a.expect_shape(&[r, n64])?;
+                b.expect_shape(&[r, k64])?;
+                out.expect_shape(&weights)?;
+            }
+        }
+
+        let mut tensors = a.tensors();
+        tensors.extend(b.tensors());
+        tensors.push(&out);
+        let (device, ordinal) = common_device(&tensors)?;
+        check_disjoint(&[&out], &tensors[..tensors.len() - 1])?;
+
+        let groups = desc.num_groups as usize;
+        let raw_offs: &[i32] = if groups == 0 {
+            &[]
+        } else if desc.offs_host.is_null() {
+            return Err(PluginError::invalid("grouped_gemm.offs_host is null"));
+        } else if !(desc.offs_host as usize).is_multiple_of(std::mem::align_of::<i32>()) {
+            return Err(PluginError::invalid(
+                "grouped_gemm.offs_host is not 4-byte aligned",
+            ));
+        } else {
+            // SAFETY: non-null and aligned (checked above); valid for `num_groups` reads by
+            // this function's precondition. `groups` equals a dimension of a tensor whose
+            // byte size was checked to fit in memory, so it is not an absurd length.
+            unsafe { std::slice::from_raw_parts(desc.offs_host, groups) }
+        };
+        let mut offs = Vec::with_capacity(groups);
+        let mut prev = 0usize;
+        for (g, &end) in raw_offs.iter().enumerate() {
+            let end_u = usize::try_from(end)
+                .map_err(|_| PluginError::invalid(format!("offs[{g}] = {end} is negative")))?;
+            if end_u < prev {
+                return Err(PluginError::invalid(format!(
+                    "offs must be non-decreasing: offs[{g}] = {end} < offs[{}] = {prev}",
+                    g.wrapping_sub(1)
+                )));
+            }
+            if end_u > rows {
+                return Err(PluginError::invalid(format!(
+                    "offs[{g}] = {end} exceeds rows = {rows}"
+                )));
+            }
+            offs.push(end_u);
+            prev = end_u;
+        }
+
+        Ok(GemmArgs {
+            pass,
+            a,
+            b,
+            offs,
+            out,
+            format_raw: o.format,
+            mode_raw: o.mode,
+            weight_blocks_2d,
+            weight_layout,
+            rows,
+            n,
+            k,
+            device,
+            ordinal,
+            offs_device: desc.offs_device,
+            stream: desc.stream,
+        })
+    }
+
+    /// `options.format`, for plugins that quantize dense operands.
+    pub fn format(&self) -> PluginResult<MxFormat> {
+        MxFormat::from_raw(self.format_raw).ok_or_else(|| {
+            PluginError::invalid(format!(
+                "options.format: unknown MX format {}",
+                self.format_raw
+            ))
+        })
+    }
+
+    /// `options.mode`, for plugins that quantize dense operands.
+    pub fn mode(&self) -> PluginResult<ScaleMode> {
+        ScaleMode::from_raw(self.mode_raw).ok_or_else(|| {
+            PluginError::invalid(format!(
+                "options.mode: unknown scale mode {}",
+                self.mode_raw
+            ))
+        })
+    }
+
+    /// Row range of each group (`offs[g-1]..offs[g]`, with `offs[-1] = 0`).
+    pub fn groups(&self) -> Vec<Range<usize>> {
+        groups_from_offs(&self.offs)
+    }
+}
+
+/// Row ranges of the groups described by cumulative end offsets.
+pub fn groups_from_offs(offs: &[usize]) -> Vec<Range<usize>> {
+    let mut start = 0;
+    offs.iter()
+        .map(|&end| {
+            let r = start..end;
+            start = end;
+            r
+        })
+        .collect()
+}

@@ -1,0 +1,90 @@
+//! The backend boundary and the ABI entry bodies every plugin shares.
+//!
+//! A plugin's exported functions are one-liners that call [`quantize`], [`dequantize`]
+//! or [`grouped_gemm`] here with its backend selector. Those read and validate the
+//! descriptor (device-agnostic, see [`crate::args`]), then dispatch on the device the
+//! tensors live on — the single place where a CUDA or HIP backend is plugged in beside
+//! the CPU one. Everything runs inside `guard_entry`, so a panic (including one in a
+//! rayon worker, which rayon re-raises on the calling thread) becomes `Status::Panic`.
+
+use crate::args::{DequantizeArgs, GemmArgs, QuantizeArgs};
+use mxhost_plugin_abi::plugin_support::{guard_entry, read_desc, PluginError, PluginResult};
+use mxhost_plugin_abi::{DequantizeDesc, DeviceKind, ErrorBuf, GroupedGemmDesc, QuantizeDesc};
+
+/// One compute backend (CPU today; CUDA and HIP later). Receives validated requests;
+/// a backend for device memory uses the raw pointers and `stream` as they are.
+pub trait Backend: Sync {
+    fn quantize(&self, args: &QuantizeArgs) -> PluginResult<()>;
+    fn dequantize(&self, args: &DequantizeArgs) -> PluginResult<()>;
+    fn grouped_gemm(&self, args: &GemmArgs) -> PluginResult<()>;
+}
+
+/// Picks the backend for a device, or says why there is none.
+pub type SelectBackend = fn(DeviceKind) -> PluginResult<&'static dyn Backend>;
+
+/// The error for a device whose backend is not compiled in or not usable.
+pub fn device_unavailable(device: DeviceKind) -> PluginError {
+    PluginError::unsupported(match device {
+        DeviceKind::Cpu => "CPU backend not built/available",
+        DeviceKind::Cuda => "CUDA backend not built/available",
+        DeviceKind::Hip => "HIP backend not built/available",
+    })
+}
+
+/// Body of a plugin's `quantize` entry.
+///
+/// # Safety
+/// `desc` and `err` are what the host passed (null or valid, per the ABI).
+pub unsafe fn quantize(
+    desc: *const QuantizeDesc,
+    err: *mut ErrorBuf,
+    select: SelectBackend,
+) -> u32 {
+    guard_entry(err, || {
+        // SAFETY: the host passes null or a readable descriptor (ABI contract).
+        let desc = unsafe { read_desc(desc)? };
+        let args = QuantizeArgs::parse(&desc)?;
+        select(args.device)?.quantize(&args)
+    })
+}
+
+/// Body of a plugin's `dequantize` entry.
+///
+/// # Safety
+/// As for [`quantize`].
+pub unsafe fn dequantize(
+    desc: *const DequantizeDesc,
+    err: *mut ErrorBuf,
+    select: SelectBackend,
+) -> u32 {
+    guard_entry(err, || {
+        // SAFETY: the host passes null or a readable descriptor (ABI contract).
+        let desc = unsafe { read_desc(desc)? };
+        let args = DequantizeArgs::parse(&desc)?;
+        select(args.device)?.dequantize(&args)
+    })
+}
+
+/// Body of a plugin's `grouped_gemm` entry.
+///
+/// # Safety
+/// As for [`quantize`]; `offs_host` points at `num_groups` readable `i32`s.
+pub unsafe fn grouped_gemm(
+    desc: *const GroupedGemmDesc,
+    err: *mut ErrorBuf,
+    select: SelectBackend,
+) -> u32 {
+    guard_entry(err, || {
+        // SAFETY: the host passes null or a readable descriptor (ABI contract).
+        let desc = unsafe { read_desc(desc)? };
+        // SAFETY: offs_host is valid for num_groups reads (ABI contract).
+        let args = unsafe { GemmArgs::parse(&desc)? };
+        select(args.device)?.grouped_gemm(&args)
+    })
+}
+
+/// An ABI entry that always answers Unsupported (e.g. `quantize` in a plugin that
+/// does not quantize).
+pub fn unsupported(err: *mut ErrorBuf, message: &str) -> u32 {
+    guard_entry(err, || Err(PluginError::unsupported(message)))
+}

@@ -1,0 +1,57 @@
+//! The exported C ABI: the static function table and its three entries. Each entry
+//! delegates to `mxhost_plugin_common::entry`, which catches panics, reads and
+//! validates the descriptor and dispatches to [`crate::backend::select`].
+
+use crate::backend;
+use mxhost_plugin_abi::{
+    caps, DequantizeDesc, ErrorBuf, GroupedGemmDesc, PluginApi, QuantizeDesc, ABI_MAJOR, ABI_MINOR,
+    PLUGIN_MAGIC,
+};
+use mxhost_plugin_common::entry;
+
+const NAME: &std::ffi::CStr = c"mxfp8";
+const PRECISION: &std::ffi::CStr = c"MXFP8 (E4M3/E5M2, E8M0 scales)";
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+
+/// What this plugin implements.
+pub const CAPABILITIES: u64 = caps::QUANTIZE
+    | caps::GROUPED_GEMM
+    | caps::MX_OPERANDS
+    | caps::DENSE_OPERANDS
+    | caps::DEVICE_CPU;
+
+static API: PluginApi = PluginApi {
+    magic: PLUGIN_MAGIC,
+    abi_major: ABI_MAJOR,
+    abi_minor: ABI_MINOR,
+    struct_size: std::mem::size_of::<PluginApi>(),
+    name: NAME.as_ptr(),
+    precision: PRECISION.as_ptr(),
+    version: VERSION.as_ptr() as *const std::ffi::c_char,
+    capabilities: CAPABILITIES,
+    quantize,
+    dequantize,
+    grouped_gemm,
+    user_data: std::ptr::null_mut(),
+};
+
+unsafe extern "C" fn quantize(desc: *const QuantizeDesc, err: *mut ErrorBuf) -> u32 {
+    // SAFETY: the host passes null or valid pointers (ABI contract).
+    unsafe { entry::quantize(desc, err, backend::select) }
+}
+
+unsafe extern "C" fn dequantize(desc: *const DequantizeDesc, err: *mut ErrorBuf) -> u32 {
+    // SAFETY: the host passes null or valid pointers (ABI contract).
+    unsafe { entry::dequantize(desc, err, backend::select) }
+}
+
+unsafe extern "C" fn grouped_gemm(desc: *const GroupedGemmDesc, err: *mut ErrorBuf) -> u32 {
+    // SAFETY: the host passes null or valid pointers, offs valid for num_groups reads.
+    unsafe { entry::grouped_gemm(desc, err, backend::select) }
+}
+
+/// The plugin's single exported symbol: the static function table.
+#[no_mangle]
+pub extern "C" fn mxhost_plugin_entry() -> *const PluginApi {
+    &API
+}
