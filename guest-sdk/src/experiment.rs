@@ -1,0 +1,118 @@
+//! The ergonomic layer over the `experiment` world's imports: tensors, MX recipes,
+//! grouped GEMM with default options, plugin switching and metrics.
+
+pub use crate::bindings::mxhost::runtime::grouped_gemm::{GemmOptions, Operand, WeightLayout};
+pub use crate::bindings::mxhost::runtime::mx::MxTensor;
+pub use crate::bindings::mxhost::runtime::plugins::PluginInfo;
+pub use crate::bindings::mxhost::runtime::routing_types::{RoutePlan, RouteRequest};
+pub use crate::bindings::mxhost::runtime::tensors::Tensor;
+pub use crate::bindings::mxhost::runtime::types::{
+    BlockLayout, DeviceKind, Dtype, ElementFormat, Error, ErrorKind, MxSpec, ScaleMode,
+};
+pub use crate::bindings::Guest as Experiment;
+
+use crate::bindings::mxhost::runtime::{grouped_gemm, metrics, mx, plugins, routing};
+
+/// Everything a typical experiment uses.
+pub mod prelude {
+    pub use super::{
+        gemm, metric, mx_spec, plugin, progress, Experiment, GemmOptions, MxSpec, MxTensor, Operand, Tensor,
+        WeightLayout,
+    };
+    pub use super::{BlockLayout, Dtype, ElementFormat, ScaleMode};
+    pub use crate::reference;
+}
+
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        format!("{:?}: {}", e.kind, e.message)
+    }
+}
+
+impl Tensor {
+    /// Standard-normal f32 tensor drawn by the host from `seed`.
+    pub fn randn_f32(shape: &[u32], seed: u64) -> Result<Tensor, Error> {
+        Tensor::randn(shape, Dtype::F32, seed, 0.0, 1.0)
+    }
+    /// Row count of a 2-D tensor (first dimension).
+    pub fn rows(&self) -> u32 {
+        self.shape().first().copied().unwrap_or(0)
+    }
+}
+
+/// An MX recipe: `mx_spec(ElementFormat::E4m3, BlockLayout::Along(1))` with rceil scales.
+pub fn mx_spec(format: ElementFormat, block: BlockLayout) -> MxSpec {
+    MxSpec { format, mode: ScaleMode::Rceil, block }
+}
+
+/// Grouped GEMM with sensible defaults.
+pub mod gemm {
+    use super::*;
+
+    /// E4M3, rceil, 1×32 weights, [E, N, K] weights, f32 output, no extras.
+    pub fn options() -> GemmOptions {
+        GemmOptions {
+            format: ElementFormat::E4m3,
+            mode: ScaleMode::Rceil,
+            weight_blocks_2d: false,
+            weight_layout: WeightLayout::Nk,
+            out_dtype: Dtype::F32,
+            hadamard: false,
+            dge: false,
+            bias: false,
+        }
+    }
+
+    /// Y = X_e · W_eᵀ per expert.
+    pub fn forward(x: Operand<'_>, w: Operand<'_>, offs: &[i32], o: &GemmOptions) -> Result<Tensor, Error> {
+        grouped_gemm::forward(&x, &w, offs, *o)
+    }
+    /// dX = dY_e · W_e per expert.
+    pub fn dgrad(dy: Operand<'_>, w: Operand<'_>, offs: &[i32], o: &GemmOptions) -> Result<Tensor, Error> {
+        grouped_gemm::dgrad(&dy, &w, offs, *o)
+    }
+    /// dW_e = dY_eᵀ · X_e per expert.
+    pub fn wgrad(dy: Operand<'_>, x: Operand<'_>, offs: &[i32], o: &GemmOptions) -> Result<Tensor, Error> {
+        grouped_gemm::wgrad(&dy, &x, offs, *o)
+    }
+    pub fn quantize(x: &Tensor, spec: MxSpec) -> Result<MxTensor, Error> {
+        mx::quantize(x, spec)
+    }
+    pub fn dequantize(q: &MxTensor) -> Result<Tensor, Error> {
+        mx::dequantize(q)
+    }
+}
+
+/// Plugin selection.
+pub mod plugin {
+    use super::*;
+    pub fn list() -> Vec<PluginInfo> {
+        plugins::list()
+    }
+    pub fn active() -> String {
+        plugins::active()
+    }
+    pub fn select(name: &str) -> Result<(), Error> {
+        plugins::select(name)
+    }
+}
+
+/// Record one point of a metric series (written to metrics.csv by the host).
+pub fn metric(name: &str, step: u64, value: f64) {
+    metrics::record(name, step, value)
+}
+
+/// Report progress of a long phase (rendered as a progress bar by the host).
+pub fn progress(done: u64, total: u64, label: &str) {
+    metrics::progress(done, total, label)
+}
+
+/// Log a line through the host.
+pub fn log(message: &str) {
+    metrics::log(metrics::Level::Info, message)
+}
+
+/// Route a batch with the host's router (a `--router` guest or the built-in top-k).
+pub fn route(request: &RouteRequest) -> Result<RoutePlan, String> {
+    routing::route(request)
+}
