@@ -1,0 +1,76 @@
+// Thin host-side launcher for the benchmark only (nvcc -shared). The plugin itself
+// compiles ../mx_quantize.cu and ../mx_grouped_gemm.cu with NVRTC and launches them
+// through the driver API with the same rules (see ../README.md).
+#include <cuda_runtime.h>
+#include <cstring>
+#include "../mx_quantize.cu"
+#include "../mx_grouped_gemm.cu"
+
+typedef void (*QuantK)(const MxQuantParams);
+typedef void (*GemmK)(const MxGemmParams);
+
+extern "C" int mx_launch_quantize(int in_bf16, int fmt, const MxQuantParams* p, int gx, int gy, int gz, void* stream) {
+  QuantK k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2 : mx_quantize_bf16_e4m3)
+                     : (fmt ? mx_quantize_f32_e5m2 : mx_quantize_f32_e4m3);
+  if (gx == 0 || gy == 0 || gz == 0) return 0;
+  k<<<dim3(gx, gy, gz), 256, 0, (cudaStream_t)stream>>>(*p);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int mx_launch_scales_to_f32(const void* in, long long ise, long long isr, long long isc,
+                                       float* out, long long ose, long long osr,
+                                       int R, int C, int Rp, int Cp, int batch, void* stream) {
+  long long n = (long long)Rp * Cp;
+  if (n == 0 || batch == 0) return 0;
+  mx_scales_to_f32<<<dim3((unsigned)((n + 255) / 256), batch), 256, 0, (cudaStream_t)stream>>>(
+      (const mx_u8*)in, ise, isr, isc, out, ose, osr, R, C, Rp, Cp);
+  return (int)cudaGetLastError();
+}
+
+struct GemmVariant { const char* name; GemmK k; int nc; int sb2d; int stages; };
+static GemmVariant g_variants[] = {
+  {"mx_gemm_e4m3e4m3_w2d_bf16", mx_gemm_e4m3e4m3_w2d_bf16, 2, 1, 5},
+  {"mx_gemm_e4m3e4m3_w2d_f32",  mx_gemm_e4m3e4m3_w2d_f32,  2, 1, 5},
+  {"mx_gemm_e4m3e4m3_w1d_bf16", mx_gemm_e4m3e4m3_w1d_bf16, 2, 0, 5},
+  {"mx_gemm_e4m3e4m3_w1d_f32",  mx_gemm_e4m3e4m3_w1d_f32,  2, 0, 5},
+  {"mx_gemm_e5m2e4m3_w2d_bf16", mx_gemm_e5m2e4m3_w2d_bf16, 2, 1, 5},
+  {"mx_gemm_e5m2e4m3_w1d_bf16", mx_gemm_e5m2e4m3_w1d_bf16, 2, 0, 5},
+  {"mx_gemm_e5m2e5m2_w2d_f32",  mx_gemm_e5m2e5m2_w2d_f32,  2, 1, 5},
+  {"mx_gemm_e4m3e4m3_w2d_bf16_bm64", mx_gemm_e4m3e4m3_w2d_bf16_bm64, 1, 1, 3},
+};
+
+static int smem_bytes(const GemmVariant& v) {
+  int st = v.nc == 2 ? (v.sb2d ? MxgLayout<2, 1>::STAGE : MxgLayout<2, 0>::STAGE)
+                     : (v.sb2d ? MxgLayout<1, 1>::STAGE : MxgLayout<1, 0>::STAGE);
+  return st * v.stages;
+}
+
+// Dynamic shared memory a variant needs (bytes), or -1.
+extern "C" int mx_gemm_smem(const char* name) {
+  for (auto& v : g_variants) if (!strcmp(v.name, name)) return smem_bytes(v);
+  return -1;
+}
+
+// grid = 0: persistent, (#SMs x CTAs per SM).
+extern "C" int mx_launch_gemm(const char* name, const MxGemmParams* p, int grid, void* stream) {
+  for (auto& v : g_variants) {
+    if (strcmp(v.name, name)) continue;
+    int smem = smem_bytes(v);
+    static bool done[16] = {false};
+    int idx = (int)(&v - g_variants);
+    if (!done[idx]) {
+      cudaError_t e = cudaFuncSetAttribute(v.k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (e != cudaSuccess) return (int)e;
+      done[idx] = true;
+    }
+    if (grid <= 0) {
+      int dev = 0, sms = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      grid = sms * (v.nc == 1 ? 2 : 1);
+    }
+    v.k<<<grid, 128 * (v.nc + 1), smem, (cudaStream_t)stream>>>(*p);
+    return (int)cudaGetLastError();
+  }
+  return -1;
+}

@@ -1,0 +1,120 @@
+// mx_ptx.cuh — plain types and PTX wrappers (mbarrier, cp.async, fences, setmaxnreg).
+// NVRTC-clean: no standard headers. Included first by every mxhost kernel file.
+#pragma once
+
+typedef unsigned char      mx_u8;
+typedef unsigned short     mx_u16;
+typedef unsigned int       mx_u32;
+typedef unsigned long long mx_u64;
+typedef long long          mx_i64;
+
+#define MX_DEV __device__ __forceinline__
+
+MX_DEV mx_u32 smem_u32(const void* p) {
+  return (mx_u32)__cvta_generic_to_shared(p);
+}
+
+// ---- mbarrier (CTA scope) ----
+MX_DEV void mbar_init(mx_u64* bar, mx_u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_u32(bar)), "r"(count) : "memory");
+}
+MX_DEV void mbar_arrive(mx_u64* bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" :: "r"(smem_u32(bar)) : "memory");
+}
+// Blocks until the phase with the given parity has completed.
+MX_DEV void mbar_wait(mx_u64* bar, mx_u32 parity) {
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "MXW_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra MXW_%=;\n}\n" :: "r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+// The arrival happens when all prior cp.async of this thread have completed; the
+// pending count is not incremented, so the barrier's init count includes it.
+MX_DEV void cp_async_mbar_arrive_noinc(mx_u64* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(smem_u32(bar)) : "memory");
+}
+
+// ---- cp.async 16 bytes, zero-filling the bytes past src_bytes (0..16) ----
+MX_DEV void cp_async16(mx_u32 dst, const void* src, mx_u32 src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// ---- fences ----
+MX_DEV void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- register reallocation between warpgroups (sm_90a) ----
+template <int N> MX_DEV void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N)); }
+template <int N> MX_DEV void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N)); }
+
+// ---- named barrier over a subset of warps ----
+MX_DEV void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// ---- bf16 helpers (no cuda_bf16.h: NVRTC may lack it) ----
+MX_DEV float bf16_bits_to_f32(mx_u32 b16) { return __int_as_float((int)(b16 << 16)); }
+// Round to nearest even (NaN stays NaN); packs lo in bits 0..15, hi in 16..31.
+MX_DEV mx_u32 pack_bf16x2(float lo, float hi) {
+  mx_u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// ---- warp-level scan used by the expert schedulers ----
+// Inclusive prefix sum of v over the warp.
+MX_DEV int warp_incl_scan(int v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    int t = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += t;
+  }
+  return v;
+}
+
+// Max number of experts the on-chip schedulers handle (smem tables of MX_MAX_E+1 ints).
+#ifndef MX_MAX_E
+#define MX_MAX_E 1024
+#endif
+
+// Called by one full warp. From offs (cumulative END offsets, E entries) writes
+//   start[e] = offs[e-1] (start[0]=0) for e in 0..E   (start[E] = offs[E-1])
+//   pre[e]   = sum_{i<e} ceil_div(m_i, unit) * mult     for e in 0..E
+// i.e. pre[] is an exclusive prefix of per-expert counts rounded up to `unit`.
+MX_DEV void warp_group_tables(const int* __restrict__ offs, int E, int unit, int mult,
+                              int* start, int* pre) {
+  const int lane = threadIdx.x & 31;
+  int carry = 0;
+  for (int base = 0; base < E; base += 32) {
+    int e = base + lane;
+    int m = 0, st = 0;
+    if (e < E) {
+      int end = offs[e];
+      st = e > 0 ? offs[e - 1] : 0;
+      m = end - st;
+      if (m < 0) m = 0;
+    }
+    int cnt = ((m + unit - 1) / unit) * mult;
+    int incl = warp_incl_scan(cnt);
+    if (e < E) { pre[e] = carry + incl - cnt; start[e] = st; }
+    carry += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  if (lane == 0) {
+    pre[E] = carry;
+    start[E] = E > 0 ? offs[E - 1] : 0;
+  }
+}
+
+// Largest e in [0, E) with pre[e] <= x (pre non-decreasing, pre[0] = 0).
+MX_DEV int upper_idx(const int* pre, int E, int x) {
+  int lo = 0, hi = E - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) >> 1;
+    if (pre[mid] <= x) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}

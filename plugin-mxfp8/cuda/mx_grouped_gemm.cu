@@ -1,0 +1,361 @@
+// mx_grouped_gemm.cu — MXFP8 grouped GEMM for sm_90a (Hopper), exact MX semantics:
+//   out[r, n] = sum_kb  SA[r, kb] * SB[kb, n] * sum_{k in block kb} A[r, k] * B[n, k]
+// Each k32 block is one FP8 wgmma (m64n128k32) whose FP32 result is promoted into FP32
+// registers with its block scales ("promotion"), so every MX block keeps its own scale.
+//
+// One kernel serves the three passes of a grouped linear layer (see README.md):
+//   grouped rows (forward, dgrad): expert e owns rows offs[e-1]..offs[e] of A/out;
+//   batched K segments (wgrad): expert e contracts over K = m_e elements starting at the
+//   expert's 128-aligned segment in the transposed, zero-padded operands.
+// Structure: persistent CTAs; warpgroup NC = producer (one warp issues) (cp.async, zero-fill masking, one
+// mbarrier per stage), warpgroups 0..NC-1 = consumers (m64 x n128 each). K is consumed in
+// straight-line groups of 8 (or 4) k32 steps that drain at their end (no wgmma in flight
+// across a loop back-edge, so ptxas keeps them asynchronous); each step is two m64n64k32
+// wgmmas into two alternating 32-register buffers, so the promotion of one overlaps the
+// next wgmma.
+#include "mx_ptx.cuh"
+#include "mx_wgmma.cuh"
+
+struct MxGemmParams {
+  const mx_u8* A; mx_i64 lda;                 // A[row*lda + k]           (K-major FP8)
+  const mx_u8* B; mx_i64 ldb; mx_i64 b_es;    // B[e*b_es + n*ldb + k]    (K-major FP8)
+  const float* SA; mx_i64 ldsa;               // SA[row*ldsa + kb]        (FP32 scales)
+  const float* SB; mx_i64 ldsb; mx_i64 sb_es; // 2D: SB[e*sb_es + kb*ldsb + n/32], 1D: SB[e*sb_es + kb*ldsb + n]
+  void* out; mx_i64 ldo; mx_i64 o_es;         // grouped: out[row*ldo + n]; batched: out[e*o_es + row*ldo + n] (out_t: + n*ldo + row)
+  const int* offs; int E;                     // cumulative END offsets (device memory)
+  int M;        // grouped: rows of the A/out buffers (rows >= offs[E-1] are zeroed); batched: rows per expert
+  int N;        // output columns
+  int K;        // grouped: reduction length (elements); batched: unused (K_e = m_e)
+  int batched;  // 0 grouped rows, 1 batched K segments (wgrad)
+  int out_t;    // batched only: store transposed
+};
+
+#define MXG_BN 128
+#define MXG_BK 128   // bytes (= elements) of K per pipeline stage: 4 k32 steps
+
+template <int NC, int SB2D>
+struct MxgLayout {
+  static constexpr int BM = 64 * NC;
+  static constexpr int A_BYTES = BM * MXG_BK;
+  static constexpr int B_BYTES = MXG_BN * MXG_BK;
+  static constexpr int SA_BYTES = BM * 16;
+  static constexpr int SB_BYTES = SB2D ? 64 : 4 * MXG_BN * 4;
+  static constexpr int STAGE = A_BYTES + B_BYTES + SA_BYTES + ((SB_BYTES + 127) / 128) * 128;
+};
+
+struct MxgTile { int e, row0, rows, n0, kbeg, klen; };
+
+MX_DEV MxgTile mxg_decode(const MxGemmParams& p, int t, int BM, int ntn, int tiles_m,
+                          const int* g_start, const int* g_pre) {
+  MxgTile T;
+  if (!p.batched) {
+    int mt = t / ntn, nt = t - mt * ntn;
+    int e = upper_idx(g_pre, p.E, mt);
+    T.e = e;
+    T.row0 = g_start[e] + (mt - g_pre[e]) * BM;
+    T.rows = min(BM, g_start[e + 1] - T.row0);
+    T.n0 = nt * MXG_BN;
+    T.kbeg = 0;
+    T.klen = p.K;
+  } else {
+    int per_e = tiles_m * ntn;
+    int e = t / per_e;
+    int rem = t - e * per_e;
+    int mt = rem / ntn, nt = rem - mt * ntn;
+    T.e = e;
+    T.row0 = mt * BM;
+    T.rows = min(BM, p.M - T.row0);
+    T.n0 = nt * MXG_BN;
+    T.kbeg = g_pre[e];
+    T.klen = g_start[e + 1] - g_start[e];
+  }
+  return T;
+}
+
+// Promotion of one half (64 columns) of a k32 step: acc[32h..32h+31] += tmp * sa[row] * sb[col].
+template <int SB2D, int H>
+MX_DEV void mxg_promote(float* acc, const float* tmp, float s0, float s1, const float* sbs, int lane) {
+  if (SB2D) {
+    const float2 sb = *reinterpret_cast<const float2*>(sbs + 2 * H);  // column blocks 2H, 2H+1
+    const float sbv[2] = {sb.x, sb.y};
+#pragma unroll
+    for (int cb = 0; cb < 2; ++cb) {
+      const float p0 = s0 * sbv[cb], p1 = s1 * sbv[cb];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int q = (cb * 4 + jj) * 4;
+        acc[32 * H + q + 0] = fmaf(tmp[q + 0], p0, acc[32 * H + q + 0]);
+        acc[32 * H + q + 1] = fmaf(tmp[q + 1], p0, acc[32 * H + q + 1]);
+        acc[32 * H + q + 2] = fmaf(tmp[q + 2], p1, acc[32 * H + q + 2]);
+        acc[32 * H + q + 3] = fmaf(tmp[q + 3], p1, acc[32 * H + q + 3]);
+      }
+    }
+  } else {
+    const int cofs = 64 * H + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 sb = *reinterpret_cast<const float2*>(sbs + 8 * j + cofs);
+      const int q = 4 * j;
+      acc[32 * H + q + 0] = fmaf(tmp[q + 0], s0 * sb.x, acc[32 * H + q + 0]);
+      acc[32 * H + q + 1] = fmaf(tmp[q + 1], s0 * sb.y, acc[32 * H + q + 1]);
+      acc[32 * H + q + 2] = fmaf(tmp[q + 2], s1 * sb.x, acc[32 * H + q + 2]);
+      acc[32 * H + q + 3] = fmaf(tmp[q + 3], s1 * sb.y, acc[32 * H + q + 3]);
+    }
+  }
+}
+
+template <int NC, int SB2D>
+MX_DEV void mxg_stage_regs(mx_u8* smem, int st, int wrow, float* sa0, float* sa1, const float*& sbp) {
+  typedef MxgLayout<NC, SB2D> L;
+  mx_u8* base = smem + (size_t)st * L::STAGE;
+  const float* sA = reinterpret_cast<const float*>(base + L::A_BYTES + L::B_BYTES);
+  const float4 x0 = *reinterpret_cast<const float4*>(sA + 4 * wrow);
+  const float4 x1 = *reinterpret_cast<const float4*>(sA + 4 * (wrow + 8));
+  sa0[0] = x0.x; sa0[1] = x0.y; sa0[2] = x0.z; sa0[3] = x0.w;
+  sa1[0] = x1.x; sa1[1] = x1.y; sa1[2] = x1.z; sa1[3] = x1.w;
+  sbp = reinterpret_cast<const float*>(base + L::A_BYTES + L::B_BYTES + L::SA_BYTES);
+}
+
+// One straight-line group of NS stages (4*NS k32 steps), drained at its end.
+// Each k32 step is two m64n64k32 wgmmas (column halves); the two 32-register partial
+// buffers alternate, so the promotion of one half overlaps the wgmma of the next and
+// the consumer needs 64 + 2x32 accumulator registers (fits without spills).
+template <int NC, int FA, int FB, int SB2D, int NS>
+MX_DEV void mxg_group(float* acc, float* ta, float* tb, mx_u8* smem, mx_u64* full, mx_u64* empty,
+                      int& stage, mx_u32& phase, int STAGES, int wg, int wrow, int lane) {
+  typedef MxgLayout<NC, SB2D> L;
+  const int st0 = stage;
+  const int st1 = (stage + 1 == STAGES) ? 0 : stage + 1;
+  // Wait for all stages of the group before the first wgmma (no wait loop while a
+  // wgmma is in flight).
+  mbar_wait(&full[st0], phase);
+  if (NS == 2) mbar_wait(&full[st1], st1 == 0 ? (phase ^ 1) : phase);
+  fence_proxy_async_smem();
+  float sa0[4], sa1[4];
+  const float* sbp;
+  mxg_stage_regs<NC, SB2D>(smem, st0, wrow, sa0, sa1, sbp);
+  const mx_u32 a0 = smem_u32(smem + (size_t)st0 * L::STAGE + wg * 64 * MXG_BK);
+  const mx_u32 a1 = smem_u32(smem + (size_t)st1 * L::STAGE + wg * 64 * MXG_BK);
+  // A: +256 B per k32 step; B: at +A_BYTES, +256 B per step, +8192 B for columns 64..127.
+  wgmma_fence();
+  wgmma_m64n64k32<FA, FB>(ta, make_smem_desc(a0, 128, 1024), make_smem_desc(a0 + L::A_BYTES, 128, 1024));
+  wgmma_commit();
+#pragma unroll
+  for (int q = 1; q < 8 * NS; ++q) {
+    float* cur = (q & 1) ? tb : ta;
+    float* prv = (q & 1) ? ta : tb;
+    const int i = q >> 1, h = q & 1;
+    const mx_u32 abase = (i < 4 ? a0 : a1) + 256 * (i & 3);
+    reg_pin<32>(cur);
+    wgmma_fence();
+    wgmma_m64n64k32<FA, FB>(cur, make_smem_desc(abase, 128, 1024),
+                            make_smem_desc(abase - wg * 64 * MXG_BK + L::A_BYTES + 8192 * h, 128, 1024));
+    wgmma_commit();
+    wgmma_wait<1>();
+    reg_pin<32>(prv);
+    const int qp = q - 1, jp = (qp >> 1) & 3;
+    if (qp & 1) mxg_promote<SB2D, 1>(acc, prv, sa0[jp], sa1[jp], sbp + (SB2D ? 4 * jp : MXG_BN * jp), lane);
+    else        mxg_promote<SB2D, 0>(acc, prv, sa0[jp], sa1[jp], sbp + (SB2D ? 4 * jp : MXG_BN * jp), lane);
+    if (q == 8) {  // steps 0..3 complete: release stage 0, switch to stage 1's scales
+      if (lane == 0) mbar_arrive(&empty[st0]);
+      mxg_stage_regs<NC, SB2D>(smem, st1, wrow, sa0, sa1, sbp);
+    }
+  }
+  wgmma_wait<0>();
+  reg_pin<32>(tb);
+  mxg_promote<SB2D, 1>(acc, tb, sa0[3], sa1[3], sbp + (SB2D ? 4 * 3 : MXG_BN * 3), lane);
+  if (lane == 0) mbar_arrive(&empty[NS == 2 ? st1 : st0]);
+#pragma unroll
+  for (int g = 0; g < NS; ++g) {
+    if (++stage == STAGES) { stage = 0; phase ^= 1; }
+  }
+}
+
+template <int NC, int FA, int FB, int SB2D, int OUT_BF16, int STAGES>
+MX_DEV void mx_grouped_gemm_impl(const MxGemmParams& p) {
+  typedef MxgLayout<NC, SB2D> L;
+  constexpr int BM = L::BM;
+  extern __shared__ __align__(1024) mx_u8 smem[];
+  __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
+  __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) { mbar_init(&full[s], 32); mbar_init(&empty[s], 4 * NC); }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if (tid < 32) {
+    if (!p.batched) warp_group_tables(p.offs, p.E, BM, 1, g_start, g_pre);
+    else warp_group_tables(p.offs, p.E, 128, 128, g_start, g_pre);
+  }
+  __syncthreads();
+
+  const int ntn = (p.N + MXG_BN - 1) / MXG_BN;
+  const int tiles_m = p.batched ? (p.M + BM - 1) / BM : g_pre[p.E];
+  const int total = p.batched ? p.E * tiles_m * ntn : tiles_m * ntn;
+
+  if (wg == NC) {
+    // --------- producer warpgroup: registers handed to the consumers; its first
+    // --------- warp issues every cp.async, the other three exit.
+    setmaxnreg_dec<40>();
+    if (tid - 128 * NC >= 32) return;
+    const int l = tid & 31;
+    int stage = 0; mx_u32 phase = 0;
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+      const MxgTile T = mxg_decode(p, t, BM, ntn, tiles_m, g_start, g_pre);
+      const int nsteps = (T.klen + 31) >> 5;
+      const int nst = (nsteps + 3) >> 2;
+      const int kend = T.kbeg + T.klen;
+      // chunk id = l + 32*i  ->  row = (i>>1)*8 + (l&7), kc = (l>>3) + 4*(i&1)
+      const mx_u8* Arow = p.A + (mx_i64)(T.row0 + (l & 7)) * p.lda + 16 * (l >> 3);
+      const mx_u8* Brow = p.B + (mx_i64)T.e * p.b_es + (mx_i64)(T.n0 + (l & 7)) * p.ldb + 16 * (l >> 3);
+      const float* SBexp = p.SB + (mx_i64)T.e * p.sb_es;
+      const int arows = T.rows - (l & 7);          // row (i>>1)*8 valid iff (i>>1)*8 < arows
+      const int brows = p.N - T.n0 - (l & 7);
+      for (int ks = 0; ks < nst; ++ks) {
+        mbar_wait(&empty[stage], phase ^ 1);
+        mx_u8* base = smem + (size_t)stage * L::STAGE;
+        const mx_u32 sbase = smem_u32(base);
+        const int k0 = T.kbeg + ks * MXG_BK;
+        int nbk[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          int nb = kend - (k0 + 16 * ((l >> 3) + 4 * h));
+          nbk[h] = nb < 0 ? 0 : (nb > 16 ? 16 : nb);
+        }
+        const mx_i64 kofs = k0;
+#pragma unroll
+        for (int i = 0; i < BM / 4; ++i) {
+          const int r8 = (i >> 1) * 8;
+          const int nb = r8 < arows ? nbk[i & 1] : 0;
+          const mx_u8* src = nb ? Arow + (mx_i64)r8 * p.lda + kofs + 64 * (i & 1) : p.A;
+          cp_async16(sbase + (l + 32 * i) * 16, src, nb);
+        }
+#pragma unroll
+        for (int i = 0; i < MXG_BN / 4; ++i) {
+          const int r8 = (i >> 1) * 8;
+          const int nb = r8 < brows ? nbk[i & 1] : 0;
+          const mx_u8* src = nb ? Brow + (mx_i64)r8 * p.ldb + kofs + 64 * (i & 1) : p.B;
+          cp_async16(sbase + L::A_BYTES + (l + 32 * i) * 16, src, nb);
+        }
+        const int kb0 = k0 >> 5;
+#pragma unroll
+        for (int i = 0; i < BM / 32; ++i) {
+          const int r = l + 32 * i;
+          const bool ok = r < T.rows;
+          const float* src = ok ? p.SA + (mx_i64)(T.row0 + r) * p.ldsa + kb0 : p.SA;
+          cp_async16(sbase + L::A_BYTES + L::B_BYTES + r * 16, src, ok ? 16 : 0);
+        }
+        if (SB2D) {
+          if (l < 4) {
+            const float* src = SBexp + (mx_i64)(kb0 + l) * p.ldsb + (T.n0 >> 5);
+            cp_async16(sbase + L::A_BYTES + L::B_BYTES + L::SA_BYTES + l * 16, src, 16);
+          }
+        } else {
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            const float* src = SBexp + (mx_i64)(kb0 + kk) * p.ldsb + T.n0 + 4 * l;
+            cp_async16(sbase + L::A_BYTES + L::B_BYTES + L::SA_BYTES + (kk * 32 + l) * 16, src, 16);
+          }
+        }
+        cp_async_mbar_arrive_noinc(&full[stage]);
+        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+      }
+    }
+  } else {
+    // ------------------------------ consumers ------------------------------
+    setmaxnreg_inc<NC == 2 ? 232 : 208>();
+    const int lt = tid - 128 * wg;
+    const int warp = lt >> 5, lane = lt & 31;
+    const int wrow = 64 * wg + 16 * warp + (lane >> 2);   // tile row of acc[4j+0..1]; +8 for [4j+2..3]
+    int stage = 0; mx_u32 phase = 0;
+    float acc[64], ta[32], tb[32];
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+      const MxgTile T = mxg_decode(p, t, BM, ntn, tiles_m, g_start, g_pre);
+      const int nsteps = (T.klen + 31) >> 5;
+      int nst = (nsteps + 3) >> 2;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+      for (; nst >= 2; nst -= 2)
+        mxg_group<NC, FA, FB, SB2D, 2>(acc, ta, tb, smem, full, empty, stage, phase, STAGES, wg, wrow, lane);
+      if (nst == 1)
+        mxg_group<NC, FA, FB, SB2D, 1>(acc, ta, tb, smem, full, empty, stage, phase, STAGES, wg, wrow, lane);
+      // ---- epilogue: registers -> global ----
+      const int r0 = wrow, r1 = wrow + 8;
+      const int cofs = 2 * (lane & 3);
+      if (!p.batched || !p.out_t) {
+        mx_i64 ob = p.batched ? (mx_i64)T.e * p.o_es : 0;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = h ? r1 : r0;
+          if (r < T.rows) {
+            const mx_i64 rowoff = ob + (mx_i64)(T.row0 + r) * p.ldo;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+              const int col = T.n0 + 8 * j + cofs;
+              if (col < p.N) {
+                const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+                if (OUT_BF16) {
+                  mx_u32* o = reinterpret_cast<mx_u32*>(reinterpret_cast<mx_u16*>(p.out) + rowoff + col);
+                  *o = pack_bf16x2(v0, v1);
+                } else {
+                  float2* o = reinterpret_cast<float2*>(reinterpret_cast<float*>(p.out) + rowoff + col);
+                  *o = make_float2(v0, v1);
+                }
+              }
+            }
+          }
+        }
+      } else {
+        const mx_i64 ob = (mx_i64)T.e * p.o_es;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = h ? r1 : r0;
+          if (r < T.rows) {
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const int col = T.n0 + 8 * j + cofs + c;
+                if (col < p.N) {
+                  const mx_i64 off = ob + (mx_i64)col * p.ldo + T.row0 + r;
+                  const float v = acc[4 * j + 2 * h + c];
+                  if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[off] = (mx_u16)(pack_bf16x2(v, 0.f) & 0xFFFF);
+                  else reinterpret_cast<float*>(p.out)[off] = v;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // ---- grouped mode: zero the padding rows (rows >= offs[E-1]); consumers only ----
+  if (!p.batched && wg < NC) {
+    const mx_i64 r_begin = g_start[p.E];
+    const mx_i64 cnt = ((mx_i64)p.M - r_begin) * p.N;
+    for (mx_i64 i = (mx_i64)blockIdx.x * (128 * NC) + tid; i < cnt; i += (mx_i64)gridDim.x * (128 * NC)) {
+      const mx_i64 r = r_begin + i / p.N, c = i % p.N;
+      if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c] = 0;
+      else reinterpret_cast<float*>(p.out)[r * p.ldo + c] = 0.f;
+    }
+  }
+}
+
+// Instantiations: mx_gemm_<A fmt><B fmt>_<w2d|w1d>_<bf16|f32>[_bm64]
+#define MXG_INST(NAME, NC, FA, FB, SB2D, OBF, ST) \
+  extern "C" __global__ void __launch_bounds__(128 * (NC + 1), (NC == 1 ? 2 : 1)) \
+  NAME(const __grid_constant__ MxGemmParams p) { mx_grouped_gemm_impl<NC, FA, FB, SB2D, OBF, ST>(p); }
+
+#ifndef MXG_CUSTOM_INSTANTIATIONS
+MXG_INST(mx_gemm_e4m3e4m3_w2d_bf16, 2, 0, 0, 1, 1, 5)
+MXG_INST(mx_gemm_e4m3e4m3_w2d_f32,  2, 0, 0, 1, 0, 5)
+MXG_INST(mx_gemm_e4m3e4m3_w1d_bf16, 2, 0, 0, 0, 1, 5)
+MXG_INST(mx_gemm_e4m3e4m3_w1d_f32,  2, 0, 0, 0, 0, 5)
+MXG_INST(mx_gemm_e5m2e4m3_w2d_bf16, 2, 1, 0, 1, 1, 5)
+MXG_INST(mx_gemm_e5m2e4m3_w1d_bf16, 2, 1, 0, 0, 1, 5)
+MXG_INST(mx_gemm_e5m2e5m2_w2d_f32,  2, 1, 1, 1, 0, 5)
+MXG_INST(mx_gemm_e4m3e4m3_w2d_bf16_bm64, 1, 0, 0, 1, 1, 3)
+#endif
