@@ -1,0 +1,497 @@
+#!/usr/bin/env python3
+"""Correctness + timing harness for the mxhost MXFP8 CUDA kernels (H200, sm_90a).
+
+Loads bench/libmxbench.so (built by run.sh from launch.cu), checks
+  * quantizers bit for bit against a torch implementation of shared/notes/mx-numerics.md
+  * grouped GEMMs (forward, dgrad, wgrad) against an FP64 matmul of the dequantized operands
+then times them next to torch._grouped_mm BF16 on the anchor shapes.
+Usage: python3 bench.py [--shapes a,b,c,d] [--skip-check] [--rep MS]
+"""
+import argparse, ctypes, math, os, sys, time
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEV = "cuda"
+c_i64, c_int, c_vp = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+
+
+class QP(ctypes.Structure):
+    _fields_ = [("inp", c_vp), ("in_bs", c_i64), ("R", c_int), ("C", c_int), ("flags", c_int), ("mode", c_int),
+                ("qa", c_vp), ("sa", c_vp), ("qa_bs", c_i64), ("sa_bs", c_i64),
+                ("qt", c_vp), ("st", c_vp), ("qt_bs", c_i64), ("st_bs", c_i64), ("ldt", c_int), ("ldst", c_int),
+                ("offs", c_vp), ("E", c_int), ("grouped_tiles", c_int)]
+
+
+class GP(ctypes.Structure):
+    _fields_ = [("A", c_vp), ("lda", c_i64), ("B", c_vp), ("ldb", c_i64), ("b_es", c_i64),
+                ("SA", c_vp), ("ldsa", c_i64), ("SB", c_vp), ("ldsb", c_i64), ("sb_es", c_i64),
+                ("out", c_vp), ("ldo", c_i64), ("o_es", c_i64), ("offs", c_vp), ("E", c_int),
+                ("M", c_int), ("N", c_int), ("K", c_int), ("batched", c_int), ("out_t", c_int)]
+
+
+lib = ctypes.CDLL(os.path.join(HERE, "libmxbench.so"))
+lib.mx_launch_gemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
+lib.mx_launch_quantize.argtypes = [c_int, c_int, ctypes.POINTER(QP), c_int, c_int, c_int, c_vp]
+lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
+
+ROWS, COLS, TILE, TILE_T = 1, 2, 4, 8
+FMT_MAX = {0: 448.0, 1: 57344.0}
+FMT_EMAX = {0: 8, 1: 15}
+FMT_MBITS = {0: 3, 1: 2}
+FMT_T = {0: torch.float8_e4m3fn, 1: torch.float8_e5m2}
+cdiv = lambda a, b: (a + b - 1) // b
+rup = lambda a, b: cdiv(a, b) * b
+
+
+def ck(rc, what):
+    if rc != 0:
+        raise RuntimeError(f"{what}: CUDA error {rc}")
+
+
+def ptr(t):
+    return c_vp(t.data_ptr()) if t is not None else c_vp(0)
+
+
+# ------------------------------------------------------------------ quantize
+def padded_layout(offs_host):
+    starts = [0] + offs_host[:-1]
+    segs, acc = [], 0
+    for s, e in zip(starts, offs_host):
+        segs.append(acc)
+        acc += rup(max(e - s, 0), 128)
+    return segs, acc
+
+
+def quantize(x, flags, fmt=0, mode=0, offs=None, offs_host=None):
+    """x: [R, C] or [B, R, C] (f32/bf16). Returns dict of outputs."""
+    x3 = x if x.dim() == 3 else x.unsqueeze(0)
+    Bt, R, C = x3.shape
+    CB, RB = cdiv(C, 32), cdiv(R, 32)
+    o = {}
+    p = QP()
+    p.inp = ptr(x3); p.in_bs = R * C; p.R = R; p.C = C; p.flags = flags; p.mode = mode
+    if flags & (ROWS | TILE):
+        o["qa"] = torch.empty(Bt, R, C, dtype=torch.uint8, device=DEV)
+        o["sa"] = torch.empty(Bt, R if flags & ROWS else RB, CB, dtype=torch.uint8, device=DEV)
+        p.qa, p.sa, p.qa_bs, p.sa_bs = ptr(o["qa"]), ptr(o["sa"]), R * C, o["sa"][0].numel()
+    if offs is not None:
+        segs, Mpad = padded_layout(offs_host)
+        Rt = Mpad
+        gt = Mpad // 32
+        tail = R - offs_host[-1] if flags & ROWS else 0
+        gy = gt + cdiv(max(tail, 0), 32)
+        p.offs, p.E, p.grouped_tiles = ptr(offs), len(offs_host), gt
+    else:
+        Rt, gy = R, RB
+        p.offs, p.E, p.grouped_tiles = c_vp(0), 0, 0
+    if flags & (COLS | TILE_T):
+        o["qt"] = torch.empty(Bt, C, Rt, dtype=torch.uint8, device=DEV)
+        p.qt, p.qt_bs, p.ldt = ptr(o["qt"]), C * Rt, Rt
+        if flags & COLS:
+            o["st"] = torch.empty(Bt, C, cdiv(Rt, 32), dtype=torch.uint8, device=DEV)
+        elif not (flags & TILE):
+            o["st"] = torch.empty(Bt, CB, cdiv(Rt, 32), dtype=torch.uint8, device=DEV)
+        if "st" in o:
+            p.st, p.st_bs, p.ldst = ptr(o["st"]), o["st"][0].numel(), cdiv(Rt, 32)
+    ck(lib.mx_launch_quantize(1 if x.dtype == torch.bfloat16 else 0, fmt, ctypes.byref(p), cdiv(C, 128), gy, Bt, None), "quantize")
+    if x.dim() == 2:
+        o = {k: v[0] for k, v in o.items()}
+    return o
+
+
+# ---- reference rules (torch, bit exact) ----
+def ref_blocks(xb, fmt, mode):
+    """xb: float32 [..., n] (one block per last-dim row). Returns (q uint8 [..., n], s uint8 [...])."""
+    maxv, emax, mbits = FMT_MAX[fmt], FMT_EMAX[fmt], FMT_MBITS[fmt]
+    bits = xb.contiguous().view(torch.int32).to(torch.int64) & 0x7FFFFFFF
+    am = bits.amax(-1)
+    nonfin = am >= 0x7F800000
+    if mode == 1:
+        b = ((am >> 23) - emax).clamp(min=0)
+    elif mode == 2:
+        r = (am + (1 << (23 - mbits - 1))) & 0x7F800000
+        b = ((r >> 23) - emax).clamp(min=1)
+    else:
+        amf = am.clamp(max=0x7F7FFFFF).to(torch.int32).view(torch.float32)
+        v = (amf / torch.tensor(maxv, dtype=torch.float32, device=xb.device)).view(torch.int32).to(torch.int64)
+        E, M = v >> 23, v & 0x7FFFFF
+        inc = (M > 0) & (E != 0xFE) & ~((E == 0) & (M <= 0x400000))
+        b = torch.where(v == 0, torch.zeros_like(E), E + inc.to(torch.int64))
+    b = torch.where(nonfin, torch.full_like(b, 255), b)
+    bc = b.clamp(max=254)
+    inv = torch.where(bc <= 253, (254 - bc) << 23, torch.full_like(bc, 0x00400000)).to(torch.int32).view(torch.float32)
+    q = (xb * inv.unsqueeze(-1)).clamp(-maxv, maxv).to(FMT_T[fmt]).view(torch.uint8)
+    q = torch.where(nonfin.unsqueeze(-1), torch.full_like(q, 0x7F), q)
+    return q, b.to(torch.uint8)
+
+
+def ref_rows(x, fmt, mode):
+    R, C = x.shape
+    CB = cdiv(C, 32)
+    xp = torch.zeros(R, CB * 32, dtype=torch.float32, device=DEV)
+    xp[:, :C] = x.float()
+    q, s = ref_blocks(xp.view(R, CB, 32), fmt, mode)
+    return q.view(R, CB * 32)[:, :C], s
+
+
+def ref_cols_grouped(x, fmt, mode, offs_host, tile=False):
+    R, C = x.shape
+    segs, Mpad = padded_layout(offs_host)
+    CB = cdiv(C, 32)
+    qt = torch.zeros(C, Mpad, dtype=torch.uint8, device=DEV)
+    st = torch.zeros(CB if tile else C, Mpad // 32, dtype=torch.uint8, device=DEV)
+    starts = [0] + offs_host[:-1]
+    for e, (s0, e0) in enumerate(zip(starts, offs_host)):
+        m = max(e0 - s0, 0)
+        P = rup(m, 128)
+        if P == 0:
+            continue
+        xe = torch.zeros(P, CB * 32, dtype=torch.float32, device=DEV)
+        xe[:m, :C] = x[s0:e0].float()
+        xt = xe.t().contiguous()  # [CB*32, P]
+        if not tile:
+            q, s = ref_blocks(xt.view(CB * 32, P // 32, 32), fmt, mode)
+            qt[:, segs[e]:segs[e] + P] = q.view(CB * 32, P)[:C]
+            st[:, segs[e] // 32:(segs[e] + P) // 32] = s[:C]
+        else:
+            q, s = ref_tiles(xt.unsqueeze(0), fmt, mode)
+            qt[:, segs[e]:segs[e] + P] = q[0][:C]
+            st[:, segs[e] // 32:(segs[e] + P) // 32] = s[0]
+    return qt, st
+
+
+def ref_tiles(x3, fmt, mode):
+    Bt, R, C = x3.shape
+    RB, CB = cdiv(R, 32), cdiv(C, 32)
+    xp = torch.zeros(Bt, RB * 32, CB * 32, dtype=torch.float32, device=DEV)
+    xp[:, :R, :C] = x3.float()
+    blk = xp.view(Bt, RB, 32, CB, 32).permute(0, 1, 3, 2, 4).reshape(Bt, RB, CB, 1024)
+    q, s = ref_blocks(blk, fmt, mode)
+    q = q.view(Bt, RB, CB, 32, 32).permute(0, 1, 3, 2, 4).reshape(Bt, RB * 32, CB * 32)[:, :R, :C]
+    return q, s
+
+
+def make_input(shape, dtype, special=True, gen=None):
+    x = torch.randn(*shape, device=DEV, dtype=torch.float32, generator=gen)
+    x = x * torch.exp2(torch.randint(-12, 12, shape[:-1] + (1,), device=DEV, generator=gen).float())
+    if special:
+        flat = x.view(-1)
+        n = flat.numel()
+        idx = torch.randint(0, n, (8,), device=DEV, generator=gen)
+        flat[idx[0]] = float("nan"); flat[idx[1]] = float("inf"); flat[idx[2]] = -float("inf")
+        flat[idx[3]] = 1e-40; flat[idx[4]] = 3e38; flat[idx[5]] = -2.5e-45
+        if shape[-1] >= 64:
+            x.view(-1, shape[-1])[0, :64] = 0.0   # an all-zero block
+            x.view(-1, shape[-1])[1, 32:64] = 496.0 * 2.0 ** -3  # exact worked example scales
+    return x.to(dtype)
+
+
+def check_quant(results):
+    gen = torch.Generator(device=DEV); gen.manual_seed(1234)
+    offs_host = [0, 37, 37 + 200, 237 + 1, 238 + 513, 751, 751 + 130, 881 + 64]  # empty, odd sizes
+    offs_host = offs_host[1:]
+    R = offs_host[-1] + 45  # padding rows after the last expert
+    offs = torch.tensor(offs_host, dtype=torch.int32, device=DEV)
+    ok_all = True
+    for dtype in (torch.bfloat16, torch.float32):
+        for fmt in (0, 1):
+            for mode in (0, 1, 2):
+                for C in (256, 200, 2880):
+                    x = make_input((R, C), dtype, gen=gen)
+                    o = quantize(x, ROWS | COLS, fmt, mode, offs, offs_host)
+                    qr, sr = ref_rows(x, fmt, mode)
+                    qt, st = ref_cols_grouped(x, fmt, mode, offs_host)
+                    ok = torch.equal(o["qa"], qr) and torch.equal(o["sa"], sr) and torch.equal(o["qt"], qt) and torch.equal(o["st"], st)
+                    o2 = quantize(x, ROWS, fmt, mode)
+                    ok2 = torch.equal(o2["qa"], qr) and torch.equal(o2["sa"], sr)
+                    w = make_input((3, 96, C), dtype, gen=gen)
+                    o3 = quantize(w, TILE | TILE_T, fmt, mode)
+                    qw, sw = ref_tiles(w, fmt, mode)
+                    ok3 = torch.equal(o3["qa"], qw) and torch.equal(o3["sa"], sw) and torch.equal(o3["qt"], qw.transpose(1, 2))
+                    o4 = quantize(x, TILE_T, fmt, mode, offs, offs_host)
+                    qt4, st4 = ref_cols_grouped(x, fmt, mode, offs_host, tile=True)
+                    ok4 = torch.equal(o4["qt"], qt4) and torch.equal(o4["st"], st4)
+                    good = ok and ok2 and ok3 and ok4
+                    if not good:
+                        detail = []
+                        if not ok:
+                            detail.append(f"fused rows={torch.equal(o['qa'], qr)}/{torch.equal(o['sa'], sr)} cols={torch.equal(o['qt'], qt)}/{torch.equal(o['st'], st)}")
+                            if not torch.equal(o["qa"], qr):
+                                d = (o["qa"] != qr).nonzero()[:3].tolist()
+                                detail.append(f"first diffs {d} got {[o['qa'][i][j].item() for i, j in d]} ref {[qr[i][j].item() for i, j in d]}")
+                        if not ok2: detail.append("rows-only")
+                        if not ok3: detail.append("tiles")
+                        if not ok4: detail.append("tiles-T grouped")
+                        print(f"QUANT FAIL dtype={dtype} fmt={fmt} mode={mode} C={C}: {'; '.join(detail)}", flush=True)
+                    ok_all &= good
+    results.append(("quantize bit-exact (rows, cols-T grouped, tiles, tiles-T; 2 dtypes x 2 fmts x 3 modes x 3 C)", ok_all, ""))
+    return ok_all
+
+
+# ------------------------------------------------------------------ GEMM plumbing
+def scales_f32(s, ise, isr, isc, R, C, Rp, Cp, batch):
+    out = torch.empty(batch, Rp, Cp, dtype=torch.float32, device=DEV)
+    ck(lib.mx_launch_scales_to_f32(ptr(s), ise, isr, isc, ptr(out), Rp * Cp, Cp, R, C, Rp, Cp, batch, None), "scales")
+    return out
+
+
+def gemm(name, A, lda, B, ldb, b_es, SA, ldsa, SB, ldsb, sb_es, out, ldo, o_es, offs, E, M, N, K, batched, out_t=0):
+    p = GP(ptr(A), lda, ptr(B), ldb, b_es, ptr(SA), ldsa, ptr(SB), ldsb, sb_es, ptr(out), ldo, o_es, ptr(offs), E, M, N, K, batched, out_t)
+    ck(lib.mx_launch_gemm(name.encode(), ctypes.byref(p), 0, None), name)
+
+
+def kname(w2d, out_bf16, fa=0, fb=0, bm64=False):
+    f = {0: "e4m3", 1: "e5m2"}
+    n = f"mx_gemm_{f[fa]}{f[fb]}_{'w2d' if w2d else 'w1d'}_{'bf16' if out_bf16 else 'f32'}"
+    return n + ("_bm64" if bm64 else "")
+
+
+def fwd_call(Xq, sx, Wq, sw, offs, E, M, N, K, w2d, out, name=None):
+    KB, KB4, NB = cdiv(K, 32), rup(cdiv(K, 32), 4), cdiv(N, 32)
+    SA = scales_f32(sx, 0, KB, 1, M, KB, M, KB4, 1)
+    if w2d:
+        NB4 = rup(NB, 4)
+        SB = scales_f32(sw, NB * KB, 1, KB, KB, NB, KB4, NB4, E); ldsb = NB4
+    else:
+        Np = rup(N, 128)
+        SB = scales_f32(sw, N * KB, 1, KB, KB, N, KB4, Np, E); ldsb = Np
+    gemm(name or kname(w2d, out.dtype == torch.bfloat16), Xq, K, Wq, K, N * K, SA, KB4, SB, ldsb, SB[0].numel(), out, N, 0, offs, E, M, N, K, 0)
+
+
+def dgrad_call(dYq, sdy, WqT, sw, offs, E, M, N, K, out):
+    # out[M, K] = dY[M, N] . W_e[N, K]; GEMM reduction over N, output columns K
+    NB, NB4, KB, KB4 = cdiv(N, 32), rup(cdiv(N, 32), 4), cdiv(K, 32), rup(cdiv(K, 32), 4)
+    SA = scales_f32(sdy, 0, NB, 1, M, NB, M, NB4, 1)
+    SB = scales_f32(sw, NB * KB, KB, 1, NB, KB, NB4, KB4, E)
+    gemm(kname(True, out.dtype == torch.bfloat16), dYq, N, WqT, N, K * N, SA, NB4, SB, KB4, SB[0].numel(), out, K, 0, offs, E, M, K, N, 0)
+
+
+def wgrad_call(dYt, sdyt, Xt, sxt, offs, E, N, K, Mpad, x2d, out, out_t=0):
+    # out_e[N, K] = dY_e^T X_e ; A = dYt [N, Mpad], B = Xt [K, Mpad]
+    MP = Mpad // 32
+    SA = scales_f32(sdyt, 0, MP, 1, N, MP, N, MP, 1)
+    if x2d:
+        KB, KB4 = cdiv(K, 32), rup(cdiv(K, 32), 4)
+        SB = scales_f32(sxt, 0, 1, MP, MP, KB, MP, KB4, 1); ldsb = KB4
+    else:
+        Kp = rup(K, 128)
+        SB = scales_f32(sxt, 0, 1, MP, MP, K, MP, Kp, 1); ldsb = Kp
+    ldo, o_es = (N, K * N) if out_t else (K, N * K)
+    gemm(kname(x2d, out.dtype == torch.bfloat16), dYt, Mpad, Xt, Mpad, 0, SA, MP, SB, ldsb, 0, out, ldo, o_es, offs, E, N, K, 0, 1, out_t)
+
+
+def deq(q, s_expanded, fmt=0):
+    return q.view(FMT_T[fmt]).double() * s_expanded
+
+
+def e8m0_f64(s):
+    return torch.exp2(s.double() - 127.0)
+
+
+def err_stats(out, ref, mask=None):
+    o = out.double()
+    if mask is not None:
+        o, ref = o[mask], ref[mask]
+    d = (o - ref)
+    if torch.isnan(o).any():
+        return float("inf"), -float("inf"), True
+    mx = d.abs().max().item() / max(ref.abs().max().item(), 1e-300)
+    snr = 10 * math.log10(max((ref * ref).sum().item(), 1e-300) / max((d * d).sum().item(), 1e-300))
+    return mx, snr, False
+
+
+def check_gemm_case(results, tag, E, sizes, K, N, out_dtype, pad_rows=19, w2d=True, x2d=False):
+    gen = torch.Generator(device=DEV); gen.manual_seed(hash(tag) & 0xFFFF)
+    offs_host = []
+    acc = 0
+    for m in sizes:
+        acc += m; offs_host.append(acc)
+    M = acc + pad_rows
+    offs = torch.tensor(offs_host, dtype=torch.int32, device=DEV)
+    starts = [0] + offs_host[:-1]
+    X = torch.randn(M, K, device=DEV, generator=gen).to(torch.bfloat16)
+    W = (torch.randn(E, N, K, device=DEV, generator=gen) * 0.05).to(torch.bfloat16)
+    dY = torch.randn(M, N, device=DEV, generator=gen).to(torch.bfloat16)
+    tol_mx, tol_snr = (2e-3, 60.0) if out_dtype == torch.float32 else (8e-3, 45.0)
+    # forward
+    qx = quantize(X, ROWS)
+    if w2d:
+        qw = quantize(W, TILE | TILE_T)
+        Wd = deq(qw["qa"], e8m0_f64(qw["sa"]).repeat_interleave(32, 1).repeat_interleave(32, 2)[:, :N, :K])
+        sw = qw["sa"]
+    else:
+        qw = {"qa": quantize(W.view(E * N, K), ROWS)}
+        q1 = qw["qa"]; qw["qa"] = q1["qa"].view(E, N, K); sw = q1["sa"].view(E, N, cdiv(K, 32)).contiguous()
+        Wd = deq(qw["qa"], e8m0_f64(sw).repeat_interleave(32, 2)[:, :, :K])
+    Xd = deq(qx["qa"], e8m0_f64(qx["sa"]).repeat_interleave(32, 1)[:, :K])
+    out = torch.full((M, N), float("nan"), dtype=out_dtype, device=DEV)
+    fwd_call(qx["qa"], qx["sa"], qw["qa"], sw, offs, E, M, N, K, w2d, out)
+    torch.cuda.synchronize()
+    ref = torch.zeros(M, N, dtype=torch.float64, device=DEV)
+    for e in range(E):
+        if offs_host[e] > starts[e]:
+            ref[starts[e]:offs_host[e]] = Xd[starts[e]:offs_host[e]] @ Wd[e].t()
+    mx, snr, nan = err_stats(out, ref)
+    results.append((f"fwd {tag} {'w2d' if w2d else 'w1d'} {str(out_dtype)[6:]}", (not nan) and mx < tol_mx and snr > tol_snr, f"max_rel={mx:.2e} snr={snr:.1f}dB"))
+    if not w2d:
+        return
+    # dgrad: dX = dY W_e
+    qdy = quantize(dY, ROWS)
+    dYd = deq(qdy["qa"], e8m0_f64(qdy["sa"]).repeat_interleave(32, 1)[:, :N])
+    out = torch.full((M, K), float("nan"), dtype=out_dtype, device=DEV)
+    dgrad_call(qdy["qa"], qdy["sa"], qw["qt"].contiguous(), sw, offs, E, M, N, K, out)
+    torch.cuda.synchronize()
+    ref = torch.zeros(M, K, dtype=torch.float64, device=DEV)
+    for e in range(E):
+        if offs_host[e] > starts[e]:
+            ref[starts[e]:offs_host[e]] = dYd[starts[e]:offs_host[e]] @ Wd[e]
+    mx, snr, nan = err_stats(out, ref)
+    results.append((f"dgrad {tag} {str(out_dtype)[6:]}", (not nan) and mx < tol_mx and snr > tol_snr, f"max_rel={mx:.2e} snr={snr:.1f}dB"))
+    # wgrad: dW_e = dY_e^T X_e, with group-aware transposed copies
+    segs, Mpad = padded_layout(offs_host)
+    qdyt = quantize(dY, COLS, offs=offs, offs_host=offs_host)
+    qxt = quantize(X, TILE_T if x2d else COLS, offs=offs, offs_host=offs_host)
+    for out_t in (0, 1):
+        out = torch.full((E, K, N) if out_t else (E, N, K), float("nan"), dtype=out_dtype, device=DEV)
+        wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, x2d, out, out_t)
+        torch.cuda.synchronize()
+        dyt_d = deq(qdyt["qt"], e8m0_f64(qdyt["st"]).repeat_interleave(32, 1))
+        if x2d:
+            xt_d = deq(qxt["qt"], e8m0_f64(qxt["st"]).repeat_interleave(32, 1).repeat_interleave(32, 0)[:K])
+        else:
+            xt_d = deq(qxt["qt"], e8m0_f64(qxt["st"]).repeat_interleave(32, 1))
+        ref = torch.zeros(E, N, K, dtype=torch.float64, device=DEV)
+        for e in range(E):
+            P = rup(offs_host[e] - starts[e], 128)
+            if P:
+                ref[e] = dyt_d[:, segs[e]:segs[e] + P] @ xt_d[:, segs[e]:segs[e] + P].t()
+        o = out.transpose(1, 2) if out_t else out
+        mx, snr, nan = err_stats(o, ref)
+        results.append((f"wgrad {tag} {'X32x32' if x2d else '1x32'} {'Kn' if out_t else 'Nk'} {str(out_dtype)[6:]}", (not nan) and mx < tol_mx and snr > tol_snr, f"max_rel={mx:.2e} snr={snr:.1f}dB"))
+
+
+def check_nan_propagation(results):
+    E, K, N = 2, 256, 128
+    offs_host = [64, 128]
+    offs = torch.tensor(offs_host, dtype=torch.int32, device=DEV)
+    X = torch.randn(128, K, device=DEV).to(torch.bfloat16)
+    X[5, 40] = float("nan")
+    W = torch.randn(E, N, K, device=DEV).to(torch.bfloat16)
+    qx, qw = quantize(X, ROWS), quantize(W, TILE)
+    out = torch.zeros(128, N, dtype=torch.float32, device=DEV)
+    fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, 128, N, K, True, out)
+    torch.cuda.synchronize()
+    ok = bool(torch.isnan(out[5]).all()) and not bool(torch.isnan(out[torch.arange(128, device=DEV) != 5]).any())
+    results.append(("NaN in X -> its output row all NaN, other rows finite", ok, ""))
+
+
+# ------------------------------------------------------------------ timing
+def tms(fn, rep_ms):
+    from triton.testing import do_bench
+    fn(); torch.cuda.synchronize()
+    return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
+
+
+SHAPES = {"a": (8, 4096, 4096, 4096), "b": (8, 4096, 2048, 8192), "c": (32, 1024, 2880, 2880), "d": (128, 256, 2048, 768)}
+
+
+def time_shape(key, rows, rep):
+    E, Mg, K, N = SHAPES[key]
+    M = E * Mg
+    offs_host = [Mg * (i + 1) for i in range(E)]
+    offs = torch.tensor(offs_host, dtype=torch.int32, device=DEV)
+    fl = 2.0 * M * N * K
+    X = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
+    W = torch.randn(E, N, K, device=DEV, dtype=torch.bfloat16) * 0.05
+    dY = torch.randn(M, N, device=DEV, dtype=torch.bfloat16)
+    # torch BF16 baselines
+    Wt = W.transpose(-2, -1)
+    t_bf = {
+        "fwd": tms(lambda: torch._grouped_mm(X, Wt, offs=offs), rep),
+        "dgrad": tms(lambda: torch._grouped_mm(dY, W, offs=offs), rep),
+        "wgrad": tms(lambda: torch._grouped_mm(dY.t(), X, offs=offs), rep),
+    }
+    qx = quantize(X, ROWS)
+    qw = quantize(W, TILE | TILE_T)
+    qw1 = quantize(W.view(E * N, K), ROWS)
+    sw1 = qw1["sa"].view(E, N, cdiv(K, 32)).contiguous()
+    qdy = quantize(dY, ROWS)
+    WqT = qw["qt"].contiguous()
+    segs, Mpad = padded_layout(offs_host)
+    qdyt = quantize(dY, COLS, offs=offs, offs_host=offs_host)
+    qxt = quantize(X, COLS, offs=offs, offs_host=offs_host)
+    qxt2 = quantize(X, TILE_T, offs=offs, offs_host=offs_host)
+    o_fwd = torch.empty(M, N, dtype=torch.bfloat16, device=DEV)
+    o_dg = torch.empty(M, K, dtype=torch.bfloat16, device=DEV)
+    o_wg = torch.empty(E, N, K, dtype=torch.bfloat16, device=DEV)
+    runs = [
+        ("fwd", "fwd 1x32 x 32x32", lambda: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o_fwd)),
+        ("fwd", "fwd 1x32 x 32x32 bm64", lambda: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o_fwd, name=kname(True, True, bm64=True))),
+        ("fwd", "fwd 1x32 x 1x32", lambda: fwd_call(qx["qa"], qx["sa"], qw1["qa"].view(E, N, K), sw1, offs, E, M, N, K, False, o_fwd)),
+        ("dgrad", "dgrad 1x32 x 32x32", lambda: dgrad_call(qdy["qa"], qdy["sa"], WqT, qw["sa"], offs, E, M, N, K, o_dg)),
+        ("wgrad", "wgrad 1x32 x 1x32", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)),
+        ("wgrad", "wgrad 1x32 x X32x32", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)),
+    ]
+    for base, name, fn in runs:
+        t = tms(fn, rep)
+        rows.append((key, name, t * 1e3, fl / t / 1e9, float("nan"), t_bf[base] / t))
+    for base in ("fwd", "dgrad", "wgrad"):
+        rows.append((key, f"torch BF16 {base}", t_bf[base] * 1e3, fl / t_bf[base] / 1e9, float("nan"), 1.0))
+    # quantize throughput (bf16 input): fused rows+cols (grouped), rows only, tiles (+T)
+    qruns = [
+        ("quant X rows+colsT (fused)", lambda: quantize(X, ROWS | COLS, offs=offs, offs_host=offs_host), M * K * 2 + M * K * 2 + 2 * M * K // 32),
+        ("quant X rows", lambda: quantize(X, ROWS), M * K * 2 + M * K + M * K // 32),
+        ("quant W 32x32 (+T)", lambda: quantize(W, TILE | TILE_T), E * N * K * 2 + 2 * E * N * K + E * N * K // 1024),
+    ]
+    for name, fn, nbytes in qruns:
+        t = tms(fn, rep)
+        rows.append((key, name, t * 1e3, float("nan"), nbytes / t / 1e6, float("nan")))
+    del X, W, dY
+
+
+def copy_bw(rep):
+    x = torch.empty(1 << 30, dtype=torch.bfloat16, device=DEV)
+    y = torch.empty_like(x)
+    t = tms(lambda: y.copy_(x), rep)
+    return 2 * x.numel() * 2 / t / 1e6  # GB/s
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="a,b,c,d")
+    ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--rep", type=int, default=60)
+    a = ap.parse_args()
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    results = []
+    if not a.skip_check:
+        t0 = time.time()
+        check_quant(results)
+        check_nan_propagation(results)
+        check_gemm_case(results, "odd-groups", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
+        check_gemm_case(results, "odd-groups", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
+        check_gemm_case(results, "odd-groups-x2d", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
+        check_gemm_case(results, "odd-groups", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
+        check_gemm_case(results, "shape-c-like", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
+        print(f"\nCORRECTNESS ({time.time() - t0:.1f}s)", flush=True)
+        for name, ok, info in results:
+            print(f"  {'PASS' if ok else 'FAIL'}  {name}  {info}", flush=True)
+    rows = []
+    bw = copy_bw(a.rep)
+    print(f"\ncopy bandwidth (read+write): {bw:.0f} GB/s", flush=True)
+    for key in a.shapes.split(","):
+        try:
+            time_shape(key, rows, a.rep)
+        except Exception as ex:  # keep going
+            print(f"shape {key}: ERROR {type(ex).__name__}: {ex}", flush=True)
+        torch.cuda.empty_cache()
+    print("\nshape | pass | µs | TFLOP/s | GB/s | × BF16 (same run)")
+    for key, name, us, tf, gbs, ratio in rows:
+        f = lambda v, fmt: (fmt % v) if v == v else "-"
+        extra = f" ({gbs / bw * 100:.0f}% of copy)" if gbs == gbs else ""
+        print(f"{key} | {name} | {us:.1f} | {f(tf, '%.0f')} | {f(gbs, '%.0f')}{extra} | {f(ratio, '%.2f')}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
