@@ -98,14 +98,11 @@ pub fn encode(q: f64, s: &ElemSpec) -> u8 {
     let n = if shift >= 64 {
         0 // sig < 2^53 ≤ 2^(shift−1): below half a spacing
     } else {
-        let n = sig >> shift;
-        let rem = sig & ((1u64 << shift) - 1);
-        let half = 1u64 << (shift - 1);
-        if rem > half || (rem == half && n & 1 == 1) {
-            n + 1
-        } else {
-            n
-        }
+        // Branch-free round-half-even of sig / 2^shift: adding (half − 1) plus the
+        // kept part's lowest bit carries exactly when the dropped part exceeds half,
+        // or equals half with an odd kept part. No overflow: sig < 2^53, shift ≤ 63.
+        let lsb = (sig >> shift) & 1;
+        (sig + ((1u64 << (shift - 1)) - 1) + lsb) >> shift
     };
     // Element codes are monotone in magnitude: subnormals are `n` (exponent field 0),
     // normals `((e_eff − emin + 1) << mbits) + (n − 2^mbits)`; both equal this, and a
