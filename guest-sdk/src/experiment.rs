@@ -23,9 +23,21 @@ pub mod prelude {
     pub use crate::reference;
 }
 
+/// The WIT name of an error kind (`invalid-argument`, ...), for messages.
+pub fn kind_name(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::InvalidArgument => "invalid-argument",
+        ErrorKind::Unsupported => "unsupported",
+        ErrorKind::LimitExceeded => "limit-exceeded",
+        ErrorKind::RejectedByGuard => "rejected-by-guard",
+        ErrorKind::BackendFailure => "backend-failure",
+        ErrorKind::BadHandle => "bad-handle",
+    }
+}
+
 impl From<Error> for String {
     fn from(e: Error) -> String {
-        format!("{:?}: {}", e.kind, e.message)
+        format!("{}: {}", kind_name(e.kind), e.message)
     }
 }
 

@@ -1,17 +1,5 @@
 //! `mxhost`: run sandboxed Wasm experiments against native precision plugins.
 
-mod commands;
-mod device;
-mod error;
-mod limits;
-mod metrics;
-mod ops;
-mod plugin;
-mod routing;
-mod runtime;
-mod tensor;
-mod validate;
-
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -24,19 +12,19 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run an experiment guest.
-    Run(commands::run::RunArgs),
+    Run(mxhost::commands::run::RunArgs),
     /// List the plugins and devices found.
     Plugins,
     /// Quantize a safetensors file with an MX recipe.
-    Quantize(commands::quantize::QuantizeArgs),
+    Quantize(mxhost::commands::quantize::QuantizeArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => commands::run::main(args),
-        Command::Plugins => commands::plugins::main().map(|()| 0),
-        Command::Quantize(args) => commands::quantize::main(args).map(|()| 0),
+        Command::Run(args) => mxhost::commands::run::main(args),
+        Command::Plugins => mxhost::commands::plugins::main().map(|()| 0),
+        Command::Quantize(args) => mxhost::commands::quantize::main(args).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,10 +1,10 @@
 //! The Wasm component runtime: bindings, per-guest state, the host implementation of
 //! the WIT imports, guards and routers, and running an experiment.
 pub mod bindings;
-mod convert;
+pub mod convert;
 pub mod engine;
 pub mod guards;
-mod host_api;
+pub mod host_api;
 pub mod router;
 pub mod run;
 pub mod state;

@@ -1,0 +1,70 @@
+//! A test plugin whose misbehaviour is chosen by the `MXHOST_TEST_PLUGIN_MODE`
+//! environment variable when the host loads it:
+//! - `bad-magic`: a table with the wrong magic number;
+//! - `abi-major`: ABI major 99;
+//! - `short-table`: a `struct_size` smaller than the table;
+//! - `null`: the entry returns null;
+//! - `error` (default): a valid table whose every call fails with a message;
+//! - `panic`: a valid table whose every call panics (caught at the boundary).
+
+use mxhost_plugin_abi::plugin_support::{guard_entry, PluginError};
+use mxhost_plugin_abi::*;
+use std::sync::OnceLock;
+
+fn mode() -> String {
+    std::env::var("MXHOST_TEST_PLUGIN_MODE").unwrap_or_else(|_| "error".into())
+}
+
+fn fail(err: *mut ErrorBuf) -> u32 {
+    let panics = mode() == "panic";
+    guard_entry(err, || {
+        if panics {
+            panic!("test plugin panics on purpose");
+        }
+        Err(PluginError::backend("test plugin fails on purpose"))
+    })
+}
+
+unsafe extern "C" fn quantize(_: *const QuantizeDesc, err: *mut ErrorBuf) -> u32 {
+    fail(err)
+}
+unsafe extern "C" fn dequantize(_: *const DequantizeDesc, err: *mut ErrorBuf) -> u32 {
+    fail(err)
+}
+unsafe extern "C" fn grouped_gemm(_: *const GroupedGemmDesc, err: *mut ErrorBuf) -> u32 {
+    fail(err)
+}
+
+struct Table(PluginApi);
+// SAFETY: immutable after construction; strings are static.
+unsafe impl Sync for Table {}
+unsafe impl Send for Table {}
+
+static TABLE: OnceLock<Table> = OnceLock::new();
+
+/// # Safety
+/// Called by the host with no arguments.
+#[no_mangle]
+pub unsafe extern "C" fn mxhost_plugin_entry() -> *const PluginApi {
+    let mode = mode();
+    if mode == "null" {
+        return std::ptr::null();
+    }
+    let table = TABLE.get_or_init(|| {
+        Table(PluginApi {
+            magic: if mode == "bad-magic" { 0xDEAD_BEEF } else { PLUGIN_MAGIC },
+            abi_major: if mode == "abi-major" { 99 } else { ABI_MAJOR },
+            abi_minor: ABI_MINOR,
+            struct_size: if mode == "short-table" { 16 } else { std::mem::size_of::<PluginApi>() },
+            name: c"faulty".as_ptr(),
+            precision: c"none (test fixture)".as_ptr(),
+            version: c"0".as_ptr(),
+            capabilities: caps::QUANTIZE | caps::GROUPED_GEMM | caps::DENSE_OPERANDS | caps::MX_OPERANDS | caps::DEVICE_CPU,
+            quantize,
+            dequantize,
+            grouped_gemm,
+            user_data: std::ptr::null_mut(),
+        })
+    });
+    &table.0
+}
