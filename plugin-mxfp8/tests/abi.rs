@@ -1,0 +1,451 @@
+//! The exported C ABI: the function table, calls through it matching the Rust API,
+//! and malformed or unsupported requests answered with the right status and message
+//! (never a panic or an out-of-bounds read).
+
+mod common;
+
+use common::Rng;
+use mxhost_plugin_abi::*;
+use mxhost_plugin_mxfp8::{dequantize_mx, mxhost_plugin_entry, quantize_mx, scale_count};
+use std::ffi::{c_void, CStr};
+
+fn api() -> &'static PluginApi {
+    // SAFETY: the entry returns a pointer to a static table.
+    unsafe { &*mxhost_plugin_entry() }
+}
+
+fn view<T>(data: &mut [T], dtype: DType, shape: &[u64]) -> TensorView {
+    let mut v = TensorView::empty();
+    v.data = data.as_mut_ptr() as *mut c_void;
+    v.dtype = dtype as u32;
+    v.rank = shape.len() as u32;
+    v.shape[..shape.len()].copy_from_slice(shape);
+    v
+}
+
+fn mx_view(
+    data: &mut [u8],
+    scales: &mut [u8],
+    shape: &[u64],
+    format: MxFormat,
+    block: BlockLayout,
+) -> MxTensorView {
+    let sshape = scale_shape(shape, block).unwrap();
+    MxTensorView {
+        struct_size: std::mem::size_of::<MxTensorView>(),
+        data: view(data, format.dtype(), shape),
+        scales: view(scales, DType::E8m0, &sshape),
+        format: format as u32,
+        mode: ScaleMode::Rceil as u32,
+        block,
+    }
+}
+
+/// Call an entry with an error buffer; returns (status, message).
+fn call(f: impl FnOnce(*mut ErrorBuf) -> u32) -> (Status, String) {
+    let mut storage = vec![0u8; 1024];
+    let mut eb = ErrorBuf {
+        struct_size: std::mem::size_of::<ErrorBuf>(),
+        data: storage.as_mut_ptr(),
+        capacity: 1024,
+        len: 0,
+    };
+    let raw = f(&mut eb);
+    (
+        Status::from_raw(raw).expect("known status"),
+        String::from_utf8(storage[..eb.len].to_vec()).unwrap(),
+    )
+}
+
+#[test]
+fn the_table_describes_the_plugin() {
+    let t = api();
+    assert_eq!(t.magic, PLUGIN_MAGIC);
+    assert_eq!((t.abi_major, t.abi_minor), (ABI_MAJOR, ABI_MINOR));
+    assert_eq!(t.struct_size, std::mem::size_of::<PluginApi>());
+    // SAFETY: static NUL-terminated strings.
+    unsafe {
+        assert_eq!(CStr::from_ptr(t.name).to_str().unwrap(), "mxfp8");
+        assert_eq!(
+            CStr::from_ptr(t.precision).to_str().unwrap(),
+            "MXFP8 (E4M3/E5M2, E8M0 scales)"
+        );
+        assert_eq!(
+            CStr::from_ptr(t.version).to_str().unwrap(),
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    assert_eq!(
+        t.capabilities,
+        caps::QUANTIZE
+            | caps::GROUPED_GEMM
+            | caps::MX_OPERANDS
+            | caps::DENSE_OPERANDS
+            | caps::DEVICE_CPU
+    );
+}
+
+fn quantize_desc(input: TensorView, output: MxTensorView) -> QuantizeDesc {
+    QuantizeDesc {
+        struct_size: std::mem::size_of::<QuantizeDesc>(),
+        input,
+        output,
+        stream: std::ptr::null_mut(),
+    }
+}
+
+#[test]
+fn quantize_and_dequantize_through_the_abi_match_the_rust_api() {
+    let mut rng = Rng::new(1);
+    let shape = [70u64, 45];
+    let mut x = rng.normals(70 * 45, 2.0);
+    for block in [
+        BlockLayout::vector(1),
+        BlockLayout::vector(0),
+        BlockLayout::tile(),
+    ] {
+        let ns = scale_count(&shape, block).unwrap();
+        let (mut d, mut s) = (vec![0u8; x.len()], vec![0u8; ns]);
+        let desc = quantize_desc(
+            view(&mut x, DType::F32, &shape),
+            mx_view(&mut d, &mut s, &shape, MxFormat::E4m3, block),
+        );
+        // SAFETY: valid descriptor over live buffers.
+        let (st, msg) = call(|e| unsafe { (api().quantize)(&desc, e) });
+        assert_eq!(st, Status::Ok, "{msg}");
+        let (mut d2, mut s2) = (vec![0u8; x.len()], vec![0u8; ns]);
+        quantize_mx(
+            &x,
+            &shape,
+            block,
+            MxFormat::E4m3,
+            ScaleMode::Rceil,
+            &mut d2,
+            &mut s2,
+        )
+        .unwrap();
+        assert_eq!((&d, &s), (&d2, &s2));
+
+        let mut y = vec![half::bf16::ZERO; x.len()];
+        let desc = DequantizeDesc {
+            struct_size: std::mem::size_of::<DequantizeDesc>(),
+            input: mx_view(&mut d, &mut s, &shape, MxFormat::E4m3, block),
+            output: view(&mut y, DType::Bf16, &shape),
+            stream: std::ptr::null_mut(),
+        };
+        // SAFETY: valid descriptor over live buffers.
+        let (st, msg) = call(|e| unsafe { (api().dequantize)(&desc, e) });
+        assert_eq!(st, Status::Ok, "{msg}");
+        let mut y2 = vec![half::bf16::ZERO; x.len()];
+        dequantize_mx(&d2, &s2, &shape, block, MxFormat::E4m3, &mut y2).unwrap();
+        assert_eq!(y, y2);
+    }
+}
+
+#[test]
+fn malformed_quantize_requests_are_rejected() {
+    let shape = [64u64, 64];
+    let mut x = vec![1.0f32; 64 * 64];
+    let (mut d, mut s) = (vec![0u8; 64 * 64], vec![0u8; 128]);
+    let good = quantize_desc(
+        view(&mut x, DType::F32, &shape),
+        mx_view(
+            &mut d,
+            &mut s,
+            &shape,
+            MxFormat::E4m3,
+            BlockLayout::vector(1),
+        ),
+    );
+    let run = |desc: &QuantizeDesc| {
+        // SAFETY: every descriptor below points at live buffers at least as large as
+        // the good one's; the plugin must reject the inconsistent ones before reading.
+        call(|e| unsafe { (api().quantize)(desc, e) })
+    };
+    assert_eq!(run(&good).0, Status::Ok);
+
+    // SAFETY: null descriptor is part of the contract.
+    assert_eq!(
+        call(|e| unsafe { (api().quantize)(std::ptr::null(), e) }).0,
+        Status::InvalidArgument
+    );
+
+    let mut bad = good;
+    bad.output.scales.shape[1] = 3;
+    let (st, msg) = run(&bad);
+    assert_eq!(st, Status::InvalidArgument);
+    assert!(msg.contains("scales"), "{msg}");
+
+    let mut bad = good;
+    bad.output.data.dtype = DType::E5m2 as u32; // disagrees with format E4M3
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.input.dtype = DType::I32 as u32;
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.input.dtype = 77;
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.output.data.shape[0] = 65; // not the input's shape
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.output.block = BlockLayout { kind: 1, axis: 0 };
+    bad.output.scales.shape = [2, 2, 0, 0];
+    assert_eq!(run(&bad).0, Status::Ok, "tiles are a valid layout");
+
+    let mut bad = good;
+    bad.output.block = BlockLayout { kind: 5, axis: 0 };
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.input.data = std::ptr::null_mut();
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.input.data = (bad.input.data as usize + 1) as *mut c_void; // misaligned f32
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.input.rank = 9;
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.input.shape = [u64::MAX, 2, 0, 0];
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.input.struct_size = 8;
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.struct_size = 8;
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.output.data.data = bad.input.data; // output overlaps the input
+    assert_eq!(run(&bad).0, Status::InvalidArgument);
+
+    let mut bad = good;
+    bad.output.scales.device = DeviceKind::Cuda as u32;
+    assert_eq!(run(&bad).0, Status::InvalidArgument, "mixed devices");
+
+    let mut cuda = good;
+    for v in [
+        &mut cuda.input,
+        &mut cuda.output.data,
+        &mut cuda.output.scales,
+    ] {
+        v.device = DeviceKind::Cuda as u32;
+    }
+    let (st, msg) = run(&cuda);
+    assert_eq!(st, Status::Unsupported);
+    assert_eq!(msg, "CUDA backend not built/available");
+}
+
+struct Gemm {
+    a: Vec<f32>,
+    w: Vec<f32>,
+    out: Vec<f32>,
+    offs: Vec<i32>,
+}
+
+impl Gemm {
+    fn forward() -> Self {
+        let mut rng = Rng::new(3);
+        Gemm {
+            a: rng.normals(100 * 64, 1.0),
+            w: rng.normals(2 * 48 * 64, 0.1),
+            out: vec![f32::NAN; 100 * 48],
+            offs: vec![40, 90],
+        }
+    }
+    fn desc(&mut self) -> GroupedGemmDesc {
+        let operand = |t: TensorView| Operand {
+            struct_size: std::mem::size_of::<Operand>(),
+            kind: OperandKind::Dense as u32,
+            dense: t,
+            mx: MxTensorView {
+                struct_size: std::mem::size_of::<MxTensorView>(),
+                data: TensorView::empty(),
+                scales: TensorView::empty(),
+                format: 0,
+                mode: 0,
+                block: BlockLayout::vector(0),
+            },
+        };
+        GroupedGemmDesc {
+            struct_size: std::mem::size_of::<GroupedGemmDesc>(),
+            pass: GemmPass::Forward as u32,
+            a: operand(view(&mut self.a, DType::F32, &[100, 64])),
+            b: operand(view(&mut self.w, DType::F32, &[2, 48, 64])),
+            offs_host: self.offs.as_ptr(),
+            offs_device: std::ptr::null(),
+            num_groups: 2,
+            out: view(&mut self.out, DType::F32, &[100, 48]),
+            options: GemmOptions {
+                struct_size: std::mem::size_of::<GemmOptions>(),
+                format: MxFormat::E4m3 as u32,
+                mode: ScaleMode::Rceil as u32,
+                weight_blocks_2d: 0,
+                weight_layout: WeightLayout::Nk as u32,
+                hadamard: 0,
+                dge: 0,
+                bias: 0,
+            },
+            rows: 100,
+            n: 48,
+            k: 64,
+            stream: std::ptr::null_mut(),
+        }
+    }
+}
+
+fn gemm(desc: &GroupedGemmDesc) -> (Status, String) {
+    // SAFETY: descriptors built by `Gemm::desc` over live buffers; the variations only
+    // make them inconsistent, never larger than the buffers.
+    call(|e| unsafe { (api().grouped_gemm)(desc, e) })
+}
+
+#[test]
+fn grouped_gemm_through_the_abi() {
+    let mut g = Gemm::forward();
+    let desc = g.desc();
+    let (st, msg) = gemm(&desc);
+    assert_eq!(st, Status::Ok, "{msg}");
+    // Every row written (finite); coarse FP8 products can cancel to an exact zero, so
+    // only require that almost all are nonzero.
+    assert!(g.out[..90 * 48].iter().all(|v| v.is_finite()));
+    assert!(g.out[..90 * 48].iter().filter(|&&v| v == 0.0).count() < 10);
+    assert!(g.out[90 * 48..].iter().all(|&v| v == 0.0), "padding rows");
+}
+
+#[test]
+fn malformed_or_unsupported_gemms_are_rejected() {
+    let mut g = Gemm::forward();
+    let good = g.desc();
+    let expect = |d: &GroupedGemmDesc, status: Status, needle: &str| {
+        let (st, msg) = gemm(d);
+        assert_eq!(st, status, "{msg}");
+        assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
+    };
+    for (name, set) in [("hadamard", 0usize), ("dge", 1), ("bias", 2)] {
+        let mut d = good;
+        let f = [
+            &mut d.options.hadamard,
+            &mut d.options.dge,
+            &mut d.options.bias,
+        ];
+        *f.into_iter().nth(set).unwrap() = 1;
+        expect(&d, Status::Unsupported, name);
+    }
+    let mut d = good;
+    d.options.hadamard = 2;
+    expect(&d, Status::InvalidArgument, "hadamard");
+
+    let mut d = good;
+    d.pass = 3;
+    expect(&d, Status::InvalidArgument, "pass");
+
+    let mut d = good;
+    d.rows = 101;
+    expect(&d, Status::InvalidArgument, "shape");
+
+    let mut d = good;
+    d.num_groups = 3; // the weights have 2 experts
+    expect(&d, Status::InvalidArgument, "shape");
+
+    let mut offs = vec![60i32, 40];
+    let mut d = good;
+    d.offs_host = offs.as_mut_ptr();
+    expect(&d, Status::InvalidArgument, "non-decreasing");
+
+    let mut offs = vec![-1i32, 40];
+    let mut d = good;
+    d.offs_host = offs.as_mut_ptr();
+    expect(&d, Status::InvalidArgument, "negative");
+
+    let mut offs = vec![40i32, 101];
+    let mut d = good;
+    d.offs_host = offs.as_mut_ptr();
+    expect(&d, Status::InvalidArgument, "exceeds rows");
+
+    let mut d = good;
+    d.offs_host = std::ptr::null();
+    expect(&d, Status::InvalidArgument, "offs");
+
+    let mut d = good;
+    d.options.format = 9;
+    expect(&d, Status::InvalidArgument, "format");
+
+    let mut d = good;
+    d.options.weight_layout = 9;
+    expect(&d, Status::InvalidArgument, "layout");
+
+    let mut d = good;
+    d.out.dtype = DType::E4m3 as u32;
+    expect(&d, Status::InvalidArgument, "dtype");
+
+    let mut d = good;
+    d.a.kind = 7;
+    expect(&d, Status::InvalidArgument, "operand kind");
+
+    let mut d = good;
+    d.out.data = d.a.dense.data;
+    expect(&d, Status::InvalidArgument, "overlaps");
+
+    let mut d = good;
+    d.b.kind = OperandKind::Mx as u32; // its mx member is empty: shape mismatch
+    expect(&d, Status::InvalidArgument, "");
+
+    let mut d = good;
+    for v in [&mut d.a.dense, &mut d.b.dense, &mut d.out] {
+        v.device = DeviceKind::Cuda as u32;
+    }
+    expect(&d, Status::Unsupported, "CUDA backend not built/available");
+
+    let mut d = good;
+    d.options.struct_size = 4;
+    expect(&d, Status::InvalidArgument, "struct_size");
+
+    // Nothing above wrote the output.
+    assert!(g.out.iter().all(|v| v.is_nan()));
+}
+
+#[test]
+fn mx_operands_through_the_abi() {
+    let mut g = Gemm::forward();
+    let mut reference = g.desc();
+    assert_eq!(gemm(&reference).0, Status::Ok);
+    let want = g.out.clone();
+
+    // Pre-quantize the weights canonically (along K) and pass them as an Mx operand:
+    // the result must be bitwise the same as quantizing inside the call.
+    let shape = [2u64, 48, 64];
+    let block = BlockLayout::vector(2);
+    let (mut d, mut s) = (
+        vec![0u8; g.w.len()],
+        vec![0u8; scale_count(&shape, block).unwrap()],
+    );
+    quantize_mx(
+        &g.w,
+        &shape,
+        block,
+        MxFormat::E4m3,
+        ScaleMode::Rceil,
+        &mut d,
+        &mut s,
+    )
+    .unwrap();
+    g.out.fill(f32::NAN);
+    reference = g.desc();
+    reference.b.kind = OperandKind::Mx as u32;
+    reference.b.mx = mx_view(&mut d, &mut s, &shape, MxFormat::E4m3, block);
+    reference.b.dense = TensorView::empty();
+    let (st, msg) = gemm(&reference);
+    assert_eq!(st, Status::Ok, "{msg}");
+    assert_eq!(g.out, want);
+}
