@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Quick start, command 2: build everything and run the whole test suite (unit,
+# property and integration tests). CI runs exactly this (.ci/run).
+source "$(dirname "$0")/common.sh"
+build_all
+echo "==> running tests"
+cargo test --release --workspace $(printf -- '--exclude %s ' "${GUESTS[@]}") "$@"
