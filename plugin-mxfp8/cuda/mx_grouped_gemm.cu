@@ -7,7 +7,7 @@
 //   grouped rows (forward, dgrad): expert e owns rows offs[e-1]..offs[e] of A/out;
 //   batched K segments (wgrad): expert e contracts over K = m_e elements starting at the
 //   expert's 128-aligned segment in the transposed, zero-padded operands.
-// Structure: persistent CTAs; warpgroup NC = producer (one warp issues) (cp.async, zero-fill masking, one
+// Structure: persistent CTAs; warpgroup NC = producer (cp.async, zero-fill masking, one
 // mbarrier per stage), warpgroups 0..NC-1 = consumers (m64 x n128 each). K is consumed in
 // straight-line groups of 8 (or 4) k32 steps that drain at their end (no wgmma in flight
 // across a loop back-edge, so ptxas keeps them asynchronous); each step is two m64n64k32
@@ -138,7 +138,8 @@ MX_DEV void mxg_group(float* acc, float* ta, float* tb, mx_u8* smem, mx_u64* ful
   const mx_u32 a1 = smem_u32(smem + (size_t)st1 * L::STAGE + wg * 64 * MXG_BK);
   // A: +256 B per k32 step; B: at +A_BYTES, +256 B per step, +8192 B for columns 64..127.
   wgmma_fence();
-  wgmma_m64n64k32<FA, FB>(ta, make_smem_desc(a0, 128, 1024), make_smem_desc(a0 + L::A_BYTES, 128, 1024));
+  wgmma_m64n64k32<FA, FB>(ta, make_smem_desc(a0, 128, 1024),
+                          make_smem_desc(smem_u32(smem + (size_t)st0 * L::STAGE + L::A_BYTES), 128, 1024));
   wgmma_commit();
 #pragma unroll
   for (int q = 1; q < 8 * NS; ++q) {
@@ -182,7 +183,7 @@ MX_DEV void mx_grouped_gemm_impl(const MxGemmParams& p) {
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) { mbar_init(&full[s], 32); mbar_init(&empty[s], 4 * NC); }
+    for (int s = 0; s < STAGES; ++s) { mbar_init(&full[s], 128); mbar_init(&empty[s], 4 * NC); }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (tid < 32) {
@@ -196,68 +197,51 @@ MX_DEV void mx_grouped_gemm_impl(const MxGemmParams& p) {
   const int total = p.batched ? p.E * tiles_m * ntn : tiles_m * ntn;
 
   if (wg == NC) {
-    // --------- producer warpgroup: registers handed to the consumers; its first
-    // --------- warp issues every cp.async, the other three exit.
+    // --------- producer warpgroup (registers handed to the consumers): 128 threads
+    // --------- issue cp.async; each thread owns a fixed 16-byte K chunk and every
+    // --------- 16th row, so one stage costs ~4 instructions per 16-byte copy.
     setmaxnreg_dec<40>();
-    if (tid - 128 * NC >= 32) return;
-    const int l = tid & 31;
+    const int pt = tid - 128 * NC;
+    const int kc16 = 16 * ((pt >> 3) & 7);                 // byte offset of this thread's K chunk
+    const int rsub = 8 * (pt >> 6) + (pt & 7);             // row within each 16-row slab
     int stage = 0; mx_u32 phase = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
       const MxgTile T = mxg_decode(p, t, BM, ntn, tiles_m, g_start, g_pre);
       const int nsteps = (T.klen + 31) >> 5;
       const int nst = (nsteps + 3) >> 2;
       const int kend = T.kbeg + T.klen;
-      // chunk id = l + 32*i  ->  row = (i>>1)*8 + (l&7), kc = (l>>3) + 4*(i&1)
-      const mx_u8* Arow = p.A + (mx_i64)(T.row0 + (l & 7)) * p.lda + 16 * (l >> 3);
-      const mx_u8* Brow = p.B + (mx_i64)T.e * p.b_es + (mx_i64)(T.n0 + (l & 7)) * p.ldb + 16 * (l >> 3);
+      const mx_u8* Ap = p.A + (mx_i64)(T.row0 + rsub) * p.lda + kc16;
+      const mx_u8* Bp = p.B + (mx_i64)T.e * p.b_es + (mx_i64)(T.n0 + rsub) * p.ldb + kc16;
+      const mx_i64 astep = 16 * p.lda, bstep = 16 * p.ldb;
+      const int arows = T.rows - rsub, brows = p.N - T.n0 - rsub;
+      const float* SAp = p.SA + (mx_i64)(T.row0 + (pt < BM ? pt : 0)) * p.ldsa;
+      const bool sa_ok = pt < BM && pt < T.rows;
       const float* SBexp = p.SB + (mx_i64)T.e * p.sb_es;
-      const int arows = T.rows - (l & 7);          // row (i>>1)*8 valid iff (i>>1)*8 < arows
-      const int brows = p.N - T.n0 - (l & 7);
       for (int ks = 0; ks < nst; ++ks) {
         mbar_wait(&empty[stage], phase ^ 1);
-        mx_u8* base = smem + (size_t)stage * L::STAGE;
-        const mx_u32 sbase = smem_u32(base);
+        const mx_u32 sbase = smem_u32(smem + (size_t)stage * L::STAGE);
         const int k0 = T.kbeg + ks * MXG_BK;
-        int nbk[2];
+        int nb = kend - (k0 + kc16);
+        nb = nb < 0 ? 0 : (nb > 16 ? 16 : nb);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          int nb = kend - (k0 + 16 * ((l >> 3) + 4 * h));
-          nbk[h] = nb < 0 ? 0 : (nb > 16 ? 16 : nb);
-        }
-        const mx_i64 kofs = k0;
-#pragma unroll
-        for (int i = 0; i < BM / 4; ++i) {
-          const int r8 = (i >> 1) * 8;
-          const int nb = r8 < arows ? nbk[i & 1] : 0;
-          const mx_u8* src = nb ? Arow + (mx_i64)r8 * p.lda + kofs + 64 * (i & 1) : p.A;
-          cp_async16(sbase + (l + 32 * i) * 16, src, nb);
+        for (int i = 0; i < BM / 16; ++i) {
+          const int n = (16 * i < arows) ? nb : 0;
+          cp_async16(sbase + (pt + 128 * i) * 16, n ? Ap + i * astep + k0 : p.A, n);
         }
 #pragma unroll
-        for (int i = 0; i < MXG_BN / 4; ++i) {
-          const int r8 = (i >> 1) * 8;
-          const int nb = r8 < brows ? nbk[i & 1] : 0;
-          const mx_u8* src = nb ? Brow + (mx_i64)r8 * p.ldb + kofs + 64 * (i & 1) : p.B;
-          cp_async16(sbase + L::A_BYTES + (l + 32 * i) * 16, src, nb);
+        for (int i = 0; i < MXG_BN / 16; ++i) {
+          const int n = (16 * i < brows) ? nb : 0;
+          cp_async16(sbase + L::A_BYTES + (pt + 128 * i) * 16, n ? Bp + i * bstep + k0 : p.B, n);
         }
         const int kb0 = k0 >> 5;
-#pragma unroll
-        for (int i = 0; i < BM / 32; ++i) {
-          const int r = l + 32 * i;
-          const bool ok = r < T.rows;
-          const float* src = ok ? p.SA + (mx_i64)(T.row0 + r) * p.ldsa + kb0 : p.SA;
-          cp_async16(sbase + L::A_BYTES + L::B_BYTES + r * 16, src, ok ? 16 : 0);
-        }
+        if (pt < BM) cp_async16(sbase + L::A_BYTES + L::B_BYTES + pt * 16, sa_ok ? SAp + kb0 : p.SA, sa_ok ? 16 : 0);
         if (SB2D) {
-          if (l < 4) {
-            const float* src = SBexp + (mx_i64)(kb0 + l) * p.ldsb + (T.n0 >> 5);
-            cp_async16(sbase + L::A_BYTES + L::B_BYTES + L::SA_BYTES + l * 16, src, 16);
-          }
+          if (pt < 4)
+            cp_async16(sbase + L::A_BYTES + L::B_BYTES + L::SA_BYTES + pt * 16,
+                       SBexp + (mx_i64)(kb0 + pt) * p.ldsb + (T.n0 >> 5), 16);
         } else {
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) {
-            const float* src = SBexp + (mx_i64)(kb0 + kk) * p.ldsb + T.n0 + 4 * l;
-            cp_async16(sbase + L::A_BYTES + L::B_BYTES + L::SA_BYTES + (kk * 32 + l) * 16, src, 16);
-          }
+          cp_async16(sbase + L::A_BYTES + L::B_BYTES + L::SA_BYTES + pt * 16,
+                     SBexp + (mx_i64)(kb0 + (pt >> 5)) * p.ldsb + T.n0 + 4 * (pt & 31), 16);
         }
         cp_async_mbar_arrive_noinc(&full[stage]);
         if (++stage == STAGES) { stage = 0; phase ^= 1; }
@@ -332,11 +316,11 @@ MX_DEV void mx_grouped_gemm_impl(const MxGemmParams& p) {
     }
   }
 
-  // ---- grouped mode: zero the padding rows (rows >= offs[E-1]); consumers only ----
-  if (!p.batched && wg < NC) {
+  // ---- grouped mode: zero the padding rows (rows >= offs[E-1]) ----
+  if (!p.batched) {
     const mx_i64 r_begin = g_start[p.E];
     const mx_i64 cnt = ((mx_i64)p.M - r_begin) * p.N;
-    for (mx_i64 i = (mx_i64)blockIdx.x * (128 * NC) + tid; i < cnt; i += (mx_i64)gridDim.x * (128 * NC)) {
+    for (mx_i64 i = (mx_i64)blockIdx.x * blockDim.x + tid; i < cnt; i += (mx_i64)gridDim.x * blockDim.x) {
       const mx_i64 r = r_begin + i / p.N, c = i % p.N;
       if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c] = 0;
       else reinterpret_cast<float*>(p.out)[r * p.ldo + c] = 0.f;
