@@ -13,11 +13,14 @@
 //! - [`dense`]: f32/bf16 element handling (bf16 round-to-nearest-even).
 //! - [`gemm`]: the CPU grouped-GEMM driver (rayon + `matrixmultiply`).
 //! - [`entry`]: the [`entry::Backend`] trait and the panic-safe ABI entry helpers.
+//! - `testing` (feature `testing`): RNG and f64 references for the plugins' tests.
 
 pub mod args;
 pub mod dense;
 pub mod entry;
 pub mod gemm;
 pub mod host;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use mxhost_plugin_abi as abi;

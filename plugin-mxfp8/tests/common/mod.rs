@@ -1,42 +1,14 @@
-//! Test support shared by this crate's integration tests: a seeded RNG, independent
-//! (slow, obviously-correct) references for element encoding and block quantization,
-//! and a naive f64 grouped GEMM.
+//! Test support shared by this crate's integration tests: independent (slow,
+//! obviously-correct) references for element encoding and block quantization, plus the
+//! RNG and f64 grouped GEMM from `mxhost_plugin_common::testing`.
 #![allow(dead_code)]
 
-use mxhost_plugin_abi::{BlockKind, BlockLayout, GemmPass, MxFormat, ScaleMode, WeightLayout};
+use mxhost_plugin_abi::{BlockKind, BlockLayout, MxFormat, ScaleMode};
 use mxhost_plugin_mxfp8::numerics::e8m0::scale_byte;
 use mxhost_plugin_mxfp8::numerics::element::{decode, spec};
 
-/// xorshift64*: deterministic, dependency-free.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-    /// Standard normal (Box–Muller).
-    pub fn normal(&mut self) -> f64 {
-        let u1 = self.uniform().max(1e-300);
-        let u2 = self.uniform();
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    }
-    pub fn normals(&mut self, n: usize, scale: f64) -> Vec<f32> {
-        (0..n).map(|_| (self.normal() * scale) as f32).collect()
-    }
-}
+#[allow(unused_imports)]
+pub use mxhost_plugin_common::testing::{reference_gemm, reference_with_bound, Rng};
 
 pub const FORMATS: [MxFormat; 2] = [MxFormat::E4m3, MxFormat::E5m2];
 pub const MODES: [ScaleMode; 3] = [ScaleMode::Rceil, ScaleMode::Floor, ScaleMode::Even];
@@ -154,74 +126,6 @@ pub fn reference_quantize(
         })
         .collect();
     (data, scales)
-}
-
-/// Naive grouped GEMM in f64 on f32 operands (`offs` = cumulative ends).
-#[allow(clippy::too_many_arguments)]
-pub fn reference_gemm(
-    pass: GemmPass,
-    layout: WeightLayout,
-    a: &[f32],
-    b: &[f32],
-    offs: &[usize],
-    rows: usize,
-    n: usize,
-    k: usize,
-) -> Vec<f64> {
-    let w = |e: usize, nn: usize, kk: usize| -> f64 {
-        (match layout {
-            WeightLayout::Nk => b[e * n * k + nn * k + kk],
-            WeightLayout::Kn => b[e * n * k + kk * n + nn],
-        }) as f64
-    };
-    let expert_of = |r: usize| offs.iter().position(|&end| r < end);
-    match pass {
-        GemmPass::Forward => {
-            let mut out = vec![0f64; rows * n];
-            for r in 0..rows {
-                if let Some(e) = expert_of(r) {
-                    for nn in 0..n {
-                        out[r * n + nn] =
-                            (0..k).map(|kk| a[r * k + kk] as f64 * w(e, nn, kk)).sum();
-                    }
-                }
-            }
-            out
-        }
-        GemmPass::Dgrad => {
-            let mut out = vec![0f64; rows * k];
-            for r in 0..rows {
-                if let Some(e) = expert_of(r) {
-                    for kk in 0..k {
-                        out[r * k + kk] =
-                            (0..n).map(|nn| a[r * n + nn] as f64 * w(e, nn, kk)).sum();
-                    }
-                }
-            }
-            out
-        }
-        GemmPass::Wgrad => {
-            // a = dY [rows, n], b = X [rows, k]
-            let mut out = vec![0f64; offs.len() * n * k];
-            let mut start = 0;
-            for (e, &end) in offs.iter().enumerate() {
-                for nn in 0..n {
-                    for kk in 0..k {
-                        let v: f64 = (start..end)
-                            .map(|r| a[r * n + nn] as f64 * b[r * k + kk] as f64)
-                            .sum();
-                        let idx = match layout {
-                            WeightLayout::Nk => e * n * k + nn * k + kk,
-                            WeightLayout::Kn => e * n * k + kk * n + nn,
-                        };
-                        out[idx] = v;
-                    }
-                }
-                start = end;
-            }
-            out
-        }
-    }
 }
 
 /// All block layouts valid for a tensor of `rank` ≥ 2.

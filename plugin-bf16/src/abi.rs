@@ -1,0 +1,51 @@
+//! The exported C ABI: the static function table. `grouped_gemm` goes through the
+//! shared validation and device dispatch; `quantize`/`dequantize` answer Unsupported
+//! at once (this plugin has no QUANTIZE capability).
+
+use crate::backend::{self, cpu::NO_QUANTIZE};
+use mxhost_plugin_abi::{
+    caps, DequantizeDesc, ErrorBuf, GroupedGemmDesc, PluginApi, QuantizeDesc, ABI_MAJOR, ABI_MINOR,
+    PLUGIN_MAGIC,
+};
+use mxhost_plugin_common::entry;
+
+const NAME: &std::ffi::CStr = c"bf16";
+const PRECISION: &std::ffi::CStr = c"BF16 operands, FP32 accumulation";
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+
+/// What this plugin implements.
+pub const CAPABILITIES: u64 = caps::GROUPED_GEMM | caps::DENSE_OPERANDS | caps::DEVICE_CPU;
+
+static API: PluginApi = PluginApi {
+    magic: PLUGIN_MAGIC,
+    abi_major: ABI_MAJOR,
+    abi_minor: ABI_MINOR,
+    struct_size: std::mem::size_of::<PluginApi>(),
+    name: NAME.as_ptr(),
+    precision: PRECISION.as_ptr(),
+    version: VERSION.as_ptr() as *const std::ffi::c_char,
+    capabilities: CAPABILITIES,
+    quantize,
+    dequantize,
+    grouped_gemm,
+    user_data: std::ptr::null_mut(),
+};
+
+unsafe extern "C" fn quantize(_desc: *const QuantizeDesc, err: *mut ErrorBuf) -> u32 {
+    entry::unsupported(err, NO_QUANTIZE)
+}
+
+unsafe extern "C" fn dequantize(_desc: *const DequantizeDesc, err: *mut ErrorBuf) -> u32 {
+    entry::unsupported(err, NO_QUANTIZE)
+}
+
+unsafe extern "C" fn grouped_gemm(desc: *const GroupedGemmDesc, err: *mut ErrorBuf) -> u32 {
+    // SAFETY: the host passes null or valid pointers, offs valid for num_groups reads.
+    unsafe { entry::grouped_gemm(desc, err, backend::select) }
+}
+
+/// The plugin's single exported symbol: the static function table.
+#[no_mangle]
+pub extern "C" fn mxhost_plugin_entry() -> *const PluginApi {
+    &API
+}
