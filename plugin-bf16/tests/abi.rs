@@ -92,7 +92,7 @@ fn gemm_through_the_abi_and_its_rejections() {
     let mut a = rng.normals(100 * 64, 1.0);
     let mut w = rng.normals(2 * 48 * 64, 0.1);
     let mut out = vec![f32::NAN; 100 * 48];
-    let offs = vec![40i32, 90];
+    let offs = [40i32, 90];
     let desc = GroupedGemmDesc {
         struct_size: std::mem::size_of::<GroupedGemmDesc>(),
         pass: GemmPass::Forward as u32,

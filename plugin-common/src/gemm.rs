@@ -156,10 +156,14 @@ impl GroupedGemm<'_> {
             }
             start = g.end;
         }
-        let (la, lb, lo) = match self.pass {
-            GemmPass::Forward => (rows * k, e * n * k, rows * n),
-            GemmPass::Dgrad => (rows * n, e * n * k, rows * k),
-            GemmPass::Wgrad => (rows * n, rows * k, e * n * k),
+        let prod = |dims: &[usize]| dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        let sizes = match self.pass {
+            GemmPass::Forward => (prod(&[rows, k]), prod(&[e, n, k]), prod(&[rows, n])),
+            GemmPass::Dgrad => (prod(&[rows, n]), prod(&[e, n, k]), prod(&[rows, k])),
+            GemmPass::Wgrad => (prod(&[rows, n]), prod(&[rows, k]), prod(&[e, n, k])),
+        };
+        let (Some(la), Some(lb), Some(lo)) = sizes else {
+            return Err(PluginError::invalid("problem size overflows usize"));
         };
         if a.len() != la || b.len() != lb || out != lo {
             return Err(PluginError::invalid(format!(
@@ -362,4 +366,116 @@ fn wgrad_pass(g: &GroupedGemm<'_>, dy: &[f32], x: &[f32], out: DenseMut<'_>) {
             )
         };
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(
+        pass: GemmPass,
+        groups: &[Range<usize>],
+        rows: usize,
+        n: usize,
+        k: usize,
+    ) -> GroupedGemm<'_> {
+        GroupedGemm {
+            pass,
+            weight_layout: WeightLayout::Nk,
+            groups,
+            rows,
+            n,
+            k,
+        }
+    }
+
+    #[test]
+    fn an_empty_reduction_writes_zeros() {
+        let groups = [0..3, 3..5];
+        // forward with K = 0: out [rows, N] is all zeros (the sum over nothing).
+        let mut out = vec![f32::NAN; 6 * 4];
+        grouped_gemm_f32(
+            &problem(GemmPass::Forward, &groups, 6, 4, 0),
+            &[],
+            &[],
+            DenseMut::F32(&mut out),
+        )
+        .unwrap();
+        assert!(out.iter().all(|&v| v == 0.0));
+        // wgrad with only empty experts: zeros.
+        let groups = [0..0, 0..0];
+        let mut out = vec![f32::NAN; 2 * 3 * 2];
+        let (dy, x) = (vec![1.0; 4 * 3], vec![1.0; 4 * 2]);
+        grouped_gemm_f32(
+            &problem(GemmPass::Wgrad, &groups, 4, 3, 2),
+            &dy,
+            &x,
+            DenseMut::F32(&mut out),
+        )
+        .unwrap();
+        assert!(out.iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn empty_outputs_are_fine() {
+        let groups = [0..2];
+        grouped_gemm_f32(
+            &problem(GemmPass::Forward, &groups, 2, 0, 3),
+            &[1.0; 6],
+            &[],
+            DenseMut::F32(&mut []),
+        )
+        .unwrap();
+        grouped_gemm_f32(
+            &problem(GemmPass::Dgrad, &groups, 2, 3, 0),
+            &[1.0; 6],
+            &[],
+            DenseMut::F32(&mut []),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn inconsistent_sizes_are_errors() {
+        let groups = [0..2, 1..3];
+        let err = grouped_gemm_f32(
+            &problem(GemmPass::Forward, &groups, 3, 1, 1),
+            &[0.0; 3],
+            &[0.0; 2],
+            DenseMut::F32(&mut [0.0; 3]),
+        );
+        assert!(err.is_err(), "overlapping groups");
+        let groups = [0..2];
+        let err = grouped_gemm_f32(
+            &problem(GemmPass::Forward, &groups, 2, 2, 2),
+            &[0.0; 3],
+            &[0.0; 4],
+            DenseMut::F32(&mut [0.0; 4]),
+        );
+        assert!(err.is_err(), "short A");
+        let err = grouped_gemm_f32(
+            &problem(GemmPass::Forward, &groups, usize::MAX, 2, 2),
+            &[],
+            &[],
+            DenseMut::F32(&mut []),
+        );
+        assert!(err.is_err(), "overflow");
+    }
+
+    #[test]
+    fn a_tiny_forward_by_hand() {
+        // Two experts, one row each, plus a padding row; W_e [N=2, K=2].
+        let groups = [0..1, 1..2];
+        let a = [1.0, 2.0, 3.0, 4.0, 9.0, 9.0];
+        let w = [1.0, 0.0, 0.0, 1.0, /* e1 */ 1.0, 1.0, 2.0, 0.0];
+        let mut out = [f32::NAN; 6];
+        grouped_gemm_f32(
+            &problem(GemmPass::Forward, &groups, 3, 2, 2),
+            &a,
+            &w,
+            DenseMut::F32(&mut out),
+        )
+        .unwrap();
+        assert_eq!(out, [1.0, 2.0, 7.0, 6.0, 0.0, 0.0]);
+    }
 }
