@@ -19,7 +19,7 @@
 struct MxGemmParams {
   const mx_u8* A; mx_i64 lda;                 // A[row*lda + k]           (K-major FP8)
   const mx_u8* B; mx_i64 ldb; mx_i64 b_es;    // B[e*b_es + n*ldb + k]    (K-major FP8)
-  const float* SA; mx_i64 ldsa;               // SA[row*ldsa + kb]        (FP32 scales)
+  const float* SA; mx_i64 ldsa;               // SA[(kb/4)*ldsa + row*4 + kb%4] (FP32 scales, stage-major)
   const float* SB; mx_i64 ldsb; mx_i64 sb_es; // 2D: SB[e*sb_es + kb*ldsb + n/32], 1D: SB[e*sb_es + kb*ldsb + n]
   void* out; mx_i64 ldo; mx_i64 o_es;         // grouped: out[row*ldo + n]; batched: out[e*o_es + row*ldo + n] (out_t: + n*ldo + row)
   const int* offs; int E;                     // cumulative END offsets (device memory)
@@ -32,12 +32,17 @@ struct MxGemmParams {
 
 #define MXG_BN 128
 #define MXG_BK 128   // bytes (= elements) of K per pipeline stage: 4 k32 steps
+#define MXG_LBO 144  // bytes between core matrices adjacent along K
+#define MXG_SBO 1152 // bytes between core matrices adjacent along M/N (8 rows)
 
 template <int NC, int SB2D>
 struct MxgLayout {
   static constexpr int BM = 64 * NC;
-  static constexpr int A_BYTES = BM * MXG_BK;
-  static constexpr int B_BYTES = MXG_BN * MXG_BK;
+  // 8-row groups of 8 core matrices (one per 16-byte K chunk) spaced 144 B apart
+  // (LBO = 144, SBO = 1152): a row's eight chunks land in distinct banks, so one warp
+  // can fill full 128-byte rows without shared-memory bank conflicts.
+  static constexpr int A_BYTES = (BM / 8) * MXG_SBO;
+  static constexpr int B_BYTES = (MXG_BN / 8) * MXG_SBO;
   static constexpr int SA_BYTES = BM * 16;
   static constexpr int SB_BYTES = SB2D ? 64 : 4 * MXG_BN * 4;
   static constexpr int STAGE = A_BYTES + B_BYTES + SA_BYTES + ((SB_BYTES + 127) / 128) * 128;
@@ -134,23 +139,23 @@ MX_DEV void mxg_group(float* acc, float* ta, float* tb, mx_u8* smem, mx_u64* ful
   float sa0[4], sa1[4];
   const float* sbp;
   mxg_stage_regs<NC, SB2D>(smem, st0, wrow, sa0, sa1, sbp);
-  const mx_u32 a0 = smem_u32(smem + (size_t)st0 * L::STAGE + wg * 64 * MXG_BK);
-  const mx_u32 a1 = smem_u32(smem + (size_t)st1 * L::STAGE + wg * 64 * MXG_BK);
-  // A: +256 B per k32 step; B: at +A_BYTES, +256 B per step, +8192 B for columns 64..127.
+  const mx_u32 a0 = smem_u32(smem + (size_t)st0 * L::STAGE + wg * 8 * MXG_SBO);
+  const mx_u32 a1 = smem_u32(smem + (size_t)st1 * L::STAGE + wg * 8 * MXG_SBO);
+  // A: +2*LBO per k32 step; B: at +A_BYTES, +2*LBO per step, +8*SBO for columns 64..127.
   wgmma_fence();
-  wgmma_m64n64k32<FA, FB>(ta, make_smem_desc(a0, 128, 1024),
-                          make_smem_desc(smem_u32(smem + (size_t)st0 * L::STAGE + L::A_BYTES), 128, 1024));
+  wgmma_m64n64k32<FA, FB>(ta, make_smem_desc(a0, MXG_LBO, MXG_SBO),
+                          make_smem_desc(smem_u32(smem + (size_t)st0 * L::STAGE + L::A_BYTES), MXG_LBO, MXG_SBO));
   wgmma_commit();
 #pragma unroll
   for (int q = 1; q < 8 * NS; ++q) {
     float* cur = (q & 1) ? tb : ta;
     float* prv = (q & 1) ? ta : tb;
     const int i = q >> 1, h = q & 1;
-    const mx_u32 abase = (i < 4 ? a0 : a1) + 256 * (i & 3);
+    const mx_u32 abase = (i < 4 ? a0 : a1) + 2 * MXG_LBO * (i & 3);
     reg_pin<32>(cur);
     wgmma_fence();
-    wgmma_m64n64k32<FA, FB>(cur, make_smem_desc(abase, 128, 1024),
-                            make_smem_desc(abase - wg * 64 * MXG_BK + L::A_BYTES + 8192 * h, 128, 1024));
+    wgmma_m64n64k32<FA, FB>(cur, make_smem_desc(abase, MXG_LBO, MXG_SBO),
+                            make_smem_desc(abase - wg * 8 * MXG_SBO + L::A_BYTES + 8 * MXG_SBO * h, MXG_LBO, MXG_SBO));
     wgmma_commit();
     wgmma_wait<1>();
     reg_pin<32>(prv);
@@ -202,8 +207,9 @@ MX_DEV void mx_grouped_gemm_impl(const MxGemmParams& p) {
     // --------- 16th row, so one stage costs ~4 instructions per 16-byte copy.
     setmaxnreg_dec<40>();
     const int pt = tid - 128 * NC;
-    const int kc16 = 16 * ((pt >> 3) & 7);                 // byte offset of this thread's K chunk
-    const int rsub = 8 * (pt >> 6) + (pt & 7);             // row within each 16-row slab
+    const int kc16 = 16 * (pt & 7);                        // byte offset of this thread's K chunk
+    const int rsub = pt >> 3;                              // row within each 16-row slab
+    const mx_u32 sofs = (rsub >> 3) * MXG_SBO + (pt & 7) * MXG_LBO + (rsub & 7) * 16;
     int stage = 0; mx_u32 phase = 0;
     for (int t = blockIdx.x; t < total; t += gridDim.x) {
       const MxgTile T = mxg_decode(p, t, BM, ntn, tiles_m, g_start, g_pre);
@@ -214,7 +220,7 @@ MX_DEV void mx_grouped_gemm_impl(const MxGemmParams& p) {
       const mx_u8* Bp = p.B + (mx_i64)T.e * p.b_es + (mx_i64)(T.n0 + rsub) * p.ldb + kc16;
       const mx_i64 astep = 16 * p.lda, bstep = 16 * p.ldb;
       const int arows = T.rows - rsub, brows = p.N - T.n0 - rsub;
-      const float* SAp = p.SA + (mx_i64)(T.row0 + (pt < BM ? pt : 0)) * p.ldsa;
+      const float* SAp = p.SA + (mx_i64)(T.row0 + (pt < BM ? pt : 0)) * 4;
       const bool sa_ok = pt < BM && pt < T.rows;
       const float* SBexp = p.SB + (mx_i64)T.e * p.sb_es;
       for (int ks = 0; ks < nst; ++ks) {
@@ -226,15 +232,15 @@ MX_DEV void mx_grouped_gemm_impl(const MxGemmParams& p) {
 #pragma unroll
         for (int i = 0; i < BM / 16; ++i) {
           const int n = (16 * i < arows) ? nb : 0;
-          cp_async16(sbase + (pt + 128 * i) * 16, n ? Ap + i * astep + k0 : p.A, n);
+          cp_async16(sbase + sofs + 2 * MXG_SBO * i, n ? Ap + i * astep + k0 : p.A, n);
         }
 #pragma unroll
         for (int i = 0; i < MXG_BN / 16; ++i) {
           const int n = (16 * i < brows) ? nb : 0;
-          cp_async16(sbase + L::A_BYTES + (pt + 128 * i) * 16, n ? Bp + i * bstep + k0 : p.B, n);
+          cp_async16(sbase + L::A_BYTES + sofs + 2 * MXG_SBO * i, n ? Bp + i * bstep + k0 : p.B, n);
         }
         const int kb0 = k0 >> 5;
-        if (pt < BM) cp_async16(sbase + L::A_BYTES + L::B_BYTES + pt * 16, sa_ok ? SAp + kb0 : p.SA, sa_ok ? 16 : 0);
+        if (pt < BM) cp_async16(sbase + L::A_BYTES + L::B_BYTES + pt * 16, sa_ok ? SAp + (mx_i64)(kb0 >> 2) * p.ldsa : p.SA, sa_ok ? 16 : 0);
         if (SB2D) {
           if (pt < 4)
             cp_async16(sbase + L::A_BYTES + L::B_BYTES + L::SA_BYTES + pt * 16,

@@ -212,16 +212,17 @@ MXQ_INST(mx_quantize_f32_e5m2, 0, 1)
 MXQ_INST(mx_quantize_bf16_e5m2, 1, 1)
 
 // E8M0 bytes -> FP32 scale table for the GEMM, with relayout and zero padding:
-//   out[e*ose + r*osr + c] = (r < R && c < C) ? 2^(in[e*ise + r*isr + c*isc] - 127) : 0
-// for r < Rp, c < Cp.  grid: x = ceil(Rp*Cp/256), y = batch; block 256.
+//   out[e*ose + (c/4)*ocg + r*osr + c%4] = (r < R && c < C) ? 2^(in[e*ise + r*isr + c*isc] - 127) : 0
+// for r < Rp, c < Cp (Cp a multiple of 4). Row-major: ocg = 4; the GEMM's A-scale table
+// is "stage-major": osr = 4, ocg = 4*Rp. grid: x = ceil(Rp*Cp/256), y = batch; block 256.
 extern "C" __global__ void __launch_bounds__(256) mx_scales_to_f32(
     const mx_u8* __restrict__ in, mx_i64 ise, mx_i64 isr, mx_i64 isc,
-    float* __restrict__ out, mx_i64 ose, mx_i64 osr, int R, int C, int Rp, int Cp) {
+    float* __restrict__ out, mx_i64 ose, mx_i64 osr, mx_i64 ocg, int R, int C, int Rp, int Cp) {
   mx_i64 i = (mx_i64)blockIdx.x * 256 + threadIdx.x;
   if (i >= (mx_i64)Rp * Cp) return;
   int r = (int)(i / Cp), c = (int)(i % Cp);
   int e = blockIdx.y;
   float v = 0.f;
   if (r < R && c < C) v = mx_e8m0_to_f32(in[e * ise + r * isr + c * isc]);
-  out[e * ose + r * osr + c] = v;
+  out[e * ose + (mx_i64)(c >> 2) * ocg + r * osr + (c & 3)] = v;
 }

@@ -32,7 +32,7 @@ class GP(ctypes.Structure):
 lib = ctypes.CDLL(os.path.join(HERE, "libmxbench.so"))
 lib.mx_launch_gemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
 lib.mx_launch_quantize.argtypes = [c_int, c_int, ctypes.POINTER(QP), c_int, c_int, c_int, c_vp]
-lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
+lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
 
 ROWS, COLS, TILE, TILE_T = 1, 2, 4, 8
 FMT_MAX = {0: 448.0, 1: 57344.0}
@@ -229,9 +229,11 @@ def check_quant(results):
 
 
 # ------------------------------------------------------------------ GEMM plumbing
-def scales_f32(s, ise, isr, isc, R, C, Rp, Cp, batch):
+def scales_f32(s, ise, isr, isc, R, C, Rp, Cp, batch, stage_major=False):
+    """stage_major (A-side tables): [Cp/4][Rp][4]; returns (table, ld) with ld = stride of a group of 4 columns."""
     out = torch.empty(batch, Rp, Cp, dtype=torch.float32, device=DEV)
-    ck(lib.mx_launch_scales_to_f32(ptr(s), ise, isr, isc, ptr(out), Rp * Cp, Cp, R, C, Rp, Cp, batch, None), "scales")
+    osr, ocg = (4, 4 * Rp) if stage_major else (Cp, 4)
+    ck(lib.mx_launch_scales_to_f32(ptr(s), ise, isr, isc, ptr(out), Rp * Cp, osr, ocg, R, C, Rp, Cp, batch, None), "scales")
     return out
 
 
@@ -248,28 +250,28 @@ def kname(w2d, out_bf16, fa=0, fb=0, bm64=False):
 
 def fwd_call(Xq, sx, Wq, sw, offs, E, M, N, K, w2d, out, name=None):
     KB, KB4, NB = cdiv(K, 32), rup(cdiv(K, 32), 4), cdiv(N, 32)
-    SA = scales_f32(sx, 0, KB, 1, M, KB, M, KB4, 1)
+    SA = scales_f32(sx, 0, KB, 1, M, KB, M, KB4, 1, stage_major=True)
     if w2d:
         NB4 = rup(NB, 4)
         SB = scales_f32(sw, NB * KB, 1, KB, KB, NB, KB4, NB4, E); ldsb = NB4
     else:
         Np = rup(N, 128)
         SB = scales_f32(sw, N * KB, 1, KB, KB, N, KB4, Np, E); ldsb = Np
-    gemm(name or kname(w2d, out.dtype == torch.bfloat16), Xq, K, Wq, K, N * K, SA, KB4, SB, ldsb, SB[0].numel(), out, N, 0, offs, E, M, N, K, 0)
+    gemm(name or kname(w2d, out.dtype == torch.bfloat16), Xq, K, Wq, K, N * K, SA, 4 * M, SB, ldsb, SB[0].numel(), out, N, 0, offs, E, M, N, K, 0)
 
 
 def dgrad_call(dYq, sdy, WqT, sw, offs, E, M, N, K, out):
     # out[M, K] = dY[M, N] . W_e[N, K]; GEMM reduction over N, output columns K
     NB, NB4, KB, KB4 = cdiv(N, 32), rup(cdiv(N, 32), 4), cdiv(K, 32), rup(cdiv(K, 32), 4)
-    SA = scales_f32(sdy, 0, NB, 1, M, NB, M, NB4, 1)
+    SA = scales_f32(sdy, 0, NB, 1, M, NB, M, NB4, 1, stage_major=True)
     SB = scales_f32(sw, NB * KB, KB, 1, NB, KB, NB4, KB4, E)
-    gemm(kname(True, out.dtype == torch.bfloat16), dYq, N, WqT, N, K * N, SA, NB4, SB, KB4, SB[0].numel(), out, K, 0, offs, E, M, K, N, 0)
+    gemm(kname(True, out.dtype == torch.bfloat16), dYq, N, WqT, N, K * N, SA, 4 * M, SB, KB4, SB[0].numel(), out, K, 0, offs, E, M, K, N, 0)
 
 
 def wgrad_call(dYt, sdyt, Xt, sxt, offs, E, N, K, Mpad, x2d, out, out_t=0):
     # out_e[N, K] = dY_e^T X_e ; A = dYt [N, Mpad], B = Xt [K, Mpad]
     MP = Mpad // 32
-    SA = scales_f32(sdyt, 0, MP, 1, N, MP, N, MP, 1)
+    SA = scales_f32(sdyt, 0, MP, 1, N, MP, N, MP, 1, stage_major=True)
     if x2d:
         KB, KB4 = cdiv(K, 32), rup(cdiv(K, 32), 4)
         SB = scales_f32(sxt, 0, 1, MP, MP, KB, MP, KB4, 1); ldsb = KB4
@@ -277,7 +279,7 @@ def wgrad_call(dYt, sdyt, Xt, sxt, offs, E, N, K, Mpad, x2d, out, out_t=0):
         Kp = rup(K, 128)
         SB = scales_f32(sxt, 0, 1, MP, MP, K, MP, Kp, 1); ldsb = Kp
     ldo, o_es = (N, K * N) if out_t else (K, N * K)
-    gemm(kname(x2d, out.dtype == torch.bfloat16), dYt, Mpad, Xt, Mpad, 0, SA, MP, SB, ldsb, 0, out, ldo, o_es, offs, E, N, K, 0, 1, out_t)
+    gemm(kname(x2d, out.dtype == torch.bfloat16), dYt, Mpad, Xt, Mpad, 0, SA, 4 * N, SB, ldsb, 0, out, ldo, o_es, offs, E, N, K, 0, 1, out_t)
 
 
 def deq(q, s_expanded, fmt=0):

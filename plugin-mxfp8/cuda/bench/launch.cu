@@ -18,12 +18,12 @@ extern "C" int mx_launch_quantize(int in_bf16, int fmt, const MxQuantParams* p, 
 }
 
 extern "C" int mx_launch_scales_to_f32(const void* in, long long ise, long long isr, long long isc,
-                                       float* out, long long ose, long long osr,
+                                       float* out, long long ose, long long osr, long long ocg,
                                        int R, int C, int Rp, int Cp, int batch, void* stream) {
   long long n = (long long)Rp * Cp;
   if (n == 0 || batch == 0) return 0;
   mx_scales_to_f32<<<dim3((unsigned)((n + 255) / 256), batch), 256, 0, (cudaStream_t)stream>>>(
-      (const mx_u8*)in, ise, isr, isc, out, ose, osr, R, C, Rp, Cp);
+      (const mx_u8*)in, ise, isr, isc, out, ose, osr, ocg, R, C, Rp, Cp);
   return (int)cudaGetLastError();
 }
 
