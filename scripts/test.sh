@@ -4,4 +4,4 @@
 source "$(dirname "$0")/common.sh"
 build_all
 echo "==> running tests"
-cargo test --release --workspace $(printf -- '--exclude %s ' "${GUESTS[@]}") "$@"
+cargo test --release --no-fail-fast --workspace $(printf -- '--exclude %s ' "${GUESTS[@]}") "$@"

@@ -9,8 +9,17 @@ fn snr_rows(stdout: &str) -> Vec<(String, String, f64, Option<f64>)> {
         .filter(|l| l.starts_with("mxfp8 ") || l.starts_with("bf16 "))
         .map(|l| {
             let t: Vec<&str> = l.split_whitespace().collect();
-            let db: Vec<f64> = t.windows(2).filter(|w| w[1] == "dB").map(|w| w[0].parse().unwrap()).collect();
-            (t[0].to_string(), t[1].to_string(), db[0], db.get(1).copied())
+            let db: Vec<f64> = t
+                .windows(2)
+                .filter(|w| w[1] == "dB")
+                .map(|w| w[0].parse().unwrap())
+                .collect();
+            (
+                t[0].to_string(),
+                t[1].to_string(),
+                db[0],
+                db.get(1).copied(),
+            )
         })
         .collect()
 }
@@ -21,19 +30,37 @@ fn hello_gemm_meets_the_snr_gates_on_both_plugins() {
     assert_eq!(r.code, Some(0), "{}", r.both());
     let rows = snr_rows(&r.stdout);
     for pass in ["forward", "dgrad", "wgrad"] {
-        let mx: Vec<_> = rows.iter().filter(|r| r.0 == "mxfp8" && r.1 == pass).collect();
+        let mx: Vec<_> = rows
+            .iter()
+            .filter(|r| r.0 == "mxfp8" && r.1 == pass)
+            .collect();
         assert!(!mx.is_empty(), "no mxfp8 {pass} row in:\n{}", r.stdout);
         for row in &mx {
-            assert!(row.2 >= 25.0 && row.2 < 45.0, "mxfp8 {pass} vs unquantized {} dB is not E4M3-like", row.2);
+            assert!(
+                row.2 >= 25.0 && row.2 < 45.0,
+                "mxfp8 {pass} vs unquantized {} dB is not E4M3-like",
+                row.2
+            );
             if let Some(d) = row.3 {
                 assert!(d >= 90.0, "mxfp8 {pass} vs dequantized {d} dB < 90");
             }
         }
-        assert!(mx.iter().any(|row| row.3.is_some()), "no dequantized-reference row for {pass}");
-        let bf: Vec<_> = rows.iter().filter(|r| r.0 == "bf16" && r.1 == pass).collect();
+        assert!(
+            mx.iter().any(|row| row.3.is_some()),
+            "no dequantized-reference row for {pass}"
+        );
+        let bf: Vec<_> = rows
+            .iter()
+            .filter(|r| r.0 == "bf16" && r.1 == pass)
+            .collect();
         assert_eq!(bf.len(), 1, "one bf16 {pass} row expected");
         // BF16 operands carry 8 mantissa bits against E4M3's 4: clearly more accurate.
-        assert!(bf[0].2 > mx[0].2 + 10.0, "bf16 {pass} {} dB vs mxfp8 {} dB", bf[0].2, mx[0].2);
+        assert!(
+            bf[0].2 > mx[0].2 + 10.0,
+            "bf16 {pass} {} dB vs mxfp8 {} dB",
+            bf[0].2,
+            mx[0].2
+        );
     }
 }
 
@@ -43,7 +70,11 @@ fn different_seeds_give_different_data_but_pass() {
     let b = run_guest("hello-gemm", &[], &["2"]);
     assert_eq!(a.code, Some(0), "{}", a.both());
     assert_eq!(b.code, Some(0), "{}", b.both());
-    assert_ne!(snr_rows(&a.stdout), snr_rows(&b.stdout), "fresh inputs per seed");
+    assert_ne!(
+        snr_rows(&a.stdout),
+        snr_rows(&b.stdout),
+        "fresh inputs per seed"
+    );
 }
 
 #[test]
@@ -53,7 +84,10 @@ fn metrics_csv_is_written_to_out() {
     assert_eq!(r.code, Some(0), "{}", r.both());
     let csv = std::fs::read_to_string(dir.join("metrics.csv")).unwrap();
     assert!(csv.starts_with("name,step,value\n"));
-    assert!(csv.lines().filter(|l| l.starts_with("snr_db/")).count() >= 9, "{csv}");
+    assert!(
+        csv.lines().filter(|l| l.starts_with("snr_db/")).count() >= 9,
+        "{csv}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -65,7 +99,11 @@ fn starting_on_bf16_and_listing_plugins() {
     let list = run(mxhost().arg("plugins"));
     assert_eq!(list.code, Some(0));
     for name in ["mxfp8", "bf16"] {
-        assert!(list.stdout.lines().any(|l| l.starts_with(name)), "{}", list.stdout);
+        assert!(
+            list.stdout.lines().any(|l| l.starts_with(name)),
+            "{}",
+            list.stdout
+        );
     }
 }
 
@@ -76,7 +114,12 @@ fn unknown_plugin_and_missing_guest_are_clear_errors() {
     assert!(r.stderr.contains("no plugin named `fp4`"), "{}", r.stderr);
     let r = run(mxhost().args(["run", "/nonexistent/guest.wasm"]));
     assert_eq!(r.code, Some(1));
-    assert!(r.stderr.contains("reading experiment /nonexistent/guest.wasm"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("reading experiment /nonexistent/guest.wasm"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -87,5 +130,10 @@ fn device_cuda_without_a_cuda_build_is_explained() {
         return;
     }
     assert_eq!(r.code, Some(1), "{}", r.both());
-    assert!(r.stderr.contains("--device cuda was requested but CUDA is not available"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("--device cuda was requested but CUDA is not available"),
+        "{}",
+        r.stderr
+    );
 }

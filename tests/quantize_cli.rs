@@ -18,8 +18,14 @@ fn input_file() -> PathBuf {
     let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
     let ids: Vec<u8> = [1i32, 2, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
     let views = vec![
-        ("w", safetensors::tensor::TensorView::new(Dtype::F32, vec![2, 64], &bytes).unwrap()),
-        ("ids", safetensors::tensor::TensorView::new(Dtype::I32, vec![3], &ids).unwrap()),
+        (
+            "w",
+            safetensors::tensor::TensorView::new(Dtype::F32, vec![2, 64], &bytes).unwrap(),
+        ),
+        (
+            "ids",
+            safetensors::tensor::TensorView::new(Dtype::I32, vec![3], &ids).unwrap(),
+        ),
     ];
     let path = std::env::temp_dir().join(format!("mxhost-q-in-{}.safetensors", std::process::id()));
     safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &path).unwrap();
@@ -28,8 +34,18 @@ fn input_file() -> PathBuf {
 
 fn quantize(args: &[&str]) -> (Vec<u8>, Vec<u8>, Vec<usize>, Dtype) {
     let input = input_file();
-    let output = std::env::temp_dir().join(format!("mxhost-q-out-{}-{}.safetensors", std::process::id(), args.join("_")));
-    let r = run(mxhost().arg("quantize").arg("--input").arg(&input).arg("--output").arg(&output).args(args));
+    let output = std::env::temp_dir().join(format!(
+        "mxhost-q-out-{}-{}.safetensors",
+        std::process::id(),
+        args.join("_")
+    ));
+    let r = run(mxhost()
+        .arg("quantize")
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(&output)
+        .args(args));
     assert_eq!(r.code, Some(0), "{}", r.both());
     assert!(r.stderr.contains("skipping `ids`"), "{}", r.stderr);
     let bytes = std::fs::read(&output).unwrap();
@@ -37,7 +53,12 @@ fn quantize(args: &[&str]) -> (Vec<u8>, Vec<u8>, Vec<usize>, Dtype) {
     let data = st.tensor("w").unwrap();
     let scales = st.tensor("w.scales").unwrap();
     assert_eq!(scales.dtype(), Dtype::U8);
-    let out = (data.data().to_vec(), scales.data().to_vec(), scales.shape().to_vec(), data.dtype());
+    let out = (
+        data.data().to_vec(),
+        scales.data().to_vec(),
+        scales.shape().to_vec(),
+        data.dtype(),
+    );
     std::fs::remove_file(&output).ok();
     out
 }
@@ -54,7 +75,11 @@ fn e4m3_rows_in_each_scale_mode() {
         assert_eq!(dtype, Dtype::F8_E4M3);
         assert_eq!(shape, vec![2, 2]);
         assert_eq!(s, scales, "{mode}");
-        assert_eq!(&data[0..4], &[0x78, 0x70, 0xF8, 0x00], "{mode}: 1.0, 0.5, -1.0, 0 at X = 2^-8");
+        assert_eq!(
+            &data[0..4],
+            &[0x78, 0x70, 0xF8, 0x00],
+            "{mode}: 1.0, 0.5, -1.0, 0 at X = 2^-8"
+        );
         assert_eq!(data[32], b480, "{mode}: 480");
         assert_eq!(data[64], b496, "{mode}: 496");
         assert!(data[96..].iter().all(|&b| b == 0), "{mode}: zero block");

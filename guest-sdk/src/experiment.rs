@@ -16,8 +16,8 @@ use crate::bindings::mxhost::runtime::{grouped_gemm, metrics, mx, plugins, routi
 /// Everything a typical experiment uses.
 pub mod prelude {
     pub use super::{
-        gemm, metric, mx_spec, plugin, progress, Experiment, GemmOptions, MxSpec, MxTensor, Operand, Tensor,
-        WeightLayout,
+        gemm, metric, mx_spec, plugin, progress, Experiment, GemmOptions, MxSpec, MxTensor,
+        Operand, Tensor, WeightLayout,
     };
     pub use super::{BlockLayout, Dtype, ElementFormat, ScaleMode};
     pub use crate::reference;
@@ -54,7 +54,11 @@ impl Tensor {
 
 /// An MX recipe: `mx_spec(ElementFormat::E4m3, BlockLayout::Along(1))` with rceil scales.
 pub fn mx_spec(format: ElementFormat, block: BlockLayout) -> MxSpec {
-    MxSpec { format, mode: ScaleMode::Rceil, block }
+    MxSpec {
+        format,
+        mode: ScaleMode::Rceil,
+        block,
+    }
 }
 
 /// Grouped GEMM with sensible defaults.
@@ -76,15 +80,30 @@ pub mod gemm {
     }
 
     /// Y = X_e · W_eᵀ per expert.
-    pub fn forward(x: Operand<'_>, w: Operand<'_>, offs: &[i32], o: &GemmOptions) -> Result<Tensor, Error> {
+    pub fn forward(
+        x: Operand<'_>,
+        w: Operand<'_>,
+        offs: &[i32],
+        o: &GemmOptions,
+    ) -> Result<Tensor, Error> {
         grouped_gemm::forward(&x, &w, offs, *o)
     }
     /// dX = dY_e · W_e per expert.
-    pub fn dgrad(dy: Operand<'_>, w: Operand<'_>, offs: &[i32], o: &GemmOptions) -> Result<Tensor, Error> {
+    pub fn dgrad(
+        dy: Operand<'_>,
+        w: Operand<'_>,
+        offs: &[i32],
+        o: &GemmOptions,
+    ) -> Result<Tensor, Error> {
         grouped_gemm::dgrad(&dy, &w, offs, *o)
     }
     /// dW_e = dY_eᵀ · X_e per expert.
-    pub fn wgrad(dy: Operand<'_>, x: Operand<'_>, offs: &[i32], o: &GemmOptions) -> Result<Tensor, Error> {
+    pub fn wgrad(
+        dy: Operand<'_>,
+        x: Operand<'_>,
+        offs: &[i32],
+        o: &GemmOptions,
+    ) -> Result<Tensor, Error> {
         grouped_gemm::wgrad(&dy, &x, offs, *o)
     }
     pub fn quantize(x: &Tensor, spec: MxSpec) -> Result<MxTensor, Error> {

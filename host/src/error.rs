@@ -24,7 +24,10 @@ pub struct OpError {
 
 impl OpError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        OpError { kind, message: message.into() }
+        OpError {
+            kind,
+            message: message.into(),
+        }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidArgument, message)

@@ -40,7 +40,10 @@ impl Usage {
         if self.tensor_handles + 1 > limits.tensor_handles {
             return Err(OpError::new(
                 ErrorKind::LimitExceeded,
-                format!("tensor handle limit reached: {} handles (--max-tensors)", limits.tensor_handles),
+                format!(
+                    "tensor handle limit reached: {} handles (--max-tensors)",
+                    limits.tensor_handles
+                ),
             ));
         }
         let total = self.tensor_bytes.saturating_add(bytes);

@@ -3,7 +3,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "mxhost", version, about = "Sandboxed low-precision MoE experiments with swappable precision plugins")]
+#[command(
+    name = "mxhost",
+    version,
+    about = "Sandboxed low-precision MoE experiments with swappable precision plugins"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

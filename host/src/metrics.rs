@@ -26,7 +26,13 @@ pub struct MetricsSink {
 
 impl MetricsSink {
     pub fn new(show_progress: bool) -> Self {
-        MetricsSink { points: Vec::new(), bars: HashMap::new(), show_progress, max_points: 10_000_000, dropped_points: 0 }
+        MetricsSink {
+            points: Vec::new(),
+            bars: HashMap::new(),
+            show_progress,
+            max_points: 10_000_000,
+            dropped_points: 0,
+        }
     }
 
     pub fn record(&mut self, name: String, step: u64, value: f64) {
@@ -44,9 +50,11 @@ impl MetricsSink {
         let bar = self.bars.entry(label.clone()).or_insert_with(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
             bar.set_style(
-                ProgressStyle::with_template("{msg:>14} [{bar:40.cyan/blue}] {pos}/{len} {elapsed_precise} eta {eta}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar())
-                    .progress_chars("=> "),
+                ProgressStyle::with_template(
+                    "{msg:>14} [{bar:40.cyan/blue}] {pos}/{len} {elapsed_precise} eta {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
             );
             bar.set_message(label);
             bar

@@ -9,15 +9,20 @@ use crate::plugin::{call, LoadedPlugin};
 use crate::tensor::{CpuBuffer, MxTensor, Storage, Tensor};
 use crate::validate::{self, MxDesc, OperandDesc};
 use mxhost_plugin_abi::{
-    caps, BlockLayout, DType, DequantizeDesc, GemmOptions, GemmPass, GroupedGemmDesc, MxFormat, Operand,
-    OperandKind, QuantizeDesc, ScaleMode, TensorView, WeightLayout,
+    caps, BlockLayout, DType, DequantizeDesc, GemmOptions, GemmPass, GroupedGemmDesc, MxFormat,
+    Operand, OperandKind, QuantizeDesc, ScaleMode, TensorView, WeightLayout,
 };
 
 /// Allocate a zeroed tensor on the host (CPU storage).
 pub fn alloc(shape: &[u64], dtype: DType) -> OpResult<Tensor> {
     let (_, bytes) = validate::checked_size(shape, dtype)?;
-    let bytes = usize::try_from(bytes).map_err(|_| OpError::invalid("tensor too large for this host"))?;
-    Ok(Tensor::new(shape.to_vec(), dtype, Storage::Cpu(CpuBuffer::zeroed(bytes))))
+    let bytes =
+        usize::try_from(bytes).map_err(|_| OpError::invalid("tensor too large for this host"))?;
+    Ok(Tensor::new(
+        shape.to_vec(),
+        dtype,
+        Storage::Cpu(CpuBuffer::zeroed(bytes)),
+    ))
 }
 
 /// Quantize `x` with the given recipe.
@@ -29,7 +34,10 @@ pub fn quantize(
     block: BlockLayout,
 ) -> OpResult<MxTensor> {
     if !plugin.has(caps::QUANTIZE) {
-        return Err(OpError::unsupported(format!("plugin `{}` cannot quantize", plugin.name)));
+        return Err(OpError::unsupported(format!(
+            "plugin `{}` cannot quantize",
+            plugin.name
+        )));
     }
     let scales_shape = validate::plan_quantize(&x.shape, x.dtype, block)?;
     let mut out = MxTensor {
@@ -52,7 +60,10 @@ pub fn quantize(
 /// Expand an MX tensor to f32.
 pub fn dequantize(plugin: &LoadedPlugin, q: &MxTensor) -> OpResult<Tensor> {
     if !plugin.has(caps::QUANTIZE) {
-        return Err(OpError::unsupported(format!("plugin `{}` cannot dequantize", plugin.name)));
+        return Err(OpError::unsupported(format!(
+            "plugin `{}` cannot dequantize",
+            plugin.name
+        )));
     }
     let mut out = alloc(&q.data.shape, DType::F32)?;
     let desc = DequantizeDesc {
@@ -78,7 +89,11 @@ impl GemmOperand<'_> {
             GemmOperand::Mx(q) => OperandDesc {
                 shape: q.data.shape.clone(),
                 dtype: q.data.dtype,
-                mx: Some(MxDesc { format: q.format, block: q.block, scales_shape: q.scales.shape.clone() }),
+                mx: Some(MxDesc {
+                    format: q.format,
+                    block: q.block,
+                    scales_shape: q.scales.shape.clone(),
+                }),
             },
         }
     }
@@ -151,7 +166,10 @@ pub fn grouped_gemm(
     cfg: &GemmConfig,
 ) -> OpResult<Tensor> {
     if !plugin.has(caps::GROUPED_GEMM) {
-        return Err(OpError::unsupported(format!("plugin `{}` has no grouped GEMM", plugin.name)));
+        return Err(OpError::unsupported(format!(
+            "plugin `{}` has no grouped GEMM",
+            plugin.name
+        )));
     }
     if (a.is_mx() || b.is_mx()) && !plugin.has(caps::MX_OPERANDS) {
         return Err(OpError::unsupported(format!(
@@ -160,9 +178,19 @@ pub fn grouped_gemm(
         )));
     }
     if (!a.is_mx() || !b.is_mx()) && !plugin.has(caps::DENSE_OPERANDS) {
-        return Err(OpError::unsupported(format!("plugin `{}` needs pre-quantized operands", plugin.name)));
+        return Err(OpError::unsupported(format!(
+            "plugin `{}` needs pre-quantized operands",
+            plugin.name
+        )));
     }
-    let plan = validate::plan_grouped_gemm(pass, &a.desc(), &b.desc(), offs, cfg.weight_layout, cfg.out_dtype)?;
+    let plan = validate::plan_grouped_gemm(
+        pass,
+        &a.desc(),
+        &b.desc(),
+        offs,
+        cfg.weight_layout,
+        cfg.out_dtype,
+    )?;
     let mut out = alloc(&plan.out_shape, cfg.out_dtype)?;
     let desc = GroupedGemmDesc {
         struct_size: std::mem::size_of::<GroupedGemmDesc>(),

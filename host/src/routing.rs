@@ -24,16 +24,24 @@ pub struct RouteRequest<'a> {
 pub fn route_top_k(r: &RouteRequest<'_>) -> Result<RoutePlan, String> {
     let (t, e, k) = (r.tokens as usize, r.experts as usize, r.top_k as usize);
     if e == 0 || k == 0 || k > e {
-        return Err(format!("need 1 ≤ top-k ≤ experts, got top-k {k} with {e} experts"));
+        return Err(format!(
+            "need 1 ≤ top-k ≤ experts, got top-k {k} with {e} experts"
+        ));
     }
     if r.align == 0 {
         return Err("align must be at least 1".into());
     }
     if r.logits.len() != t.checked_mul(e).ok_or("tokens × experts overflows")? {
-        return Err(format!("logits has {} values, expected tokens × experts = {}", r.logits.len(), t * e));
+        return Err(format!(
+            "logits has {} values, expected tokens × experts = {}",
+            r.logits.len(),
+            t * e
+        ));
     }
     let capacity = match r.capacity_factor {
-        Some(cf) if !(cf.is_finite() && cf > 0.0) => return Err(format!("capacity factor must be positive, got {cf}")),
+        Some(cf) if !(cf.is_finite() && cf > 0.0) => {
+            return Err(format!("capacity factor must be positive, got {cf}"))
+        }
         Some(cf) => Some(((cf as f64) * (t * k) as f64 / e as f64).ceil() as usize),
         None => None,
     };
@@ -50,7 +58,11 @@ pub fn route_top_k(r: &RouteRequest<'_>) -> Result<RoutePlan, String> {
         let sum: f32 = exp.iter().sum();
         order.sort_by(|&a, &b| exp[b].partial_cmp(&exp[a]).unwrap().then(a.cmp(&b)));
         let chosen = &order[..k];
-        let denom = if r.renormalize { chosen.iter().map(|&x| exp[x]).sum::<f32>() } else { sum };
+        let denom = if r.renormalize {
+            chosen.iter().map(|&x| exp[x]).sum::<f32>()
+        } else {
+            sum
+        };
         for &x in chosen {
             if capacity.is_some_and(|c| per_expert[x].len() >= c) {
                 dropped += 1;
@@ -60,7 +72,13 @@ pub fn route_top_k(r: &RouteRequest<'_>) -> Result<RoutePlan, String> {
         }
     }
     let align = r.align as usize;
-    let mut plan = RoutePlan { source_token: vec![], gate_weight: vec![], offs: vec![], load: vec![], dropped };
+    let mut plan = RoutePlan {
+        source_token: vec![],
+        gate_weight: vec![],
+        offs: vec![],
+        load: vec![],
+        dropped,
+    };
     for rows in &per_expert {
         for &(tok, w) in rows {
             plan.source_token.push(tok as i32);
@@ -71,7 +89,8 @@ pub fn route_top_k(r: &RouteRequest<'_>) -> Result<RoutePlan, String> {
             plan.source_token.push(-1);
             plan.gate_weight.push(0.0);
         }
-        let end = i32::try_from(plan.source_token.len()).map_err(|_| "routed buffer exceeds i32 rows")?;
+        let end =
+            i32::try_from(plan.source_token.len()).map_err(|_| "routed buffer exceeds i32 rows")?;
         plan.offs.push(end);
         plan.load.push(rows.len() as u32);
     }
@@ -85,7 +104,15 @@ mod tests {
     #[test]
     fn every_token_appears_k_times_and_groups_are_padded() {
         let logits: Vec<f32> = (0..40).map(|i| ((i * 7919) % 13) as f32 * 0.1).collect();
-        let r = RouteRequest { tokens: 10, experts: 4, top_k: 2, logits: &logits, renormalize: true, align: 8, capacity_factor: None };
+        let r = RouteRequest {
+            tokens: 10,
+            experts: 4,
+            top_k: 2,
+            logits: &logits,
+            renormalize: true,
+            align: 8,
+            capacity_factor: None,
+        };
         let p = route_top_k(&r).unwrap();
         let mut count = [0; 10];
         for &s in &p.source_token {
@@ -102,7 +129,15 @@ mod tests {
     #[test]
     fn capacity_drops_are_counted() {
         let logits = vec![1.0, 0.0].repeat(10);
-        let r = RouteRequest { tokens: 10, experts: 2, top_k: 1, logits: &logits, renormalize: false, align: 1, capacity_factor: Some(1.0) };
+        let r = RouteRequest {
+            tokens: 10,
+            experts: 2,
+            top_k: 1,
+            logits: &logits,
+            renormalize: false,
+            align: 1,
+            capacity_factor: Some(1.0),
+        };
         let p = route_top_k(&r).unwrap();
         assert_eq!(p.load, vec![5, 0]);
         assert_eq!(p.dropped, 5);

@@ -5,7 +5,9 @@
 //! 8 bytes so that f32/i32 views of it are sound. Tensors are immutable once a plugin
 //! has filled them: every operation allocates its output.
 
-use mxhost_plugin_abi::{BlockLayout, DType, DeviceKind, MxFormat, ScaleMode, TensorView, MAX_RANK};
+use mxhost_plugin_abi::{
+    BlockLayout, DType, DeviceKind, MxFormat, ScaleMode, TensorView, MAX_RANK,
+};
 use std::sync::Arc;
 
 /// Bytes in host memory, 8-byte aligned.
@@ -16,7 +18,10 @@ pub struct CpuBuffer {
 
 impl CpuBuffer {
     pub fn zeroed(len: usize) -> Self {
-        CpuBuffer { words: vec![0u64; len.div_ceil(8)], len }
+        CpuBuffer {
+            words: vec![0u64; len.div_ceil(8)],
+            len,
+        }
     }
     pub fn len(&self) -> usize {
         self.len
@@ -82,7 +87,11 @@ impl Tensor {
             storage.len() as u64,
             shape.iter().product::<u64>() * dtype.size_bytes()
         );
-        Tensor { shape, dtype, storage: Arc::new(storage) }
+        Tensor {
+            shape,
+            dtype,
+            storage: Arc::new(storage),
+        }
     }
 
     pub fn numel(&self) -> u64 {
@@ -132,12 +141,18 @@ impl Tensor {
     pub fn to_f32_vec(&self) -> Vec<f32> {
         let bytes = self.cpu_bytes().expect("CPU tensor");
         match self.dtype {
-            DType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+            DType::F32 => bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
             DType::Bf16 => bytes
                 .chunks_exact(2)
                 .map(|c| half::bf16::from_bits(u16::from_le_bytes(c.try_into().unwrap())).to_f32())
                 .collect(),
-            DType::I32 => bytes.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f32).collect(),
+            DType::I32 => bytes
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f32)
+                .collect(),
             DType::E4m3 | DType::E5m2 | DType::E8m0 => bytes.iter().map(|&b| b as f32).collect(),
         }
     }

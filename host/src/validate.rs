@@ -6,7 +6,9 @@
 //! layouts match, and operand shapes agree with each other. The result is a
 //! [`GemmPlan`] holding the logical sizes and the output shape.
 
-use mxhost_plugin_abi::{scale_shape, BlockLayout, DType, GemmPass, MxFormat, WeightLayout, MAX_RANK};
+use mxhost_plugin_abi::{
+    scale_shape, BlockLayout, DType, GemmPass, MxFormat, WeightLayout, MAX_RANK,
+};
 
 /// Largest tensor the host will describe (2^40 bytes); far above any budget, it only
 /// keeps all later arithmetic in range.
@@ -23,7 +25,10 @@ fn bad<T>(msg: impl Into<String>) -> Result<T, ValidationError> {
 /// Checked element count and byte size of a shape.
 pub fn checked_size(shape: &[u64], dtype: DType) -> Result<(u64, u64), ValidationError> {
     if shape.len() > MAX_RANK {
-        return bad(format!("rank {} exceeds the maximum of {MAX_RANK}", shape.len()));
+        return bad(format!(
+            "rank {} exceeds the maximum of {MAX_RANK}",
+            shape.len()
+        ));
     }
     let mut numel: u64 = 1;
     for &d in shape {
@@ -32,10 +37,15 @@ pub fn checked_size(shape: &[u64], dtype: DType) -> Result<(u64, u64), Validatio
             None => return bad(format!("shape {shape:?} overflows")),
         };
     }
-    let bytes = numel.checked_mul(dtype.size_bytes()).filter(|&b| b <= MAX_TENSOR_BYTES);
+    let bytes = numel
+        .checked_mul(dtype.size_bytes())
+        .filter(|&b| b <= MAX_TENSOR_BYTES);
     match bytes {
         Some(b) => Ok((numel, b)),
-        None => bad(format!("shape {shape:?} of {} is larger than {MAX_TENSOR_BYTES} bytes", dtype.name())),
+        None => bad(format!(
+            "shape {shape:?} of {} is larger than {MAX_TENSOR_BYTES} bytes",
+            dtype.name()
+        )),
     }
 }
 
@@ -58,7 +68,11 @@ pub struct MxDesc {
 
 impl OperandDesc {
     pub fn dense(shape: &[u64], dtype: DType) -> Self {
-        OperandDesc { shape: shape.to_vec(), dtype, mx: None }
+        OperandDesc {
+            shape: shape.to_vec(),
+            dtype,
+            mx: None,
+        }
     }
 }
 
@@ -74,18 +88,27 @@ pub struct GemmPlan {
 
 fn check_operand(name: &str, op: &OperandDesc, rank: usize) -> Result<(), ValidationError> {
     if op.shape.len() != rank {
-        return bad(format!("{name} must have rank {rank}, got shape {:?}", op.shape));
+        return bad(format!(
+            "{name} must have rank {rank}, got shape {:?}",
+            op.shape
+        ));
     }
     checked_size(&op.shape, op.dtype)?;
     match &op.mx {
         None => {
             if !matches!(op.dtype, DType::F32 | DType::Bf16) {
-                return bad(format!("{name} must be f32 or bf16, got {}", op.dtype.name()));
+                return bad(format!(
+                    "{name} must be f32 or bf16, got {}",
+                    op.dtype.name()
+                ));
             }
         }
         Some(mx) => {
             if op.dtype != mx.format.dtype() {
-                return bad(format!("{name}: data dtype {} does not match its MX format", op.dtype.name()));
+                return bad(format!(
+                    "{name}: data dtype {} does not match its MX format",
+                    op.dtype.name()
+                ));
             }
             match scale_shape(&op.shape, mx.block) {
                 Some(s) if s == mx.scales_shape => {}
@@ -95,7 +118,12 @@ fn check_operand(name: &str, op: &OperandDesc, rank: usize) -> Result<(), Valida
                         mx.scales_shape
                     ))
                 }
-                None => return bad(format!("{name}: invalid block layout {:?} for shape {:?}", mx.block, op.shape)),
+                None => {
+                    return bad(format!(
+                        "{name}: invalid block layout {:?} for shape {:?}",
+                        mx.block, op.shape
+                    ))
+                }
             }
         }
     }
@@ -108,7 +136,10 @@ pub fn check_offs(offs: &[i32], experts: u64, rows: u64) -> Result<(), Validatio
         return bad("offs is empty: one cumulative end offset per expert is required");
     }
     if offs.len() as u64 != experts {
-        return bad(format!("offs has {} entries but the weights have {experts} experts", offs.len()));
+        return bad(format!(
+            "offs has {} entries but the weights have {experts} experts",
+            offs.len()
+        ));
     }
     let mut prev = 0i64;
     for (e, &o) in offs.iter().enumerate() {
@@ -121,7 +152,9 @@ pub fn check_offs(offs: &[i32], experts: u64, rows: u64) -> Result<(), Validatio
         prev = o;
     }
     if prev as u64 > rows {
-        return bad(format!("offs ends at {prev} but the activation buffer has only {rows} rows"));
+        return bad(format!(
+            "offs ends at {prev} but the activation buffer has only {rows} rows"
+        ));
     }
     Ok(())
 }
@@ -137,7 +170,10 @@ pub fn plan_grouped_gemm(
     out_dtype: DType,
 ) -> Result<GemmPlan, ValidationError> {
     if !matches!(out_dtype, DType::F32 | DType::Bf16) {
-        return bad(format!("output dtype must be f32 or bf16, got {}", out_dtype.name()));
+        return bad(format!(
+            "output dtype must be f32 or bf16, got {}",
+            out_dtype.name()
+        ));
     }
     let (a_name, b_name) = match pass {
         GemmPass::Forward => ("x", "w"),
@@ -154,7 +190,11 @@ pub fn plan_grouped_gemm(
                 WeightLayout::Nk => (b.shape[1], b.shape[2]),
                 WeightLayout::Kn => (b.shape[2], b.shape[1]),
             };
-            let (inner, inner_name) = if pass == GemmPass::Forward { (k, "K") } else { (n, "N") };
+            let (inner, inner_name) = if pass == GemmPass::Forward {
+                (k, "K")
+            } else {
+                (n, "N")
+            };
             if a.shape[1] != inner {
                 return bad(format!(
                     "{a_name} has {} columns but w {:?} ({layout:?} layout) has {inner_name} = {inner}",
@@ -162,7 +202,13 @@ pub fn plan_grouped_gemm(
                 ));
             }
             let out_cols = if pass == GemmPass::Forward { n } else { k };
-            GemmPlan { rows, n, k, experts, out_shape: vec![rows, out_cols] }
+            GemmPlan {
+                rows,
+                n,
+                k,
+                experts,
+                out_shape: vec![rows, out_cols],
+            }
         }
         GemmPass::Wgrad => {
             check_operand(b_name, b, 2)?;
@@ -175,11 +221,20 @@ pub fn plan_grouped_gemm(
                 WeightLayout::Nk => vec![experts, n, k],
                 WeightLayout::Kn => vec![experts, k, n],
             };
-            GemmPlan { rows, n, k, experts, out_shape }
+            GemmPlan {
+                rows,
+                n,
+                k,
+                experts,
+                out_shape,
+            }
         }
     };
     if plan.n == 0 || plan.k == 0 {
-        return bad(format!("N and K must be positive (N = {}, K = {})", plan.n, plan.k));
+        return bad(format!(
+            "N and K must be positive (N = {}, K = {})",
+            plan.n, plan.k
+        ));
     }
     check_offs(offs, plan.experts, rows)?;
     checked_size(&plan.out_shape, out_dtype)?;
@@ -187,12 +242,19 @@ pub fn plan_grouped_gemm(
 }
 
 /// Validate a quantization request: dense input, a layout valid for its rank.
-pub fn plan_quantize(shape: &[u64], dtype: DType, block: BlockLayout) -> Result<Vec<u64>, ValidationError> {
+pub fn plan_quantize(
+    shape: &[u64],
+    dtype: DType,
+    block: BlockLayout,
+) -> Result<Vec<u64>, ValidationError> {
     if shape.is_empty() {
         return bad("cannot quantize a rank-0 tensor");
     }
     if !matches!(dtype, DType::F32 | DType::Bf16) {
-        return bad(format!("quantize needs an f32 or bf16 tensor, got {}", dtype.name()));
+        return bad(format!(
+            "quantize needs an f32 or bf16 tensor, got {}",
+            dtype.name()
+        ));
     }
     checked_size(shape, dtype)?;
     match scale_shape(shape, block) {
@@ -213,25 +275,73 @@ mod tests {
 
     #[test]
     fn forward_plan_has_rows_by_n_output() {
-        let p = plan_grouped_gemm(GemmPass::Forward, &dense(&[100, 64]), &dense(&[3, 32, 64]), &[10, 10, 90], WeightLayout::Nk, DType::Bf16)
-            .unwrap();
-        assert_eq!(p, GemmPlan { rows: 100, n: 32, k: 64, experts: 3, out_shape: vec![100, 32] });
-        let p = plan_grouped_gemm(GemmPass::Forward, &dense(&[100, 64]), &dense(&[3, 64, 32]), &[10, 10, 90], WeightLayout::Kn, DType::F32)
-            .unwrap();
+        let p = plan_grouped_gemm(
+            GemmPass::Forward,
+            &dense(&[100, 64]),
+            &dense(&[3, 32, 64]),
+            &[10, 10, 90],
+            WeightLayout::Nk,
+            DType::Bf16,
+        )
+        .unwrap();
+        assert_eq!(
+            p,
+            GemmPlan {
+                rows: 100,
+                n: 32,
+                k: 64,
+                experts: 3,
+                out_shape: vec![100, 32]
+            }
+        );
+        let p = plan_grouped_gemm(
+            GemmPass::Forward,
+            &dense(&[100, 64]),
+            &dense(&[3, 64, 32]),
+            &[10, 10, 90],
+            WeightLayout::Kn,
+            DType::F32,
+        )
+        .unwrap();
         assert_eq!(p.n, 32);
     }
 
     #[test]
     fn dgrad_and_wgrad_shapes() {
-        let p = plan_grouped_gemm(GemmPass::Dgrad, &dense(&[8, 32]), &dense(&[2, 32, 48]), &[4, 8], WeightLayout::Nk, DType::F32).unwrap();
+        let p = plan_grouped_gemm(
+            GemmPass::Dgrad,
+            &dense(&[8, 32]),
+            &dense(&[2, 32, 48]),
+            &[4, 8],
+            WeightLayout::Nk,
+            DType::F32,
+        )
+        .unwrap();
         assert_eq!(p.out_shape, vec![8, 48]);
-        let p = plan_grouped_gemm(GemmPass::Wgrad, &dense(&[8, 32]), &dense(&[8, 48]), &[4, 8], WeightLayout::Kn, DType::F32).unwrap();
+        let p = plan_grouped_gemm(
+            GemmPass::Wgrad,
+            &dense(&[8, 32]),
+            &dense(&[8, 48]),
+            &[4, 8],
+            WeightLayout::Kn,
+            DType::F32,
+        )
+        .unwrap();
         assert_eq!(p.out_shape, vec![2, 48, 32]);
     }
 
     #[test]
     fn bad_offsets_are_rejected_with_reasons() {
-        let run = |offs: &[i32]| plan_grouped_gemm(GemmPass::Forward, &dense(&[10, 4]), &dense(&[3, 4, 4]), offs, WeightLayout::Nk, DType::F32);
+        let run = |offs: &[i32]| {
+            plan_grouped_gemm(
+                GemmPass::Forward,
+                &dense(&[10, 4]),
+                &dense(&[3, 4, 4]),
+                offs,
+                WeightLayout::Nk,
+                DType::F32,
+            )
+        };
         assert!(run(&[1, 2, 3]).is_ok());
         assert!(run(&[0, 0, 10]).is_ok(), "empty experts are fine");
         assert!(run(&[3, 2, 5]).unwrap_err().0.contains("non-decreasing"));
@@ -243,21 +353,56 @@ mod tests {
 
     #[test]
     fn mismatched_shapes_and_dtypes_are_rejected() {
-        let e = plan_grouped_gemm(GemmPass::Forward, &dense(&[10, 5]), &dense(&[1, 4, 4]), &[10], WeightLayout::Nk, DType::F32);
+        let e = plan_grouped_gemm(
+            GemmPass::Forward,
+            &dense(&[10, 5]),
+            &dense(&[1, 4, 4]),
+            &[10],
+            WeightLayout::Nk,
+            DType::F32,
+        );
         assert!(e.unwrap_err().0.contains("K = 4"));
-        let e = plan_grouped_gemm(GemmPass::Forward, &dense(&[10, 4]), &dense(&[1, 4, 4]), &[10], WeightLayout::Nk, DType::I32);
+        let e = plan_grouped_gemm(
+            GemmPass::Forward,
+            &dense(&[10, 4]),
+            &dense(&[1, 4, 4]),
+            &[10],
+            WeightLayout::Nk,
+            DType::I32,
+        );
         assert!(e.unwrap_err().0.contains("output dtype"));
         let int = OperandDesc::dense(&[10, 4], DType::I32);
-        let e = plan_grouped_gemm(GemmPass::Forward, &int, &dense(&[1, 4, 4]), &[10], WeightLayout::Nk, DType::F32);
+        let e = plan_grouped_gemm(
+            GemmPass::Forward,
+            &int,
+            &dense(&[1, 4, 4]),
+            &[10],
+            WeightLayout::Nk,
+            DType::F32,
+        );
         assert!(e.unwrap_err().0.contains("f32 or bf16"));
-        let e = plan_grouped_gemm(GemmPass::Wgrad, &dense(&[10, 4]), &dense(&[9, 4]), &[9], WeightLayout::Nk, DType::F32);
+        let e = plan_grouped_gemm(
+            GemmPass::Wgrad,
+            &dense(&[10, 4]),
+            &dense(&[9, 4]),
+            &[9],
+            WeightLayout::Nk,
+            DType::F32,
+        );
         assert!(e.unwrap_err().0.contains("rows"));
     }
 
     #[test]
     fn overflowing_shapes_are_rejected() {
         let huge = dense(&[u32::MAX as u64, u32::MAX as u64]);
-        let e = plan_grouped_gemm(GemmPass::Forward, &huge, &dense(&[1, 4, u32::MAX as u64]), &[1], WeightLayout::Nk, DType::F32);
+        let e = plan_grouped_gemm(
+            GemmPass::Forward,
+            &huge,
+            &dense(&[1, 4, u32::MAX as u64]),
+            &[1],
+            WeightLayout::Nk,
+            DType::F32,
+        );
         assert!(e.is_err());
         assert!(checked_size(&[u64::MAX, 2], DType::F32).is_err());
     }
@@ -267,20 +412,51 @@ mod tests {
         let mut q = OperandDesc {
             shape: vec![10, 64],
             dtype: DType::E4m3,
-            mx: Some(MxDesc { format: MxFormat::E4m3, block: BlockLayout::vector(1), scales_shape: vec![10, 2] }),
+            mx: Some(MxDesc {
+                format: MxFormat::E4m3,
+                block: BlockLayout::vector(1),
+                scales_shape: vec![10, 2],
+            }),
         };
         let w = dense(&[1, 8, 64]);
-        assert!(plan_grouped_gemm(GemmPass::Forward, &q, &w, &[10], WeightLayout::Nk, DType::F32).is_ok());
+        assert!(plan_grouped_gemm(
+            GemmPass::Forward,
+            &q,
+            &w,
+            &[10],
+            WeightLayout::Nk,
+            DType::F32
+        )
+        .is_ok());
         q.mx.as_mut().unwrap().scales_shape = vec![10, 3];
-        assert!(plan_grouped_gemm(GemmPass::Forward, &q, &w, &[10], WeightLayout::Nk, DType::F32).is_err());
+        assert!(plan_grouped_gemm(
+            GemmPass::Forward,
+            &q,
+            &w,
+            &[10],
+            WeightLayout::Nk,
+            DType::F32
+        )
+        .is_err());
         q.mx.as_mut().unwrap().scales_shape = vec![10, 2];
         q.dtype = DType::E5m2;
-        assert!(plan_grouped_gemm(GemmPass::Forward, &q, &w, &[10], WeightLayout::Nk, DType::F32).is_err());
+        assert!(plan_grouped_gemm(
+            GemmPass::Forward,
+            &q,
+            &w,
+            &[10],
+            WeightLayout::Nk,
+            DType::F32
+        )
+        .is_err());
     }
 
     #[test]
     fn quantize_layouts() {
-        assert_eq!(plan_quantize(&[4, 40], DType::F32, BlockLayout::vector(1)).unwrap(), vec![4, 2]);
+        assert_eq!(
+            plan_quantize(&[4, 40], DType::F32, BlockLayout::vector(1)).unwrap(),
+            vec![4, 2]
+        );
         assert!(plan_quantize(&[40], DType::F32, BlockLayout::tile()).is_err());
         assert!(plan_quantize(&[4, 40], DType::E4m3, BlockLayout::vector(1)).is_err());
     }

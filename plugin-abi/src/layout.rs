@@ -136,10 +136,16 @@ pub struct BlockLayout {
 
 impl BlockLayout {
     pub fn vector(axis: u32) -> Self {
-        BlockLayout { kind: BlockKind::Vector as u32, axis }
+        BlockLayout {
+            kind: BlockKind::Vector as u32,
+            axis,
+        }
     }
     pub fn tile() -> Self {
-        BlockLayout { kind: BlockKind::Tile32x32 as u32, axis: 0 }
+        BlockLayout {
+            kind: BlockKind::Tile32x32 as u32,
+            axis: 0,
+        }
     }
 }
 
@@ -334,11 +340,23 @@ mod tests {
 
     #[test]
     fn scale_shapes_follow_the_block_layout() {
-        assert_eq!(scale_shape(&[100, 64], BlockLayout::vector(1)), Some(vec![100, 2]));
-        assert_eq!(scale_shape(&[100, 64], BlockLayout::vector(0)), Some(vec![4, 64]));
-        assert_eq!(scale_shape(&[8, 65, 33], BlockLayout::tile()), Some(vec![8, 3, 2]));
+        assert_eq!(
+            scale_shape(&[100, 64], BlockLayout::vector(1)),
+            Some(vec![100, 2])
+        );
+        assert_eq!(
+            scale_shape(&[100, 64], BlockLayout::vector(0)),
+            Some(vec![4, 64])
+        );
+        assert_eq!(
+            scale_shape(&[8, 65, 33], BlockLayout::tile()),
+            Some(vec![8, 3, 2])
+        );
         assert_eq!(scale_shape(&[8, 65, 33], BlockLayout::vector(0)), None);
-        assert_eq!(scale_shape(&[8, 65, 33], BlockLayout::vector(1)), Some(vec![8, 3, 33]));
+        assert_eq!(
+            scale_shape(&[8, 65, 33], BlockLayout::vector(1)),
+            Some(vec![8, 3, 33])
+        );
         assert_eq!(scale_shape(&[40], BlockLayout::tile()), None);
         assert_eq!(scale_shape(&[40], BlockLayout::vector(0)), Some(vec![2]));
         assert_eq!(scale_shape(&[], BlockLayout::vector(0)), None);

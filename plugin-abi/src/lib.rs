@@ -14,8 +14,11 @@
 //! never unloaded while the process lives.
 //!
 //! Compatibility rules: a new *minor* version may only append fields at the end of a
-//! struct (readers check `struct_size` before touching them) or append functions at
-//! the end of [`PluginApi`]; anything else bumps the *major* version.
+//! top-level descriptor (`PluginApi`, `QuantizeDesc`, `DequantizeDesc`,
+//! `GroupedGemmDesc`: readers check `struct_size` before touching them) or append
+//! functions at the end of [`PluginApi`]. Structs embedded by value (`TensorView`,
+//! `MxTensorView`, `Operand`, `GemmOptions`) are frozen within a major version, since
+//! growing one would shift its parent's fields; anything else bumps the *major* version.
 
 use std::ffi::{c_char, c_void};
 

@@ -23,13 +23,22 @@ pub struct PluginError {
 
 impl PluginError {
     pub fn invalid(message: impl Into<String>) -> Self {
-        PluginError { status: Status::InvalidArgument, message: message.into() }
+        PluginError {
+            status: Status::InvalidArgument,
+            message: message.into(),
+        }
     }
     pub fn unsupported(message: impl Into<String>) -> Self {
-        PluginError { status: Status::Unsupported, message: message.into() }
+        PluginError {
+            status: Status::Unsupported,
+            message: message.into(),
+        }
     }
     pub fn backend(message: impl Into<String>) -> Self {
-        PluginError { status: Status::BackendError, message: message.into() }
+        PluginError {
+            status: Status::BackendError,
+            message: message.into(),
+        }
     }
 }
 
@@ -68,6 +77,10 @@ pub unsafe fn write_error(err: *mut ErrorBuf, message: &str) {
 
 /// Run one plugin entry: catches panics (they must never unwind into the host), maps
 /// `Err` to its status and writes the message. Returns the raw status for the ABI.
+///
+/// `err` is the pointer the host passed to the entry (null or a valid `ErrorBuf`, by
+/// the ABI contract); it is written through only as [`write_error`] describes.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn guard_entry(err: *mut ErrorBuf, body: impl FnOnce() -> PluginResult<()>) -> u32 {
     let outcome = catch_unwind(AssertUnwindSafe(body));
     let (status, message) = match outcome {

@@ -6,20 +6,34 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 pub fn release_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target")).join("release")
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+        .join("release")
 }
 
 pub fn wasm_dir() -> PathBuf {
-    release_dir().parent().unwrap().join("wasm32-wasip2").join("release")
+    release_dir()
+        .parent()
+        .unwrap()
+        .join("wasm32-wasip2")
+        .join("release")
 }
 
 fn cargo(args: &[&str]) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo).args(args).current_dir(root()).status().expect("running cargo");
+    let status = Command::new(cargo)
+        .args(args)
+        .current_dir(root())
+        .status()
+        .expect("running cargo");
     assert!(status.success(), "cargo {args:?} failed");
 }
 
@@ -29,10 +43,27 @@ pub fn build_all() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         cargo(&[
-            "build", "--release", "-p", "mxhost", "-p", "mxhost-plugin-mxfp8", "-p", "mxhost-plugin-bf16", "-p",
+            "build",
+            "--release",
+            "-p",
+            "mxhost",
+            "-p",
+            "mxhost-plugin-mxfp8",
+            "-p",
+            "mxhost-plugin-bf16",
+            "-p",
             "mxhost-test-plugin",
         ]);
-        cargo(&["build", "--release", "--target", "wasm32-wasip2", "-p", "hello-gemm", "-p", "fixtures"]);
+        cargo(&[
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "-p",
+            "hello-gemm",
+            "-p",
+            "fixtures",
+        ]);
     });
 }
 
@@ -43,7 +74,11 @@ pub fn guest(name: &str) -> PathBuf {
 
 pub fn test_plugin() -> PathBuf {
     build_all();
-    release_dir().join(format!("{}mxhost_test_plugin{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX))
+    release_dir().join(format!(
+        "{}mxhost_test_plugin{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ))
 }
 
 /// The `mxhost` binary with plugins discovered next to it and no inherited plugin path.
@@ -67,7 +102,11 @@ impl Run {
 }
 
 pub fn run(cmd: &mut Command) -> Run {
-    let Output { status, stdout, stderr } = cmd.output().expect("spawning mxhost");
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("spawning mxhost");
     let r = Run {
         code: status.code(),
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
@@ -80,6 +119,10 @@ pub fn run(cmd: &mut Command) -> Run {
 /// Run `mxhost run <guest> [flags] -- [args]`.
 pub fn run_guest(name: &str, flags: &[&str], args: &[&str]) -> Run {
     let mut c = mxhost();
-    c.arg("run").arg(guest(name)).args(flags).arg("--").args(args);
+    c.arg("run")
+        .arg(guest(name))
+        .args(flags)
+        .arg("--")
+        .args(args);
     run(&mut c)
 }

@@ -4,12 +4,23 @@ use crate::plugin::registry::{load_all, search_dirs};
 
 pub fn main() -> anyhow::Result<()> {
     let dirs = search_dirs();
-    println!("plugin search path: {}", dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(":"));
+    println!(
+        "plugin search path: {}",
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":")
+    );
     let (plugins, skipped) = load_all(&dirs);
     if plugins.is_empty() {
-        println!("no plugins found: build them with `cargo build --release`, or set MXHOST_PLUGIN_PATH");
+        println!(
+            "no plugins found: build them with `cargo build --release`, or set MXHOST_PLUGIN_PATH"
+        );
     } else {
-        println!("{:<8} {:<36} {:<8} {:<6} {:<50} path", "name", "precision", "version", "abi", "capabilities");
+        println!(
+            "{:<8} {:<36} {:<8} {:<6} {:<50} path",
+            "name", "precision", "version", "abi", "capabilities"
+        );
         for p in &plugins {
             println!(
                 "{:<8} {:<36} {:<8} {:<6} {:<50} {}",

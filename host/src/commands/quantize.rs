@@ -58,9 +58,13 @@ pub struct QuantizeArgs {
 
 pub fn main(args: QuantizeArgs) -> anyhow::Result<()> {
     let registry = PluginRegistry::open(&search_dirs(), &args.plugin)?;
-    let plugin = registry.quantizer().context("no loaded plugin can quantize")?;
-    let bytes = std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
-    let st = SafeTensors::deserialize(&bytes).with_context(|| format!("{} is not a safetensors file", args.input.display()))?;
+    let plugin = registry
+        .quantizer()
+        .context("no loaded plugin can quantize")?;
+    let bytes =
+        std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
+    let st = SafeTensors::deserialize(&bytes)
+        .with_context(|| format!("{} is not a safetensors file", args.input.display()))?;
     let (format, mode) = (
         match args.format {
             FormatArg::E4m3 => MxFormat::E4m3,
@@ -94,9 +98,16 @@ pub fn main(args: QuantizeArgs) -> anyhow::Result<()> {
         let block = match args.block {
             BlockArg::Tile => BlockLayout::tile(),
             BlockArg::Vector => {
-                let axis = if args.axis < 0 { rank + args.axis } else { args.axis };
+                let axis = if args.axis < 0 {
+                    rank + args.axis
+                } else {
+                    args.axis
+                };
                 if axis < 0 || axis >= rank {
-                    bail!("--axis {} is out of range for `{name}` of rank {rank}", args.axis);
+                    bail!(
+                        "--axis {} is out of range for `{name}` of rank {rank}",
+                        args.axis
+                    );
                 }
                 BlockLayout::vector(axis as u32)
             }
@@ -104,19 +115,45 @@ pub fn main(args: QuantizeArgs) -> anyhow::Result<()> {
         let mut buf = CpuBuffer::zeroed(view.data().len());
         buf.as_bytes_mut().copy_from_slice(view.data());
         let input = Tensor::new(shape, dtype, Storage::Cpu(buf));
-        let q = ops::quantize(&plugin, &input, format, mode, block).map_err(|e| anyhow::anyhow!("`{name}`: {e}"))?;
+        let q = ops::quantize(&plugin, &input, format, mode, block)
+            .map_err(|e| anyhow::anyhow!("`{name}`: {e}"))?;
         let to_usize = |s: &[u64]| s.iter().map(|&d| d as usize).collect::<Vec<_>>();
-        let fp8 = if format == MxFormat::E4m3 { StDtype::F8_E4M3 } else { StDtype::F8_E5M2 };
-        outputs.push((name.clone(), fp8, to_usize(&q.data.shape), q.data.cpu_bytes().unwrap().to_vec()));
-        outputs.push((format!("{name}.scales"), StDtype::U8, to_usize(&q.scales.shape), q.scales.cpu_bytes().unwrap().to_vec()));
+        let fp8 = if format == MxFormat::E4m3 {
+            StDtype::F8_E4M3
+        } else {
+            StDtype::F8_E5M2
+        };
+        outputs.push((
+            name.clone(),
+            fp8,
+            to_usize(&q.data.shape),
+            q.data.cpu_bytes().unwrap().to_vec(),
+        ));
+        outputs.push((
+            format!("{name}.scales"),
+            StDtype::U8,
+            to_usize(&q.scales.shape),
+            q.scales.cpu_bytes().unwrap().to_vec(),
+        ));
     }
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = outputs
         .iter()
-        .map(|(n, d, s, b)| Ok((n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b)?)))
+        .map(|(n, d, s, b)| {
+            Ok((
+                n.clone(),
+                safetensors::tensor::TensorView::new(*d, s.clone(), b)?,
+            ))
+        })
         .collect::<Result<_, safetensors::SafeTensorError>>()?;
     let mut meta = HashMap::new();
-    meta.insert("mx.format".to_string(), format!("{:?}", args.format).to_lowercase());
-    meta.insert("mx.mode".to_string(), format!("{:?}", args.mode).to_lowercase());
+    meta.insert(
+        "mx.format".to_string(),
+        format!("{:?}", args.format).to_lowercase(),
+    );
+    meta.insert(
+        "mx.mode".to_string(),
+        format!("{:?}", args.mode).to_lowercase(),
+    );
     meta.insert(
         "mx.block".to_string(),
         match args.block {
@@ -124,10 +161,17 @@ pub fn main(args: QuantizeArgs) -> anyhow::Result<()> {
             BlockArg::Vector => format!("1x32 axis {}", args.axis),
         },
     );
-    meta.insert("mx.scales".to_string(), "E8M0 bytes: 2^(b-127), 0xFF = NaN; `<name>.scales`".to_string());
+    meta.insert(
+        "mx.scales".to_string(),
+        "E8M0 bytes: 2^(b-127), 0xFF = NaN; `<name>.scales`".to_string(),
+    );
     meta.insert("mx.plugin".to_string(), plugin.name.clone());
     safetensors::serialize_to_file(views, Some(meta), &args.output)
         .with_context(|| format!("writing {}", args.output.display()))?;
-    eprintln!("mxhost: wrote {} tensors to {}", outputs.len(), args.output.display());
+    eprintln!(
+        "mxhost: wrote {} tensors to {}",
+        outputs.len(),
+        args.output.display()
+    );
     Ok(())
 }

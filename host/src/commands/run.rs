@@ -59,15 +59,26 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
         eprintln!("mxhost: warning: skipped a plugin: {skipped}");
     }
     let active = plugins.active();
-    eprintln!("mxhost: device {device}, plugin `{}` ({}) from {}", active.name, active.precision, active.path.display());
+    eprintln!(
+        "mxhost: device {device}, plugin `{}` ({}) from {}",
+        active.name,
+        active.precision,
+        active.path.display()
+    );
     let limits = Limits {
-        guest_memory_bytes: usize::try_from(args.max_memory_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
+        guest_memory_bytes: usize::try_from(args.max_memory_mib.saturating_mul(1 << 20))
+            .unwrap_or(usize::MAX),
         call_timeout: Duration::from_secs_f64(args.timeout_s),
         tensor_bytes: args.max_tensor_mib.saturating_mul(1 << 20),
         tensor_handles: args.max_tensors,
     };
-    let metrics = Arc::new(Mutex::new(MetricsSink::new(std::io::stderr().is_terminal())));
-    let shared = Arc::new(Shared { plugins, metrics: metrics.clone() });
+    let metrics = Arc::new(Mutex::new(MetricsSink::new(
+        std::io::stderr().is_terminal(),
+    )));
+    let shared = Arc::new(Shared {
+        plugins,
+        metrics: metrics.clone(),
+    });
     let engine = crate::runtime::engine::new_engine()?;
     let cfg = RunConfig {
         guest: args.guest.clone(),
@@ -81,7 +92,10 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("metrics.csv");
-        metrics.lock().unwrap_or_else(|e| e.into_inner()).write_csv(&path)?;
+        metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .write_csv(&path)?;
         eprintln!("mxhost: wrote {}", path.display());
     }
     let secs = started.elapsed().as_secs_f64();

@@ -15,7 +15,10 @@ pub struct PluginCallError {
 
 const ERROR_CAPACITY: usize = 4096;
 
-fn call(plugin: &LoadedPlugin, f: impl FnOnce(*mut ErrorBuf) -> u32) -> Result<(), PluginCallError> {
+fn call(
+    plugin: &LoadedPlugin,
+    f: impl FnOnce(*mut ErrorBuf) -> u32,
+) -> Result<(), PluginCallError> {
     let mut storage = vec![0u8; ERROR_CAPACITY];
     let mut buf = ErrorBuf {
         struct_size: std::mem::size_of::<ErrorBuf>(),
@@ -36,7 +39,11 @@ fn call(plugin: &LoadedPlugin, f: impl FnOnce(*mut ErrorBuf) -> u32) -> Result<(
     Err(PluginCallError {
         plugin: plugin.name.clone(),
         status: status.unwrap_or(Status::BackendError),
-        message: if status.is_none() { format!("unknown status {raw}: {message}") } else { message },
+        message: if status.is_none() {
+            format!("unknown status {raw}: {message}")
+        } else {
+            message
+        },
     })
 }
 
@@ -48,10 +55,14 @@ pub fn quantize(plugin: &LoadedPlugin, desc: &QuantizeDesc) -> Result<(), Plugin
 
 pub fn dequantize(plugin: &LoadedPlugin, desc: &DequantizeDesc) -> Result<(), PluginCallError> {
     // SAFETY: as for `quantize`.
-    call(plugin, |err| unsafe { (plugin.api().dequantize)(desc, err) })
+    call(plugin, |err| unsafe {
+        (plugin.api().dequantize)(desc, err)
+    })
 }
 
 pub fn grouped_gemm(plugin: &LoadedPlugin, desc: &GroupedGemmDesc) -> Result<(), PluginCallError> {
     // SAFETY: as for `quantize`; offs points at a host slice that outlives the call.
-    call(plugin, |err| unsafe { (plugin.api().grouped_gemm)(desc, err) })
+    call(plugin, |err| unsafe {
+        (plugin.api().grouped_gemm)(desc, err)
+    })
 }

@@ -6,7 +6,9 @@
 //! which no loader can prevent). Libraries are never unloaded: a plugin may have
 //! registered CUDA kernels or thread-local destructors (see the toolchain notes).
 
-use mxhost_plugin_abi::{caps, PluginApi, PluginEntryFn, ABI_MAJOR, ABI_MINOR, ENTRY_SYMBOL, PLUGIN_MAGIC};
+use mxhost_plugin_abi::{
+    caps, PluginApi, PluginEntryFn, ABI_MAJOR, ABI_MINOR, ENTRY_SYMBOL, PLUGIN_MAGIC,
+};
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
@@ -16,16 +18,33 @@ pub enum LoadError {
     NotFound(PathBuf),
     #[error("{path} is not a loadable library: {reason}")]
     NotALibrary { path: PathBuf, reason: String },
-    #[error("{path} does not export the entry symbol `mxhost_plugin_entry`: is it an mxhost plugin?")]
+    #[error(
+        "{path} does not export the entry symbol `mxhost_plugin_entry`: is it an mxhost plugin?"
+    )]
     MissingEntry { path: PathBuf },
     #[error("{path}: the entry symbol returned a null table")]
     NullTable { path: PathBuf },
-    #[error("{path}: bad magic number {found:#x} (expected {expected:#x}): not an mxhost plugin table")]
-    BadMagic { path: PathBuf, expected: u64, found: u64 },
+    #[error(
+        "{path}: bad magic number {found:#x} (expected {expected:#x}): not an mxhost plugin table"
+    )]
+    BadMagic {
+        path: PathBuf,
+        expected: u64,
+        found: u64,
+    },
     #[error("{path}: incompatible plugin ABI {found_major}.{found_minor}; this host speaks {expected}.x (minor ≤ {ABI_MINOR} understood)")]
-    IncompatibleAbi { path: PathBuf, expected: u32, found_major: u32, found_minor: u32 },
+    IncompatibleAbi {
+        path: PathBuf,
+        expected: u32,
+        found_major: u32,
+        found_minor: u32,
+    },
     #[error("{path}: plugin table is {found} bytes, smaller than the {expected} bytes ABI {ABI_MAJOR}.0 requires")]
-    TableTooSmall { path: PathBuf, expected: usize, found: usize },
+    TableTooSmall {
+        path: PathBuf,
+        expected: usize,
+        found: usize,
+    },
     #[error("{path}: plugin name is missing or not UTF-8")]
     BadName { path: PathBuf },
 }
@@ -59,7 +78,11 @@ impl LoadedPlugin {
             (caps::DEVICE_CUDA, "cuda"),
             (caps::DEVICE_HIP, "hip"),
         ];
-        table.iter().filter(|(c, _)| self.has(*c)).map(|(_, n)| n.to_string()).collect()
+        table
+            .iter()
+            .filter(|(c, _)| self.has(*c))
+            .map(|(_, n)| n.to_string())
+            .collect()
     }
 }
 
@@ -68,7 +91,10 @@ fn c_string(ptr: *const std::ffi::c_char) -> Option<String> {
         return None;
     }
     // SAFETY: the ABI requires NUL-terminated static strings; null was excluded above.
-    unsafe { CStr::from_ptr(ptr) }.to_str().ok().map(str::to_owned)
+    unsafe { CStr::from_ptr(ptr) }
+        .to_str()
+        .ok()
+        .map(str::to_owned)
 }
 
 /// Load and check one plugin library.
@@ -78,18 +104,24 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
     }
     // SAFETY: loading a library runs its initialisers; the user chose this file as a
     // plugin. Everything after this point is checked before it is trusted.
-    let lib = unsafe { libloading::Library::new(path) }
-        .map_err(|e| LoadError::NotALibrary { path: path.to_path_buf(), reason: e.to_string() })?;
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| LoadError::NotALibrary {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     // Never unload (see the module docs): the library lives as long as the process.
     let lib: &'static libloading::Library = Box::leak(Box::new(lib));
     // SAFETY: the symbol's type is fixed by the ABI; a library exporting the name with
     // another type is not an mxhost plugin and breaks the contract it claims.
-    let entry: libloading::Symbol<PluginEntryFn> = unsafe { lib.get(ENTRY_SYMBOL) }
-        .map_err(|_| LoadError::MissingEntry { path: path.to_path_buf() })?;
+    let entry: libloading::Symbol<PluginEntryFn> =
+        unsafe { lib.get(ENTRY_SYMBOL) }.map_err(|_| LoadError::MissingEntry {
+            path: path.to_path_buf(),
+        })?;
     // SAFETY: calling the entry is the ABI's only way in; it takes no arguments.
     let table = unsafe { entry() };
     if table.is_null() {
-        return Err(LoadError::NullTable { path: path.to_path_buf() });
+        return Err(LoadError::NullTable {
+            path: path.to_path_buf(),
+        });
     }
     // Read the header fields one by one before trusting the table's size.
     // SAFETY: every table version starts with magic, major, minor, struct_size.
@@ -104,18 +136,35 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
     };
     let path_buf = path.to_path_buf();
     if magic != PLUGIN_MAGIC {
-        return Err(LoadError::BadMagic { path: path_buf, expected: PLUGIN_MAGIC, found: magic });
+        return Err(LoadError::BadMagic {
+            path: path_buf,
+            expected: PLUGIN_MAGIC,
+            found: magic,
+        });
     }
     if major != ABI_MAJOR {
-        return Err(LoadError::IncompatibleAbi { path: path_buf, expected: ABI_MAJOR, found_major: major, found_minor: minor });
+        return Err(LoadError::IncompatibleAbi {
+            path: path_buf,
+            expected: ABI_MAJOR,
+            found_major: major,
+            found_minor: minor,
+        });
     }
     let expected = std::mem::size_of::<PluginApi>();
     if size < expected {
-        return Err(LoadError::TableTooSmall { path: path_buf, expected, found: size });
+        return Err(LoadError::TableTooSmall {
+            path: path_buf,
+            expected,
+            found: size,
+        });
     }
     // SAFETY: magic, major version and size checked; the table is static in the library.
     let api: &'static PluginApi = unsafe { &*table };
-    let name = c_string(api.name).filter(|n| !n.is_empty()).ok_or(LoadError::BadName { path: path_buf.clone() })?;
+    let name = c_string(api.name)
+        .filter(|n| !n.is_empty())
+        .ok_or(LoadError::BadName {
+            path: path_buf.clone(),
+        })?;
     Ok(LoadedPlugin {
         name,
         precision: c_string(api.precision).unwrap_or_default(),

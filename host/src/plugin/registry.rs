@@ -25,7 +25,10 @@ pub fn search_dirs() -> Vec<PathBuf> {
     if let Some(extra) = std::env::var_os(PLUGIN_PATH_ENV) {
         dirs.extend(std::env::split_paths(&extra));
     }
-    if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    {
         dirs.push(dir);
     }
     dirs
@@ -35,13 +38,15 @@ fn discover(dirs: &[PathBuf]) -> Vec<PathBuf> {
     let prefix = format!("{}mxhost_plugin_", std::env::consts::DLL_PREFIX);
     let mut found = Vec::new();
     for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
         let mut files: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(std::env::consts::DLL_SUFFIX))
+                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                    n.starts_with(&prefix) && n.ends_with(std::env::consts::DLL_SUFFIX)
+                })
             })
             .collect();
         files.sort();
@@ -70,7 +75,8 @@ impl PluginRegistry {
     /// a path to a library (loaded if not already).
     pub fn open(dirs: &[PathBuf], initial: &str) -> anyhow::Result<Self> {
         let (mut plugins, skipped) = load_all(dirs);
-        let looks_like_path = initial.contains('/') || initial.ends_with(std::env::consts::DLL_SUFFIX);
+        let looks_like_path =
+            initial.contains('/') || initial.ends_with(std::env::consts::DLL_SUFFIX);
         let active = if looks_like_path {
             let p = Arc::new(load_plugin(Path::new(initial))?);
             // A plugin given by path replaces a discovered one of the same name.
@@ -87,7 +93,11 @@ impl PluginRegistry {
                 )
             })?
         };
-        Ok(PluginRegistry { plugins, active: RwLock::new(active), skipped })
+        Ok(PluginRegistry {
+            plugins,
+            active: RwLock::new(active),
+            skipped,
+        })
     }
 
     pub fn plugins(&self) -> &[Arc<LoadedPlugin>] {
@@ -96,7 +106,10 @@ impl PluginRegistry {
 
     /// A snapshot of the active plugin.
     pub fn active(&self) -> Arc<LoadedPlugin> {
-        self.active.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.active
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn find(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
@@ -120,6 +133,9 @@ impl PluginRegistry {
         if active.has(mxhost_plugin_abi::caps::QUANTIZE) {
             return Some(active);
         }
-        self.plugins.iter().find(|p| p.has(mxhost_plugin_abi::caps::QUANTIZE)).cloned()
+        self.plugins
+            .iter()
+            .find(|p| p.has(mxhost_plugin_abi::caps::QUANTIZE))
+            .cloned()
     }
 }

@@ -38,5 +38,7 @@ pub mod guard {
     });
 }
 
-pub use experiment::mxhost::runtime::{grouped_gemm, metrics, mx, plugins, routing, routing_types, tensors, types};
+pub use experiment::mxhost::runtime::{
+    grouped_gemm, metrics, mx, plugins, routing, routing_types, tensors, types,
+};
 pub use guard::mxhost::runtime::dispatch;

@@ -79,7 +79,10 @@ pub fn error_to_wit(e: OpError) -> wit::Error {
         ErrorKind::BackendFailure => wit::ErrorKind::BackendFailure,
         ErrorKind::BadHandle => wit::ErrorKind::BadHandle,
     };
-    wit::Error { kind, message: e.message }
+    wit::Error {
+        kind,
+        message: e.message,
+    }
 }
 
 /// Shape from the guest (u32 dims) to host dims.
@@ -89,5 +92,8 @@ pub fn dims(shape: &[u32]) -> Vec<u64> {
 
 /// Host dims back to the guest (validated shapes always fit u32 dims).
 pub fn dims_to_wit(shape: &[u64]) -> Vec<u32> {
-    shape.iter().map(|&d| u32::try_from(d).unwrap_or(u32::MAX)).collect()
+    shape
+        .iter()
+        .map(|&d| u32::try_from(d).unwrap_or(u32::MAX))
+        .collect()
 }

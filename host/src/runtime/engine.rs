@@ -36,10 +36,16 @@ pub fn new_engine() -> anyhow::Result<Engine> {
 }
 
 pub fn load_component(engine: &Engine, path: &Path, what: &str) -> anyhow::Result<Component> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {what} {}", path.display()))?;
+    let bytes =
+        std::fs::read(path).with_context(|| format!("reading {what} {}", path.display()))?;
     Component::new(engine, &bytes)
         .map_err(anyhow::Error::from)
-        .with_context(|| format!("{} is not a valid WebAssembly component ({what})", path.display()))
+        .with_context(|| {
+            format!(
+                "{} is not a valid WebAssembly component ({what})",
+                path.display()
+            )
+        })
 }
 
 /// Arm the deadline of the next call into `store`'s guest.

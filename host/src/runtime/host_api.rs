@@ -2,7 +2,9 @@
 //! grouped GEMM, plugin selection, metrics and routing. Every input is validated
 //! before a plugin sees it; failures reach the guest as the WIT `error` record.
 
-use super::bindings::{dispatch, grouped_gemm, metrics, mx, plugins, routing, routing_types, tensors, types};
+use super::bindings::{
+    dispatch, grouped_gemm, metrics, mx, plugins, routing, routing_types, tensors, types,
+};
 use super::convert::*;
 use super::state::HostState;
 use crate::error::{ErrorKind, OpError, OpResult};
@@ -39,7 +41,9 @@ impl HostState {
         if self.guards.is_empty() {
             return Ok(());
         }
-        self.guards.check(&request).map_err(|m| OpError::new(ErrorKind::RejectedByGuard, m))
+        self.guards
+            .check(&request)
+            .map_err(|m| OpError::new(ErrorKind::RejectedByGuard, m))
     }
 }
 
@@ -65,7 +69,10 @@ impl tensors::HostTensor for HostState {
     fn from_f32(&mut self, shape: Vec<u32>, data: Vec<f32>) -> OpResult<Resource<Tensor>> {
         let (shape, numel) = self.new_tensor_checked(&shape, DType::F32)?;
         if numel != data.len() as u64 {
-            return Err(OpError::invalid(format!("shape {shape:?} holds {numel} values but {} were given", data.len())));
+            return Err(OpError::invalid(format!(
+                "shape {shape:?} holds {numel} values but {} were given",
+                data.len()
+            )));
         }
         let t = cpu_tensor(shape, DType::F32, &bytes_of(&data, f32::to_le_bytes));
         self.push_tensor(t)
@@ -74,7 +81,10 @@ impl tensors::HostTensor for HostState {
     fn from_bf16_bits(&mut self, shape: Vec<u32>, bits: Vec<u16>) -> OpResult<Resource<Tensor>> {
         let (shape, numel) = self.new_tensor_checked(&shape, DType::Bf16)?;
         if numel != bits.len() as u64 {
-            return Err(OpError::invalid(format!("shape {shape:?} holds {numel} values but {} were given", bits.len())));
+            return Err(OpError::invalid(format!(
+                "shape {shape:?} holds {numel} values but {} were given",
+                bits.len()
+            )));
         }
         let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
         self.push_tensor(cpu_tensor(shape, DType::Bf16, &bytes))
@@ -87,26 +97,50 @@ impl tensors::HostTensor for HostState {
         self.push_tensor(t)
     }
 
-    fn randn(&mut self, shape: Vec<u32>, dtype: types::Dtype, seed: u64, mean: f32, std: f32) -> OpResult<Resource<Tensor>> {
+    fn randn(
+        &mut self,
+        shape: Vec<u32>,
+        dtype: types::Dtype,
+        seed: u64,
+        mean: f32,
+        std: f32,
+    ) -> OpResult<Resource<Tensor>> {
         let dtype = dtype_from_wit(dtype);
         if !matches!(dtype, DType::F32 | DType::Bf16) {
-            return Err(OpError::invalid(format!("randn makes f32 or bf16 tensors, not {}", dtype.name())));
+            return Err(OpError::invalid(format!(
+                "randn makes f32 or bf16 tensors, not {}",
+                dtype.name()
+            )));
         }
         if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
-            return Err(OpError::invalid(format!("randn needs a finite mean and std ≥ 0, got {mean}, {std}")));
+            return Err(OpError::invalid(format!(
+                "randn needs a finite mean and std ≥ 0, got {mean}, {std}"
+            )));
         }
         let (shape, numel) = self.new_tensor_checked(&shape, dtype)?;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        let normal = rand_distr::Normal::new(mean, std).map_err(|e| OpError::invalid(e.to_string()))?;
+        let normal =
+            rand_distr::Normal::new(mean, std).map_err(|e| OpError::invalid(e.to_string()))?;
         let mut t = ops::alloc(&shape, dtype)?;
         let view = t.view_mut().expect("fresh tensor");
         // SAFETY: `view` points at the fresh buffer of numel × size bytes we own.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(view.data as *mut u8, (numel * dtype.size_bytes()) as usize) };
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                view.data as *mut u8,
+                (numel * dtype.size_bytes()) as usize,
+            )
+        };
         match dtype {
-            DType::F32 => bytes.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&normal.sample(&mut rng).to_le_bytes())),
-            _ => bytes
-                .chunks_exact_mut(2)
-                .for_each(|c| c.copy_from_slice(&half::bf16::from_f32(normal.sample(&mut rng)).to_bits().to_le_bytes())),
+            DType::F32 => bytes
+                .chunks_exact_mut(4)
+                .for_each(|c| c.copy_from_slice(&normal.sample(&mut rng).to_le_bytes())),
+            _ => bytes.chunks_exact_mut(2).for_each(|c| {
+                c.copy_from_slice(
+                    &half::bf16::from_f32(normal.sample(&mut rng))
+                        .to_bits()
+                        .to_le_bytes(),
+                )
+            }),
         }
         self.push_tensor(t)
     }
@@ -142,17 +176,29 @@ impl tensors::HostTensor for HostState {
 }
 
 impl mx::Host for HostState {
-    fn quantize(&mut self, x: Resource<Tensor>, spec: types::MxSpec) -> OpResult<Resource<MxTensor>> {
+    fn quantize(
+        &mut self,
+        x: Resource<Tensor>,
+        spec: types::MxSpec,
+    ) -> OpResult<Resource<MxTensor>> {
         let x = self.tensor(&x)?.clone();
         let block = block_from_wit(spec.block);
         let scales_shape = validate::plan_quantize(&x.shape, x.dtype, block)?;
         let (scale_numel, _) = validate::checked_size(&scales_shape, DType::E8m0)?;
         self.check_room(x.numel() + scale_numel)?;
-        let plugin = self.shared.plugins.quantizer().ok_or_else(|| OpError::unsupported("no loaded plugin can quantize"))?;
+        let plugin = self
+            .shared
+            .plugins
+            .quantizer()
+            .ok_or_else(|| OpError::unsupported("no loaded plugin can quantize"))?;
         self.guard(dispatch::DispatchRequest {
             op: dispatch::Op::Quantize,
             plugin: plugin.name.clone(),
-            operands: vec![dispatch::OperandInfo { shape: x.shape.clone(), dtype: dtype_to_wit(x.dtype), mx: None }],
+            operands: vec![dispatch::OperandInfo {
+                shape: x.shape.clone(),
+                dtype: dtype_to_wit(x.dtype),
+                mx: None,
+            }],
             offs: vec![],
             format: spec.format,
             mode: spec.mode,
@@ -162,14 +208,24 @@ impl mx::Host for HostState {
             dge: false,
             bias: false,
         })?;
-        let q = ops::quantize(&plugin, &x, format_from_wit(spec.format), mode_from_wit(spec.mode), block)?;
+        let q = ops::quantize(
+            &plugin,
+            &x,
+            format_from_wit(spec.format),
+            mode_from_wit(spec.mode),
+            block,
+        )?;
         self.push_mx(q)
     }
 
     fn dequantize(&mut self, q: Resource<MxTensor>) -> OpResult<Resource<Tensor>> {
         let q = self.mx_tensor(&q)?.clone();
         self.check_room(q.data.numel() * 4)?;
-        let plugin = self.shared.plugins.quantizer().ok_or_else(|| OpError::unsupported("no loaded plugin can dequantize"))?;
+        let plugin = self
+            .shared
+            .plugins
+            .quantizer()
+            .ok_or_else(|| OpError::unsupported("no loaded plugin can dequantize"))?;
         let t = ops::dequantize(&plugin, &q)?;
         self.push_tensor(t)
     }
@@ -182,17 +238,23 @@ impl mx::HostMxTensor for HostState {
 
     fn spec(&mut self, this: Resource<MxTensor>) -> wasmtime::Result<types::MxSpec> {
         let q = self.table.get(&this)?;
-        Ok(types::MxSpec { format: format_to_wit(q.format), mode: mode_to_wit(q.mode), block: block_to_wit(q.block) })
+        Ok(types::MxSpec {
+            format: format_to_wit(q.format),
+            mode: mode_to_wit(q.mode),
+            block: block_to_wit(q.block),
+        })
     }
 
     fn data(&mut self, this: Resource<MxTensor>) -> wasmtime::Result<Resource<Tensor>> {
         let t = self.table.get(&this)?.data.clone();
-        self.push_tensor(t).map_err(|e| wasmtime::Error::msg(e.message))
+        self.push_tensor(t)
+            .map_err(|e| wasmtime::Error::msg(e.message))
     }
 
     fn scales(&mut self, this: Resource<MxTensor>) -> wasmtime::Result<Resource<Tensor>> {
         let t = self.table.get(&this)?.scales.clone();
-        self.push_tensor(t).map_err(|e| wasmtime::Error::msg(e.message))
+        self.push_tensor(t)
+            .map_err(|e| wasmtime::Error::msg(e.message))
     }
 
     fn drop(&mut self, rep: Resource<MxTensor>) -> wasmtime::Result<()> {
@@ -216,11 +278,19 @@ impl HeldOperand {
     }
     fn info(&self) -> dispatch::OperandInfo {
         match self {
-            HeldOperand::Dense(t) => dispatch::OperandInfo { shape: t.shape.clone(), dtype: dtype_to_wit(t.dtype), mx: None },
+            HeldOperand::Dense(t) => dispatch::OperandInfo {
+                shape: t.shape.clone(),
+                dtype: dtype_to_wit(t.dtype),
+                mx: None,
+            },
             HeldOperand::Mx(q) => dispatch::OperandInfo {
                 shape: q.data.shape.clone(),
                 dtype: dtype_to_wit(q.data.dtype),
-                mx: Some(types::MxSpec { format: format_to_wit(q.format), mode: mode_to_wit(q.mode), block: block_to_wit(q.block) }),
+                mx: Some(types::MxSpec {
+                    format: format_to_wit(q.format),
+                    mode: mode_to_wit(q.mode),
+                    block: block_to_wit(q.block),
+                }),
             },
         }
     }
@@ -256,7 +326,14 @@ impl HostState {
             dge: o.dge,
             bias: o.bias,
         };
-        let plan = validate::plan_grouped_gemm(pass, &a.as_op().desc(), &b.as_op().desc(), &offs, cfg.weight_layout, cfg.out_dtype)?;
+        let plan = validate::plan_grouped_gemm(
+            pass,
+            &a.as_op().desc(),
+            &b.as_op().desc(),
+            &offs,
+            cfg.weight_layout,
+            cfg.out_dtype,
+        )?;
         let (_, out_bytes) = validate::checked_size(&plan.out_shape, cfg.out_dtype)?;
         self.check_room(out_bytes)?;
         // One snapshot of the active plugin serves the whole call (swap-safe).
@@ -284,13 +361,31 @@ impl HostState {
 }
 
 impl grouped_gemm::Host for HostState {
-    fn forward(&mut self, x: grouped_gemm::Operand, w: grouped_gemm::Operand, offs: Vec<i32>, options: grouped_gemm::GemmOptions) -> OpResult<Resource<Tensor>> {
+    fn forward(
+        &mut self,
+        x: grouped_gemm::Operand,
+        w: grouped_gemm::Operand,
+        offs: Vec<i32>,
+        options: grouped_gemm::GemmOptions,
+    ) -> OpResult<Resource<Tensor>> {
         self.run_gemm(GemmPass::Forward, x, w, offs, options)
     }
-    fn dgrad(&mut self, dy: grouped_gemm::Operand, w: grouped_gemm::Operand, offs: Vec<i32>, options: grouped_gemm::GemmOptions) -> OpResult<Resource<Tensor>> {
+    fn dgrad(
+        &mut self,
+        dy: grouped_gemm::Operand,
+        w: grouped_gemm::Operand,
+        offs: Vec<i32>,
+        options: grouped_gemm::GemmOptions,
+    ) -> OpResult<Resource<Tensor>> {
         self.run_gemm(GemmPass::Dgrad, dy, w, offs, options)
     }
-    fn wgrad(&mut self, dy: grouped_gemm::Operand, x: grouped_gemm::Operand, offs: Vec<i32>, options: grouped_gemm::GemmOptions) -> OpResult<Resource<Tensor>> {
+    fn wgrad(
+        &mut self,
+        dy: grouped_gemm::Operand,
+        x: grouped_gemm::Operand,
+        offs: Vec<i32>,
+        options: grouped_gemm::GemmOptions,
+    ) -> OpResult<Resource<Tensor>> {
         self.run_gemm(GemmPass::Wgrad, dy, x, offs, options)
     }
 }
@@ -323,15 +418,27 @@ impl plugins::Host for HostState {
 
 impl metrics::Host for HostState {
     fn record(&mut self, name: String, step: u64, value: f64) -> wasmtime::Result<()> {
-        self.shared.metrics.lock().unwrap_or_else(|e| e.into_inner()).record(name, step, value);
+        self.shared
+            .metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(name, step, value);
         Ok(())
     }
     fn progress(&mut self, done: u64, total: u64, label: String) -> wasmtime::Result<()> {
-        self.shared.metrics.lock().unwrap_or_else(|e| e.into_inner()).progress(done, total, label);
+        self.shared
+            .metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .progress(done, total, label);
         Ok(())
     }
     fn log(&mut self, level: metrics::Level, message: String) -> wasmtime::Result<()> {
-        self.shared.metrics.lock().unwrap_or_else(|e| e.into_inner()).log(level_name(level), &message);
+        self.shared
+            .metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .log(level_name(level), &message);
         Ok(())
     }
 }
@@ -348,7 +455,10 @@ pub fn level_name(level: metrics::Level) -> &'static str {
 impl routing_types::Host for HostState {}
 
 impl routing::Host for HostState {
-    fn route(&mut self, request: routing_types::RouteRequest) -> wasmtime::Result<Result<routing_types::RoutePlan, String>> {
+    fn route(
+        &mut self,
+        request: routing_types::RouteRequest,
+    ) -> wasmtime::Result<Result<routing_types::RoutePlan, String>> {
         if let Some(router) = &mut self.router {
             return Ok(router.route(&request));
         }

@@ -3,7 +3,7 @@
 //! and the router is reinstantiated for the next.
 
 use super::bindings::router::{Router, RouterPre};
-use super::bindings::routing_types::{RouteRequest, RoutePlan};
+use super::bindings::routing_types::{RoutePlan, RouteRequest};
 use super::engine::{arm_deadline, load_component};
 use super::state::{sandboxed_wasi, store_limits};
 use crate::limits::Limits;
@@ -23,7 +23,10 @@ pub struct RouterState {
 
 impl WasiView for RouterState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -34,24 +37,52 @@ pub struct RouterInstance {
     limits: Limits,
 }
 
-fn new_store(engine: &Engine, limits: &Limits, metrics: Arc<Mutex<MetricsSink>>) -> Store<RouterState> {
-    let state = RouterState { table: ResourceTable::new(), wasi: sandboxed_wasi(), limits: store_limits(limits), metrics };
+fn new_store(
+    engine: &Engine,
+    limits: &Limits,
+    metrics: Arc<Mutex<MetricsSink>>,
+) -> Store<RouterState> {
+    let state = RouterState {
+        table: ResourceTable::new(),
+        wasi: sandboxed_wasi(),
+        limits: store_limits(limits),
+        metrics,
+    };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limits);
     store
 }
 
 impl RouterInstance {
-    pub fn load(engine: &Engine, path: &Path, limits: &Limits, metrics: Arc<Mutex<MetricsSink>>) -> anyhow::Result<Self> {
+    pub fn load(
+        engine: &Engine,
+        path: &Path,
+        limits: &Limits,
+        metrics: Arc<Mutex<MetricsSink>>,
+    ) -> anyhow::Result<Self> {
         let component = load_component(engine, path, "router")?;
         let mut linker: Linker<RouterState> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
         Router::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(anyhow::Error::from)?;
-        let pre = RouterPre::new(linker.instantiate_pre(&component).map_err(anyhow::Error::from)?)
-            .map_err(|e| anyhow::anyhow!("{} is not a router component (world `router`): {e}", path.display()))?;
+        let pre = RouterPre::new(
+            linker
+                .instantiate_pre(&component)
+                .map_err(anyhow::Error::from)?,
+        )
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{} is not a router component (world `router`): {e}",
+                path.display()
+            )
+        })?;
         let mut store = new_store(engine, limits, metrics);
         let bindings = pre.instantiate(&mut store).map_err(anyhow::Error::from)?;
-        Ok(RouterInstance { pre, store, bindings, limits: limits.clone() })
+        Ok(RouterInstance {
+            pre,
+            store,
+            bindings,
+            limits: limits.clone(),
+        })
     }
 
     pub fn route(&mut self, request: &RouteRequest) -> Result<RoutePlan, String> {
@@ -73,16 +104,29 @@ impl RouterInstance {
 
 impl super::bindings::metrics::Host for RouterState {
     fn record(&mut self, name: String, step: u64, value: f64) -> wasmtime::Result<()> {
-        self.metrics.lock().unwrap_or_else(|e| e.into_inner()).record(name, step, value);
+        self.metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(name, step, value);
         Ok(())
     }
     fn progress(&mut self, done: u64, total: u64, label: String) -> wasmtime::Result<()> {
-        self.metrics.lock().unwrap_or_else(|e| e.into_inner()).progress(done, total, label);
+        self.metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .progress(done, total, label);
         Ok(())
     }
-    fn log(&mut self, level: super::bindings::metrics::Level, message: String) -> wasmtime::Result<()> {
+    fn log(
+        &mut self,
+        level: super::bindings::metrics::Level,
+        message: String,
+    ) -> wasmtime::Result<()> {
         let level = super::host_api::level_name(level);
-        self.metrics.lock().unwrap_or_else(|e| e.into_inner()).log(level, &message);
+        self.metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .log(level, &message);
         Ok(())
     }
 }

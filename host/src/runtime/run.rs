@@ -38,18 +38,31 @@ pub fn prepare(engine: &Engine, guest: &Path) -> anyhow::Result<ExperimentPre<Ho
     let mut linker: Linker<HostState> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
     Experiment::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(anyhow::Error::from)?;
-    let pre = linker
-        .instantiate_pre(&component)
-        .map_err(|e| anyhow::anyhow!("{} cannot be linked as an experiment: {e}", guest.display()))?;
-    ExperimentPre::new(pre)
-        .map_err(|e| anyhow::anyhow!("{} is not an experiment component (world `experiment`): {e}", guest.display()))
+    let pre = linker.instantiate_pre(&component).map_err(|e| {
+        anyhow::anyhow!("{} cannot be linked as an experiment: {e}", guest.display())
+    })?;
+    ExperimentPre::new(pre).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not an experiment component (world `experiment`): {e}",
+            guest.display()
+        )
+    })
 }
 
-pub fn run_experiment(engine: &Engine, shared: Arc<Shared>, cfg: &RunConfig) -> anyhow::Result<RunOutcome> {
+pub fn run_experiment(
+    engine: &Engine,
+    shared: Arc<Shared>,
+    cfg: &RunConfig,
+) -> anyhow::Result<RunOutcome> {
     let pre = prepare(engine, &cfg.guest)?;
     let guards = GuardChain::load(engine, &cfg.guards, &cfg.limits)?;
     let router = match &cfg.router {
-        Some(p) => Some(RouterInstance::load(engine, p, &cfg.limits, shared.metrics.clone())?),
+        Some(p) => Some(RouterInstance::load(
+            engine,
+            p,
+            &cfg.limits,
+            shared.metrics.clone(),
+        )?),
         None => None,
     };
     let state = HostState::new(cfg.limits.clone(), shared.clone(), guards, router);
@@ -64,7 +77,11 @@ pub fn run_experiment(engine: &Engine, shared: Arc<Shared>, cfg: &RunConfig) -> 
             Err(e) => RunOutcome::Trapped(describe_trap(&e, &cfg.limits)),
         },
     };
-    shared.metrics.lock().unwrap_or_else(|e| e.into_inner()).finish();
+    shared
+        .metrics
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .finish();
     Ok(outcome)
 }
 
@@ -78,7 +95,9 @@ fn describe_trap(e: &wasmtime::Error, limits: &Limits) -> String {
         Some(wasmtime::Trap::OutOfFuel) => "guest ran out of fuel".into(),
         _ => {
             let text = format!("{e:?}");
-            if text.contains("memory") && text.contains("limit") || text.contains("forcing trap when growing memory") {
+            if text.contains("memory") && text.contains("limit")
+                || text.contains("forcing trap when growing memory")
+            {
                 format!(
                     "guest exceeded its memory limit of {} MiB (--max-memory-mib): {e:#}",
                     limits.guest_memory_bytes >> 20

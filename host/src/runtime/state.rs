@@ -33,13 +33,19 @@ pub struct HostState {
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
 /// A WASI context with nothing granted but stdout/stderr (for tables the guest prints).
 pub fn sandboxed_wasi() -> WasiCtx {
-    wasmtime_wasi::WasiCtxBuilder::new().inherit_stdout().inherit_stderr().build()
+    wasmtime_wasi::WasiCtxBuilder::new()
+        .inherit_stdout()
+        .inherit_stderr()
+        .build()
 }
 
 pub fn store_limits(limits: &Limits) -> StoreLimits {
@@ -53,7 +59,12 @@ pub fn store_limits(limits: &Limits) -> StoreLimits {
 }
 
 impl HostState {
-    pub fn new(limits: Limits, shared: Arc<Shared>, guards: GuardChain, router: Option<RouterInstance>) -> Self {
+    pub fn new(
+        limits: Limits,
+        shared: Arc<Shared>,
+        guards: GuardChain,
+        router: Option<RouterInstance>,
+    ) -> Self {
         HostState {
             table: ResourceTable::new(),
             wasi: sandboxed_wasi(),
@@ -68,7 +79,10 @@ impl HostState {
 
     /// Check that `bytes` more would fit, without reserving (used before allocating).
     pub fn check_room(&self, bytes: u64) -> OpResult<()> {
-        let mut probe = Usage { tensor_bytes: self.usage.tensor_bytes, tensor_handles: self.usage.tensor_handles };
+        let mut probe = Usage {
+            tensor_bytes: self.usage.tensor_bytes,
+            tensor_handles: self.usage.tensor_handles,
+        };
         probe.reserve(&self.limits, bytes)
     }
 

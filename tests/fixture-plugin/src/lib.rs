@@ -52,14 +52,26 @@ pub unsafe extern "C" fn mxhost_plugin_entry() -> *const PluginApi {
     }
     let table = TABLE.get_or_init(|| {
         Table(PluginApi {
-            magic: if mode == "bad-magic" { 0xDEAD_BEEF } else { PLUGIN_MAGIC },
+            magic: if mode == "bad-magic" {
+                0xDEAD_BEEF
+            } else {
+                PLUGIN_MAGIC
+            },
             abi_major: if mode == "abi-major" { 99 } else { ABI_MAJOR },
             abi_minor: ABI_MINOR,
-            struct_size: if mode == "short-table" { 16 } else { std::mem::size_of::<PluginApi>() },
+            struct_size: if mode == "short-table" {
+                16
+            } else {
+                std::mem::size_of::<PluginApi>()
+            },
             name: c"faulty".as_ptr(),
             precision: c"none (test fixture)".as_ptr(),
             version: c"0".as_ptr(),
-            capabilities: caps::QUANTIZE | caps::GROUPED_GEMM | caps::DENSE_OPERANDS | caps::MX_OPERANDS | caps::DEVICE_CPU,
+            capabilities: caps::QUANTIZE
+                | caps::GROUPED_GEMM
+                | caps::DENSE_OPERANDS
+                | caps::MX_OPERANDS
+                | caps::DEVICE_CPU,
             quantize,
             dequantize,
             grouped_gemm,
