@@ -16,4 +16,5 @@ pub mod plugin;
 pub mod routing;
 pub mod runtime;
 pub mod tensor;
+pub mod train_ops;
 pub mod validate;

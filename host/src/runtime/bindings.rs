@@ -39,6 +39,6 @@ pub mod guard {
 }
 
 pub use experiment::mxhost::runtime::{
-    grouped_gemm, metrics, mx, plugins, routing, routing_types, tensors, types,
+    grouped_gemm, metrics, mx, plugins, routing, routing_types, tensor_ops, tensors, types,
 };
 pub use guard::mxhost::runtime::dispatch;

@@ -5,6 +5,7 @@ pub mod convert;
 pub mod engine;
 pub mod guards;
 pub mod host_api;
+mod host_train;
 pub mod router;
 pub mod run;
 pub mod state;
