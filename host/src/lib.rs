@@ -12,6 +12,7 @@ pub mod error;
 pub mod limits;
 pub mod metrics;
 pub mod ops;
+pub mod plot;
 pub mod plugin;
 pub mod routing;
 pub mod runtime;
