@@ -28,7 +28,7 @@ pub struct RunArgs {
     /// A router component (world `router`) serving `routing.route`; default: built-in top-k.
     #[arg(long)]
     pub router: Option<PathBuf>,
-    /// Directory for metrics.csv (created if missing).
+    /// Directory for metrics.csv and one PNG plot per metric prefix (created if missing).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Wall-clock limit of one call into a guest.
@@ -92,11 +92,12 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("metrics.csv");
-        metrics
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .write_csv(&path)?;
+        let sink = metrics.lock().unwrap_or_else(|e| e.into_inner());
+        sink.write_csv(&path)?;
         eprintln!("mxhost: wrote {}", path.display());
+        for png in crate::plot::write_plots(&sink.points, dir)? {
+            eprintln!("mxhost: wrote {}", png.display());
+        }
     }
     let secs = started.elapsed().as_secs_f64();
     Ok(match outcome {
