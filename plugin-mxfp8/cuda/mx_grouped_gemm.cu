@@ -334,6 +334,266 @@ MX_DEV void mx_grouped_gemm_impl(const MxGemmParams& p) {
   }
 }
 
+// =====================================================================================
+// mx_tgemm_*: TMA + 128-byte swizzle version (the fast path).
+// CTA = 288 threads: warpgroups 0-1 = consumers (m64 x n128 each, tile 128 x 128), warp 8 =
+// producer (lane 0 issues the two TMA tile loads per stage; the 32 lanes cp.async the
+// stage's FP32 scales). No setmaxnreg: with 288 threads ptxas may give every thread up to
+// 224 registers (__maxnreg__(224); __launch_bounds__(288,1) rounds to 3 warpgroups = 168).
+// Each k32 step is two m64n64k32 wgmmas (column halves) into alternating 32-register
+// buffers (acc[64] + 2 x 32 fits without spills; one m64n128 into two 64-register buffers
+// needs ~230 registers and spilled); groups of 8 steps (2 stages) are straight-line and
+// drain at their end (no wgmma in flight across a loop back-edge: no C7514).
+// Stage layout (1024-aligned): A 128 rows x 128 B (TMA, SWIZZLE_128B) | B 128 x 128 B |
+// SA 128 rows x 4 kb FP32 | SB (w2d: 4 kb x 4 column blocks FP32, w1d: 4 kb x 128 FP32).
+struct MxGemmTmaParams {
+  MxTmap tmA;       // A operand, see README.md (box 128 x 128 bytes, SWIZZLE_128B)
+  MxTmap tmB;       // B operand
+  MxGemmParams g;   // exactly as for mx_gemm_*
+};
+
+#define MXT_BM 128
+#define MXT_THREADS 288
+#define MXT_SA_OFF 32768
+#define MXT_SB_OFF 34816
+template <int SB2D> struct MxtLayout { static constexpr int STAGE = SB2D ? 35840 : 36864; };
+
+// Promotion of one 64-column half H of a k32 step into acc[32H .. 32H+31].
+template <int SB2D, int H>
+MX_DEV void mxt_promote(float* acc, const float* tmp, float s0, float s1, const float2 sb2,
+                        const float* sbrow, int lane) {
+  if (SB2D) {
+    const float sbv[2] = {sb2.x, sb2.y};
+#pragma unroll
+    for (int cb = 0; cb < 2; ++cb) {
+      const float p0 = s0 * sbv[cb], p1 = s1 * sbv[cb];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int q = (cb * 4 + jj) * 4;
+        acc[32 * H + q + 0] = fmaf(tmp[q + 0], p0, acc[32 * H + q + 0]);
+        acc[32 * H + q + 1] = fmaf(tmp[q + 1], p0, acc[32 * H + q + 1]);
+        acc[32 * H + q + 2] = fmaf(tmp[q + 2], p1, acc[32 * H + q + 2]);
+        acc[32 * H + q + 3] = fmaf(tmp[q + 3], p1, acc[32 * H + q + 3]);
+      }
+    }
+  } else {
+    const int cofs = 64 * H + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 sb = *reinterpret_cast<const float2*>(sbrow + 8 * j + cofs);
+      const int q = 4 * j;
+      acc[32 * H + q + 0] = fmaf(tmp[q + 0], s0 * sb.x, acc[32 * H + q + 0]);
+      acc[32 * H + q + 1] = fmaf(tmp[q + 1], s0 * sb.y, acc[32 * H + q + 1]);
+      acc[32 * H + q + 2] = fmaf(tmp[q + 2], s1 * sb.x, acc[32 * H + q + 2]);
+      acc[32 * H + q + 3] = fmaf(tmp[q + 3], s1 * sb.y, acc[32 * H + q + 3]);
+    }
+  }
+}
+
+// One straight-line group of NS stages (4*NS k32 steps = 8*NS m64n64k32 half-steps),
+// drained at its end. Half-step q computes columns 64*(q&1).. of k32 step q>>1 into
+// buffer (q&1 ? tb : ta) while half-step q-1 is promoted.
+template <int FA, int FB, int SB2D, int NS, int STAGES>
+MX_DEV void mxt_group(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u8* sgen,
+                      mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane) {
+  constexpr int STAGE = MxtLayout<SB2D>::STAGE;
+  const int st0 = stage;
+  const int st1 = (stage + 1 == STAGES) ? 0 : stage + 1;
+  mbar_wait(&full[st0], phase);
+  if (NS == 2) mbar_wait(&full[st1], st1 == 0 ? (phase ^ 1) : phase);
+  const mx_u32 b0 = sbase + st0 * STAGE, b1 = sbase + st1 * STAGE;
+  const mx_u8* g0 = sgen + st0 * STAGE;
+  const mx_u8* g1 = sgen + st1 * STAGE;
+#pragma unroll
+  for (int q = 0; q <= 8 * NS; ++q) {
+    if (q < 8 * NS) {
+      float* cur = (q & 1) ? tb : ta;
+      const int i = q >> 1;
+      const mx_u32 bb = (i < 4 ? b0 : b1) + 32 * (i & 3);
+      reg_pin<32>(cur);
+      wgmma_fence();
+      wgmma_m64n64k32<FA, FB>(cur, make_smem_desc_sw128(bb + wg * 8192),
+                              make_smem_desc_sw128(bb + 16384 + 8192 * (q & 1)));
+      wgmma_commit();
+    }
+    if (q > 0) {
+      const int qp = q - 1, j = (qp >> 1) & 3;
+      const mx_u8* gs = qp < 8 ? g0 : g1;
+      const float* sA = reinterpret_cast<const float*>(gs + MXT_SA_OFF);
+      const float* sB = reinterpret_cast<const float*>(gs + MXT_SB_OFF);
+      const float s0 = sA[wrow * 4 + j], s1 = sA[(wrow + 8) * 4 + j];
+      float2 sb2 = make_float2(0.f, 0.f);
+      if (SB2D) sb2 = *reinterpret_cast<const float2*>(sB + 4 * j + 2 * (qp & 1));
+      if (q < 8 * NS) wgmma_wait<1>(); else wgmma_wait<0>();
+      if (qp & 1) { reg_pin<32>(tb); mxt_promote<SB2D, 1>(acc, tb, s0, s1, sb2, sB + 128 * j, lane); }
+      else        { reg_pin<32>(ta); mxt_promote<SB2D, 0>(acc, ta, s0, s1, sb2, sB + 128 * j, lane); }
+      if (NS == 2 && qp == 7 && lane == 0) mbar_arrive(&empty[st0]);
+    }
+  }
+  if (lane == 0) mbar_arrive(&empty[NS == 2 ? st1 : st0]);
+#pragma unroll
+  for (int g = 0; g < NS; ++g) {
+    if (++stage == STAGES) { stage = 0; phase ^= 1; }
+  }
+}
+
+template <int OUT_BF16>
+MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* acc, int wrow, int lane) {
+  const int r0 = wrow, r1 = wrow + 8;
+  const int cofs = 2 * (lane & 3);
+  if (!p.batched || !p.out_t) {
+    const mx_i64 ob = p.batched ? (mx_i64)T.e * p.o_es : 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = h ? r1 : r0;
+      if (r < T.rows) {
+        const mx_i64 rowoff = ob + (mx_i64)(T.row0 + r) * p.ldo;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const int col = T.n0 + 8 * j + cofs;
+          if (col < p.N) {
+            const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+            if (OUT_BF16) {
+              *reinterpret_cast<mx_u32*>(reinterpret_cast<mx_u16*>(p.out) + rowoff + col) = pack_bf16x2(v0, v1);
+            } else {
+              *reinterpret_cast<float2*>(reinterpret_cast<float*>(p.out) + rowoff + col) = make_float2(v0, v1);
+            }
+          }
+        }
+      }
+    }
+  } else {
+    const mx_i64 ob = (mx_i64)T.e * p.o_es;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = h ? r1 : r0;
+      if (r < T.rows) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int col = T.n0 + 8 * j + cofs + c;
+            if (col < p.N) {
+              const mx_i64 off = ob + (mx_i64)col * p.ldo + T.row0 + r;
+              const float v = acc[4 * j + 2 * h + c];
+              if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[off] = (mx_u16)(pack_bf16x2(v, 0.f) & 0xFFFF);
+              else reinterpret_cast<float*>(p.out)[off] = v;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES>
+MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
+  constexpr int STAGE = MxtLayout<SB2D>::STAGE;
+  const MxGemmParams& p = P.g;
+  extern __shared__ __align__(1024) mx_u8 mxt_smem[];
+  __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
+  __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
+  const mx_u32 sraw = smem_u32(mxt_smem);
+  const mx_u32 sbase = (sraw + 1023u) & ~1023u;           // TMA SWIZZLE_128B needs 1024-B alignment
+  mx_u8* sgen = mxt_smem + (sbase - sraw);
+
+  const int tid = threadIdx.x;
+  const int warp_id = tid >> 5;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) { mbar_init(&full[s], 33); mbar_init(&empty[s], 8); }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if (warp_id == 8) {
+    if (!p.batched) warp_group_tables(p.offs, p.E, MXT_BM, 1, g_start, g_pre);
+    else warp_group_tables(p.offs, p.E, 128, 128, g_start, g_pre);
+  }
+  __syncthreads();
+
+  const int ntn = (p.N + MXG_BN - 1) / MXG_BN;
+  const int tiles_m = p.batched ? (p.M + MXT_BM - 1) / MXT_BM : g_pre[p.E];
+  const int total = p.batched ? p.E * tiles_m * ntn : tiles_m * ntn;
+
+  if (warp_id == 8) {
+    // ------------------------------ producer warp ------------------------------
+    const int lane = tid & 31;
+    if (lane == 0) { tma_prefetch_desc(&P.tmA); tma_prefetch_desc(&P.tmB); }
+    const int brows_e = p.batched ? 0 : (int)(p.b_es / p.ldb);
+    int stage = 0; mx_u32 phase = 0;
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+      const MxgTile T = mxg_decode(p, t, MXT_BM, ntn, tiles_m, g_start, g_pre);
+      const int nst = p.batched ? (g_pre[T.e + 1] - g_pre[T.e]) >> 7 : (p.K + MXG_BK - 1) / MXG_BK;
+      const int brow = T.e * brows_e + T.n0;
+      const float* SAp = p.SA + (mx_i64)T.row0 * 4;
+      const float* SBexp = p.SB + (mx_i64)T.e * p.sb_es;
+      for (int ks = 0; ks < nst; ++ks) {
+        mbar_wait(&empty[stage], phase ^ 1);
+        const mx_u32 dst = sbase + stage * STAGE;
+        const int k0 = T.kbeg + ks * MXG_BK;
+        const int kb0 = k0 >> 5;
+        if (lane == 0) {
+          mbar_arrive_expect_tx(&full[stage], 32768);
+          tma_load_2d(dst, &P.tmA, k0, T.row0, &full[stage]);
+          tma_load_2d(dst + 16384, &P.tmB, k0, brow, &full[stage]);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int i = lane + 32 * r;
+          const bool ok = i < T.rows;
+          cp_async16(dst + MXT_SA_OFF + i * 16, ok ? SAp + (mx_i64)(kb0 >> 2) * p.ldsa + i * 4 : p.SA, ok ? 16 : 0);
+        }
+        if (SB2D) {
+          if (lane < 4)
+            cp_async16(dst + MXT_SB_OFF + lane * 16, SBexp + (mx_i64)(kb0 + lane) * p.ldsb + (T.n0 >> 5), 16);
+        } else {
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            cp_async16(dst + MXT_SB_OFF + (32 * r + lane) * 16, SBexp + (mx_i64)(kb0 + r) * p.ldsb + T.n0 + 4 * lane, 16);
+        }
+        cp_async_mbar_arrive_noinc(&full[stage]);
+        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+      }
+    }
+  } else {
+    // ------------------------------ consumers ------------------------------
+    const int wg = tid >> 7;
+    const int lt = tid & 127;
+    const int warp = lt >> 5, lane = lt & 31;
+    const int wrow = 64 * wg + 16 * warp + (lane >> 2);
+    int stage = 0; mx_u32 phase = 0;
+    float acc[64], t0[32], t1[32];
+    for (int t = blockIdx.x; t < total; t += gridDim.x) {
+      int nst;
+      {
+        const MxgTile T = mxg_decode(p, t, MXT_BM, ntn, tiles_m, g_start, g_pre);
+        nst = p.batched ? (g_pre[T.e + 1] - g_pre[T.e]) >> 7 : (p.K + MXG_BK - 1) / MXG_BK;
+      }
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+      for (; nst >= 2; nst -= 2)
+        mxt_group<FA, FB, SB2D, 2, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+      if (nst == 1)
+        mxt_group<FA, FB, SB2D, 1, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+      const MxgTile T = mxg_decode(p, t, MXT_BM, ntn, tiles_m, g_start, g_pre);
+      mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
+    }
+  }
+
+  // ---- grouped mode: zero the padding rows (rows >= offs[E-1]) ----
+  if (!p.batched) {
+    const mx_i64 r_begin = g_start[p.E];
+    const mx_i64 cnt = ((mx_i64)p.M - r_begin) * p.N;
+    for (mx_i64 i = (mx_i64)blockIdx.x * blockDim.x + tid; i < cnt; i += (mx_i64)gridDim.x * blockDim.x) {
+      const mx_i64 r = r_begin + i / p.N, c = i % p.N;
+      if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c] = 0;
+      else reinterpret_cast<float*>(p.out)[r * p.ldo + c] = 0.f;
+    }
+  }
+}
+
+#define MXT_INST(NAME, FA, FB, SB2D, OBF, ST) \
+  extern "C" __global__ void __maxnreg__(224) \
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_impl<FA, FB, SB2D, OBF, ST>(p); }
+
 // Instantiations: mx_gemm_<A fmt><B fmt>_<w2d|w1d>_<bf16|f32>[_bm64]
 #define MXG_INST(NAME, NC, FA, FB, SB2D, OBF, ST) \
   extern "C" __global__ void __launch_bounds__(128 * (NC + 1), (NC == 1 ? 2 : 1)) \
@@ -348,4 +608,14 @@ MXG_INST(mx_gemm_e5m2e4m3_w2d_bf16, 2, 1, 0, 1, 1, 5)
 MXG_INST(mx_gemm_e5m2e4m3_w1d_bf16, 2, 1, 0, 0, 1, 5)
 MXG_INST(mx_gemm_e5m2e5m2_w2d_f32,  2, 1, 1, 1, 0, 5)
 MXG_INST(mx_gemm_e4m3e4m3_w2d_bf16_bm64, 1, 0, 0, 1, 1, 3)
+#endif
+
+#ifndef MXG_CUSTOM_INSTANTIATIONS
+MXT_INST(mx_tgemm_e4m3e4m3_w2d_bf16, 0, 0, 1, 1, 6)
+MXT_INST(mx_tgemm_e4m3e4m3_w2d_f32,  0, 0, 1, 0, 6)
+MXT_INST(mx_tgemm_e4m3e4m3_w1d_bf16, 0, 0, 0, 1, 6)
+MXT_INST(mx_tgemm_e4m3e4m3_w1d_f32,  0, 0, 0, 0, 6)
+MXT_INST(mx_tgemm_e5m2e4m3_w2d_bf16, 1, 0, 1, 1, 6)
+MXT_INST(mx_tgemm_e5m2e4m3_w1d_bf16, 1, 0, 0, 1, 6)
+MXT_INST(mx_tgemm_e5m2e5m2_w2d_f32,  1, 1, 1, 0, 6)
 #endif

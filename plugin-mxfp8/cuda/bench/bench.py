@@ -31,6 +31,8 @@ class GP(ctypes.Structure):
 
 lib = ctypes.CDLL(os.path.join(HERE, "libmxbench.so"))
 lib.mx_launch_gemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
+lib.mx_launch_tgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
+FAMILY = "mx_tgemm"  # TMA kernels (default); --old selects the cp.async mx_gemm_* kernels
 lib.mx_launch_quantize.argtypes = [c_int, c_int, ctypes.POINTER(QP), c_int, c_int, c_int, c_vp]
 lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
 
@@ -239,12 +241,14 @@ def scales_f32(s, ise, isr, isc, R, C, Rp, Cp, batch, stage_major=False):
 
 def gemm(name, A, lda, B, ldb, b_es, SA, ldsa, SB, ldsb, sb_es, out, ldo, o_es, offs, E, M, N, K, batched, out_t=0):
     p = GP(ptr(A), lda, ptr(B), ldb, b_es, ptr(SA), ldsa, ptr(SB), ldsb, sb_es, ptr(out), ldo, o_es, ptr(offs), E, M, N, K, batched, out_t)
-    ck(lib.mx_launch_gemm(name.encode(), ctypes.byref(p), 0, None), name)
+    launch = lib.mx_launch_tgemm if name.startswith("mx_tgemm") else lib.mx_launch_gemm
+    ck(launch(name.encode(), ctypes.byref(p), 0, None), name)
 
 
-def kname(w2d, out_bf16, fa=0, fb=0, bm64=False):
+def kname(w2d, out_bf16, fa=0, fb=0, bm64=False, family=None):
     f = {0: "e4m3", 1: "e5m2"}
-    n = f"mx_gemm_{f[fa]}{f[fb]}_{'w2d' if w2d else 'w1d'}_{'bf16' if out_bf16 else 'f32'}"
+    fam = "mx_gemm" if bm64 else (family or FAMILY)
+    n = f"{fam}_{f[fa]}{f[fb]}_{'w2d' if w2d else 'w1d'}_{'bf16' if out_bf16 else 'f32'}"
     return n + ("_bm64" if bm64 else "")
 
 
@@ -428,7 +432,7 @@ def time_shape(key, rows, rep):
     o_wg = torch.empty(E, N, K, dtype=torch.bfloat16, device=DEV)
     runs = [
         ("fwd", "fwd 1x32 x 32x32", lambda: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o_fwd)),
-        ("fwd", "fwd 1x32 x 32x32 bm64", lambda: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o_fwd, name=kname(True, True, bm64=True))),
+        ("fwd", "fwd 1x32 x 32x32 (old cp.async mx_gemm)", lambda: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o_fwd, name=kname(True, True, family="mx_gemm"))),
         ("fwd", "fwd 1x32 x 1x32", lambda: fwd_call(qx["qa"], qx["sa"], qw1["qa"].view(E, N, K), sw1, offs, E, M, N, K, False, o_fwd)),
         ("dgrad", "dgrad 1x32 x 32x32", lambda: dgrad_call(qdy["qa"], qdy["sa"], WqT, qw["sa"], offs, E, M, N, K, o_dg)),
         ("wgrad", "wgrad 1x32 x 1x32", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)),
@@ -464,7 +468,11 @@ def main():
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--rep", type=int, default=60)
     ap.add_argument("--profile-one", action="store_true", help="run the shape-a forward GEMM once (for ncu) and exit")
+    ap.add_argument("--old", action="store_true", help="check/time the cp.async mx_gemm_* kernels instead of mx_tgemm_*")
     a = ap.parse_args()
+    global FAMILY
+    if a.old:
+        FAMILY = "mx_gemm"
     if a.profile_one:
         E, Mg, K, N = SHAPES["a"]; M = E * Mg
         offs = torch.tensor([Mg * (i + 1) for i in range(E)], dtype=torch.int32, device=DEV)

@@ -2,6 +2,7 @@
 // compiles ../mx_quantize.cu and ../mx_grouped_gemm.cu with NVRTC and launches them
 // through the driver API with the same rules (see ../README.md).
 #include <cuda_runtime.h>
+#include <cuda.h>
 #include <cstring>
 #include "../mx_quantize.cu"
 #include "../mx_grouped_gemm.cu"
@@ -70,6 +71,82 @@ extern "C" int mx_launch_gemm(const char* name, const MxGemmParams* p, int grid,
       grid = sms * (v.nc == 1 ? 2 : 1);
     }
     v.k<<<grid, 128 * (v.nc + 1), smem, (cudaStream_t)stream>>>(*p);
+    return (int)cudaGetLastError();
+  }
+  return -1;
+}
+
+// ---------------- mx_tgemm_* (TMA) ----------------
+// Tensor maps exactly as README.md specifies (the Rust side builds the same ones).
+typedef CUresult (*EncodeFn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                             const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                             CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static EncodeFn g_encode = nullptr;
+
+static int encode_2d(MxTmap* out, const void* ptr, unsigned long long inner, unsigned long long rows, unsigned long long ld) {
+  if (!g_encode) {
+    cudaDriverEntryPointQueryResult q;
+    void* fn = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess || !fn) return -2;
+    g_encode = (EncodeFn)fn;
+  }
+  cuuint64_t dims[2] = {inner, rows > 0 ? rows : 1};
+  cuuint64_t strides[1] = {ld};
+  cuuint32_t box[2] = {128, 128};
+  cuuint32_t es[2] = {1, 1};
+  CUresult r = g_encode(reinterpret_cast<CUtensorMap*>(out), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box, es,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : -3;
+}
+
+typedef void (*TGemmK)(const MxGemmTmaParams);
+struct TVariant { const char* name; TGemmK k; int sb2d; int stages; };
+static TVariant g_tvariants[] = {
+  {"mx_tgemm_e4m3e4m3_w2d_bf16", mx_tgemm_e4m3e4m3_w2d_bf16, 1, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_f32",  mx_tgemm_e4m3e4m3_w2d_f32,  1, 6},
+  {"mx_tgemm_e4m3e4m3_w1d_bf16", mx_tgemm_e4m3e4m3_w1d_bf16, 0, 6},
+  {"mx_tgemm_e4m3e4m3_w1d_f32",  mx_tgemm_e4m3e4m3_w1d_f32,  0, 6},
+  {"mx_tgemm_e5m2e4m3_w2d_bf16", mx_tgemm_e5m2e4m3_w2d_bf16, 1, 6},
+  {"mx_tgemm_e5m2e4m3_w1d_bf16", mx_tgemm_e5m2e4m3_w1d_bf16, 0, 6},
+  {"mx_tgemm_e5m2e5m2_w2d_f32",  mx_tgemm_e5m2e5m2_w2d_f32,  1, 6},
+};
+
+extern "C" int mx_tgemm_smem(int sb2d, int stages) {
+  return stages * (sb2d ? MxtLayout<1>::STAGE : MxtLayout<0>::STAGE) + 1024;
+}
+
+extern "C" int mx_launch_tgemm(const char* name, const MxGemmParams* p, int grid, void* stream) {
+  for (auto& v : g_tvariants) {
+    if (strcmp(v.name, name)) continue;
+    MxGemmTmaParams P;
+    memset(&P, 0, sizeof(P));
+    P.g = *p;
+    int rc;
+    if (!p->batched) {
+      long long brows = p->E * (p->b_es / p->ldb);
+      rc = encode_2d(&P.tmA, p->A, (unsigned long long)p->K, (unsigned long long)p->M, (unsigned long long)p->lda);
+      if (!rc) rc = encode_2d(&P.tmB, p->B, (unsigned long long)p->K, (unsigned long long)brows, (unsigned long long)p->ldb);
+    } else {
+      rc = encode_2d(&P.tmA, p->A, (unsigned long long)p->lda, (unsigned long long)p->M, (unsigned long long)p->lda);
+      if (!rc) rc = encode_2d(&P.tmB, p->B, (unsigned long long)p->ldb, (unsigned long long)p->N, (unsigned long long)p->ldb);
+    }
+    if (rc) return rc;
+    int smem = mx_tgemm_smem(v.sb2d, v.stages);
+    static bool done[16] = {false};
+    int idx = (int)(&v - g_tvariants);
+    if (!done[idx]) {
+      cudaError_t e = cudaFuncSetAttribute(v.k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (e != cudaSuccess) return (int)e;
+      done[idx] = true;
+    }
+    if (grid <= 0) {
+      int dev = 0, sms = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      grid = sms;
+    }
+    v.k<<<grid, MXT_THREADS, smem, (cudaStream_t)stream>>>(P);
     return (int)cudaGetLastError();
   }
   return -1;

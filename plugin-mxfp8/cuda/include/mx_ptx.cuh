@@ -118,3 +118,22 @@ MX_DEV int upper_idx(const int* pre, int E, int x) {
   }
   return lo;
 }
+
+// ---- TMA (cp.async.bulk.tensor) and transaction-count mbarrier (sm_90) ----
+// Opaque 128-byte CUtensorMap, built on the host with cuTensorMapEncodeTiled (README.md);
+// passed inside a __grid_constant__ kernel parameter.
+struct __align__(64) MxTmap { mx_u64 v[16]; };
+
+MX_DEV void mbar_arrive_expect_tx(mx_u64* bar, mx_u32 bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+               :: "r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+// 2D tile load (c0 = innermost coordinate, elements); completes tx bytes on bar.
+MX_DEV void tma_load_2d(mx_u32 dst, const MxTmap* map, int c0, int c1, mx_u64* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      :: "r"(dst), "l"((mx_u64)map), "r"(c0), "r"(c1), "r"(smem_u32(bar)) : "memory");
+}
+MX_DEV void tma_prefetch_desc(const MxTmap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" :: "l"((mx_u64)map) : "memory");
+}

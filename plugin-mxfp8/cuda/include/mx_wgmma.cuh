@@ -90,3 +90,11 @@ template <> MX_DEV void wgmma_m64n64k32<1, 1>(float* d, mx_u64 da, mx_u64 db) {
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
       : "l"(da), "l"(db));
 }
+
+// Descriptor for a K-major operand stored by TMA with 128-byte swizzle: rows of 128 B,
+// 8-row atoms of 1024 B (SBO = 1024), LBO unused (encoded 1), layout type 1 (SWIZZLE_128B)
+// in bits 62-63. The tile base must be 1024-byte aligned; step k32 (32 B) along K by
+// adding 32 to the start address.
+MX_DEV mx_u64 make_smem_desc_sw128(mx_u32 saddr) {
+  return (mx_u64)((saddr & 0x3FFFF) >> 4) | ((mx_u64)1 << 16) | ((mx_u64)(1024 >> 4) << 32) | ((mx_u64)1 << 62);
+}

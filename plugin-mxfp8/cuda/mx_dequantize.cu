@@ -1,0 +1,77 @@
+// mx_dequantize.cu — helper kernels of the plugin's CUDA backend (host wiring, not the
+// tuned kernels): MX dequantization for every ABI block layout, and a batched byte
+// transpose used to move MX data/scales between [R][C] and [C][R] layouts.
+// Self-contained (no headers), NVRTC-clean; compiled for sm_90a next to mx_quantize.cu.
+
+typedef unsigned char      mxd_u8;
+typedef unsigned short     mxd_u16;
+typedef unsigned int       mxd_u32;
+typedef long long          mxd_i64;
+
+// 2^k for k in the normal FP32 range, exactly.
+__device__ __forceinline__ float mxd_pow2(int k) { return __int_as_float((k + 127) << 23); }
+
+// One FP8 byte to FP32, exactly (E4M3 "FN": S.1111.111 is NaN, no Inf; E5M2: IEEE-like).
+__device__ __forceinline__ float mxd_fp8_to_f32(mxd_u32 b, int fmt) {
+  const mxd_u32 m7 = b & 0x7Fu;
+  float v;
+  if (fmt == 0) {
+    if (m7 == 0x7Fu) return __int_as_float(0x7FC00000);
+    const int e = (int)(m7 >> 3), m = (int)(m7 & 7u);
+    v = e ? (float)(8 + m) * mxd_pow2(e - 10) : (float)m * mxd_pow2(-9);
+  } else {
+    const int e = (int)(m7 >> 2), m = (int)(m7 & 3u);
+    if (e == 31) return m ? __int_as_float(0x7FC00000) : ((b & 0x80u) ? __int_as_float(0xFF800000) : __int_as_float(0x7F800000));
+    v = e ? (float)(4 + m) * mxd_pow2(e - 17) : (float)m * mxd_pow2(-16);
+  }
+  return (b & 0x80u) ? -v : v;
+}
+
+// E8M0 to FP32: 0xFF NaN, 0 = 2^-127 (subnormal), else 2^(b-127).
+__device__ __forceinline__ float mxd_e8m0(mxd_u32 b) {
+  if (b == 0xFFu) return __int_as_float(0x7FC00000);
+  if (b == 0u) return __int_as_float(0x00400000);
+  return __int_as_float((int)(b << 23));
+}
+
+__device__ __forceinline__ mxd_u16 mxd_bf16_rne(float f) {
+  mxd_u32 u = (mxd_u32)__float_as_int(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (mxd_u16)((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (mxd_u16)(u >> 16);
+}
+
+// out[b][r][c] = fp8(q[b][r][c]) * e8m0(s[b*sbs + (r/rdiv)*srs + c/cdiv]) for r<R, c<C.
+// Layouts: 1x32 along C: rdiv 1, cdiv 32, srs ceil(C/32); 1x32 along R: rdiv 32, cdiv 1,
+// srs C; 32x32: rdiv 32, cdiv 32, srs ceil(C/32). grid: x = ceil(R*C/256), y = batch.
+extern "C" __global__ void __launch_bounds__(256) mx_dequantize(
+    const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, void* __restrict__ out,
+    int out_bf16, int fmt, mxd_i64 R, mxd_i64 C, int rdiv, int cdiv, mxd_i64 srs, mxd_i64 sbs) {
+  const mxd_i64 n = R * C;
+  const mxd_i64 b = blockIdx.y;
+  for (mxd_i64 i = (mxd_i64)blockIdx.x * 256 + threadIdx.x; i < n; i += (mxd_i64)gridDim.x * 256) {
+    const mxd_i64 r = i / C, c = i - r * C;
+    const float v = mxd_fp8_to_f32(q[b * n + i], fmt) * mxd_e8m0(s[b * sbs + (r / rdiv) * srs + c / cdiv]);
+    if (out_bf16) reinterpret_cast<mxd_u16*>(out)[b * n + i] = mxd_bf16_rne(v);
+    else reinterpret_cast<float*>(out)[b * n + i] = v;
+  }
+}
+
+// Batched byte transpose: out[b][c][r] = in[b][r][c] for r<R, c<C.
+// block (32, 8), grid (ceil(C/32), ceil(R/32), batch).
+extern "C" __global__ void __launch_bounds__(256) mx_transpose_u8(
+    const mxd_u8* __restrict__ in, mxd_u8* __restrict__ out, int R, int C) {
+  __shared__ mxd_u8 tile[32][33];
+  const mxd_i64 b = blockIdx.z;
+  const mxd_i64 n = (mxd_i64)R * C;
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    const int r = r0 + j, c = c0 + threadIdx.x;
+    if (r < R && c < C) tile[j][threadIdx.x] = in[b * n + (mxd_i64)r * C + c];
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    const int c = c0 + j, r = r0 + threadIdx.x;
+    if (r < R && c < C) out[b * n + (mxd_i64)c * R + r] = tile[threadIdx.x][j];
+  }
+}
