@@ -17,6 +17,7 @@ fn config(guest_name: &str, args: &[&str], limits: Limits) -> RunConfig {
         guards: vec![],
         router: None,
         limits,
+        capabilities: Default::default(),
         args: args.iter().map(|s| s.to_string()).collect(),
     }
 }

@@ -6,6 +6,7 @@
 //! `mxhost-plugin-abi`). The binary's subcommands live in [`commands`]; embedding hosts
 //! and tests use [`runtime::run`].
 
+pub mod capabilities;
 pub mod commands;
 pub mod device;
 pub mod error;

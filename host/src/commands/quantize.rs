@@ -59,7 +59,7 @@ pub struct QuantizeArgs {
 pub fn main(args: QuantizeArgs) -> anyhow::Result<()> {
     let registry = PluginRegistry::open(&search_dirs(), &args.plugin)?;
     let plugin = registry
-        .quantizer()
+        .quantizer_for(&registry.active())
         .context("no loaded plugin can quantize")?;
     let bytes =
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;

@@ -1,5 +1,6 @@
 //! `mxhost run`: run an experiment guest with a plugin, guards, a router and limits.
 
+use crate::capabilities::Capabilities;
 use crate::device::{self, DeviceChoice};
 use crate::limits::Limits;
 use crate::metrics::MetricsSink;
@@ -43,6 +44,12 @@ pub struct RunArgs {
     /// Tensor handles a guest may hold at once.
     #[arg(long, default_value_t = 100_000)]
     pub max_tensors: u64,
+    /// Grant the experiment a host directory: HOST[:GUEST][:ro|rw] (read-only by default). Repeatable.
+    #[arg(long = "allow-dir")]
+    pub allow_dirs: Vec<String>,
+    /// Grant the experiment an environment variable: NAME (its value here) or NAME=VALUE. Repeatable.
+    #[arg(long = "allow-env")]
+    pub allow_env: Vec<String>,
     /// Arguments passed to the guest's `run`.
     #[arg(last = true)]
     pub guest_args: Vec<String>,
@@ -85,6 +92,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
         guards: args.guards.clone(),
         router: args.router.clone(),
         limits,
+        capabilities: Capabilities::from_cli(&args.allow_dirs, &args.allow_env)?,
         args: args.guest_args.clone(),
     };
     let started = std::time::Instant::now();

@@ -104,7 +104,7 @@ impl PluginRegistry {
         &self.plugins
     }
 
-    /// A snapshot of the active plugin.
+    /// The default plugin new guests start with (`--plugin`).
     pub fn active(&self) -> Arc<LoadedPlugin> {
         self.active
             .read()
@@ -116,7 +116,16 @@ impl PluginRegistry {
         self.plugins.iter().find(|p| p.name == name).cloned()
     }
 
-    /// Make `name` active. Tensors are untouched: they belong to the host.
+    /// The plugin called `name`, or a message listing the loaded ones.
+    pub fn find_or_explain(&self, name: &str) -> Result<Arc<LoadedPlugin>, String> {
+        self.find(name).ok_or_else(|| {
+            let names: Vec<&str> = self.plugins.iter().map(|p| p.name.as_str()).collect();
+            format!("no plugin named `{name}`; loaded: {}", names.join(", "))
+        })
+    }
+
+    /// Make `name` the default for guests started from now on. Tensors are untouched:
+    /// they belong to the host.
     pub fn select(&self, name: &str) -> Result<(), String> {
         let p = self.find(name).ok_or_else(|| {
             let names: Vec<&str> = self.plugins.iter().map(|p| p.name.as_str()).collect();
@@ -126,10 +135,11 @@ impl PluginRegistry {
         Ok(())
     }
 
-    /// The plugin that serves quantize/dequantize: the active one if it can, otherwise
-    /// the first loaded plugin that can (so MX tensors stay available under `bf16`).
-    pub fn quantizer(&self) -> Option<Arc<LoadedPlugin>> {
-        let active = self.active();
+    /// The plugin that serves quantize/dequantize for a guest whose active plugin is
+    /// `active`: that one if it can, otherwise the first loaded plugin that can (so MX
+    /// tensors stay available under `bf16`).
+    pub fn quantizer_for(&self, active: &Arc<LoadedPlugin>) -> Option<Arc<LoadedPlugin>> {
+        let active = active.clone();
         if active.has(mxhost_plugin_abi::caps::QUANTIZE) {
             return Some(active);
         }

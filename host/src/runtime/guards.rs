@@ -67,11 +67,12 @@ impl GuardChain {
             let component = load_component(engine, path, "guard")?;
             let mut linker: Linker<GuardState> = Linker::new(engine);
             wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
-            let pre = GuardPre::new(
-                linker
-                    .instantiate_pre(&component)
-                    .map_err(anyhow::Error::from)?,
-            )
+            let pre = GuardPre::new(linker.instantiate_pre(&component).map_err(|e| {
+                anyhow::anyhow!(
+                    "{} is not a guard component (world `guard`): {e}",
+                    path.display()
+                )
+            })?)
             .map_err(|e| {
                 anyhow::anyhow!(
                     "{} is not a guard component (world `guard`): {e}",

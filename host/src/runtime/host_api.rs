@@ -189,7 +189,7 @@ impl mx::Host for HostState {
         let plugin = self
             .shared
             .plugins
-            .quantizer()
+            .quantizer_for(&self.active)
             .ok_or_else(|| OpError::unsupported("no loaded plugin can quantize"))?;
         self.guard(dispatch::DispatchRequest {
             op: dispatch::Op::Quantize,
@@ -224,7 +224,7 @@ impl mx::Host for HostState {
         let plugin = self
             .shared
             .plugins
-            .quantizer()
+            .quantizer_for(&self.active)
             .ok_or_else(|| OpError::unsupported("no loaded plugin can dequantize"))?;
         let t = ops::dequantize(&plugin, &q)?;
         self.push_tensor(t)
@@ -337,7 +337,7 @@ impl HostState {
         let (_, out_bytes) = validate::checked_size(&plan.out_shape, cfg.out_dtype)?;
         self.check_room(out_bytes)?;
         // One snapshot of the active plugin serves the whole call (swap-safe).
-        let plugin = self.shared.plugins.active();
+        let plugin = self.active.clone();
         self.guard(dispatch::DispatchRequest {
             op: match pass {
                 GemmPass::Forward => dispatch::Op::Forward,
@@ -408,11 +408,16 @@ impl plugins::Host for HostState {
     }
 
     fn active(&mut self) -> wasmtime::Result<String> {
-        Ok(self.shared.plugins.active().name.clone())
+        Ok(self.active.name.clone())
     }
 
     fn select(&mut self, name: String) -> OpResult<()> {
-        self.shared.plugins.select(&name).map_err(OpError::invalid)
+        self.active = self
+            .shared
+            .plugins
+            .find_or_explain(&name)
+            .map_err(OpError::invalid)?;
+        Ok(())
     }
 }
 

@@ -64,11 +64,12 @@ impl RouterInstance {
         let mut linker: Linker<RouterState> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
         Router::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(anyhow::Error::from)?;
-        let pre = RouterPre::new(
-            linker
-                .instantiate_pre(&component)
-                .map_err(anyhow::Error::from)?,
-        )
+        let pre = RouterPre::new(linker.instantiate_pre(&component).map_err(|e| {
+            anyhow::anyhow!(
+                "{} is not a router component (world `router`): {e}",
+                path.display()
+            )
+        })?)
         .map_err(|e| {
             anyhow::anyhow!(
                 "{} is not a router component (world `router`): {e}",

@@ -7,6 +7,7 @@ use super::engine::{arm_deadline, load_component};
 use super::guards::GuardChain;
 use super::router::RouterInstance;
 use super::state::{HostState, Shared};
+use crate::capabilities::Capabilities;
 use crate::limits::Limits;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,6 +30,8 @@ pub struct RunConfig {
     pub guards: Vec<PathBuf>,
     pub router: Option<PathBuf>,
     pub limits: Limits,
+    /// Directories and environment granted to the experiment (none by default).
+    pub capabilities: Capabilities,
     pub args: Vec<String>,
 }
 
@@ -65,7 +68,8 @@ pub fn run_experiment(
         )?),
         None => None,
     };
-    let state = HostState::new(cfg.limits.clone(), shared.clone(), guards, router);
+    let wasi = super::state::wasi_with(&cfg.capabilities)?;
+    let state = HostState::new(cfg.limits.clone(), shared.clone(), guards, router, wasi);
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.store_limits);
     arm_deadline(&mut store, cfg.limits.call_timeout);

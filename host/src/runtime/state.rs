@@ -4,9 +4,11 @@
 
 use super::guards::GuardChain;
 use super::router::RouterInstance;
+use crate::capabilities::Capabilities;
 use crate::error::OpResult;
 use crate::limits::{Limits, Usage};
 use crate::metrics::MetricsSink;
+use crate::plugin::LoadedPlugin;
 use crate::plugin::PluginRegistry;
 use crate::tensor::{MxTensor, Tensor};
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,9 @@ pub struct HostState {
     pub shared: Arc<Shared>,
     pub guards: GuardChain,
     pub router: Option<RouterInstance>,
+    /// This guest's active plugin: `select` changes it for this guest only, and each
+    /// call takes one snapshot of it, so a result never mixes plugins.
+    pub active: Arc<LoadedPlugin>,
 }
 
 impl WasiView for HostState {
@@ -48,6 +53,14 @@ pub fn sandboxed_wasi() -> WasiCtx {
         .build()
 }
 
+/// The sandboxed context plus the explicit grants of `caps`.
+pub fn wasi_with(caps: &Capabilities) -> anyhow::Result<WasiCtx> {
+    let mut b = wasmtime_wasi::WasiCtxBuilder::new();
+    b.inherit_stdout().inherit_stderr();
+    caps.apply(&mut b)?;
+    Ok(b.build())
+}
+
 pub fn store_limits(limits: &Limits) -> StoreLimits {
     wasmtime::StoreLimitsBuilder::new()
         .memory_size(limits.guest_memory_bytes)
@@ -64,10 +77,13 @@ impl HostState {
         shared: Arc<Shared>,
         guards: GuardChain,
         router: Option<RouterInstance>,
+        wasi: WasiCtx,
     ) -> Self {
+        let active = shared.plugins.active();
         HostState {
+            active,
             table: ResourceTable::new(),
-            wasi: sandboxed_wasi(),
+            wasi,
             store_limits: store_limits(&limits),
             limits,
             usage: Usage::default(),
