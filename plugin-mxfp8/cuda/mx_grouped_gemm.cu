@@ -353,7 +353,7 @@ struct MxGemmTmaParams {
 };
 
 #define MXT_BM 128
-#define MXT_THREADS 288
+#define MXT_THREADS 256
 #define MXT_SA_OFF 32768
 #define MXT_SB_OFF 34816
 template <int SB2D> struct MxtLayout { static constexpr int STAGE = SB2D ? 35840 : 36864; };
@@ -390,13 +390,72 @@ MX_DEV void mxt_promote(float* acc, const float* tmp, float s0, float s1, const 
   }
 }
 
+// Producer state, live in every consumer thread but used by thread 0 only: it walks the
+// same persistent tile sequence as the consumers and issues one stage at a time.
+struct MxtProd {
+  int t, ks, nst;        // tile, stage within tile, stages of the tile
+  int row0, brow, n0, e, kbeg;
+  int stage; mx_u32 phase;
+  int pc;                // stages issued so far (0x7fffffff once the sequence is done)
+};
+struct MxtCtx { int ntn, tiles_m, total, brows_e; const int* g_start; const int* g_pre; };
+
+MX_DEV int mxt_tile_stages(const MxGemmParams& p, const MxgTile& T, const int* g_pre) {
+  return p.batched ? (g_pre[T.e + 1] - g_pre[T.e]) >> 7 : (p.K + MXG_BK - 1) / MXG_BK;
+}
+
+// Issue stages until `limit` stages have been issued (or the tile sequence ends). Stage
+// number s reuses the buffers of stage s - STAGES, so the wait on empty[] here needs both
+// consumer warpgroups to have released that stage; the caller guarantees its own
+// warpgroup already has (limit <= released + STAGES), so this cannot deadlock.
+template <int SB2D, int STAGES>
+MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtCtx& c,
+                     mx_u32 sbase, mx_u64* full, mx_u64* empty) {
+  constexpr int STAGE = MxtLayout<SB2D>::STAGE;
+  const MxGemmParams& p = P.g;
+  while (s.pc < limit) {
+    while (s.ks >= s.nst) {
+      s.t += gridDim.x;
+      if (s.t >= c.total) { s.pc = 0x7fffffff; return; }
+      const MxgTile T = mxg_decode(p, s.t, MXT_BM, c.ntn, c.tiles_m, c.g_start, c.g_pre);
+      s.nst = mxt_tile_stages(p, T, c.g_pre);
+      s.ks = 0;
+      s.row0 = T.row0; s.n0 = T.n0; s.e = T.e; s.kbeg = T.kbeg;
+      s.brow = T.e * c.brows_e + T.n0;
+    }
+    mbar_wait(&empty[s.stage], s.phase ^ 1);
+    const mx_u32 dst = sbase + s.stage * STAGE;
+    const int k0 = s.kbeg + s.ks * MXG_BK;
+    const int kb0 = k0 >> 5;
+    int sa_rows = p.M - s.row0;
+    sa_rows = sa_rows < MXT_BM ? sa_rows : MXT_BM;       // never read past the SA table
+    const mx_u32 sb_bytes = SB2D ? 64 : 2048;
+    mbar_arrive_expect_tx(&full[s.stage], 32768 + sa_rows * 16 + sb_bytes);
+    tma_load_2d(dst, &P.tmA, k0, s.row0, &full[s.stage]);
+    tma_load_2d(dst + 16384, &P.tmB, k0, s.brow, &full[s.stage]);
+    bulk_load(dst + MXT_SA_OFF, p.SA + (mx_i64)(kb0 >> 2) * p.ldsa + (mx_i64)s.row0 * 4, sa_rows * 16, &full[s.stage]);
+    const float* SBexp = p.SB + (mx_i64)s.e * p.sb_es;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      if (SB2D) bulk_load(dst + MXT_SB_OFF + 16 * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + (s.n0 >> 5), 16, &full[s.stage]);
+      else      bulk_load(dst + MXT_SB_OFF + 512 * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + s.n0, 512, &full[s.stage]);
+    }
+    ++s.ks; ++s.pc;
+    if (++s.stage == STAGES) { s.stage = 0; s.phase ^= 1; }
+  }
+}
+
 // One straight-line group of NS stages (4*NS k32 steps = 8*NS m64n64k32 half-steps),
 // drained at its end. Half-step q computes columns 64*(q&1).. of k32 step q>>1 into
-// buffer (q&1 ? tb : ta) while half-step q-1 is promoted.
+// buffer (q&1 ? tb : ta) while half-step q-1 is promoted. Thread 0 first refills the
+// stages released so far (rel = stages this warpgroup has released).
 template <int FA, int FB, int SB2D, int NS, int STAGES>
 MX_DEV void mxt_group(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u8* sgen,
-                      mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane) {
+                      mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane,
+                      int& rel, MxtProd& prod, bool is_prod, const MxGemmTmaParams& P, const MxtCtx& c) {
   constexpr int STAGE = MxtLayout<SB2D>::STAGE;
+  if (is_prod) mxt_fill<SB2D, STAGES>(prod, rel + STAGES, P, c, sbase, full, empty);
+  __syncwarp();
   const int st0 = stage;
   const int st1 = (stage + 1 == STAGES) ? 0 : stage + 1;
   mbar_wait(&full[st0], phase);
@@ -431,6 +490,7 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u
     }
   }
   if (lane == 0) mbar_arrive(&empty[NS == 2 ? st1 : st0]);
+  rel += NS;
 #pragma unroll
   for (int g = 0; g < NS; ++g) {
     if (++stage == STAGES) { stage = 0; phase ^= 1; }
@@ -488,7 +548,6 @@ MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* a
 
 template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES>
 MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
-  constexpr int STAGE = MxtLayout<SB2D>::STAGE;
   const MxGemmParams& p = P.g;
   extern __shared__ __align__(1024) mx_u8 mxt_smem[];
   __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
@@ -498,84 +557,54 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   mx_u8* sgen = mxt_smem + (sbase - sraw);
 
   const int tid = threadIdx.x;
-  const int warp_id = tid >> 5;
   if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) { mbar_init(&full[s], 33); mbar_init(&empty[s], 8); }
+    for (int s = 0; s < STAGES; ++s) { mbar_init(&full[s], 1); mbar_init(&empty[s], 8); }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    tma_prefetch_desc(&P.tmA); tma_prefetch_desc(&P.tmB);
   }
-  if (warp_id == 8) {
+  if (tid >= 32 && tid < 64) {
     if (!p.batched) warp_group_tables(p.offs, p.E, MXT_BM, 1, g_start, g_pre);
     else warp_group_tables(p.offs, p.E, 128, 128, g_start, g_pre);
   }
   __syncthreads();
 
-  const int ntn = (p.N + MXG_BN - 1) / MXG_BN;
-  const int tiles_m = p.batched ? (p.M + MXT_BM - 1) / MXT_BM : g_pre[p.E];
-  const int total = p.batched ? p.E * tiles_m * ntn : tiles_m * ntn;
+  MxtCtx c;
+  c.ntn = (p.N + MXG_BN - 1) / MXG_BN;
+  c.tiles_m = p.batched ? (p.M + MXT_BM - 1) / MXT_BM : g_pre[p.E];
+  c.total = p.batched ? p.E * c.tiles_m * c.ntn : c.tiles_m * c.ntn;
+  c.brows_e = p.batched ? 0 : (int)(p.b_es / p.ldb);
+  c.g_start = g_start; c.g_pre = g_pre;
 
-  if (warp_id == 8) {
-    // ------------------------------ producer warp ------------------------------
-    const int lane = tid & 31;
-    if (lane == 0) { tma_prefetch_desc(&P.tmA); tma_prefetch_desc(&P.tmB); }
-    const int brows_e = p.batched ? 0 : (int)(p.b_es / p.ldb);
-    int stage = 0; mx_u32 phase = 0;
-    for (int t = blockIdx.x; t < total; t += gridDim.x) {
-      const MxgTile T = mxg_decode(p, t, MXT_BM, ntn, tiles_m, g_start, g_pre);
-      const int nst = p.batched ? (g_pre[T.e + 1] - g_pre[T.e]) >> 7 : (p.K + MXG_BK - 1) / MXG_BK;
-      const int brow = T.e * brows_e + T.n0;
-      const float* SAp = p.SA + (mx_i64)T.row0 * 4;
-      const float* SBexp = p.SB + (mx_i64)T.e * p.sb_es;
-      for (int ks = 0; ks < nst; ++ks) {
-        mbar_wait(&empty[stage], phase ^ 1);
-        const mx_u32 dst = sbase + stage * STAGE;
-        const int k0 = T.kbeg + ks * MXG_BK;
-        const int kb0 = k0 >> 5;
-        if (lane == 0) {
-          mbar_arrive_expect_tx(&full[stage], 32768);
-          tma_load_2d(dst, &P.tmA, k0, T.row0, &full[stage]);
-          tma_load_2d(dst + 16384, &P.tmB, k0, brow, &full[stage]);
-        }
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int i = lane + 32 * r;
-          const bool ok = i < T.rows;
-          cp_async16(dst + MXT_SA_OFF + i * 16, ok ? SAp + (mx_i64)(kb0 >> 2) * p.ldsa + i * 4 : p.SA, ok ? 16 : 0);
-        }
-        if (SB2D) {
-          if (lane < 4)
-            cp_async16(dst + MXT_SB_OFF + lane * 16, SBexp + (mx_i64)(kb0 + lane) * p.ldsb + (T.n0 >> 5), 16);
-        } else {
-#pragma unroll
-          for (int r = 0; r < 4; ++r)
-            cp_async16(dst + MXT_SB_OFF + (32 * r + lane) * 16, SBexp + (mx_i64)(kb0 + r) * p.ldsb + T.n0 + 4 * lane, 16);
-        }
-        cp_async_mbar_arrive_noinc(&full[stage]);
-        if (++stage == STAGES) { stage = 0; phase ^= 1; }
-      }
+  const bool is_prod = tid == 0;
+  MxtProd prod;
+  prod.t = (int)blockIdx.x - (int)gridDim.x; prod.ks = 0; prod.nst = 0;
+  prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
+  prod.stage = 0; prod.phase = 0; prod.pc = 0;
+
+  const int wg = tid >> 7;
+  const int lt = tid & 127;
+  const int warp = lt >> 5, lane = lt & 31;
+  const int wrow = 64 * wg + 16 * warp + (lane >> 2);
+  int stage = 0; mx_u32 phase = 0;
+  int rel = 0;
+  float acc[64], t0[32], t1[32];
+  for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
+    int nst;
+    {
+      const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
+      nst = mxt_tile_stages(p, T, g_pre);
     }
-  } else {
-    // ------------------------------ consumers ------------------------------
-    const int wg = tid >> 7;
-    const int lt = tid & 127;
-    const int warp = lt >> 5, lane = lt & 31;
-    const int wrow = 64 * wg + 16 * warp + (lane >> 2);
-    int stage = 0; mx_u32 phase = 0;
-    float acc[64], t0[32], t1[32];
-    for (int t = blockIdx.x; t < total; t += gridDim.x) {
-      int nst;
-      {
-        const MxgTile T = mxg_decode(p, t, MXT_BM, ntn, tiles_m, g_start, g_pre);
-        nst = p.batched ? (g_pre[T.e + 1] - g_pre[T.e]) >> 7 : (p.K + MXG_BK - 1) / MXG_BK;
-      }
 #pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-      for (; nst >= 2; nst -= 2)
-        mxt_group<FA, FB, SB2D, 2, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
-      if (nst == 1)
-        mxt_group<FA, FB, SB2D, 1, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
-      const MxgTile T = mxg_decode(p, t, MXT_BM, ntn, tiles_m, g_start, g_pre);
-      mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
-    }
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    for (; nst >= 2; nst -= 2)
+      mxt_group<FA, FB, SB2D, 2, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane, rel, prod, is_prod, P, c);
+    if (nst == 1)
+      mxt_group<FA, FB, SB2D, 1, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane, rel, prod, is_prod, P, c);
+    // Issue the next tile's first stages before the epilogue so its loads overlap it.
+    if (is_prod) mxt_fill<SB2D, STAGES>(prod, rel + STAGES, P, c, sbase, full, empty);
+    __syncwarp();
+    const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
+    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
   }
 
   // ---- grouped mode: zero the padding rows (rows >= offs[E-1]) ----
@@ -583,15 +612,15 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
     const mx_i64 r_begin = g_start[p.E];
     const mx_i64 cnt = ((mx_i64)p.M - r_begin) * p.N;
     for (mx_i64 i = (mx_i64)blockIdx.x * blockDim.x + tid; i < cnt; i += (mx_i64)gridDim.x * blockDim.x) {
-      const mx_i64 r = r_begin + i / p.N, c = i % p.N;
-      if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c] = 0;
-      else reinterpret_cast<float*>(p.out)[r * p.ldo + c] = 0.f;
+      const mx_i64 r = r_begin + i / p.N, c2 = i % p.N;
+      if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c2] = 0;
+      else reinterpret_cast<float*>(p.out)[r * p.ldo + c2] = 0.f;
     }
   }
 }
 
 #define MXT_INST(NAME, FA, FB, SB2D, OBF, ST) \
-  extern "C" __global__ void __maxnreg__(224) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_impl<FA, FB, SB2D, OBF, ST>(p); }
 
 // Instantiations: mx_gemm_<A fmt><B fmt>_<w2d|w1d>_<bf16|f32>[_bm64]

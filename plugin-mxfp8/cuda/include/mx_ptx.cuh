@@ -137,3 +137,8 @@ MX_DEV void tma_load_2d(mx_u32 dst, const MxTmap* map, int c0, int c1, mx_u64* b
 MX_DEV void tma_prefetch_desc(const MxTmap* map) {
   asm volatile("prefetch.tensormap [%0];\n" :: "l"((mx_u64)map) : "memory");
 }
+// 1D bulk copy global -> shared (16-byte aligned addresses, size a multiple of 16).
+MX_DEV void bulk_load(mx_u32 dst, const void* src, mx_u32 bytes, mx_u64* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               :: "r"(dst), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
+}
