@@ -353,7 +353,7 @@ struct MxGemmTmaParams {
 };
 
 #define MXT_BM 128
-#define MXT_THREADS 256
+#define MXT_THREADS 384
 #define MXT_SA_OFF 32768
 #define MXT_SB_OFF 34816
 template <int SB2D> struct MxtLayout { static constexpr int STAGE = SB2D ? 35840 : 36864; };
@@ -390,8 +390,8 @@ MX_DEV void mxt_promote(float* acc, const float* tmp, float s0, float s1, const 
   }
 }
 
-// Producer state, live in every consumer thread but used by thread 0 only: it walks the
-// same persistent tile sequence as the consumers and issues one stage at a time.
+// Producer state (one thread of the producer warpgroup): it walks the same persistent tile
+// sequence as the consumers and issues one stage at a time.
 struct MxtProd {
   int t, ks, nst;        // tile, stage within tile, stages of the tile
   int row0, brow, n0, e, kbeg;
@@ -404,10 +404,9 @@ MX_DEV int mxt_tile_stages(const MxGemmParams& p, const MxgTile& T, const int* g
   return p.batched ? (g_pre[T.e + 1] - g_pre[T.e]) >> 7 : (p.K + MXG_BK - 1) / MXG_BK;
 }
 
-// Issue stages until `limit` stages have been issued (or the tile sequence ends). Stage
-// number s reuses the buffers of stage s - STAGES, so the wait on empty[] here needs both
-// consumer warpgroups to have released that stage; the caller guarantees its own
-// warpgroup already has (limit <= released + STAGES), so this cannot deadlock.
+// Issue stages until `limit` stages have been issued or the tile sequence ends. Stage
+// number s reuses the buffers of stage s - STAGES: the wait on empty[] needs both
+// consumer warpgroups to have released that stage.
 template <int SB2D, int STAGES>
 MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtCtx& c,
                      mx_u32 sbase, mx_u64* full, mx_u64* empty) {
@@ -447,15 +446,11 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
 
 // One straight-line group of NS stages (4*NS k32 steps = 8*NS m64n64k32 half-steps),
 // drained at its end. Half-step q computes columns 64*(q&1).. of k32 step q>>1 into
-// buffer (q&1 ? tb : ta) while half-step q-1 is promoted. Thread 0 first refills the
-// stages released so far (rel = stages this warpgroup has released).
+// buffer (q&1 ? tb : ta) while half-step q-1 is promoted.
 template <int FA, int FB, int SB2D, int NS, int STAGES>
 MX_DEV void mxt_group(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u8* sgen,
-                      mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane,
-                      int& rel, MxtProd& prod, bool is_prod, const MxGemmTmaParams& P, const MxtCtx& c) {
+                      mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane) {
   constexpr int STAGE = MxtLayout<SB2D>::STAGE;
-  if (is_prod) mxt_fill<SB2D, STAGES>(prod, rel + STAGES, P, c, sbase, full, empty);
-  __syncwarp();
   const int st0 = stage;
   const int st1 = (stage + 1 == STAGES) ? 0 : stage + 1;
   mbar_wait(&full[st0], phase);
@@ -490,7 +485,6 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u
     }
   }
   if (lane == 0) mbar_arrive(&empty[NS == 2 ? st1 : st0]);
-  rel += NS;
 #pragma unroll
   for (int g = 0; g < NS; ++g) {
     if (++stage == STAGES) { stage = 0; phase ^= 1; }
@@ -575,36 +569,40 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   c.brows_e = p.batched ? 0 : (int)(p.b_es / p.ldb);
   c.g_start = g_start; c.g_pre = g_pre;
 
-  const bool is_prod = tid == 0;
-  MxtProd prod;
-  prod.t = (int)blockIdx.x - (int)gridDim.x; prod.ks = 0; prod.nst = 0;
-  prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
-  prod.stage = 0; prod.phase = 0; prod.pc = 0;
-
   const int wg = tid >> 7;
-  const int lt = tid & 127;
-  const int warp = lt >> 5, lane = lt & 31;
-  const int wrow = 64 * wg + 16 * warp + (lane >> 2);
-  int stage = 0; mx_u32 phase = 0;
-  int rel = 0;
-  float acc[64], t0[32], t1[32];
-  for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
-    int nst;
-    {
-      const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
-      nst = mxt_tile_stages(p, T, g_pre);
+  if (wg == 2) {
+    // ---- producer warpgroup: one thread issues every TMA / bulk copy ----
+    setmaxnreg_dec<40>();
+    if (tid == 256) {
+      MxtProd prod;
+      prod.t = (int)blockIdx.x - (int)gridDim.x; prod.ks = 0; prod.nst = 0;
+      prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
+      prod.stage = 0; prod.phase = 0; prod.pc = 0;
+      mxt_fill<SB2D, STAGES>(prod, 0x7ffffffe, P, c, sbase, full, empty);
     }
+  } else {
+    // ---- consumers ----
+    setmaxnreg_inc<232>();
+    const int lt = tid & 127;
+    const int warp = lt >> 5, lane = lt & 31;
+    const int wrow = 64 * wg + 16 * warp + (lane >> 2);
+    int stage = 0; mx_u32 phase = 0;
+    float acc[64], t0[32], t1[32];
+    for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
+      int nst;
+      {
+        const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
+        nst = mxt_tile_stages(p, T, g_pre);
+      }
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    for (; nst >= 2; nst -= 2)
-      mxt_group<FA, FB, SB2D, 2, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane, rel, prod, is_prod, P, c);
-    if (nst == 1)
-      mxt_group<FA, FB, SB2D, 1, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane, rel, prod, is_prod, P, c);
-    // Issue the next tile's first stages before the epilogue so its loads overlap it.
-    if (is_prod) mxt_fill<SB2D, STAGES>(prod, rel + STAGES, P, c, sbase, full, empty);
-    __syncwarp();
-    const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
-    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
+      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+      for (; nst >= 2; nst -= 2)
+        mxt_group<FA, FB, SB2D, 2, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+      if (nst == 1)
+        mxt_group<FA, FB, SB2D, 1, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+      const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
+      mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
+    }
   }
 
   // ---- grouped mode: zero the padding rows (rows >= offs[E-1]) ----
