@@ -88,56 +88,55 @@ fn draw(
         (a.min(v), b.max(v))
     });
     let x1 = x1.max(x0 + 1);
+    // Log scale when the values span more than ~20×, as loss curves do: plot log10 of
+    // the values on a linear axis and label the ticks with the values themselves.
+    let log = y0 > 0.0 && y1 / y0 > 20.0;
+    let map = |v: f64| if log { v.log10() } else { v };
+    let (lo, hi) = (map(y0), map(y1));
+    let pad = ((hi - lo) * 0.05).max(1e-12);
     let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 28))
+        .margin(16)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x0..x1, (lo - pad)..(hi + pad))?;
+    let y_label = |v: &f64| {
+        if log {
+            format!("{:.3e}", 10f64.powf(*v))
+        } else {
+            format!("{v:.4}")
+        }
+    };
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc(if log {
+            format!("{title} (log scale)")
+        } else {
+            title.to_string()
+        })
+        .y_label_formatter(&y_label)
+        .draw()?;
     let palette = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
-    // Log scale when the values span more than ~20×, as loss curves do.
-    if y0 > 0.0 && y1 / y0 > 20.0 {
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 28))
-            .margin(16)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(x0..x1, (y0 * 0.9..y1 * 1.1).log_scale())?;
-        chart.configure_mesh().x_desc("step").y_desc(title).draw()?;
-        for (i, (name, pts)) in series.iter().enumerate() {
-            let color = palette[i % palette.len()];
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-                .label(name.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-        }
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = palette[i % palette.len()];
         chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-    } else {
-        let pad = ((y1 - y0) * 0.05).max(1e-12);
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 28))
-            .margin(16)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))?;
-        chart.configure_mesh().x_desc("step").y_desc(title).draw()?;
-        for (i, (name, pts)) in series.iter().enumerate() {
-            let color = palette[i % palette.len()];
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-                .label(name.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
+            .draw_series(LineSeries::new(
+                pts.iter().map(|&(s, v)| (s, map(v))),
+                color.stroke_width(2),
+            ))?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
     }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
     root.present()?;
     Ok(())
 }
@@ -170,6 +169,9 @@ mod tests {
         });
         let files = write_plots(&pts, &dir).unwrap();
         assert_eq!(files, vec![dir.join("loss.png")]);
+        if let Ok(keep) = std::env::var("MXHOST_KEEP_PLOT") {
+            std::fs::copy(&files[0], keep).unwrap();
+        }
         let bytes = std::fs::read(&files[0]).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
         std::fs::remove_dir_all(&dir).ok();
