@@ -21,22 +21,96 @@ const PADDING_ROWS: u32 = 13;
 const GATE_UNQUANTIZED_DB: f64 = 25.0;
 const GATE_DEQUANTIZED_DB: f64 = 90.0;
 
+#[derive(Clone, Copy, PartialEq)]
+enum Pass {
+    Forward,
+    Dgrad,
+    Wgrad,
+}
+
+const PASSES: [Pass; 3] = [Pass::Forward, Pass::Dgrad, Pass::Wgrad];
+
+/// The problem: host tensors plus guest copies for the FP64 references.
+struct Problem {
+    offs: Vec<i32>,
+    rows: usize,
+    used: usize,
+    x: (Tensor, Vec<f32>),
+    w: (Tensor, Vec<f32>),
+    dy: (Tensor, Vec<f32>),
+}
+
+impl Pass {
+    fn name(self) -> &'static str {
+        match self {
+            Pass::Forward => "forward",
+            Pass::Dgrad => "dgrad",
+            Pass::Wgrad => "wgrad",
+        }
+    }
+
+    /// The pass's operands: forward (x, w), dgrad (dy, w), wgrad (dy, x).
+    fn operands(self, p: &Problem) -> (&(Tensor, Vec<f32>), &(Tensor, Vec<f32>)) {
+        match self {
+            Pass::Forward => (&p.x, &p.w),
+            Pass::Dgrad => (&p.dy, &p.w),
+            Pass::Wgrad => (&p.dy, &p.x),
+        }
+    }
+
+    /// The axes the pass contracts over, as 1×32 quantization axes of (a, b).
+    fn axes(self) -> (u32, u32) {
+        match self {
+            Pass::Forward => (1, 2),
+            Pass::Dgrad => (1, 1),
+            Pass::Wgrad => (0, 0),
+        }
+    }
+
+    fn call(
+        self,
+        a: Operand<'_>,
+        b: Operand<'_>,
+        offs: &[i32],
+        o: &GemmOptions,
+    ) -> Result<Vec<f32>, Error> {
+        match self {
+            Pass::Forward => forward(a, b, offs, o),
+            Pass::Dgrad => dgrad(a, b, offs, o),
+            Pass::Wgrad => wgrad(a, b, offs, o),
+        }?
+        .to_f32()
+    }
+
+    fn reference(self, a: &[f32], b: &[f32], p: &Problem) -> Vec<f64> {
+        let (n, k) = (N as usize, K as usize);
+        match self {
+            Pass::Forward => reference::forward(a, b, &p.offs, p.rows, n, k),
+            Pass::Dgrad => reference::dgrad(a, b, &p.offs, p.rows, n, k),
+            Pass::Wgrad => reference::wgrad(a, b, &p.offs, n, k),
+        }
+    }
+
+    /// Forward and dgrad must write zeros in the padding rows.
+    fn check_padding(self, out: &[f32], p: &Problem) -> Result<(), String> {
+        let cols = match self {
+            Pass::Forward => N as usize,
+            Pass::Dgrad => K as usize,
+            Pass::Wgrad => return Ok(()),
+        };
+        if out[p.used * cols..].iter().any(|&v| v != 0.0) {
+            return Err(format!("{}: padding rows are not zero", self.name()));
+        }
+        Ok(())
+    }
+}
+
 struct Row {
     plugin: String,
     pass: &'static str,
     operands: &'static str,
     vs_unquantized: f64,
     vs_dequantized: Option<f64>,
-}
-
-fn offsets() -> Vec<i32> {
-    GROUPS
-        .iter()
-        .scan(0i32, |acc, &g| {
-            *acc += g as i32;
-            Some(*acc)
-        })
-        .collect()
 }
 
 fn along(axis: u32) -> MxSpec {
@@ -47,158 +121,113 @@ fn deq(q: &MxTensor) -> Result<Vec<f32>, Error> {
     dequantize(q)?.to_f32()
 }
 
-fn check_padding_zero(
-    out: &[f32],
-    rows_used: usize,
-    cols: usize,
-    what: &str,
-) -> Result<(), String> {
-    if out[rows_used * cols..].iter().any(|&v| v != 0.0) {
-        return Err(format!("{what}: padding rows are not zero"));
+fn problem(seed: u64) -> Result<Problem, Error> {
+    let offs: Vec<i32> = GROUPS
+        .iter()
+        .scan(0i32, |acc, &g| {
+            *acc += g as i32;
+            Some(*acc)
+        })
+        .collect();
+    let used = *offs.last().unwrap() as usize;
+    let rows = used as u32 + PADDING_ROWS;
+    let with_values = |t: Tensor| -> Result<(Tensor, Vec<f32>), Error> {
+        let v = t.to_f32()?;
+        Ok((t, v))
+    };
+    Ok(Problem {
+        offs,
+        rows: rows as usize,
+        used,
+        x: with_values(Tensor::randn_f32(&[rows, K], seed)?)?,
+        w: with_values(Tensor::randn(
+            &[GROUPS.len() as u32, N, K],
+            Dtype::F32,
+            seed + 1,
+            0.0,
+            0.05,
+        )?)?,
+        dy: with_values(Tensor::randn_f32(&[rows, N], seed + 2)?)?,
+    })
+}
+
+fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
+    let mut table = Vec::new();
+    let opts = options();
+    let mut row = |pass: Pass,
+                   operands: &'static str,
+                   out: &[f32],
+                   exact: Option<Vec<f64>>|
+     -> Result<(), String> {
+        pass.check_padding(out, p)?;
+        let (a, b) = pass.operands(p);
+        let unquantized = pass.reference(&a.1, &b.1, p);
+        table.push(Row {
+            plugin: plugin::active(),
+            pass: pass.name(),
+            operands,
+            vs_unquantized: reference::snr_db(&unquantized, out),
+            vs_dequantized: exact.map(|e| reference::snr_db(&e, out)),
+        });
+        Ok(())
+    };
+
+    plugin::select("mxfp8")?;
+    // Pre-quantized operands: the kernel is checked against its exact inputs.
+    for pass in PASSES {
+        let ((a, _), (b, _)) = pass.operands(p);
+        let (axis_a, axis_b) = pass.axes();
+        let (qa, qb) = (quantize(a, along(axis_a))?, quantize(b, along(axis_b))?);
+        let out = pass.call(
+            Operand::Quantized(&qa),
+            Operand::Quantized(&qb),
+            &p.offs,
+            &opts,
+        )?;
+        let exact = pass.reference(&deq(&qa)?, &deq(&qb)?, p);
+        row(pass, "pre-quantized 1x32", &out, Some(exact))?;
     }
-    Ok(())
+    // Dense operands quantized inside the call, with 32x32 weight tiles.
+    let opts_2d = GemmOptions {
+        weight_blocks_2d: true,
+        ..opts
+    };
+    for pass in PASSES {
+        let ((a, _), (b, _)) = pass.operands(p);
+        let label = if pass == Pass::Wgrad {
+            "in-call 1x32 on M"
+        } else {
+            "in-call 32x32 W"
+        };
+        let out = pass.call(Operand::Dense(a), Operand::Dense(b), &p.offs, &opts_2d)?;
+        row(pass, label, &out, None)?;
+    }
+    // Same tensors, other precision: switching moves no data.
+    plugin::select("bf16")?;
+    for pass in PASSES {
+        let ((a, _), (b, _)) = pass.operands(p);
+        let out = pass.call(Operand::Dense(a), Operand::Dense(b), &p.offs, &opts)?;
+        row(pass, "dense", &out, None)?;
+    }
+    plugin::select("mxfp8")?;
+    Ok(table)
 }
 
 impl Experiment for HelloGemm {
     fn run(args: Vec<String>) -> Result<String, String> {
-        let seed: u64 = args
-            .first()
-            .map(|s| {
-                s.parse()
-                    .map_err(|_| format!("seed must be an integer, got {s}"))
-            })
-            .transpose()?
-            .unwrap_or(7);
-        let offs = offsets();
-        let used = *offs.last().unwrap() as usize;
-        let rows = used as u32 + PADDING_ROWS;
-        let (k, n, e) = (K as usize, N as usize, GROUPS.len());
-
-        let x = Tensor::randn_f32(&[rows, K], seed)?;
-        let w = Tensor::randn(&[e as u32, N, K], Dtype::F32, seed + 1, 0.0, 0.05)?;
-        let dy = Tensor::randn_f32(&[rows, N], seed + 2)?;
-        let (xv, wv, dyv) = (x.to_f32()?, w.to_f32()?, dy.to_f32()?);
-        let ref_y = reference::forward(&xv, &wv, &offs, rows as usize, n, k);
-        let ref_dx = reference::dgrad(&dyv, &wv, &offs, rows as usize, n, k);
-        let ref_dw = reference::wgrad(&dyv, &xv, &offs, n, k);
-
-        let mut table = Vec::new();
-        let opts = options();
-        plugin::select("mxfp8")?;
-
-        // Pre-quantized operands: the kernel is checked against its exact inputs.
-        let (qx_k, qw_k) = (quantize(&x, along(1))?, quantize(&w, along(2))?);
-        let y = forward(
-            Operand::Quantized(&qx_k),
-            Operand::Quantized(&qw_k),
-            &offs,
-            &opts,
-        )?
-        .to_f32()?;
-        check_padding_zero(&y, used, n, "forward")?;
-        let exact = reference::forward(&deq(&qx_k)?, &deq(&qw_k)?, &offs, rows as usize, n, k);
-        table.push(Row {
-            plugin: plugin::active(),
-            pass: "forward",
-            operands: "pre-quantized 1x32",
-            vs_unquantized: reference::snr_db(&ref_y, &y),
-            vs_dequantized: Some(reference::snr_db(&exact, &y)),
-        });
-
-        let (qdy_n, qw_n) = (quantize(&dy, along(1))?, quantize(&w, along(1))?);
-        let dx = dgrad(
-            Operand::Quantized(&qdy_n),
-            Operand::Quantized(&qw_n),
-            &offs,
-            &opts,
-        )?
-        .to_f32()?;
-        check_padding_zero(&dx, used, k, "dgrad")?;
-        let exact = reference::dgrad(&deq(&qdy_n)?, &deq(&qw_n)?, &offs, rows as usize, n, k);
-        table.push(Row {
-            plugin: plugin::active(),
-            pass: "dgrad",
-            operands: "pre-quantized 1x32",
-            vs_unquantized: reference::snr_db(&ref_dx, &dx),
-            vs_dequantized: Some(reference::snr_db(&exact, &dx)),
-        });
-
-        let (qdy_m, qx_m) = (quantize(&dy, along(0))?, quantize(&x, along(0))?);
-        let dw = wgrad(
-            Operand::Quantized(&qdy_m),
-            Operand::Quantized(&qx_m),
-            &offs,
-            &opts,
-        )?
-        .to_f32()?;
-        let exact = reference::wgrad(&deq(&qdy_m)?, &deq(&qx_m)?, &offs, n, k);
-        table.push(Row {
-            plugin: plugin::active(),
-            pass: "wgrad",
-            operands: "pre-quantized 1x32",
-            vs_unquantized: reference::snr_db(&ref_dw, &dw),
-            vs_dequantized: Some(reference::snr_db(&exact, &dw)),
-        });
-
-        // Dense operands quantized inside the call, with 32x32 weight tiles.
-        let opts_2d = GemmOptions {
-            weight_blocks_2d: true,
-            ..opts
+        let seed: u64 = match args.first() {
+            Some(s) => s
+                .parse()
+                .map_err(|_| format!("seed must be an integer, got {s}"))?,
+            None => 7,
         };
-        let y = forward(Operand::Dense(&x), Operand::Dense(&w), &offs, &opts_2d)?.to_f32()?;
-        table.push(Row {
-            plugin: plugin::active(),
-            pass: "forward",
-            operands: "in-call 32x32 W",
-            vs_unquantized: reference::snr_db(&ref_y, &y),
-            vs_dequantized: None,
-        });
-        let dx = dgrad(Operand::Dense(&dy), Operand::Dense(&w), &offs, &opts_2d)?.to_f32()?;
-        table.push(Row {
-            plugin: plugin::active(),
-            pass: "dgrad",
-            operands: "in-call 32x32 W",
-            vs_unquantized: reference::snr_db(&ref_dx, &dx),
-            vs_dequantized: None,
-        });
-        let dw = wgrad(Operand::Dense(&dy), Operand::Dense(&x), &offs, &opts)?.to_f32()?;
-        table.push(Row {
-            plugin: plugin::active(),
-            pass: "wgrad",
-            operands: "in-call 1x32 on M",
-            vs_unquantized: reference::snr_db(&ref_dw, &dw),
-            vs_dequantized: None,
-        });
+        let p = problem(seed)?;
+        let table = run_all(&p)?;
 
-        // Same tensors, other precision: switching moves no data.
-        plugin::select("bf16")?;
-        let y = forward(Operand::Dense(&x), Operand::Dense(&w), &offs, &opts)?.to_f32()?;
-        table.push(Row {
-            plugin: plugin::active(),
-            pass: "forward",
-            operands: "dense",
-            vs_unquantized: reference::snr_db(&ref_y, &y),
-            vs_dequantized: None,
-        });
-        let dx = dgrad(Operand::Dense(&dy), Operand::Dense(&w), &offs, &opts)?.to_f32()?;
-        table.push(Row {
-            plugin: plugin::active(),
-            pass: "dgrad",
-            operands: "dense",
-            vs_unquantized: reference::snr_db(&ref_dx, &dx),
-            vs_dequantized: None,
-        });
-        let dw = wgrad(Operand::Dense(&dy), Operand::Dense(&x), &offs, &opts)?.to_f32()?;
-        table.push(Row {
-            plugin: plugin::active(),
-            pass: "wgrad",
-            operands: "dense",
-            vs_unquantized: reference::snr_db(&ref_dw, &dw),
-            vs_dequantized: None,
-        });
-        plugin::select("mxfp8")?;
-
-        println!("hello-gemm: E = {e} experts, rows per expert {GROUPS:?} + {PADDING_ROWS} padding, K = {K}, N = {N}, seed {seed}");
+        println!(
+            "hello-gemm: E = {} experts, rows per expert {GROUPS:?} + {PADDING_ROWS} padding, K = {K}, N = {N}, seed {seed}",
+            GROUPS.len()
+        );
         println!(
             "{:<7} {:<8} {:<20} {:>22} {:>22}",
             "plugin", "pass", "operands", "SNR vs FP64 unquant.", "SNR vs FP64 dequant."
@@ -223,17 +252,17 @@ impl Experiment for HelloGemm {
                     r.plugin, r.pass, r.operands, r.vs_unquantized
                 ));
             }
-            if let Some(d) = r.vs_dequantized {
-                if d < GATE_DEQUANTIZED_DB {
-                    failures.push(format!(
-                        "{} {} {} vs dequantized: {d:.1} dB < {GATE_DEQUANTIZED_DB} dB",
-                        r.plugin, r.pass, r.operands
-                    ));
-                }
+            if let Some(d) = r.vs_dequantized.filter(|&d| d < GATE_DEQUANTIZED_DB) {
+                failures.push(format!(
+                    "{} {} {} vs dequantized: {d:.1} dB < {GATE_DEQUANTIZED_DB} dB",
+                    r.plugin, r.pass, r.operands
+                ));
             }
         }
         if failures.is_empty() {
-            Ok(format!("hello-gemm: all SNR gates passed (MXFP8 E4M3 ≥ {GATE_UNQUANTIZED_DB} dB vs unquantized, ≥ {GATE_DEQUANTIZED_DB} dB vs dequantized)"))
+            Ok(format!(
+                "hello-gemm: all SNR gates passed (MXFP8 E4M3 ≥ {GATE_UNQUANTIZED_DB} dB vs unquantized, ≥ {GATE_DEQUANTIZED_DB} dB vs dequantized)"
+            ))
         } else {
             Err(format!("SNR gates failed: {}", failures.join("; ")))
         }
