@@ -444,13 +444,18 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
   }
 }
 
-// One straight-line group of NS stages (4*NS k32 steps = 8*NS m64n64k32 half-steps),
-// drained at its end. Half-step q computes columns 64*(q&1).. of k32 step q>>1 into
-// buffer (q&1 ? tb : ta) while half-step q-1 is promoted.
-template <int FA, int FB, int SB2D, int NS, int STAGES>
-MX_DEV void mxt_group(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u8* sgen,
+// One straight-line group of NS stages (4*NS k32 steps), drained at its end.
+// MODE 0: each k32 step = two m64n64k32 half-steps into alternating 32-register buffers,
+//         half-step q-1 promoted while q runs (wait<1>).
+// MODE 1: same half-steps, three rotating buffers, two wgmmas in flight (wait<2>).
+// MODE 2: one m64n128k32 per k32 step into two alternating 64-register buffers (wait<1>).
+template <int FA, int FB, int SB2D, int NS, int STAGES, int MODE>
+MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase, const mx_u8* sgen,
                       mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane) {
   constexpr int STAGE = MxtLayout<SB2D>::STAGE;
+  constexpr int HS = MODE == 2 ? 1 : 2;          // wgmmas per k32 step
+  constexpr int NQ = 4 * NS * HS;                // wgmmas in the group
+  constexpr int LAG = MODE == 1 ? 2 : 1;         // promotion lags the issue by LAG wgmmas
   const int st0 = stage;
   const int st1 = (stage + 1 == STAGES) ? 0 : stage + 1;
   mbar_wait(&full[st0], phase);
@@ -459,29 +464,48 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u
   const mx_u8* g0 = sgen + st0 * STAGE;
   const mx_u8* g1 = sgen + st1 * STAGE;
 #pragma unroll
-  for (int q = 0; q <= 8 * NS; ++q) {
-    if (q < 8 * NS) {
-      float* cur = (q & 1) ? tb : ta;
-      const int i = q >> 1;
+  for (int q = 0; q < NQ + LAG; ++q) {
+    if (q < NQ) {
+      const int i = q / HS;                      // k32 step within the group
       const mx_u32 bb = (i < 4 ? b0 : b1) + 32 * (i & 3);
-      reg_pin<32>(cur);
-      wgmma_fence();
-      wgmma_m64n64k32<FA, FB>(cur, make_smem_desc_sw128(bb + wg * 8192),
-                              make_smem_desc_sw128(bb + 16384 + 8192 * (q & 1)));
+      if (MODE == 2) {
+        float* cur = (q & 1) ? tb : ta;
+        reg_pin<64>(cur);
+        wgmma_fence();
+        wgmma_m64n128k32<FA, FB>(cur, make_smem_desc_sw128(bb + wg * 8192), make_smem_desc_sw128(bb + 16384));
+      } else {
+        float* cur = MODE == 1 ? ((q % 3) == 0 ? ta : ((q % 3) == 1 ? tb : tc)) : ((q & 1) ? tb : ta);
+        reg_pin<32>(cur);
+        wgmma_fence();
+        wgmma_m64n64k32<FA, FB>(cur, make_smem_desc_sw128(bb + wg * 8192),
+                                make_smem_desc_sw128(bb + 16384 + 8192 * (q & 1)));
+      }
       wgmma_commit();
     }
-    if (q > 0) {
-      const int qp = q - 1, j = (qp >> 1) & 3;
-      const mx_u8* gs = qp < 8 ? g0 : g1;
+    if (q >= LAG) {
+      const int qp = q - LAG;
+      const int ip = qp / HS, j = ip & 3;
+      const mx_u8* gs = ip < 4 ? g0 : g1;
       const float* sA = reinterpret_cast<const float*>(gs + MXT_SA_OFF);
       const float* sB = reinterpret_cast<const float*>(gs + MXT_SB_OFF);
       const float s0 = sA[wrow * 4 + j], s1 = sA[(wrow + 8) * 4 + j];
-      float2 sb2 = make_float2(0.f, 0.f);
-      if (SB2D) sb2 = *reinterpret_cast<const float2*>(sB + 4 * j + 2 * (qp & 1));
-      if (q < 8 * NS) wgmma_wait<1>(); else wgmma_wait<0>();
-      if (qp & 1) { reg_pin<32>(tb); mxt_promote<SB2D, 1>(acc, tb, s0, s1, sb2, sB + 128 * j, lane); }
-      else        { reg_pin<32>(ta); mxt_promote<SB2D, 0>(acc, ta, s0, s1, sb2, sB + 128 * j, lane); }
-      if (NS == 2 && qp == 7 && lane == 0) mbar_arrive(&empty[st0]);
+      float4 sb4 = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (SB2D) sb4 = *reinterpret_cast<const float4*>(sB + 4 * j);
+      // wgmmas issued so far: min(q+1, NQ); qp must be complete.
+      const int pend = (q + 1 < NQ ? q + 1 : NQ) - (qp + 1);
+      if (pend >= 2) wgmma_wait<2>(); else if (pend == 1) wgmma_wait<1>(); else wgmma_wait<0>();
+      if (MODE == 2) {
+        float* prv = (qp & 1) ? tb : ta;
+        reg_pin<64>(prv);
+        mxt_promote<SB2D, 0>(acc, prv, s0, s1, make_float2(sb4.x, sb4.y), sB + 128 * j, lane);
+        mxt_promote<SB2D, 1>(acc, prv + 32, s0, s1, make_float2(sb4.z, sb4.w), sB + 128 * j, lane);
+      } else {
+        float* prv = MODE == 1 ? ((qp % 3) == 0 ? ta : ((qp % 3) == 1 ? tb : tc)) : ((qp & 1) ? tb : ta);
+        reg_pin<32>(prv);
+        if (qp & 1) mxt_promote<SB2D, 1>(acc, prv, s0, s1, make_float2(sb4.z, sb4.w), sB + 128 * j, lane);
+        else        mxt_promote<SB2D, 0>(acc, prv, s0, s1, make_float2(sb4.x, sb4.y), sB + 128 * j, lane);
+      }
+      if (NS == 2 && qp == 4 * HS - 1 && lane == 0) mbar_arrive(&empty[st0]);
     }
   }
   if (lane == 0) mbar_arrive(&empty[NS == 2 ? st1 : st0]);
@@ -540,7 +564,7 @@ MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* a
   }
 }
 
-template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES>
+template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES, int MODE>
 MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   const MxGemmParams& p = P.g;
   extern __shared__ __align__(1024) mx_u8 mxt_smem[];
@@ -572,7 +596,7 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   const int wg = tid >> 7;
   if (wg == 2) {
     // ---- producer warpgroup: one thread issues every TMA / bulk copy ----
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<MODE == 2 ? 24 : 40>();
     if (tid == 256) {
       MxtProd prod;
       prod.t = (int)blockIdx.x - (int)gridDim.x; prod.ks = 0; prod.nst = 0;
@@ -582,12 +606,12 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
     }
   } else {
     // ---- consumers ----
-    setmaxnreg_inc<232>();
+    setmaxnreg_inc<MODE == 2 ? 240 : 232>();
     const int lt = tid & 127;
     const int warp = lt >> 5, lane = lt & 31;
     const int wrow = 64 * wg + 16 * warp + (lane >> 2);
     int stage = 0; mx_u32 phase = 0;
-    float acc[64], t0[32], t1[32];
+    float acc[64], t0[MODE == 2 ? 64 : 32], t1[MODE == 2 ? 64 : 32], t2[MODE == 1 ? 32 : 1];
     for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
       int nst;
       {
@@ -597,9 +621,9 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[i] = 0.f;
       for (; nst >= 2; nst -= 2)
-        mxt_group<FA, FB, SB2D, 2, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+        mxt_group<FA, FB, SB2D, 2, STAGES, MODE>(acc, t0, t1, t2, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
       if (nst == 1)
-        mxt_group<FA, FB, SB2D, 1, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+        mxt_group<FA, FB, SB2D, 1, STAGES, MODE>(acc, t0, t1, t2, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
       const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
       mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
     }
@@ -617,9 +641,13 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   }
 }
 
-#define MXT_INST(NAME, FA, FB, SB2D, OBF, ST) \
+#define MXT_INST_M(NAME, FA, FB, SB2D, OBF, ST, MODE) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_impl<FA, FB, SB2D, OBF, ST>(p); }
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_impl<FA, FB, SB2D, OBF, ST, MODE>(p); }
+#ifndef MXT_MODE
+#define MXT_MODE 0
+#endif
+#define MXT_INST(NAME, FA, FB, SB2D, OBF, ST) MXT_INST_M(NAME, FA, FB, SB2D, OBF, ST, MXT_MODE)
 
 // Instantiations: mx_gemm_<A fmt><B fmt>_<w2d|w1d>_<bf16|f32>[_bm64]
 #define MXG_INST(NAME, NC, FA, FB, SB2D, OBF, ST) \

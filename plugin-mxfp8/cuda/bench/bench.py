@@ -33,6 +33,7 @@ lib = ctypes.CDLL(os.path.join(HERE, "libmxbench.so"))
 lib.mx_launch_gemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
 lib.mx_launch_tgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
 FAMILY = "mx_tgemm"  # TMA kernels (default); --old selects the cp.async mx_gemm_* kernels
+SUFFIX = ""          # kernel-name suffix of an experimental variant (e.g. "_m1")
 lib.mx_launch_quantize.argtypes = [c_int, c_int, ctypes.POINTER(QP), c_int, c_int, c_int, c_vp]
 lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
 
@@ -249,6 +250,8 @@ def kname(w2d, out_bf16, fa=0, fb=0, bm64=False, family=None):
     f = {0: "e4m3", 1: "e5m2"}
     fam = "mx_gemm" if bm64 else (family or FAMILY)
     n = f"{fam}_{f[fa]}{f[fb]}_{'w2d' if w2d else 'w1d'}_{'bf16' if out_bf16 else 'f32'}"
+    if fam == "mx_tgemm" and fa == 0 and fb == 0:
+        n += SUFFIX
     return n + ("_bm64" if bm64 else "")
 
 
@@ -398,6 +401,7 @@ def tms(fn, rep_ms):
     return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
 
 
+VARIANTS = ["_m1"]  # experimental tgemm variants checked and timed next to the default
 SHAPES = {"a": (8, 4096, 4096, 4096), "b": (8, 4096, 2048, 8192), "c": (32, 1024, 2880, 2880), "d": (128, 256, 2048, 768)}
 
 
@@ -438,9 +442,22 @@ def time_shape(key, rows, rep):
         ("wgrad", "wgrad 1x32 x 1x32", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)),
         ("wgrad", "wgrad 1x32 x X32x32", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)),
     ]
+    global SUFFIX
+    for sfx in VARIANTS:
+        SUFFIX = sfx
+        runs += [
+            ("fwd", f"fwd 1x32 x 32x32 [{sfx}]", lambda: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o_fwd)),
+            ("dgrad", f"dgrad 1x32 x 32x32 [{sfx}]", lambda: dgrad_call(qdy["qa"], qdy["sa"], WqT, qw["sa"], offs, E, M, N, K, o_dg)),
+            ("wgrad", f"wgrad 1x32 x 1x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)),
+        ]
+    SUFFIX = ""
+    runs.append(("fwd", "fwd 1x32 x 32x32 (repeat, timed last)", runs[0][2]))
     for base, name, fn in runs:
+        m = name.rfind("[")
+        SUFFIX = name[m + 1:-1] if m >= 0 else ""
         t = tms(fn, rep)
         rows.append((key, name, t * 1e3, fl / t / 1e9, float("nan"), t_bf[base] / t))
+    SUFFIX = ""
     for base in ("fwd", "dgrad", "wgrad"):
         rows.append((key, f"torch BF16 {base}", t_bf[base] * 1e3, fl / t_bf[base] / 1e9, float("nan"), 1.0))
     # quantize throughput (bf16 input): fused rows+cols (grouped), rows only, tiles (+T)
@@ -493,6 +510,13 @@ def main():
         check_gemm_case(results, "odd-groups-x2d", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
         check_gemm_case(results, "odd-groups", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
         check_gemm_case(results, "shape-c-like", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
+        global SUFFIX
+        for sfx in VARIANTS:
+            SUFFIX = sfx
+            check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
+            check_gemm_case(results, f"odd-groups{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
+            check_gemm_case(results, f"shape-c-like{sfx}", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
+        SUFFIX = ""
         print(f"\nCORRECTNESS ({time.time() - t0:.1f}s)", flush=True)
         for name, ok, info in results:
             print(f"  {'PASS' if ok else 'FAIL'}  {name}  {info}", flush=True)

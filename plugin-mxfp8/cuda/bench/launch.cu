@@ -6,6 +6,11 @@
 #include <cstring>
 #include "../mx_quantize.cu"
 #include "../mx_grouped_gemm.cu"
+// Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
+MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_bf16_m1, 0, 0, 1, 1, 6, 1)
+MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_f32_m1,  0, 0, 1, 0, 6, 1)
+MXT_INST_M(mx_tgemm_e4m3e4m3_w1d_bf16_m1, 0, 0, 0, 1, 6, 1)
+MXT_INST_M(mx_tgemm_e4m3e4m3_w1d_f32_m1,  0, 0, 0, 0, 6, 1)
 
 typedef void (*QuantK)(const MxQuantParams);
 typedef void (*GemmK)(const MxGemmParams);
@@ -110,6 +115,10 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e5m2e4m3_w2d_bf16", mx_tgemm_e5m2e4m3_w2d_bf16, 1, 6},
   {"mx_tgemm_e5m2e4m3_w1d_bf16", mx_tgemm_e5m2e4m3_w1d_bf16, 0, 6},
   {"mx_tgemm_e5m2e5m2_w2d_f32",  mx_tgemm_e5m2e5m2_w2d_f32,  1, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_m1", mx_tgemm_e4m3e4m3_w2d_bf16_m1, 1, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_m1",  mx_tgemm_e4m3e4m3_w2d_f32_m1,  1, 6},
+  {"mx_tgemm_e4m3e4m3_w1d_bf16_m1", mx_tgemm_e4m3e4m3_w1d_bf16_m1, 0, 6},
+  {"mx_tgemm_e4m3e4m3_w1d_f32_m1",  mx_tgemm_e4m3e4m3_w1d_f32_m1,  0, 6},
 };
 
 extern "C" int mx_tgemm_smem(int sb2d, int stages) {
