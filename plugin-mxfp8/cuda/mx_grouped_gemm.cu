@@ -448,14 +448,19 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
 // MODE 0: each k32 step = two m64n64k32 half-steps into alternating 32-register buffers,
 //         half-step q-1 promoted while q runs (wait<1>).
 // MODE 1: same half-steps, three rotating buffers, two wgmmas in flight (wait<2>).
-// MODE 2: one m64n128k32 per k32 step into two alternating 64-register buffers (wait<1>).
+// MODE 2: one m64n128k32 per k32 step into two alternating 64-register buffers (wait<1>;
+//         spills at 240 registers — kept for reference, not instantiated).
+// MODE 3: one m64n128k32 per k32 step into ONE 64-register buffer, wait<0> then promote:
+//         serialized within a warpgroup; the other consumer warpgroup's wgmma fills the
+//         tensor core meanwhile (anchor variant G, 2 warpgroups per SM).
 template <int FA, int FB, int SB2D, int NS, int STAGES, int MODE>
 MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase, const mx_u8* sgen,
                       mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane) {
   constexpr int STAGE = MxtLayout<SB2D>::STAGE;
-  constexpr int HS = MODE == 2 ? 1 : 2;          // wgmmas per k32 step
+  constexpr bool N128 = MODE >= 2;
+  constexpr int HS = N128 ? 1 : 2;               // wgmmas per k32 step
   constexpr int NQ = 4 * NS * HS;                // wgmmas in the group
-  constexpr int LAG = MODE == 1 ? 2 : 1;         // promotion lags the issue by LAG wgmmas
+  constexpr int LAG = MODE == 1 ? 2 : (MODE == 3 ? 0 : 1);  // promotion lags the issue by LAG wgmmas
   const int st0 = stage;
   const int st1 = (stage + 1 == STAGES) ? 0 : stage + 1;
   mbar_wait(&full[st0], phase);
@@ -468,11 +473,12 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
     if (q < NQ) {
       const int i = q / HS;                      // k32 step within the group
       const mx_u32 bb = (i < 4 ? b0 : b1) + 32 * (i & 3);
-      if (MODE == 2) {
-        float* cur = (q & 1) ? tb : ta;
+      if (N128) {
+        float* cur = (MODE == 2 && (q & 1)) ? tb : ta;
         reg_pin<64>(cur);
         wgmma_fence();
-        wgmma_m64n128k32<FA, FB>(cur, make_smem_desc_sw128(bb + wg * 8192), make_smem_desc_sw128(bb + 16384));
+        if (MODE >= 2) wgmma_m64n128k32_inplace<FA, FB>(cur, make_smem_desc_sw128(bb + wg * 8192), make_smem_desc_sw128(bb + 16384));
+        else wgmma_m64n128k32<FA, FB>(cur, make_smem_desc_sw128(bb + wg * 8192), make_smem_desc_sw128(bb + 16384));
       } else {
         float* cur = MODE == 1 ? ((q % 3) == 0 ? ta : ((q % 3) == 1 ? tb : tc)) : ((q & 1) ? tb : ta);
         reg_pin<32>(cur);
@@ -494,8 +500,8 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
       // wgmmas issued so far: min(q+1, NQ); qp must be complete.
       const int pend = (q + 1 < NQ ? q + 1 : NQ) - (qp + 1);
       if (pend >= 2) wgmma_wait<2>(); else if (pend == 1) wgmma_wait<1>(); else wgmma_wait<0>();
-      if (MODE == 2) {
-        float* prv = (qp & 1) ? tb : ta;
+      if (N128) {
+        float* prv = (MODE == 2 && (qp & 1)) ? tb : ta;
         reg_pin<64>(prv);
         mxt_promote<SB2D, 0>(acc, prv, s0, s1, make_float2(sb4.x, sb4.y), sB + 128 * j, lane);
         mxt_promote<SB2D, 1>(acc, prv + 32, s0, s1, make_float2(sb4.z, sb4.w), sB + 128 * j, lane);
@@ -611,7 +617,7 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
     const int warp = lt >> 5, lane = lt & 31;
     const int wrow = 64 * wg + 16 * warp + (lane >> 2);
     int stage = 0; mx_u32 phase = 0;
-    float acc[64], t0[MODE == 2 ? 64 : 32], t1[MODE == 2 ? 64 : 32], t2[MODE == 1 ? 32 : 1];
+    float acc[64], t0[MODE >= 2 ? 64 : 32], t1[MODE == 3 ? 1 : (MODE == 2 ? 64 : 32)], t2[MODE == 1 ? 32 : 1];
     for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
       int nst;
       {

@@ -401,7 +401,7 @@ def tms(fn, rep_ms):
     return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
 
 
-VARIANTS = ["_m1"]  # experimental tgemm variants checked and timed next to the default
+VARIANTS = ["_m1", "_m3"]  # experimental tgemm variants checked and timed next to the default
 SHAPES = {"a": (8, 4096, 4096, 4096), "b": (8, 4096, 2048, 8192), "c": (32, 1024, 2880, 2880), "d": (128, 256, 2048, 768)}
 
 

@@ -11,6 +11,11 @@ MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_bf16_m1, 0, 0, 1, 1, 6, 1)
 MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_f32_m1,  0, 0, 1, 0, 6, 1)
 MXT_INST_M(mx_tgemm_e4m3e4m3_w1d_bf16_m1, 0, 0, 0, 1, 6, 1)
 MXT_INST_M(mx_tgemm_e4m3e4m3_w1d_f32_m1,  0, 0, 0, 0, 6, 1)
+// MODE 3: one m64n128k32 per k32 step, single in-place buffer, wait<0> then promote.
+MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_bf16_m3, 0, 0, 1, 1, 6, 3)
+MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_f32_m3,  0, 0, 1, 0, 6, 3)
+MXT_INST_M(mx_tgemm_e4m3e4m3_w1d_bf16_m3, 0, 0, 0, 1, 6, 3)
+MXT_INST_M(mx_tgemm_e4m3e4m3_w1d_f32_m3,  0, 0, 0, 0, 6, 3)
 
 typedef void (*QuantK)(const MxQuantParams);
 typedef void (*GemmK)(const MxGemmParams);
@@ -119,6 +124,10 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_f32_m1",  mx_tgemm_e4m3e4m3_w2d_f32_m1,  1, 6},
   {"mx_tgemm_e4m3e4m3_w1d_bf16_m1", mx_tgemm_e4m3e4m3_w1d_bf16_m1, 0, 6},
   {"mx_tgemm_e4m3e4m3_w1d_f32_m1",  mx_tgemm_e4m3e4m3_w1d_f32_m1,  0, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_m3", mx_tgemm_e4m3e4m3_w2d_bf16_m3, 1, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_m3",  mx_tgemm_e4m3e4m3_w2d_f32_m3,  1, 6},
+  {"mx_tgemm_e4m3e4m3_w1d_bf16_m3", mx_tgemm_e4m3e4m3_w1d_bf16_m3, 0, 6},
+  {"mx_tgemm_e4m3e4m3_w1d_f32_m3",  mx_tgemm_e4m3e4m3_w1d_f32_m3,  0, 6},
 };
 
 extern "C" int mx_tgemm_smem(int sb2d, int stages) {
