@@ -75,3 +75,43 @@ extern "C" __global__ void __launch_bounds__(256) mx_transpose_u8(
     if (r < R && c < C) out[b * n + (mxd_i64)c * R + r] = tile[threadIdx.x][j];
   }
 }
+
+// wgrad on pre-quantized operands: a [R][P] MX tensor with 1x32 blocks along R, quantized
+// globally (blocks start at row 0, not at each expert), moved into the GEMM's padded
+// transposed layout qt [P][Mpad], st [P][Mpad/32]. Expert e (rows start_e .. start_e+m_e)
+// goes to padded columns seg_e + shift_e + j with shift_e = start_e % 32, so every padded
+// 32-block holds rows of exactly one global 32-row block and keeps its scale exactly.
+// (The GEMM is then given offsets with m_e + shift_e rows per expert: the shifted-in
+// rows are zeros.) Blocks with no row of the expert get scale 127 (1.0) and zero data.
+// tbl: [E][4] = {seg_e, shift_e, start_e, m_e} (device), seg_e ascending multiples of 128.
+// grid: x = Mpad/32, y = ceil(P/32); block (32, 8).
+extern "C" __global__ void __launch_bounds__(256) mx_wgrad_relayout(
+    const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, int P,
+    const int* __restrict__ tbl, int E, mxd_u8* __restrict__ qt, mxd_u8* __restrict__ st, int mpad) {
+  __shared__ mxd_u8 tile[32][33];
+  const int t0 = blockIdx.x * 32, p0 = blockIdx.y * 32;
+  int lo = 0, hi = E - 1;  // largest e with seg_e <= t0
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (tbl[4 * mid] <= t0) lo = mid; else hi = mid - 1;
+  }
+  const int seg = tbl[4 * lo], sh = tbl[4 * lo + 1], st0 = tbl[4 * lo + 2], m = tbl[4 * lo + 3];
+  for (int jj = threadIdx.y; jj < 32; jj += 8) {
+    const int j = t0 + jj - seg - sh;
+    const int p = p0 + threadIdx.x;
+    tile[jj][threadIdx.x] = (j >= 0 && j < m && p < P) ? q[(mxd_i64)(st0 + j) * P + p] : (mxd_u8)0;
+  }
+  __syncthreads();
+  for (int jj = threadIdx.y; jj < 32; jj += 8) {
+    const int p = p0 + jj;
+    if (p < P) qt[(mxd_i64)p * mpad + t0 + threadIdx.x] = tile[threadIdx.x][jj];
+  }
+  if (threadIdx.y == 0) {
+    const int p = p0 + threadIdx.x;
+    if (p < P) {
+      const int j0 = t0 - seg - sh;
+      const int a = j0 > 0 ? j0 : 0, b = (j0 + 32 < m) ? j0 + 32 : m;
+      st[(mxd_i64)p * (mpad / 32) + blockIdx.x] = a < b ? s[(mxd_i64)((st0 + a) / 32) * P + p] : (mxd_u8)127;
+    }
+  }
+}

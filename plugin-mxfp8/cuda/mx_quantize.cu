@@ -58,11 +58,17 @@ MX_DEV void store16(mx_u8* dst, const mx_u32* w, int nvalid, bool aligned) {
   }
 }
 
+#define XS(r, c) xs_[(r) * 141 + (c) + 4 * ((c) >> 5)]
+
 // One CTA = 256 threads = a tile of 32 rows x 128 columns.
 // grid: x = ceil(C/128), y = row tiles (see README), z = batch.
 template <int IN_BF16, int FMT>
 MX_DEV void mx_quant_tile(const MxQuantParams& p) {
-  __shared__ float xs[32][129];
+  // 32 x 128 tile, row stride 141 words and +4 words per 32-column block: the row pass
+  // (8 threads per row, one per 16-column half block), the column pass and the fill are
+  // bank-conflict free except the fill (2-way); with the old [32][129] the row pass and
+  // the fill were 4-way conflicted.
+  __shared__ float xs_[32 * 141];
   __shared__ mx_u32 tile_amax[8][4];
   __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
   const int t = threadIdx.x;
@@ -105,7 +111,7 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
     float v[8];
     load8<IN_BF16>(p, base, src0 + r, c0 + c8, r < nvalid, v);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) xs[r][c8 + i] = v[i];
+    for (int i = 0; i < 8; ++i) XS(r, c8 + i) = v[i];
   }
   __syncthreads();
 
@@ -118,7 +124,7 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
     const int cc = cb * 32 + h * 16;
     mx_u32 am = 0;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) am = max(am, abs_bits(xs[row][cc + i]));
+    for (int i = 0; i < 16; ++i) am = max(am, abs_bits(XS(row, cc + i)));
     am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
     if (flags & MXQ_TILE) {
       am = max(am, __shfl_xor_sync(0xffffffffu, am, 8));
@@ -135,7 +141,7 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
     mx_u32 w[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q)
-      w[q] = mx_quant4<FMT>(xs[row][cc + 4*q], xs[row][cc + 4*q + 1], xs[row][cc + 4*q + 2], xs[row][cc + 4*q + 3], inv, nf);
+      w[q] = mx_quant4<FMT>(XS(row, cc + 4*q), XS(row, cc + 4*q + 1), XS(row, cc + 4*q + 2), XS(row, cc + 4*q + 3), inv, nf);
     const int gcol = c0 + cc;
     if (row < nvalid && gcol < p.C) {
       mx_u8* dst = p.qa + b * p.qa_bs + (mx_i64)(src0 + row) * p.C + gcol;
@@ -161,7 +167,7 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
         const int row = t >> 3, cb = (t >> 1) & 3, hh = t & 1;
         mx_u32 a2 = 0;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) a2 = max(a2, abs_bits(xs[row][cb * 32 + hh * 16 + i]));
+        for (int i = 0; i < 16; ++i) a2 = max(a2, abs_bits(XS(row, cb * 32 + hh * 16 + i)));
         a2 = max(a2, __shfl_xor_sync(0xffffffffu, a2, 1));
         a2 = max(a2, __shfl_xor_sync(0xffffffffu, a2, 8));
         a2 = max(a2, __shfl_xor_sync(0xffffffffu, a2, 16));
@@ -174,7 +180,7 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
     } else {
       am = 0;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) am = max(am, abs_bits(xs[h * 16 + i][col]));
+      for (int i = 0; i < 16; ++i) am = max(am, abs_bits(XS(h * 16 + i, col)));
       am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
     }
     const mx_u32 sb = mx_scale_byte<FMT>(am, p.mode);
@@ -183,7 +189,7 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
     mx_u32 w[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q)
-      w[q] = mx_quant4<FMT>(xs[h*16 + 4*q][col], xs[h*16 + 4*q + 1][col], xs[h*16 + 4*q + 2][col], xs[h*16 + 4*q + 3][col], inv, nf);
+      w[q] = mx_quant4<FMT>(XS(h*16 + 4*q, col), XS(h*16 + 4*q + 1, col), XS(h*16 + 4*q + 2, col), XS(h*16 + 4*q + 3, col), inv, nf);
     if (gcol < p.C) {
       // grouped/COLS: the whole 32-row padded block is written (zeros past nvalid);
       // ungrouped: rows up to min(32, R - p0).

@@ -142,3 +142,13 @@ MX_DEV void bulk_load(mx_u32 dst, const void* src, mx_u32 bytes, mx_u64* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                :: "r"(dst), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
 }
+// Shared-memory loads as volatile asm: ptxas keeps them where they are written (between
+// the surrounding wgmma asm statements) instead of hoisting a whole group's scale loads
+// to its top, which costs registers.
+MX_DEV float lds_f32(mx_u32 a) { float v; asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a)); return v; }
+MX_DEV float2 lds_f32x2(mx_u32 a) {
+  float2 v; asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a)); return v;
+}
+MX_DEV float4 lds_f32x4(mx_u32 a) {
+  float4 v; asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a)); return v;
+}
