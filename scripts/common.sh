@@ -12,8 +12,21 @@ ensure_wasm_target() {
     fi
 }
 
+# componentize-py builds Python experiments (`mxhost run app.py`); installed into a
+# local venv, .venv-py/ (git-ignored), where mxhost looks for it.
+COMPONENTIZE_PY_VERSION=0.25.1
+ensure_componentize_py() {
+    if [[ -n "${MXHOST_COMPONENTIZE_PY:-}" || -x .venv-py/bin/componentize-py ]]; then
+        return
+    fi
+    echo "==> installing componentize-py $COMPONENTIZE_PY_VERSION into .venv-py/"
+    python3 -m venv .venv-py
+    .venv-py/bin/pip install --quiet "componentize-py==$COMPONENTIZE_PY_VERSION"
+}
+
 build_all() {
     ensure_wasm_target
+    ensure_componentize_py
     echo "==> building guests (wasm32-wasip2)"
     cargo build --release --target wasm32-wasip2 $(printf -- '-p %s ' "${GUESTS[@]}")
     echo "==> building mxhost and plugins"

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod ops;
 pub mod plot;
 pub mod plugin;
+pub mod python;
 pub mod routing;
 pub mod runtime;
 pub mod tensor;

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The experiment component (world `experiment`), e.g. target/wasm32-wasip2/release/hello-gemm.wasm.
+    /// The experiment component (world `experiment`), e.g. target/wasm32-wasip2/release/hello-gemm.wasm,
+    /// or a Python script (`.py`, built with componentize-py and cached).
     pub guest: PathBuf,
     /// Initial precision plugin: a name (`mxfp8`, `bf16`) or a path to a plugin library.
     #[arg(long, default_value = "mxfp8")]
@@ -88,7 +89,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
     });
     let engine = crate::runtime::engine::new_engine()?;
     let cfg = RunConfig {
-        guest: args.guest.clone(),
+        guest: crate::python::guest_component(&args.guest)?,
         guards: args.guards.clone(),
         router: args.router.clone(),
         limits,

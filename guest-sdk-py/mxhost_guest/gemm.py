@@ -1,0 +1,76 @@
+"""Grouped GEMM with sensible defaults, and MX quantize/dequantize.
+
+Operands are `Dense(tensor)` (quantized inside the call by an MX plugin) or
+`Quantized(mx_tensor)`; a bare `Tensor` or `MxTensor` is wrapped for you.
+"""
+
+from wit_world.imports import grouped_gemm as _gg
+from wit_world.imports import mx as _mx
+from wit_world.imports.grouped_gemm import GemmOptions, WeightLayout
+from wit_world.imports.mx import MxTensor
+from wit_world.imports.types import Dtype, ElementFormat, ScaleMode
+
+_Dense = _gg.Operand_Dense
+_Quantized = _gg.Operand_Quantized
+
+
+def options(**overrides):
+    """E4M3, rceil, 1×32 weights, [E, N, K] weights, f32 output, no extras.
+    Keyword arguments override fields: `options(format=ElementFormat.E5M2)`."""
+    o = GemmOptions(
+        format=ElementFormat.E4M3,
+        mode=ScaleMode.RCEIL,
+        weight_blocks_2d=False,
+        weight_layout=WeightLayout.NK,
+        out_dtype=Dtype.F32,
+        hadamard=False,
+        dge=False,
+        bias=False,
+    )
+    for k, v in overrides.items():
+        if not hasattr(o, k):
+            raise TypeError(f"gemm.options: no field {k!r}")
+        setattr(o, k, v)
+    return o
+
+
+def with_options(o, **overrides):
+    """A copy of `o` with some fields changed (Rust's `GemmOptions { x, ..o }`)."""
+    n = GemmOptions(o.format, o.mode, o.weight_blocks_2d, o.weight_layout, o.out_dtype,
+                    o.hadamard, o.dge, o.bias)
+    for k, v in overrides.items():
+        if not hasattr(n, k):
+            raise TypeError(f"gemm.with_options: no field {k!r}")
+        setattr(n, k, v)
+    return n
+
+
+def _op(v):
+    if isinstance(v, (_Dense, _Quantized)):
+        return v
+    if isinstance(v, MxTensor):
+        return _Quantized(v)
+    return _Dense(v)
+
+
+def forward(x, w, offs, o=None):
+    """Y = X_e · W_eᵀ per expert. x: [rows, K]; w: [E, N, K] (or [E, K, N])."""
+    return _gg.forward(_op(x), _op(w), offs, options() if o is None else o)
+
+
+def dgrad(dy, w, offs, o=None):
+    """dX = dY_e · W_e per expert. dy: [rows, N]."""
+    return _gg.dgrad(_op(dy), _op(w), offs, options() if o is None else o)
+
+
+def wgrad(dy, x, offs, o=None):
+    """dW_e = dY_eᵀ · X_e per expert: [E, N, K]."""
+    return _gg.wgrad(_op(dy), _op(x), offs, options() if o is None else o)
+
+
+def quantize(x, spec):
+    return _mx.quantize(x, spec)
+
+
+def dequantize(q):
+    return _mx.dequantize(q)
