@@ -51,7 +51,7 @@ impl Usage {
             return Err(OpError::new(
                 ErrorKind::LimitExceeded,
                 format!(
-                    "tensor memory limit exceeded: {} bytes held + {bytes} requested > {} (--max-tensor-bytes)",
+                    "tensor memory limit exceeded: {} bytes held + {bytes} requested > {} (--max-tensor-mib)",
                     self.tensor_bytes, limits.tensor_bytes
                 ),
             ));
