@@ -12,15 +12,18 @@ the last 20% of steps â‰¤ half its mean over the first 20%; MXFP8's tail mean â‰
 BF16's. Fails (exit code 1) when a criterion fails.
 
 Args (all optional): --steps S --tokens T --experts E --k K --hidden H --ffn F
---lr LR --seed S --pool P --act swiglu|silu|gelu --opt adamw|sgd --blocks-2d.
+--lr LR --seed S --pool P --act swiglu|silu|gelu --opt adamw|sgd --blocks-2d
+--target-scale S (default 1) --latent L (inputs on a random L-dimensional subspace;
+default 16, 0 for full-rank inputs).
 
     mxhost run guest-examples/python/toy_moe.py --out out/toy-moe-py [-- --steps 200]
 """
 
+import math
 import time
 
 from mxhost_guest import (
-    AdamW, ExpertActivation, Failure, MoeConfig, MoeLayer, Sgd, Tensor, metric, ops,
+    AdamW, Dtype, ExpertActivation, Failure, MoeConfig, MoeLayer, Sgd, Tensor, metric, ops,
     plugin, progress,
 )
 from mxhost_guest._f32 import f32
@@ -105,6 +108,8 @@ def parse(args):
     c.seed = flag(args, "--seed", 1, u64)
     c.pool = flag(args, "--pool", 0, int)
     c.sgd = sgd
+    c.target_scale = f32(flag(args, "--target-scale", 1.0, float))
+    c.latent = flag(args, "--latent", 16, u32)
     return c
 
 
@@ -116,18 +121,29 @@ class Data:
         self.tokens = cfg.tokens
         self.hidden = cfg.moe.hidden
         self.seed = (cfg.seed * 7919 + 17) & U64
+        self.target_scale = cfg.target_scale
+        # [latent, hidden]: inputs lie on a random latent-dimensional subspace.
+        self.projection = None
+        self.latent = cfg.latent
+        if cfg.latent > 0:
+            std = f32(1.0 / f32(math.sqrt(f32(float(cfg.latent)))))
+            self.projection = Tensor.randn([cfg.latent, cfg.moe.hidden], Dtype.F32,
+                                           (cfg.seed + 2000) & U64, 0.0, std)
         self.pool = [self.make(i) for i in range(cfg.pool)]
 
     def make(self, i):
-        x = Tensor.randn_f32([self.tokens, self.hidden], (self.seed + i) & U64)
+        seed = (self.seed + i) & U64
+        if self.projection is not None:
+            x = ops.matmul(Tensor.randn_f32([self.tokens, self.latent], seed), self.projection)
+        else:
+            x = Tensor.randn_f32([self.tokens, self.hidden], seed)
         active = plugin.active()
         plugin.select("bf16")
         try:
             t = self.teacher.forward(x)
         finally:
             plugin.select(active)
-        # A unit-variance-ish target: the teacher's output is small at init scale.
-        return x, ops.scale(4.0, t)
+        return x, ops.scale(self.target_scale, t)
 
     def batch(self, step):
         if not self.pool:

@@ -33,8 +33,18 @@ def _flush():
             pass
 
 
+#: Guest path prefix → host path prefix, for file names in tracebacks (set by the
+#: entry module mxhost generates; componentize-py mounts each `-p` directory as /N/).
+_PATHS = {}
+
+
 def _describe(exc):
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code.co_name == "_call" and tb.tb_next is not None:
+        exc = exc.with_traceback(tb.tb_next)  # hide the wrapper's own frame
     text = "".join(traceback.format_exception(exc))
+    for guest, host in _PATHS.items():
+        text = text.replace(f'File "{guest}', f'File "{host}')
     value = getattr(exc, "value", None)
     if isinstance(exc, Err) and value is not None:
         from . import error_text
@@ -64,10 +74,36 @@ def export_experiment(run):
     return WitWorld
 
 
-def load_script(module_name):
+def _keep_sources(module_name):
+    """Put the source of the script, its sibling modules and the SDK into `linecache`,
+    so tracebacks at run time show code lines (the sandboxed guest cannot read files;
+    at build time, when this runs, the files are readable)."""
+    import linecache
+    import os
+
+    roots = []
+    for name in (module_name, __package__):
+        f = getattr(sys.modules.get(name), "__file__", None)
+        if f:
+            roots.append(os.path.dirname(f) + os.sep)
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if not f or not f.endswith(".py") or not any(f.startswith(r) for r in roots):
+            continue
+        try:
+            with open(f, encoding="utf-8") as fh:
+                lines = fh.readlines()
+        except OSError:
+            continue
+        linecache.cache[f] = (sum(map(len, lines)), None, lines, f)
+
+
+def load_script(module_name, paths=None):
     """The `WitWorld` class for a script module with a `run(args)` function. The import
     happens now (at component build time, so top-level code is pre-initialised); an
-    import-time exception or a missing `run` is reported when the experiment runs."""
+    import-time exception or a missing `run` is reported when the experiment runs.
+    `paths` maps guest path prefixes to host ones for tracebacks."""
+    _PATHS.update(paths or {})
     try:
         module = importlib.import_module(module_name)
         run = getattr(module, "run", None)
@@ -77,6 +113,10 @@ def load_script(module_name):
                 "script must define `def run(args): ... return summary`")
         if not callable(run):
             raise TypeError(f"{module_name}.run is not a function")
+        try:
+            _keep_sources(module_name)
+        except Exception:  # noqa: BLE001 - only a nicer traceback is at stake
+            pass
     except BaseException as e:  # noqa: BLE001
         message = _describe(e)
         _flush()
