@@ -8,6 +8,8 @@
 
 pub mod capabilities;
 pub mod commands;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod limits;

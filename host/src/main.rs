@@ -21,6 +21,8 @@ enum Command {
     Plugins,
     /// Quantize a safetensors file with an MX recipe.
     Quantize(mxhost::commands::quantize::QuantizeArgs),
+    /// Check the GPU backend against the CPU backend (quantize byte-exact, GEMM SNR).
+    Selftest(mxhost::commands::selftest::SelftestArgs),
 }
 
 fn main() {
@@ -29,6 +31,7 @@ fn main() {
         Command::Run(args) => mxhost::commands::run::main(args),
         Command::Plugins => mxhost::commands::plugins::main().map(|()| 0),
         Command::Quantize(args) => mxhost::commands::quantize::main(args).map(|()| 0),
+        Command::Selftest(args) => mxhost::commands::selftest::main(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

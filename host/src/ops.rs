@@ -4,25 +4,61 @@
 //!
 //! Shared by the guest-facing runtime and the `mxhost quantize` command.
 
+use crate::device::Device;
 use crate::error::{OpError, OpResult};
 use crate::plugin::{call, LoadedPlugin};
-use crate::tensor::{CpuBuffer, MxTensor, Storage, Tensor};
+use crate::tensor::{MxTensor, Storage, Tensor};
 use crate::validate::{self, MxDesc, OperandDesc};
 use mxhost_plugin_abi::{
     caps, BlockLayout, DType, DequantizeDesc, GemmOptions, GemmPass, GroupedGemmDesc, MxFormat,
     Operand, OperandKind, QuantizeDesc, ScaleMode, TensorView, WeightLayout,
 };
 
-/// Allocate a zeroed tensor on the host (CPU storage).
+/// Allocate a zeroed tensor on the current device ([`crate::device::current`]).
 pub fn alloc(shape: &[u64], dtype: DType) -> OpResult<Tensor> {
+    alloc_on(crate::device::current(), shape, dtype)
+}
+
+/// Allocate a zeroed tensor on `device`.
+pub fn alloc_on(device: Device, shape: &[u64], dtype: DType) -> OpResult<Tensor> {
     let (_, bytes) = validate::checked_size(shape, dtype)?;
     let bytes =
         usize::try_from(bytes).map_err(|_| OpError::invalid("tensor too large for this host"))?;
     Ok(Tensor::new(
         shape.to_vec(),
         dtype,
-        Storage::Cpu(CpuBuffer::zeroed(bytes)),
+        Storage::zeroed_on(device, bytes)?,
     ))
+}
+
+/// The backend stream for work on `device` (the host's CUDA stream, or null).
+pub fn stream_for(device: Device) -> OpResult<*mut std::ffi::c_void> {
+    match device {
+        Device::Cpu => Ok(std::ptr::null_mut()),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => Ok(crate::cuda::device()?.stream_ptr()),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(_) => Err(OpError::unsupported(
+            "this mxhost build has no CUDA support",
+        )),
+    }
+}
+
+/// Whether `plugin` cannot work on `device` directly, so the host stages the call
+/// through host memory (inputs copied to the CPU, the output copied back). This keeps
+/// CPU-only plugins (e.g. `bf16`) usable on a GPU run, at the cost of the copies.
+fn needs_staging(plugin: &LoadedPlugin, device: Device) -> bool {
+    matches!(device, Device::Cuda(_)) && !plugin.has(caps::DEVICE_CUDA)
+}
+
+fn mx_on(q: &MxTensor, device: Device) -> OpResult<MxTensor> {
+    Ok(MxTensor {
+        data: q.data.to_device(device)?,
+        scales: q.scales.to_device(device)?,
+        format: q.format,
+        mode: q.mode,
+        block: q.block,
+    })
 }
 
 /// Quantize `x` with the given recipe.
@@ -40,9 +76,14 @@ pub fn quantize(
         )));
     }
     let scales_shape = validate::plan_quantize(&x.shape, x.dtype, block)?;
+    let dev = x.location();
+    if needs_staging(plugin, dev) {
+        let q = quantize(plugin, &x.to_device(Device::Cpu)?, format, mode, block)?;
+        return mx_on(&q, dev);
+    }
     let mut out = MxTensor {
-        data: alloc(&x.shape, format.dtype())?,
-        scales: alloc(&scales_shape, DType::E8m0)?,
+        data: alloc_on(dev, &x.shape, format.dtype())?,
+        scales: alloc_on(dev, &scales_shape, DType::E8m0)?,
         format,
         mode,
         block,
@@ -51,7 +92,7 @@ pub fn quantize(
         struct_size: std::mem::size_of::<QuantizeDesc>(),
         input: x.view(),
         output: out.view_mut().expect("fresh output is unshared"),
-        stream: std::ptr::null_mut(),
+        stream: stream_for(dev)?,
     };
     call::quantize(plugin, &desc)?;
     Ok(out)
@@ -65,12 +106,16 @@ pub fn dequantize(plugin: &LoadedPlugin, q: &MxTensor) -> OpResult<Tensor> {
             plugin.name
         )));
     }
-    let mut out = alloc(&q.data.shape, DType::F32)?;
+    let dev = q.data.location();
+    if needs_staging(plugin, dev) {
+        return dequantize(plugin, &mx_on(q, Device::Cpu)?)?.to_device(dev);
+    }
+    let mut out = alloc_on(dev, &q.data.shape, DType::F32)?;
     let desc = DequantizeDesc {
         struct_size: std::mem::size_of::<DequantizeDesc>(),
         input: q.view(),
         output: out.view_mut().expect("fresh output is unshared"),
-        stream: std::ptr::null_mut(),
+        stream: stream_for(dev)?,
     };
     call::dequantize(plugin, &desc)?;
     Ok(out)
@@ -125,6 +170,28 @@ impl GemmOperand<'_> {
 
     fn is_mx(&self) -> bool {
         matches!(self, GemmOperand::Mx(_))
+    }
+
+    fn location(&self) -> Device {
+        match self {
+            GemmOperand::Dense(t) => t.location(),
+            GemmOperand::Mx(q) => q.data.location(),
+        }
+    }
+}
+
+/// An operand copied to host memory for a staged call.
+enum Staged {
+    Dense(Tensor),
+    Mx(MxTensor),
+}
+
+impl Staged {
+    fn op(&self) -> GemmOperand<'_> {
+        match self {
+            Staged::Dense(t) => GemmOperand::Dense(t),
+            Staged::Mx(q) => GemmOperand::Mx(q),
+        }
     }
 }
 
@@ -191,14 +258,36 @@ pub fn grouped_gemm(
         cfg.weight_layout,
         cfg.out_dtype,
     )?;
-    let mut out = alloc(&plan.out_shape, cfg.out_dtype)?;
+    let dev = a.location();
+    if needs_staging(plugin, dev) {
+        let stage = |op: &GemmOperand<'_>| -> OpResult<Staged> {
+            Ok(match op {
+                GemmOperand::Dense(t) => Staged::Dense(t.to_device(Device::Cpu)?),
+                GemmOperand::Mx(q) => Staged::Mx(mx_on(q, Device::Cpu)?),
+            })
+        };
+        let (sa, sb) = (stage(&a)?, stage(&b)?);
+        return grouped_gemm(plugin, pass, sa.op(), sb.op(), offs, cfg)?.to_device(dev);
+    }
+    let mut out = alloc_on(dev, &plan.out_shape, cfg.out_dtype)?;
+    // Device tensors: the offsets go to the device too (kept alive until the call's
+    // work is done: the buffer is freed stream-ordered on drop).
+    let offs_dev = match dev {
+        Device::Cpu => None,
+        Device::Cuda(_) => {
+            let bytes: Vec<u8> = offs.iter().flat_map(|o| o.to_le_bytes()).collect();
+            Some(Storage::from_bytes_on(dev, &bytes)?)
+        }
+    };
     let desc = GroupedGemmDesc {
         struct_size: std::mem::size_of::<GroupedGemmDesc>(),
         pass: pass as u32,
         a: a.abi(),
         b: b.abi(),
         offs_host: offs.as_ptr(),
-        offs_device: std::ptr::null(),
+        offs_device: offs_dev.as_ref().map_or(std::ptr::null(), |s| {
+            s.view_ptr() as *const std::ffi::c_void
+        }),
         num_groups: offs.len() as u32,
         out: out.view_mut().expect("fresh output is unshared"),
         options: GemmOptions {
@@ -214,7 +303,7 @@ pub fn grouped_gemm(
         rows: plan.rows,
         n: plan.n,
         k: plan.k,
-        stream: std::ptr::null_mut(),
+        stream: stream_for(dev)?,
     };
     call::grouped_gemm(plugin, &desc)?;
     Ok(out)

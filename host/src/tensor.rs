@@ -5,9 +5,12 @@
 //! 8 bytes so that f32/i32 views of it are sound. Tensors are immutable once a plugin
 //! has filled them: every operation allocates its output.
 
+use crate::device::Device;
+use crate::error::{OpError, OpResult};
 use mxhost_plugin_abi::{
     BlockLayout, DType, DeviceKind, MxFormat, ScaleMode, TensorView, MAX_RANK,
 };
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// Bytes in host memory, 8-byte aligned.
@@ -42,32 +45,79 @@ impl CpuBuffer {
     }
 }
 
-/// Where the bytes of a tensor live. A CUDA variant joins this enum with the device
-/// backend; everything else goes through [`Storage::view_ptr`].
+/// Where the bytes of a tensor live: host memory, or CUDA device memory (feature
+/// `cuda`, freed stream-ordered on drop). Everything else goes through
+/// [`Storage::view_ptr`].
 pub enum Storage {
     Cpu(CpuBuffer),
+    #[cfg(feature = "cuda")]
+    Cuda(crate::cuda::DeviceBuffer),
 }
 
 impl Storage {
+    /// Zero-filled storage of `len` bytes on `device`.
+    pub fn zeroed_on(device: Device, len: usize) -> OpResult<Storage> {
+        match device {
+            Device::Cpu => Ok(Storage::Cpu(CpuBuffer::zeroed(len))),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => Ok(Storage::Cuda(crate::cuda::device()?.zeros(len)?)),
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => Err(OpError::unsupported(
+                "this mxhost build has no CUDA support",
+            )),
+        }
+    }
+    /// Storage on `device` holding a copy of `bytes`.
+    pub fn from_bytes_on(device: Device, bytes: &[u8]) -> OpResult<Storage> {
+        match device {
+            Device::Cpu => {
+                let mut buf = CpuBuffer::zeroed(bytes.len());
+                buf.as_bytes_mut().copy_from_slice(bytes);
+                Ok(Storage::Cpu(buf))
+            }
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => Ok(Storage::Cuda(crate::cuda::device()?.upload(bytes)?)),
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => Err(OpError::unsupported(
+                "this mxhost build has no CUDA support",
+            )),
+        }
+    }
     pub fn device(&self) -> DeviceKind {
         match self {
             Storage::Cpu(_) => DeviceKind::Cpu,
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(_) => DeviceKind::Cuda,
+        }
+    }
+    /// The device, with its ordinal.
+    pub fn location(&self) -> Device {
+        match self {
+            Storage::Cpu(_) => Device::Cpu,
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(b) => Device::Cuda(b.ordinal()),
         }
     }
     pub fn len(&self) -> usize {
         match self {
             Storage::Cpu(b) => b.len(),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(b) => b.len(),
         }
     }
     /// Pointer for read-only views: plugins never write through input views.
-    fn view_ptr(&self) -> *mut std::ffi::c_void {
+    pub fn view_ptr(&self) -> *mut std::ffi::c_void {
         match self {
             Storage::Cpu(b) => b.as_ptr() as *mut std::ffi::c_void,
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(b) => b.device_ptr() as *mut std::ffi::c_void,
         }
     }
     fn view_ptr_mut(&mut self) -> *mut std::ffi::c_void {
         match self {
             Storage::Cpu(b) => b.as_mut_ptr() as *mut std::ffi::c_void,
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(b) => b.device_ptr() as *mut std::ffi::c_void,
         }
     }
 }
@@ -106,6 +156,55 @@ impl Tensor {
         self.storage.device()
     }
 
+    /// The device with its ordinal (where outputs of ops on this tensor go).
+    pub fn location(&self) -> Device {
+        self.storage.location()
+    }
+
+    /// A zero-filled tensor on `device`.
+    pub fn zeros_on(device: Device, shape: Vec<u64>, dtype: DType) -> OpResult<Tensor> {
+        let bytes = shape.iter().product::<u64>() * dtype.size_bytes();
+        let bytes = usize::try_from(bytes)
+            .map_err(|_| OpError::invalid("tensor too large for this host"))?;
+        Ok(Tensor::new(
+            shape,
+            dtype,
+            Storage::zeroed_on(device, bytes)?,
+        ))
+    }
+
+    /// A tensor on `device` holding `bytes` (little-endian elements, numel × size).
+    pub fn from_bytes_on(
+        device: Device,
+        shape: Vec<u64>,
+        dtype: DType,
+        bytes: &[u8],
+    ) -> OpResult<Tensor> {
+        Ok(Tensor::new(
+            shape,
+            dtype,
+            Storage::from_bytes_on(device, bytes)?,
+        ))
+    }
+
+    /// The same tensor on `device` (a copy, or a cheap clone when already there).
+    pub fn to_device(&self, device: Device) -> OpResult<Tensor> {
+        if self.location() == device {
+            return Ok(self.clone());
+        }
+        Tensor::from_bytes_on(device, self.shape.clone(), self.dtype, &self.host_bytes()?)
+    }
+
+    /// The bytes in host memory: borrowed for a CPU tensor, downloaded (after
+    /// synchronizing the host stream) for a device tensor.
+    pub fn host_bytes(&self) -> OpResult<Cow<'_, [u8]>> {
+        match &*self.storage {
+            Storage::Cpu(b) => Ok(Cow::Borrowed(b.as_bytes())),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(b) => Ok(Cow::Owned(b.download()?)),
+        }
+    }
+
     /// The ABI view of this tensor. Plugins only write through views of outputs,
     /// which the host allocates fresh for each call.
     pub fn view(&self) -> TensorView {
@@ -116,7 +215,10 @@ impl Tensor {
             data: self.storage.view_ptr(),
             dtype: self.dtype as u32,
             device: self.device() as u32,
-            device_ordinal: 0,
+            device_ordinal: match self.location() {
+                Device::Cpu => 0,
+                Device::Cuda(i) => i,
+            },
             rank: self.shape.len() as u32,
             shape,
         }
@@ -130,17 +232,27 @@ impl Tensor {
         Some(v)
     }
 
-    /// Host bytes of a CPU tensor.
+    /// Host bytes of a CPU tensor (`None` for a device tensor: see [`Tensor::host_bytes`]).
     pub fn cpu_bytes(&self) -> Option<&[u8]> {
         match &*self.storage {
             Storage::Cpu(b) => Some(b.as_bytes()),
+            #[cfg(feature = "cuda")]
+            Storage::Cuda(_) => None,
         }
     }
 
     /// Values as f32 (f32, bf16, i32 exactly; FP8 and E8M0 as their byte values).
+    /// Panics if a device tensor cannot be read back; see [`Tensor::try_to_f32_vec`].
     pub fn to_f32_vec(&self) -> Vec<f32> {
-        let bytes = self.cpu_bytes().expect("CPU tensor");
-        match self.dtype {
+        self.try_to_f32_vec()
+            .unwrap_or_else(|e| panic!("reading a tensor back failed: {}", e.message))
+    }
+
+    /// Values as f32, downloading a device tensor first.
+    pub fn try_to_f32_vec(&self) -> OpResult<Vec<f32>> {
+        let bytes = self.host_bytes()?;
+        let bytes: &[u8] = &bytes;
+        Ok(match self.dtype {
             DType::F32 => bytes
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
@@ -154,7 +266,7 @@ impl Tensor {
                 .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f32)
                 .collect(),
             DType::E4m3 | DType::E5m2 | DType::E8m0 => bytes.iter().map(|&b| b as f32).collect(),
-        }
+        })
     }
 }
 

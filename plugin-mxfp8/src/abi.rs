@@ -18,7 +18,12 @@ pub const CAPABILITIES: u64 = caps::QUANTIZE
     | caps::GROUPED_GEMM
     | caps::MX_OPERANDS
     | caps::DENSE_OPERANDS
-    | caps::DEVICE_CPU;
+    | caps::DEVICE_CPU
+    | if cfg!(feature = "cuda") {
+        caps::DEVICE_CUDA
+    } else {
+        0
+    };
 
 static API: PluginApi = PluginApi {
     magic: PLUGIN_MAGIC,

@@ -3,7 +3,8 @@
 //!
 //! - [`numerics`]: the exact CPU numerics (scale rules, element rounding, block layouts).
 //! - [`gemm`]: how MX GEMM operands are prepared (canonical quantization per pass).
-//! - [`backend`]: per-device dispatch (CPU now; CUDA/HIP slot in beside it).
+//! - [`backend`]: per-device dispatch (CPU; CUDA with the `cuda` feature, default on).
+//! - `kernels` (feature `cuda`): the embedded CUDA sources and their NVRTC compilation.
 //! - [`abi`]: the exported `mxhost_plugin_entry` table.
 //!
 //! Built as a `cdylib` for the host to load and as an `rlib` so tests and other Rust
@@ -12,6 +13,8 @@
 pub mod abi;
 pub mod backend;
 pub mod gemm;
+#[cfg(feature = "cuda")]
+pub mod kernels;
 pub mod numerics;
 
 pub use abi::mxhost_plugin_entry;

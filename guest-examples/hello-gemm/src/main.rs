@@ -3,7 +3,9 @@
 //!
 //! Two references, both FP64: the unquantized operands (what training loses to
 //! quantization, gate ≥ 25 dB for E4M3) and the dequantized MX operands (what the
-//! kernel itself loses, gate ≥ 90 dB on the CPU's FP32 accumulation).
+//! kernel itself loses, gate ≥ 90 dB on the CPU's FP32 accumulation; ≥ 75 dB when the
+//! tensors live on a CUDA device, whose FP8 tensor cores accumulate each k32 block with
+//! reduced precision before the FP32 promotion: ~87 dB is expected there).
 //! Args: `[seed]` (default 7).
 
 use mxhost_guest::prelude::*;
@@ -20,6 +22,7 @@ const PADDING_ROWS: u32 = 13;
 
 const GATE_UNQUANTIZED_DB: f64 = 25.0;
 const GATE_DEQUANTIZED_DB: f64 = 90.0;
+const GATE_DEQUANTIZED_DB_CUDA: f64 = 75.0;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Pass {
@@ -223,6 +226,11 @@ impl Experiment for HelloGemm {
         };
         let p = problem(seed)?;
         let table = run_all(&p)?;
+        let gate_deq = if p.x.0.device() == mxhost_guest::DeviceKind::Cuda {
+            GATE_DEQUANTIZED_DB_CUDA
+        } else {
+            GATE_DEQUANTIZED_DB
+        };
 
         println!(
             "hello-gemm: E = {} experts, rows per expert {GROUPS:?} + {PADDING_ROWS} padding, K = {K}, N = {N}, seed {seed}",
@@ -252,16 +260,16 @@ impl Experiment for HelloGemm {
                     r.plugin, r.pass, r.operands, r.vs_unquantized
                 ));
             }
-            if let Some(d) = r.vs_dequantized.filter(|&d| d < GATE_DEQUANTIZED_DB) {
+            if let Some(d) = r.vs_dequantized.filter(|&d| d < gate_deq) {
                 failures.push(format!(
-                    "{} {} {} vs dequantized: {d:.1} dB < {GATE_DEQUANTIZED_DB} dB",
+                    "{} {} {} vs dequantized: {d:.1} dB < {gate_deq} dB",
                     r.plugin, r.pass, r.operands
                 ));
             }
         }
         if failures.is_empty() {
             Ok(format!(
-                "hello-gemm: all SNR gates passed (MXFP8 E4M3 ≥ {GATE_UNQUANTIZED_DB} dB vs unquantized, ≥ {GATE_DEQUANTIZED_DB} dB vs dequantized)"
+                "hello-gemm: all SNR gates passed (MXFP8 E4M3 ≥ {GATE_UNQUANTIZED_DB} dB vs unquantized, ≥ {gate_deq} dB vs dequantized)"
             ))
         } else {
             Err(format!("SNR gates failed: {}", failures.join("; ")))

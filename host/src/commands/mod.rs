@@ -2,3 +2,4 @@
 pub mod plugins;
 pub mod quantize;
 pub mod run;
+pub mod selftest;

@@ -37,9 +37,24 @@ pub fn main() -> anyhow::Result<()> {
         println!("skipped: {e}");
     }
     println!("devices: cpu (always)");
-    match crate::device::cuda_unavailable_reason() {
-        None => println!("         cuda"),
-        Some(why) => println!("         cuda unavailable: {why}"),
+    #[cfg(feature = "cuda")]
+    match crate::cuda::probe() {
+        Ok(d) => println!(
+            "         cuda:{} {} (sm_{}{}, {} SMs, {:.1} GiB, driver {}.{})",
+            d.ordinal,
+            d.name,
+            d.compute_capability.0,
+            d.compute_capability.1,
+            d.sms,
+            d.total_mem as f64 / (1u64 << 30) as f64,
+            d.driver_version / 1000,
+            (d.driver_version % 1000) / 10
+        ),
+        Err(why) => println!("         cuda unavailable: {why}"),
+    }
+    #[cfg(not(feature = "cuda"))]
+    if let Some(why) = crate::device::cuda_unavailable_reason() {
+        println!("         cuda unavailable: {why}");
     }
     Ok(())
 }

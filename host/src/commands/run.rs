@@ -62,6 +62,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
         anyhow::bail!("--timeout-s must be a positive number of seconds");
     }
     let device = device::resolve(args.device)?;
+    device::set_current(device);
     let plugins = Arc::new(PluginRegistry::open(&search_dirs(), &args.plugin)?);
     for skipped in &plugins.skipped {
         eprintln!("mxhost: warning: skipped a plugin: {skipped}");

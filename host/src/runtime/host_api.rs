@@ -10,7 +10,7 @@ use super::state::HostState;
 use crate::error::{ErrorKind, OpError, OpResult};
 use crate::ops::{self, GemmConfig, GemmOperand};
 use crate::routing::{route_top_k, RouteRequest};
-use crate::tensor::{CpuBuffer, MxTensor, Storage, Tensor};
+use crate::tensor::{MxTensor, Tensor};
 use crate::validate;
 use mxhost_plugin_abi::{DType, GemmPass, WeightLayout};
 use rand::SeedableRng;
@@ -51,10 +51,9 @@ fn bytes_of<T: Copy>(values: &[T], f: impl Fn(T) -> [u8; 4]) -> Vec<u8> {
     values.iter().flat_map(|&v| f(v)).collect()
 }
 
-fn cpu_tensor(shape: Vec<u64>, dtype: DType, bytes: &[u8]) -> Tensor {
-    let mut buf = CpuBuffer::zeroed(bytes.len());
-    buf.as_bytes_mut().copy_from_slice(bytes);
-    Tensor::new(shape, dtype, Storage::Cpu(buf))
+/// A new tensor holding `bytes`, on the current device (uploaded when it is a GPU).
+fn cpu_tensor(shape: Vec<u64>, dtype: DType, bytes: &[u8]) -> OpResult<Tensor> {
+    Tensor::from_bytes_on(crate::device::current(), shape, dtype, bytes)
 }
 
 impl types::Host for HostState {
@@ -74,7 +73,7 @@ impl tensors::HostTensor for HostState {
                 data.len()
             )));
         }
-        let t = cpu_tensor(shape, DType::F32, &bytes_of(&data, f32::to_le_bytes));
+        let t = cpu_tensor(shape, DType::F32, &bytes_of(&data, f32::to_le_bytes))?;
         self.push_tensor(t)
     }
 
@@ -87,7 +86,7 @@ impl tensors::HostTensor for HostState {
             )));
         }
         let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
-        self.push_tensor(cpu_tensor(shape, DType::Bf16, &bytes))
+        self.push_tensor(cpu_tensor(shape, DType::Bf16, &bytes)?)
     }
 
     fn zeros(&mut self, shape: Vec<u32>, dtype: types::Dtype) -> OpResult<Resource<Tensor>> {
@@ -121,15 +120,8 @@ impl tensors::HostTensor for HostState {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let normal =
             rand_distr::Normal::new(mean, std).map_err(|e| OpError::invalid(e.to_string()))?;
-        let mut t = ops::alloc(&shape, dtype)?;
-        let view = t.view_mut().expect("fresh tensor");
-        // SAFETY: `view` points at the fresh buffer of numel × size bytes we own.
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut(
-                view.data as *mut u8,
-                (numel * dtype.size_bytes()) as usize,
-            )
-        };
+        // Drawn on the host (seeded, reproducible on every device), then placed.
+        let mut bytes = vec![0u8; (numel * dtype.size_bytes()) as usize];
         match dtype {
             DType::F32 => bytes
                 .chunks_exact_mut(4)
@@ -142,6 +134,7 @@ impl tensors::HostTensor for HostState {
                 )
             }),
         }
+        let t = cpu_tensor(shape, dtype, &bytes)?;
         self.push_tensor(t)
     }
 
@@ -165,7 +158,7 @@ impl tensors::HostTensor for HostState {
     }
 
     fn to_f32(&mut self, this: Resource<Tensor>) -> OpResult<Vec<f32>> {
-        Ok(self.tensor(&this)?.to_f32_vec())
+        self.tensor(&this)?.try_to_f32_vec()
     }
 
     fn drop(&mut self, rep: Resource<Tensor>) -> wasmtime::Result<()> {

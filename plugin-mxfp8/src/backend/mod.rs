@@ -4,6 +4,8 @@
 //! [`mxhost_plugin_common::entry::Backend`], and gets a match arm in [`select`].
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use mxhost_plugin_abi::plugin_support::PluginResult;
 use mxhost_plugin_abi::DeviceKind;
@@ -13,6 +15,21 @@ use mxhost_plugin_common::entry::{device_unavailable, Backend};
 pub fn select(device: DeviceKind) -> PluginResult<&'static dyn Backend> {
     match device {
         DeviceKind::Cpu => Ok(&cpu::CpuBackend),
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => Ok(&cuda::CudaBackend),
         other => Err(device_unavailable(other)),
+    }
+}
+
+/// Whether the CUDA driver library can be loaded (false without the `cuda` feature).
+/// Tests use it to avoid sending host pointers to a real GPU backend.
+pub fn cuda_driver_present() -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::driver_present()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        false
     }
 }

@@ -1,0 +1,234 @@
+//! The CUDA device layer (feature `cuda`): one device per process, its primary context,
+//! one host stream, and device buffers freed on drop.
+//!
+//! cudarc loads `libcuda` at run time (`dynamic-loading`), so a build needs no CUDA and
+//! a machine without it falls back cleanly: [`probe`] checks that the library can be
+//! loaded *before* any driver call (cudarc panics on a missing library).
+//!
+//! All host work (uploads, downloads, memsets, allocations) goes on one non-blocking
+//! stream, which is also the stream plugins launch on (`GroupedGemmDesc::stream`), so
+//! everything is ordered without events. Allocation and free are stream-ordered
+//! (`cuMemAllocAsync` / `cuMemFreeAsync`): dropping a tensor while a kernel still reads
+//! it is safe. Reading back synchronizes the stream.
+//!
+//! Plugins share the context: they retain the primary context of the device named by
+//! `TensorView::device_ordinal`, which is the context this layer allocates in.
+
+use cudarc::driver::result as cr;
+use cudarc::driver::sys as cu;
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+/// The CUDA device this process uses.
+pub struct CudaDevice {
+    pub ordinal: i32,
+    pub name: String,
+    pub total_mem: usize,
+    pub compute_capability: (i32, i32),
+    pub sms: i32,
+    pub driver_version: i32,
+    ctx: cu::CUcontext,
+    stream: cu::CUstream,
+}
+
+// SAFETY: the context and stream handles are process-wide driver objects, valid for the
+// life of the process (never destroyed); the driver API is thread-safe once the context
+// is current on the calling thread, which every method ensures.
+unsafe impl Send for CudaDevice {}
+unsafe impl Sync for CudaDevice {}
+
+fn err(what: &str) -> impl Fn(cr::DriverError) -> String + '_ {
+    move |e| format!("{what} failed: {e}")
+}
+
+/// The device ordinal to use: `MXHOST_CUDA_DEVICE`, default 0.
+fn wanted_ordinal() -> i32 {
+    std::env::var("MXHOST_CUDA_DEVICE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+fn open() -> Result<&'static CudaDevice, String> {
+    // SAFETY: only tries to dlopen the library candidates.
+    if !unsafe { cu::is_culib_present() } {
+        return Err("the CUDA driver library (libcuda.so) was not found".into());
+    }
+    cr::init().map_err(err("cuInit"))?;
+    let count = cr::device::get_count().map_err(err("cuDeviceGetCount"))?;
+    if count == 0 {
+        return Err("the CUDA driver found no device".into());
+    }
+    let ordinal = wanted_ordinal();
+    if ordinal < 0 || ordinal >= count {
+        return Err(format!(
+            "MXHOST_CUDA_DEVICE={ordinal} but there are {count} device(s)"
+        ));
+    }
+    let dev = cr::device::get(ordinal).map_err(err("cuDeviceGet"))?;
+    let name = cr::device::get_name(dev).map_err(err("cuDeviceGetName"))?;
+    // SAFETY: `dev` came from cuDeviceGet.
+    let total_mem = unsafe { cr::device::total_mem(dev) }.map_err(err("cuDeviceTotalMem"))?;
+    let attr = |a| unsafe { cr::device::get_attribute(dev, a) };
+    use cu::CUdevice_attribute::*;
+    let major =
+        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(err("cuDeviceGetAttribute"))?;
+    let minor =
+        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(err("cuDeviceGetAttribute"))?;
+    let sms =
+        attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(err("cuDeviceGetAttribute"))?;
+    // SAFETY: as above; the primary context is retained for the life of the process.
+    let ctx = unsafe { cr::primary_ctx::retain(dev) }.map_err(err("cuDevicePrimaryCtxRetain"))?;
+    unsafe { cr::ctx::set_current(ctx) }.map_err(err("cuCtxSetCurrent"))?;
+    let stream =
+        cr::stream::create(cr::stream::StreamKind::NonBlocking).map_err(err("cuStreamCreate"))?;
+    let mut driver_version = 0;
+    // SAFETY: plain out-parameter.
+    unsafe { cu::cuDriverGetVersion(&mut driver_version) };
+    Ok(Box::leak(Box::new(CudaDevice {
+        ordinal,
+        name,
+        total_mem,
+        compute_capability: (major, minor),
+        sms,
+        driver_version,
+        ctx,
+        stream,
+    })))
+}
+
+/// The process's CUDA device, opened on first use; `Err` says why CUDA is unusable.
+pub fn probe() -> Result<&'static CudaDevice, String> {
+    static DEV: OnceLock<Result<&'static CudaDevice, String>> = OnceLock::new();
+    DEV.get_or_init(open).clone()
+}
+
+/// Like [`probe`], as an op error.
+pub fn device() -> crate::error::OpResult<&'static CudaDevice> {
+    probe().map_err(|why| {
+        crate::error::OpError::new(
+            crate::error::ErrorKind::BackendFailure,
+            format!("CUDA is not available: {why}"),
+        )
+    })
+}
+
+fn op_err(what: &str) -> impl Fn(cr::DriverError) -> crate::error::OpError + '_ {
+    move |e| {
+        crate::error::OpError::new(
+            crate::error::ErrorKind::BackendFailure,
+            format!("CUDA {what} failed: {e}"),
+        )
+    }
+}
+
+impl CudaDevice {
+    /// Make this device's context current on the calling thread.
+    pub fn make_current(&self) -> crate::error::OpResult<()> {
+        // SAFETY: the retained primary context lives for the process.
+        unsafe { cr::ctx::set_current(self.ctx) }.map_err(op_err("cuCtxSetCurrent"))
+    }
+
+    /// The host stream, as the ABI's raw `CUstream`.
+    pub fn stream_ptr(&self) -> *mut c_void {
+        self.stream as *mut c_void
+    }
+
+    /// Wait for all work on the host stream; reports an asynchronous kernel fault.
+    pub fn synchronize(&self) -> crate::error::OpResult<()> {
+        self.make_current()?;
+        // SAFETY: our stream, never destroyed.
+        unsafe { cr::stream::synchronize(self.stream) }.map_err(op_err("stream synchronize"))
+    }
+
+    /// A zero-filled device buffer of `len` bytes.
+    pub fn zeros(&'static self, len: usize) -> crate::error::OpResult<DeviceBuffer> {
+        let b = self.alloc(len)?;
+        if len > 0 {
+            // SAFETY: `b.ptr` addresses `len` bytes on our stream.
+            unsafe { cr::memset_d8_async(b.ptr, 0, len, self.stream) }
+                .map_err(op_err("cuMemsetD8Async"))?;
+        }
+        Ok(b)
+    }
+
+    /// A device buffer holding a copy of `bytes`.
+    pub fn upload(&'static self, bytes: &[u8]) -> crate::error::OpResult<DeviceBuffer> {
+        let b = self.alloc(bytes.len())?;
+        if !bytes.is_empty() {
+            // SAFETY: `b.ptr` addresses `bytes.len()` bytes; copies from pageable memory
+            // are staged before the call returns, so `bytes` may be dropped afterwards.
+            unsafe { cr::memcpy_htod_async(b.ptr, bytes, self.stream) }
+                .map_err(op_err("cuMemcpyHtoDAsync"))?;
+        }
+        Ok(b)
+    }
+
+    /// Uninitialised device memory (stream-ordered). Zero bytes give a null buffer.
+    pub fn alloc(&'static self, len: usize) -> crate::error::OpResult<DeviceBuffer> {
+        self.make_current()?;
+        let ptr = if len == 0 {
+            0
+        } else {
+            // SAFETY: stream-ordered allocation on our stream.
+            unsafe { cr::malloc_async(self.stream, len) }.map_err(|e| {
+                crate::error::OpError::new(
+                    crate::error::ErrorKind::BackendFailure,
+                    format!("CUDA allocation of {len} bytes failed: {e}"),
+                )
+            })?
+        };
+        Ok(DeviceBuffer {
+            ptr,
+            len,
+            dev: self,
+        })
+    }
+}
+
+/// Bytes in device memory, freed (stream-ordered) on drop.
+pub struct DeviceBuffer {
+    ptr: u64,
+    len: usize,
+    dev: &'static CudaDevice,
+}
+
+impl DeviceBuffer {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+    pub fn ordinal(&self) -> i32 {
+        self.dev.ordinal
+    }
+    /// Copy the buffer to host memory (synchronizes the host stream first, so every
+    /// kernel writing it has finished).
+    pub fn download(&self) -> crate::error::OpResult<Vec<u8>> {
+        let mut out = vec![0u8; self.len];
+        if self.len > 0 {
+            self.dev.make_current()?;
+            // SAFETY: `ptr` addresses `len` bytes; we synchronize before returning.
+            unsafe { cr::memcpy_dtoh_async(&mut out[..], self.ptr, self.dev.stream) }
+                .map_err(op_err("cuMemcpyDtoHAsync"))?;
+        }
+        self.dev.synchronize()?;
+        Ok(out)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.ptr != 0 && self.dev.make_current().is_ok() {
+            // SAFETY: allocated by `alloc` on this stream; freed after all work enqueued
+            // on it, which is the only stream that uses it.
+            unsafe {
+                let _ = cr::free_async(self.ptr, self.dev.stream);
+            }
+        }
+    }
+}

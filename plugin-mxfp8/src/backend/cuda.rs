@@ -1,0 +1,1185 @@
+//! The CUDA backend: requests whose tensors are in CUDA device memory, computed by the
+//! exact kernels of `plugin-mxfp8/cuda/` (see its README for signatures, launch rules and
+//! workspace layouts; `cuda/bench/bench.py` drives the same passes from Python).
+//!
+//! - Context: the **primary context** of the device named by the tensors'
+//!   `device_ordinal`, i.e. the one the host allocated them in. Work is launched on the
+//!   host's stream (`desc.stream`, a raw `CUstream`); temporary workspace is allocated and
+//!   freed stream-ordered on that stream (`cuMemAllocAsync`/`cuMemFreeAsync`), so a call
+//!   never synchronizes. The host synchronizes before it reads results back.
+//! - Kernels: compiled with NVRTC for the device's architecture on first use and cached
+//!   on disk ([`crate::kernels`]). Only Hopper (`sm_90a`) is supported.
+//! - Quantize: 1×32 along the last axis = `ROWS`; 1×32 along axis rank−2 = a `COLS`
+//!   pass (written transposed) and a byte transpose back; 32×32 = `TILE`. Bit-exact with
+//!   the CPU backend.
+//! - Dequantize: `mx_dequantize` (cuda/mx_dequantize.cu), every layout.
+//! - Grouped GEMM: operands are brought to the K-major FP8 layouts the GEMM reads
+//!   (quantizing dense operands in the canonical layouts of docs/numerics.md, transposing
+//!   where needed), E8M0 scales become FP32 tables (`mx_scales_to_f32`), then one
+//!   `mx_gemm_*` launch. Requests the kernels cannot run exactly (reduction length not a
+//!   multiple of 16, pre-quantized layouts with scales along the wrong axis, more than
+//!   1024 experts, ...) return Unsupported with the reason, never a wrong result.
+
+use crate::kernels::{self, Unit};
+use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use mxhost_plugin_abi::{DType, GemmPass, MxFormat, ScaleMode, WeightLayout};
+use mxhost_plugin_common::args::{
+    Blocking, DequantizeArgs, GemmArgs, MxArg, OperandArg, QuantizeArgs, TensorArg,
+};
+use mxhost_plugin_common::entry::Backend;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Mutex, OnceLock};
+
+use cudarc::driver::result as cr;
+use cudarc::driver::sys as cu;
+
+const ROWS: i32 = 1;
+const COLS: i32 = 2;
+const TILE: i32 = 4;
+const TILE_T: i32 = 8;
+/// `MX_MAX_E` of the kernels: experts per grouped launch.
+const MAX_E: usize = 1024;
+const GRID_YZ_MAX: usize = 65535;
+
+pub struct CudaBackend;
+
+/// `MxQuantParams` of mx_quantize.cu (natural C layout).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct QuantParams {
+    inp: u64,
+    in_bs: i64,
+    r: i32,
+    c: i32,
+    flags: i32,
+    mode: i32,
+    qa: u64,
+    sa: u64,
+    qa_bs: i64,
+    sa_bs: i64,
+    qt: u64,
+    st: u64,
+    qt_bs: i64,
+    st_bs: i64,
+    ldt: i32,
+    ldst: i32,
+    offs: u64,
+    e: i32,
+    grouped_tiles: i32,
+}
+
+/// `MxGemmParams` of mx_grouped_gemm.cu (natural C layout).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct GemmParams {
+    a: u64,
+    lda: i64,
+    b: u64,
+    ldb: i64,
+    b_es: i64,
+    sa: u64,
+    ldsa: i64,
+    sb: u64,
+    ldsb: i64,
+    sb_es: i64,
+    out: u64,
+    ldo: i64,
+    o_es: i64,
+    offs: u64,
+    e: i32,
+    m: i32,
+    n: i32,
+    k: i32,
+    batched: i32,
+    out_t: i32,
+}
+
+struct Dev {
+    ctx: cu::CUcontext,
+    arch: String,
+    sms: u32,
+    driver: i32,
+    funcs: Mutex<HashMap<String, FuncHandle>>,
+    loaded: Mutex<Vec<Unit>>,
+}
+
+#[derive(Clone, Copy)]
+struct FuncHandle(cu::CUfunction);
+// SAFETY: CUDA driver handles are process-wide and usable from any thread once the
+// context is current; modules are never unloaded.
+unsafe impl Send for FuncHandle {}
+unsafe impl Send for Dev {}
+unsafe impl Sync for Dev {}
+
+fn drv(what: &str) -> impl Fn(cr::DriverError) -> PluginError + '_ {
+    move |e| PluginError::backend(format!("CUDA {what} failed: {e}"))
+}
+
+/// Whether the CUDA driver library can be loaded (cudarc panics on a missing library).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library candidates.
+    unsafe { cu::is_culib_present() }
+}
+
+fn devices() -> &'static Mutex<HashMap<i32, &'static Dev>> {
+    static D: OnceLock<Mutex<HashMap<i32, &'static Dev>>> = OnceLock::new();
+    D.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn device(ordinal: i32) -> PluginResult<&'static Dev> {
+    if !driver_present() {
+        return Err(PluginError::unsupported(
+            "CUDA backend: the CUDA driver library (libcuda) is not available on this machine",
+        ));
+    }
+    let mut map = devices().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(d) = map.get(&ordinal) {
+        // SAFETY: the primary context stays retained for the life of the process.
+        unsafe { cr::ctx::set_current(d.ctx) }.map_err(drv("cuCtxSetCurrent"))?;
+        return Ok(d);
+    }
+    cr::init().map_err(drv("cuInit"))?;
+    let dev = cr::device::get(ordinal).map_err(drv("cuDeviceGet"))?;
+    // SAFETY: `dev` came from cuDeviceGet. Retaining the primary context shares the
+    // host's context (it allocated the tensors in it); it is never released.
+    let ctx = unsafe { cr::primary_ctx::retain(dev) }.map_err(drv("cuDevicePrimaryCtxRetain"))?;
+    unsafe { cr::ctx::set_current(ctx) }.map_err(drv("cuCtxSetCurrent"))?;
+    let attr = |a| unsafe { cr::device::get_attribute(dev, a) };
+    use cu::CUdevice_attribute::*;
+    let major =
+        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(drv("cuDeviceGetAttribute"))?;
+    let minor =
+        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(drv("cuDeviceGetAttribute"))?;
+    let sms =
+        attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(drv("cuDeviceGetAttribute"))?;
+    if (major, minor) != (9, 0) {
+        return Err(PluginError::unsupported(format!(
+            "CUDA backend: the MXFP8 kernels need a Hopper GPU (sm_90a); device {ordinal} is sm_{major}{minor}"
+        )));
+    }
+    let mut driver = 0;
+    // SAFETY: plain out-parameter.
+    unsafe { cu::cuDriverGetVersion(&mut driver) };
+    let d: &'static Dev = Box::leak(Box::new(Dev {
+        ctx,
+        arch: "sm_90a".into(),
+        sms: sms.max(1) as u32,
+        driver,
+        funcs: Mutex::new(HashMap::new()),
+        loaded: Mutex::new(Vec::new()),
+    }));
+    map.insert(ordinal, d);
+    Ok(d)
+}
+
+impl Dev {
+    /// The kernel `name` of `unit`, compiling and loading the unit on first use.
+    fn func(&self, unit: Unit, name: &str) -> PluginResult<cu::CUfunction> {
+        let mut funcs = self.funcs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = funcs.get(name) {
+            return Ok(f.0);
+        }
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if loaded.contains(&unit) {
+            return Err(PluginError::backend(format!(
+                "kernel {name} is not in module {}",
+                unit.label()
+            )));
+        }
+        let (cubin, _cached) = kernels::cubin(unit, &self.arch, self.driver)
+            .map_err(|log| PluginError::backend(format!("CUDA backend: {log}")))?;
+        let mut module: cu::CUmodule = std::ptr::null_mut();
+        // SAFETY: `cubin` is a complete cubin image; the module is never unloaded.
+        unsafe { cu::cuModuleLoadData(&mut module, cubin.as_ptr() as *const c_void) }
+            .result()
+            .map_err(drv("cuModuleLoadData"))?;
+        let names: Vec<String> = match unit {
+            Unit::Quantize => vec![
+                "mx_quantize_f32_e4m3".into(),
+                "mx_quantize_bf16_e4m3".into(),
+                "mx_quantize_f32_e5m2".into(),
+                "mx_quantize_bf16_e5m2".into(),
+                "mx_scales_to_f32".into(),
+            ],
+            Unit::Aux => vec![
+                "mx_dequantize".into(),
+                "mx_transpose_u8".into(),
+                "mx_wgrad_relayout".into(),
+            ],
+            Unit::Gemm { .. } => vec![unit.gemm_name().unwrap()],
+        };
+        for n in names {
+            let c = CString::new(n.clone()).unwrap();
+            let mut f: cu::CUfunction = std::ptr::null_mut();
+            // SAFETY: valid module and NUL-terminated name.
+            unsafe { cu::cuModuleGetFunction(&mut f, module, c.as_ptr()) }
+                .result()
+                .map_err(drv("cuModuleGetFunction"))?;
+            if let Unit::Gemm { w2d, .. } = unit {
+                let smem = gemm_smem(w2d);
+                // SAFETY: valid function handle.
+                unsafe {
+                    cu::cuFuncSetAttribute(
+                        f,
+                        cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        smem as i32,
+                    )
+                }
+                .result()
+                .map_err(drv("cuFuncSetAttribute(max dynamic shared memory)"))?;
+            }
+            funcs.insert(n, FuncHandle(f));
+        }
+        loaded.push(unit);
+        funcs.get(name).map(|f| f.0).ok_or_else(|| {
+            PluginError::backend(format!("kernel {name} is not in module {}", unit.label()))
+        })
+    }
+}
+
+/// Dynamic shared memory of our GEMM instantiations (NC = 2, 5 stages).
+fn gemm_smem(w2d: bool) -> u32 {
+    kernels::GEMM_STAGES * if w2d { 39040 } else { 40960 }
+}
+
+/// One call's launch context: device, stream and stream-ordered scratch buffers.
+struct Call {
+    dev: &'static Dev,
+    stream: cu::CUstream,
+    scratch: Vec<u64>,
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        for &p in &self.scratch {
+            // SAFETY: allocated on this stream by `alloc`; freed after the enqueued work.
+            unsafe {
+                let _ = cr::free_async(p, self.stream);
+            }
+        }
+    }
+}
+
+fn cdiv(a: usize, b: usize) -> usize {
+    a.div_ceil(b)
+}
+fn rup(a: usize, b: usize) -> usize {
+    a.div_ceil(b) * b
+}
+fn fmt_code(f: MxFormat) -> u8 {
+    match f {
+        MxFormat::E4m3 => 0,
+        MxFormat::E5m2 => 1,
+    }
+}
+fn mode_code(m: ScaleMode) -> i32 {
+    match m {
+        ScaleMode::Rceil => 0,
+        ScaleMode::Floor => 1,
+        ScaleMode::Even => 2,
+    }
+}
+fn i32_of(what: &str, v: usize) -> PluginResult<i32> {
+    i32::try_from(v).map_err(|_| {
+        PluginError::unsupported(format!(
+            "CUDA backend: {what} = {v} exceeds the kernels' 32-bit index range"
+        ))
+    })
+}
+fn ptr(t: &TensorArg) -> u64 {
+    t.ptr as u64
+}
+
+fn arg<T>(v: &T) -> *mut c_void {
+    v as *const T as *mut c_void
+}
+
+impl Call {
+    fn new(ordinal: i32, stream: *mut c_void) -> PluginResult<Call> {
+        Ok(Call {
+            dev: device(ordinal)?,
+            stream: stream as cu::CUstream,
+            scratch: Vec::new(),
+        })
+    }
+
+    fn alloc(&mut self, bytes: usize) -> PluginResult<u64> {
+        // SAFETY: stream-ordered allocation on the host's stream (valid or null).
+        let p = unsafe { cr::malloc_async(self.stream, bytes.max(16)) }
+            .map_err(drv("cuMemAllocAsync (workspace)"))?;
+        self.scratch.push(p);
+        Ok(p)
+    }
+
+    fn zero(&self, p: u64, bytes: usize) -> PluginResult<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: `p` addresses at least `bytes` device bytes (host output or scratch).
+        unsafe { cr::memset_d8_async(p, 0, bytes, self.stream) }.map_err(drv("cuMemsetD8Async"))
+    }
+
+    fn launch(
+        &self,
+        unit: Unit,
+        name: &str,
+        grid: (usize, usize, usize),
+        block: (u32, u32, u32),
+        smem: u32,
+        params: &mut [*mut c_void],
+    ) -> PluginResult<()> {
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return Ok(());
+        }
+        if grid.0 > i32::MAX as usize || grid.1 > GRID_YZ_MAX || grid.2 > GRID_YZ_MAX {
+            return Err(PluginError::unsupported(format!(
+                "CUDA backend: {name} would need a grid of {grid:?} blocks (limit 2^31-1 × 65535 × 65535)"
+            )));
+        }
+        let f = self.dev.func(unit, name)?;
+        // SAFETY: `params` point at live values laid out as the kernel's parameters; every
+        // buffer they reference outlives the enqueued work (host tensors for the call,
+        // scratch freed stream-ordered after it).
+        unsafe {
+            cr::launch_kernel(
+                f,
+                (grid.0 as u32, grid.1 as u32, grid.2 as u32),
+                block,
+                smem,
+                self.stream,
+                params,
+            )
+        }
+        .map_err(|e| PluginError::backend(format!("CUDA launch of {name} failed: {e}")))
+    }
+
+    fn quant(
+        &self,
+        in_bf16: bool,
+        fmt: u8,
+        p: &QuantParams,
+        gy: usize,
+        gz: usize,
+    ) -> PluginResult<()> {
+        let name = format!(
+            "mx_quantize_{}_{}",
+            if in_bf16 { "bf16" } else { "f32" },
+            if fmt == 0 { "e4m3" } else { "e5m2" }
+        );
+        let gx = cdiv(p.c as usize, 128);
+        self.launch(
+            Unit::Quantize,
+            &name,
+            (gx, gy, gz),
+            (256, 1, 1),
+            0,
+            &mut [arg(p)],
+        )
+    }
+
+    /// E8M0 bytes → FP32 table (see `mx_scales_to_f32`); returns the table.
+    #[allow(clippy::too_many_arguments)]
+    fn scales_f32(
+        &mut self,
+        s: u64,
+        ise: i64,
+        isr: i64,
+        isc: i64,
+        r: usize,
+        c: usize,
+        rp: usize,
+        cp: usize,
+        batch: usize,
+        stage_major: bool,
+    ) -> PluginResult<u64> {
+        let out = self.alloc(batch * rp * cp * 4)?;
+        let (osr, ocg) = if stage_major {
+            (4i64, 4 * rp as i64)
+        } else {
+            (cp as i64, 4i64)
+        };
+        let ose = (rp * cp) as i64;
+        let (r, c, rp32, cp32) = (
+            i32_of("scale rows", r)?,
+            i32_of("scale cols", c)?,
+            i32_of("scale rows", rp)?,
+            i32_of("scale cols", cp)?,
+        );
+        let (outv, inv) = (out, s);
+        self.launch(
+            Unit::Quantize,
+            "mx_scales_to_f32",
+            (cdiv(rp * cp, 256), batch, 1),
+            (256, 1, 1),
+            0,
+            &mut [
+                arg(&inv),
+                arg(&ise),
+                arg(&isr),
+                arg(&isc),
+                arg(&outv),
+                arg(&ose),
+                arg(&osr),
+                arg(&ocg),
+                arg(&r),
+                arg(&c),
+                arg(&rp32),
+                arg(&cp32),
+            ],
+        )?;
+        Ok(out)
+    }
+
+    /// out[b][c][r] = in[b][r][c] (bytes).
+    fn transpose(&self, src: u64, dst: u64, batch: usize, r: usize, c: usize) -> PluginResult<()> {
+        let (r32, c32) = (i32_of("rows", r)?, i32_of("cols", c)?);
+        self.launch(
+            Unit::Aux,
+            "mx_transpose_u8",
+            (cdiv(c, 32), cdiv(r, 32), batch),
+            (32, 8, 1),
+            0,
+            &mut [arg(&src), arg(&dst), arg(&r32), arg(&c32)],
+        )
+    }
+
+    /// Ungrouped 1×32 quantization along the last axis of a `[rows, cols]` matrix,
+    /// chunked along rows to respect the grid limit.
+    #[allow(clippy::too_many_arguments)]
+    fn quant_rows(
+        &self,
+        x: u64,
+        in_bf16: bool,
+        rows: usize,
+        cols: usize,
+        fmt: u8,
+        mode: i32,
+        q: u64,
+        s: u64,
+    ) -> PluginResult<()> {
+        let chunk = GRID_YZ_MAX * 32;
+        let esize = if in_bf16 { 2 } else { 4 };
+        let cb = cdiv(cols, 32);
+        let mut r0 = 0;
+        while r0 < rows {
+            let n = chunk.min(rows - r0);
+            let p = QuantParams {
+                inp: x + (r0 * cols * esize) as u64,
+                r: i32_of("rows", n)?,
+                c: i32_of("cols", cols)?,
+                flags: ROWS,
+                mode,
+                qa: q + (r0 * cols) as u64,
+                sa: s + (r0 * cb) as u64,
+                ..Default::default()
+            };
+            self.quant(in_bf16, fmt, &p, cdiv(n, 32), 1)?;
+            r0 += n;
+        }
+        Ok(())
+    }
+}
+
+fn leading(shape: &[u64]) -> usize {
+    shape[..shape.len().saturating_sub(2)]
+        .iter()
+        .product::<u64>() as usize
+}
+
+impl Backend for CudaBackend {
+    fn quantize(&self, args: &QuantizeArgs) -> PluginResult<()> {
+        let x = &args.input;
+        let o = &args.output;
+        if x.numel == 0 {
+            return Ok(());
+        }
+        let call = Call::new(args.ordinal, args.stream)?;
+        let in_bf16 = x.dtype == DType::Bf16;
+        let fmt = fmt_code(o.format);
+        let mode = mode_code(o.mode);
+        let shape = &x.shape;
+        let rank = shape.len();
+        let last = shape[rank - 1] as usize;
+        let block = Blocking::from_abi(o.block)
+            .ok_or_else(|| PluginError::invalid("quantize.output: unknown block layout"))?;
+        match block {
+            Blocking::Vector { axis } if axis + 1 == rank => call.quant_rows(
+                ptr(x),
+                in_bf16,
+                x.numel / last,
+                last,
+                fmt,
+                mode,
+                ptr(&o.data),
+                ptr(&o.scales),
+            ),
+            Blocking::Vector { axis } if axis + 2 == rank => {
+                // COLS writes data [C][R] and scales [C][RB] per batch; transpose both back.
+                let (batch, r, c) = (leading(shape), shape[rank - 2] as usize, last);
+                let rb = cdiv(r, 32);
+                let mut call = call;
+                let qt = call.alloc(batch * r * c)?;
+                let st = call.alloc(batch * rb * c)?;
+                let p = QuantParams {
+                    inp: ptr(x),
+                    in_bs: (r * c) as i64,
+                    r: i32_of("rows", r)?,
+                    c: i32_of("cols", c)?,
+                    flags: COLS,
+                    mode,
+                    qt,
+                    st,
+                    qt_bs: (c * r) as i64,
+                    st_bs: (c * rb) as i64,
+                    ldt: i32_of("rows", r)?,
+                    ldst: rb as i32,
+                    ..Default::default()
+                };
+                call.quant(in_bf16, fmt, &p, cdiv(r, 32), batch)?;
+                call.transpose(qt, ptr(&o.data), batch, c, r)?;
+                call.transpose(st, ptr(&o.scales), batch, c, rb)
+            }
+            Blocking::Tile if rank >= 2 => {
+                let (batch, r, c) = (leading(shape), shape[rank - 2] as usize, last);
+                let p = QuantParams {
+                    inp: ptr(x),
+                    in_bs: (r * c) as i64,
+                    r: i32_of("rows", r)?,
+                    c: i32_of("cols", c)?,
+                    flags: TILE,
+                    mode,
+                    qa: ptr(&o.data),
+                    sa: ptr(&o.scales),
+                    qa_bs: (r * c) as i64,
+                    sa_bs: (cdiv(r, 32) * cdiv(c, 32)) as i64,
+                    ..Default::default()
+                };
+                call.quant(in_bf16, fmt, &p, cdiv(r, 32), batch)
+            }
+            other => Err(PluginError::invalid(format!(
+                "quantize: block layout {other:?} is invalid for rank {rank}"
+            ))),
+        }
+    }
+
+    fn dequantize(&self, args: &DequantizeArgs) -> PluginResult<()> {
+        let i = &args.input;
+        let out = &args.output;
+        if out.numel == 0 {
+            return Ok(());
+        }
+        let call = Call::new(args.ordinal, args.stream)?;
+        let shape = &i.data.shape;
+        let rank = shape.len();
+        let c = shape[rank - 1] as usize;
+        let block = Blocking::from_abi(i.block)
+            .ok_or_else(|| PluginError::invalid("dequantize.input: unknown block layout"))?;
+        let (batch, r, rdiv, cdivv, srs, sbs) = match block {
+            Blocking::Vector { axis } if axis + 1 == rank => {
+                (1, out.numel / c, 1, 32, cdiv(c, 32), 0)
+            }
+            Blocking::Vector { axis } if axis + 2 == rank => {
+                let r = shape[rank - 2] as usize;
+                (leading(shape), r, 32, 1, c, cdiv(r, 32) * c)
+            }
+            Blocking::Tile if rank >= 2 => {
+                let r = shape[rank - 2] as usize;
+                (
+                    leading(shape),
+                    r,
+                    32,
+                    32,
+                    cdiv(c, 32),
+                    cdiv(r, 32) * cdiv(c, 32),
+                )
+            }
+            other => {
+                return Err(PluginError::invalid(format!(
+                    "dequantize: block layout {other:?} is invalid for rank {rank}"
+                )))
+            }
+        };
+        let (q, s, o) = (ptr(&i.data), ptr(&i.scales), ptr(out));
+        let out_bf16: i32 = (out.dtype == DType::Bf16) as i32;
+        let fmt: i32 = fmt_code(i.format) as i32;
+        let (r64, c64, rdiv, cdivv, srs, sbs) = (
+            r as i64,
+            c as i64,
+            rdiv,
+            cdivv,
+            srs as i64,
+            sbs as i64,
+        );
+        call.launch(
+            Unit::Aux,
+            "mx_dequantize",
+            (cdiv(r * c, 256).min(1 << 20), batch, 1),
+            (256, 1, 1),
+            0,
+            &mut [
+                arg(&q),
+                arg(&s),
+                arg(&o),
+                arg(&out_bf16),
+                arg(&fmt),
+                arg(&r64),
+                arg(&c64),
+                arg(&rdiv),
+                arg(&cdivv),
+                arg(&srs),
+                arg(&sbs),
+            ],
+        )
+    }
+
+    fn grouped_gemm(&self, args: &GemmArgs) -> PluginResult<()> {
+        let mut call = Call::new(args.ordinal, args.stream)?;
+        gemm(&mut call, args)
+    }
+}
+
+/// A-side operand ready for the GEMM: FP8 `[rows][red]` (K-major) and E8M0 scales
+/// `[rows][ceil(red/32)]`.
+struct AMat {
+    q: u64,
+    s: u64,
+    fmt: u8,
+}
+
+/// B-side operand: FP8 `[E][cols][red]` (K-major) and E8M0 scales read as
+/// `s[e*ise + rb*isr + cb*isc]` (rb = reduction block, cb = column or column block).
+struct BMat {
+    q: u64,
+    s: u64,
+    ise: i64,
+    isr: i64,
+    isc: i64,
+    w2d: bool,
+    fmt: u8,
+}
+
+fn unsupported_layout(pass: &str, role: &str, m: &MxArg, want: &str) -> PluginError {
+    let got = match Blocking::from_abi(m.block) {
+        Some(Blocking::Vector { axis }) => format!("1×32 blocks along axis {axis}"),
+        Some(Blocking::Tile) => "32×32 tiles".into(),
+        None => "an unknown layout".into(),
+    };
+    PluginError::unsupported(format!(
+        "CUDA backend: {pass} with a pre-quantized {role} in {got} (shape {:?}) is not supported on the GPU; it needs {want}. Pass the operand dense (quantized in the call) or use --device cpu",
+        m.data.shape
+    ))
+}
+
+fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
+    let e = args.offs.len();
+    let (rows, n, k) = (args.rows, args.n, args.k);
+    let out = &args.out;
+    if out.numel == 0 {
+        return Ok(());
+    }
+    if e > MAX_E {
+        return Err(PluginError::unsupported(format!(
+            "CUDA backend: {e} experts exceed the kernels' limit of {MAX_E} per call"
+        )));
+    }
+    let out_bf16 = out.dtype == DType::Bf16;
+    let esz = out.dtype.size_bytes() as usize;
+    let (red, pass_name) = match args.pass {
+        GemmPass::Forward => (k, "forward"),
+        GemmPass::Dgrad => (n, "dgrad"),
+        GemmPass::Wgrad => (0, "wgrad"),
+    };
+    // Degenerate requests: nothing to multiply → zeros (exactly what the math says).
+    if e == 0 || (args.pass != GemmPass::Wgrad && red == 0) || args.offs[e - 1] == 0 {
+        return call.zero(ptr(out), out.numel * esz);
+    }
+    if args.pass != GemmPass::Wgrad && red % 16 != 0 {
+        return Err(PluginError::unsupported(format!(
+            "CUDA backend: {pass_name} needs its reduction length ({}) to be a multiple of 16 (16-byte FP8 rows for the tensor cores); got {red}. Use --device cpu for this shape",
+            if args.pass == GemmPass::Forward { "K" } else { "N" }
+        )));
+    }
+    i32_of("rows", rows)?;
+    i32_of("n", n)?;
+    i32_of("k", k)?;
+    // Offsets in device memory for the kernels.
+    let offs_dev = if !args.offs_device.is_null() {
+        args.offs_device as u64
+    } else {
+        let host: Vec<i32> = args.offs.iter().map(|&o| o as i32).collect();
+        let d = call.alloc(e * 4)?;
+        // SAFETY: `d` holds e i32; pageable copies are staged before returning.
+        unsafe { cr::memcpy_htod_async(d, &host, call.stream) }
+            .map_err(drv("cuMemcpyHtoDAsync"))?;
+        d
+    };
+    let dense_fmt = || args.format();
+    let dense_mode = || args.mode().map(mode_code);
+    match args.pass {
+        GemmPass::Forward | GemmPass::Dgrad => {
+            let fwd = args.pass == GemmPass::Forward;
+            let cols = if fwd { n } else { k };
+            if cols % 2 != 0 {
+                return Err(PluginError::unsupported(format!(
+                    "CUDA backend: {pass_name} needs an even number of output columns (the epilogue stores pairs); got {cols}. Use --device cpu for this shape"
+                )));
+            }
+            // ---- A: [rows][red], 1×32 along red ----
+            let a = match &args.a {
+                OperandArg::Dense(t) => {
+                    let fmt = fmt_code(dense_fmt()?);
+                    let q = call.alloc(rows * red)?;
+                    let s = call.alloc(rows * cdiv(red, 32))?;
+                    call.quant_rows(
+                        ptr(t),
+                        t.dtype == DType::Bf16,
+                        rows,
+                        red,
+                        fmt,
+                        dense_mode()?,
+                        q,
+                        s,
+                    )?;
+                    AMat { q, s, fmt }
+                }
+                OperandArg::Mx(m) => match Blocking::from_abi(m.block) {
+                    Some(Blocking::Vector { axis: 1 }) => AMat {
+                        q: ptr(&m.data),
+                        s: ptr(&m.scales),
+                        fmt: fmt_code(m.format),
+                    },
+                    _ => {
+                        return Err(unsupported_layout(
+                            pass_name,
+                            if fwd { "X" } else { "dY" },
+                            m,
+                            "1×32 blocks along its last axis",
+                        ))
+                    }
+                },
+            };
+            let b = weights(call, args, fwd, cols, red, e)?;
+            gemm_rows(call, &a, &b, out, offs_dev, e, rows, cols, red, out_bf16)
+        }
+        GemmPass::Wgrad => wgrad(call, args, offs_dev, out_bf16),
+    }
+}
+
+/// The weight operand of forward (cols = N, red = K) or dgrad (cols = K, red = N) as
+/// a K-major `[E][cols][red]` FP8 tensor with its scales.
+fn weights(
+    call: &mut Call,
+    args: &GemmArgs,
+    fwd: bool,
+    cols: usize,
+    red: usize,
+    e: usize,
+) -> PluginResult<BMat> {
+    let (n, k) = (args.n, args.k);
+    let kn = args.weight_layout == WeightLayout::Kn;
+    // Stored shape [E][s1][s2]: Nk = [E][N][K], Kn = [E][K][N].
+    let (s1, s2) = if kn { (k, n) } else { (n, k) };
+    // The weight is "K-major for this pass" when its last axis is the reduction axis.
+    let stored_is_kmajor = s2 == red && (fwd != kn);
+    let pass_name = if fwd { "forward" } else { "dgrad" };
+    let rb = cdiv(red, 32);
+    match &args.b {
+        OperandArg::Dense(w) => {
+            let fmt = fmt_code(args.format()?);
+            let mode = mode_code(args.mode()?);
+            let bf = w.dtype == DType::Bf16;
+            let q = call.alloc(e * n * k)?;
+            if args.weight_blocks_2d {
+                let (c1b, c2b) = (cdiv(s1, 32), cdiv(s2, 32));
+                let s = call.alloc(e * c1b * c2b)?;
+                let mut p = QuantParams {
+                    inp: ptr(w),
+                    in_bs: (s1 * s2) as i64,
+                    r: i32_of("rows", s1)?,
+                    c: i32_of("cols", s2)?,
+                    mode,
+                    ..Default::default()
+                };
+                if stored_is_kmajor {
+                    // TILE: q [E][s1=cols][s2=red], scales [E][cols/32][red/32].
+                    p.flags = TILE;
+                    p.qa = q;
+                    p.sa = s;
+                    p.qa_bs = (s1 * s2) as i64;
+                    p.sa_bs = (c1b * c2b) as i64;
+                    call.quant(bf, fmt, &p, c1b, e)?;
+                    Ok(BMat {
+                        q,
+                        s,
+                        ise: (c1b * c2b) as i64,
+                        isr: 1,
+                        isc: c2b as i64,
+                        w2d: true,
+                        fmt,
+                    })
+                } else {
+                    // TILE_T: q [E][s2=cols][s1=red], scales [E][cols/32][red/32].
+                    p.flags = TILE_T;
+                    p.qt = q;
+                    p.st = s;
+                    p.qt_bs = (s1 * s2) as i64;
+                    p.st_bs = (c1b * c2b) as i64;
+                    p.ldt = i32_of("rows", s1)?;
+                    p.ldst = c1b as i32;
+                    call.quant(bf, fmt, &p, c1b, e)?;
+                    Ok(BMat {
+                        q,
+                        s,
+                        ise: (c1b * c2b) as i64,
+                        isr: 1,
+                        isc: c1b as i64,
+                        w2d: true,
+                        fmt,
+                    })
+                }
+            } else if stored_is_kmajor {
+                // ROWS over [E*cols][red]: scales [E][cols][rb].
+                let s = call.alloc(e * cols * rb)?;
+                call.quant_rows(ptr(w), bf, e * cols, red, fmt, mode, q, s)?;
+                Ok(BMat {
+                    q,
+                    s,
+                    ise: (cols * rb) as i64,
+                    isr: 1,
+                    isc: rb as i64,
+                    w2d: false,
+                    fmt,
+                })
+            } else {
+                // COLS over [E][red][cols]: q [E][cols][red], scales [E][cols][rb].
+                let s = call.alloc(e * cols * rb)?;
+                let p = QuantParams {
+                    inp: ptr(w),
+                    in_bs: (s1 * s2) as i64,
+                    r: i32_of("rows", s1)?,
+                    c: i32_of("cols", s2)?,
+                    flags: COLS,
+                    mode,
+                    qt: q,
+                    st: s,
+                    qt_bs: (s1 * s2) as i64,
+                    st_bs: (cols * rb) as i64,
+                    ldt: i32_of("rows", s1)?,
+                    ldst: rb as i32,
+                    ..Default::default()
+                };
+                call.quant(bf, fmt, &p, cdiv(s1, 32), e)?;
+                Ok(BMat {
+                    q,
+                    s,
+                    ise: (cols * rb) as i64,
+                    isr: 1,
+                    isc: rb as i64,
+                    w2d: false,
+                    fmt,
+                })
+            }
+        }
+        OperandArg::Mx(m) => {
+            let fmt = fmt_code(m.format);
+            let block = Blocking::from_abi(m.block);
+            // Scales along the reduction axis: vector along axis 2 if the stored last
+            // axis is the reduction, else along axis 1.
+            let red_axis = if stored_is_kmajor { 2 } else { 1 };
+            let w2d = match block {
+                Some(Blocking::Tile) => true,
+                Some(Blocking::Vector { axis }) if axis == red_axis => false,
+                _ => {
+                    return Err(unsupported_layout(
+                        pass_name,
+                        "weight",
+                        m,
+                        &format!(
+                            "32×32 tiles or 1×32 blocks along its reduction axis (axis {red_axis} of this [E, {}, {}] weight)",
+                            if kn { "K" } else { "N" },
+                            if kn { "N" } else { "K" }
+                        ),
+                    ))
+                }
+            };
+            let q = if stored_is_kmajor {
+                ptr(&m.data)
+            } else {
+                let t = call.alloc(e * n * k)?;
+                call.transpose(ptr(&m.data), t, e, s1, s2)?;
+                t
+            };
+            // Stored scale tensor [E][d1][d2] with (d1, d2) following the stored axes.
+            let (d1, d2) = match (w2d, stored_is_kmajor) {
+                (true, _) => (cdiv(s1, 32), cdiv(s2, 32)),
+                (false, true) => (s1, cdiv(s2, 32)),
+                (false, false) => (cdiv(s1, 32), s2),
+            };
+            let ise = (d1 * d2) as i64;
+            // Reduction blocks index the axis of `red`: d2 when K-major, else d1.
+            let (isr, isc) = if stored_is_kmajor {
+                (1, d2 as i64)
+            } else {
+                (d2 as i64, 1)
+            };
+            Ok(BMat {
+                q,
+                s: ptr(&m.scales),
+                ise,
+                isr,
+                isc,
+                w2d,
+                fmt,
+            })
+        }
+    }
+}
+
+/// forward/dgrad launch: out[rows][cols] = Σ A[rows][red] · B_e[cols][red].
+#[allow(clippy::too_many_arguments)]
+fn gemm_rows(
+    call: &mut Call,
+    a: &AMat,
+    b: &BMat,
+    out: &TensorArg,
+    offs: u64,
+    e: usize,
+    rows: usize,
+    cols: usize,
+    red: usize,
+    out_bf16: bool,
+) -> PluginResult<()> {
+    let kb = cdiv(red, 32);
+    let kb4 = rup(kb, 4);
+    let sa = call.scales_f32(a.s, 0, kb as i64, 1, rows, kb, rows, kb4, 1, true)?;
+    let ldsb = if b.w2d {
+        rup(cdiv(cols, 32), 4)
+    } else {
+        rup(cols, 128)
+    };
+    let c = if b.w2d { cdiv(cols, 32) } else { cols };
+    let sb = call.scales_f32(b.s, b.ise, b.isr, b.isc, kb, c, kb4, ldsb, e, false)?;
+    let p = GemmParams {
+        a: a.q,
+        lda: red as i64,
+        b: b.q,
+        ldb: red as i64,
+        b_es: (cols * red) as i64,
+        sa,
+        ldsa: 4 * rows as i64,
+        sb,
+        ldsb: ldsb as i64,
+        sb_es: (kb4 * ldsb) as i64,
+        out: ptr(out),
+        ldo: cols as i64,
+        o_es: 0,
+        offs,
+        e: e as i32,
+        m: rows as i32,
+        n: cols as i32,
+        k: red as i32,
+        batched: 0,
+        out_t: 0,
+    };
+    launch_gemm(call, a.fmt, b.fmt, b.w2d, out_bf16, &p)
+}
+
+fn launch_gemm(
+    call: &Call,
+    fa: u8,
+    fb: u8,
+    w2d: bool,
+    out_bf16: bool,
+    p: &GemmParams,
+) -> PluginResult<()> {
+    let unit = Unit::Gemm {
+        fa,
+        fb,
+        w2d,
+        out_bf16,
+    };
+    let name = unit.gemm_name().unwrap();
+    let grid = call.dev.sms as usize;
+    call.launch(
+        unit,
+        &name,
+        (grid, 1, 1),
+        (128 * (kernels::GEMM_NC + 1), 1, 1),
+        gemm_smem(w2d),
+        &mut [arg(p)],
+    )
+}
+
+/// wgrad: out_e = dY_eᵀ · X_e over each expert's rows. Both operands go to the GEMM's
+/// padded transposed layout `[P][Mpad]` with 1×32 scales along M:
+/// - dense: quantized in the call per expert (`COLS`, grouped: blocks restart at each
+///   expert, as the CPU backend does);
+/// - pre-quantized (1×32 along axis 0, blocks from row 0): relaid exactly by
+///   `mx_wgrad_relayout`, each expert shifted by `start_e % 32` so every block keeps its
+///   scale; the GEMM sees `m_e + shift_e` rows per expert (the extra ones are zeros).
+fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginResult<()> {
+    let (n, k, rows) = (args.n, args.k, args.rows);
+    let e = args.offs.len();
+    let starts: Vec<usize> = (0..e)
+        .map(|i| if i == 0 { 0 } else { args.offs[i - 1] })
+        .collect();
+    let sizes: Vec<usize> = (0..e).map(|i| args.offs[i] - starts[i]).collect();
+    match (&args.a, &args.b) {
+        (OperandArg::Dense(dy), OperandArg::Dense(x)) => {
+            let mpad: usize = sizes.iter().map(|&m| rup(m, 128)).sum();
+            let mp = mpad / 32;
+            if mp > GRID_YZ_MAX {
+                return Err(PluginError::unsupported(format!(
+                    "CUDA backend: wgrad over {mpad} padded rows exceeds the quantizer's grid limit"
+                )));
+            }
+            let fmt = fmt_code(args.format()?);
+            let mode = mode_code(args.mode()?);
+            let mut cols_t = |t: &TensorArg, p: usize| -> PluginResult<(u64, u64)> {
+                let qt = call.alloc(p * mpad)?;
+                let st = call.alloc(p * mp)?;
+                let qp = QuantParams {
+                    inp: ptr(t),
+                    r: i32_of("rows", rows)?,
+                    c: i32_of("cols", p)?,
+                    flags: COLS,
+                    mode,
+                    qt,
+                    st,
+                    ldt: i32_of("padded rows", mpad)?,
+                    ldst: mp as i32,
+                    offs,
+                    e: e as i32,
+                    grouped_tiles: mp as i32,
+                    ..Default::default()
+                };
+                call.quant(t.dtype == DType::Bf16, fmt, &qp, mp, 1)?;
+                Ok((qt, st))
+            };
+            let dyq = cols_t(dy, n)?;
+            let xq = cols_t(x, k)?;
+            wgrad_gemm(call, args, (dyq.0, dyq.1, fmt), (xq.0, xq.1, fmt), mpad, offs, out_bf16)
+        }
+        (OperandArg::Mx(dy), OperandArg::Mx(x)) => {
+            for (m, what) in [(dy, "dY"), (x, "X")] {
+                if Blocking::from_abi(m.block) != Some(Blocking::Vector { axis: 0 }) {
+                    return Err(unsupported_layout(
+                        "wgrad",
+                        what,
+                        m,
+                        "1×32 blocks along M (axis 0), the axis wgrad contracts over",
+                    ));
+                }
+            }
+            // Shifted padded layout and the offsets the GEMM sees.
+            let mut tbl: Vec<i32> = Vec::with_capacity(4 * e);
+            let mut fake_offs: Vec<i32> = Vec::with_capacity(e);
+            let (mut seg, mut cum) = (0usize, 0usize);
+            for i in 0..e {
+                let sh = if sizes[i] == 0 { 0 } else { starts[i] % 32 };
+                let m2 = sizes[i] + sh;
+                tbl.extend([seg, sh, starts[i], sizes[i]].map(|v| v as i32));
+                cum += m2;
+                fake_offs.push(i32_of("rows", cum)?);
+                seg += rup(m2, 128);
+            }
+            let mpad = seg;
+            i32_of("padded rows", mpad)?;
+            let tbl_d = call.alloc(tbl.len() * 4)?;
+            let offs_d = call.alloc(e * 4)?;
+            // SAFETY: both buffers hold the copied i32s; pageable copies are staged.
+            unsafe {
+                cr::memcpy_htod_async(tbl_d, &tbl, call.stream).map_err(drv("cuMemcpyHtoDAsync"))?;
+                cr::memcpy_htod_async(offs_d, &fake_offs, call.stream)
+                    .map_err(drv("cuMemcpyHtoDAsync"))?;
+            }
+            let mut relayout = |m: &MxArg, p: usize| -> PluginResult<(u64, u64, u8)> {
+                let qt = call.alloc(p * mpad)?;
+                let st = call.alloc(p * (mpad / 32))?;
+                let (q, s) = (ptr(&m.data), ptr(&m.scales));
+                let (p32, e32, mpad32) = (i32_of("cols", p)?, e as i32, mpad as i32);
+                call.launch(
+                    Unit::Aux,
+                    "mx_wgrad_relayout",
+                    (mpad / 32, cdiv(p, 32), 1),
+                    (32, 8, 1),
+                    0,
+                    &mut [
+                        arg(&q),
+                        arg(&s),
+                        arg(&p32),
+                        arg(&tbl_d),
+                        arg(&e32),
+                        arg(&qt),
+                        arg(&st),
+                        arg(&mpad32),
+                    ],
+                )?;
+                Ok((qt, st, fmt_code(m.format)))
+            };
+            let dyq = relayout(dy, n)?;
+            let xq = relayout(x, k)?;
+            wgrad_gemm(call, args, dyq, xq, mpad, offs_d, out_bf16)
+        }
+        _ => Err(PluginError::unsupported(
+            "CUDA backend: wgrad with one pre-quantized and one dense operand is not supported on the GPU (their M blocks would not line up); pass both dense or both pre-quantized along M",
+        )),
+    }
+}
+
+/// The wgrad GEMM on padded transposed operands `(data [P][mpad], scales [P][mpad/32],
+/// format)` for dY (P = N) and X (P = K).
+fn wgrad_gemm(
+    call: &mut Call,
+    args: &GemmArgs,
+    dyq: (u64, u64, u8),
+    xq: (u64, u64, u8),
+    mpad: usize,
+    offs: u64,
+    out_bf16: bool,
+) -> PluginResult<()> {
+    let (n, k, e) = (args.n, args.k, args.offs.len());
+    let mp = mpad / 32;
+    // Output [E][N][K] (Nk) or [E][K][N] (Kn). GEMM rows × cols with out_t = 0 needs an
+    // even column count; the transposed store has no such rule. Pick the orientation.
+    let kn = args.weight_layout == WeightLayout::Kn;
+    // (A = rows operand, B = cols operand, GEMM rows, GEMM cols, out_t)
+    let (a, b, pr, qc, out_t) = match (kn, k % 2 == 0, n % 2 == 0) {
+        (false, true, _) => (dyq, xq, n, k, 0),
+        (false, false, _) => (xq, dyq, k, n, 1),
+        (true, _, true) => (xq, dyq, k, n, 0),
+        (true, _, false) => (dyq, xq, n, k, 1),
+    };
+    let sa = call.scales_f32(a.1, 0, mp as i64, 1, pr, mp, pr, mp, 1, true)?;
+    let qp = rup(qc, 128);
+    let sb = call.scales_f32(b.1, 0, 1, mp as i64, mp, qc, mp, qp, 1, false)?;
+    let (ldo, o_es) = if out_t == 1 {
+        (pr as i64, (qc * pr) as i64)
+    } else {
+        (qc as i64, (pr * qc) as i64)
+    };
+    let p = GemmParams {
+        a: a.0,
+        lda: mpad as i64,
+        b: b.0,
+        ldb: mpad as i64,
+        b_es: 0,
+        sa,
+        ldsa: 4 * pr as i64,
+        sb,
+        ldsb: qp as i64,
+        sb_es: 0,
+        out: ptr(&args.out),
+        ldo,
+        o_es,
+        offs,
+        e: e as i32,
+        m: pr as i32,
+        n: qc as i32,
+        k: 0,
+        batched: 1,
+        out_t,
+    };
+    launch_gemm(call, a.2, b.2, false, out_bf16, &p)
+}

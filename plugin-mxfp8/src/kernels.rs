@@ -1,0 +1,307 @@
+//! The CUDA kernel sources of the plugin and their run-time compilation with NVRTC.
+//!
+//! The `.cu`/`.cuh` files under `plugin-mxfp8/cuda/` are embedded with `include_str!`
+//! and compiled for the device's architecture (`sm_90a` on Hopper) on first use. Each
+//! compilation unit ([`Unit`]) is one module: the quantizer (+ scale relayout), the
+//! backend's helper kernels (dequantize, byte transpose), and one grouped-GEMM variant
+//! per (A format, B format, weight-scale kind, output dtype), instantiated through
+//! `MXG_CUSTOM_INSTANTIATIONS` so only what a request needs is compiled (~1 s each).
+//!
+//! Compiled cubins are cached on disk under `$MXHOST_KERNEL_CACHE`, else
+//! `$XDG_CACHE_HOME/mxhost/kernels`, else `~/.cache/mxhost/kernels`, as
+//! `<hash>.cubin` where the hash covers the source, the options, the NVRTC version and
+//! the driver version. A failed compilation returns NVRTC's log.
+//!
+//! Nothing here needs a GPU: `compile` only needs `libnvrtc.so.13` (found through the
+//! usual library search, e.g. `LD_LIBRARY_PATH`).
+
+#![cfg(feature = "cuda")]
+
+use std::ffi::{c_char, c_int, CString};
+use std::path::PathBuf;
+
+/// Headers, passed to NVRTC in memory under the names the `.cu` files include.
+pub const HEADERS: [(&str, &str); 3] = [
+    ("mx_ptx.cuh", include_str!("../cuda/include/mx_ptx.cuh")),
+    (
+        "mx_numerics.cuh",
+        include_str!("../cuda/include/mx_numerics.cuh"),
+    ),
+    ("mx_wgmma.cuh", include_str!("../cuda/include/mx_wgmma.cuh")),
+];
+pub const QUANTIZE_CU: &str = include_str!("../cuda/mx_quantize.cu");
+pub const GEMM_CU: &str = include_str!("../cuda/mx_grouped_gemm.cu");
+pub const AUX_CU: &str = include_str!("../cuda/mx_dequantize.cu");
+
+/// Pipeline stages of the GEMM variants we instantiate (see the kernels' README).
+pub const GEMM_STAGES: u32 = 5;
+/// Consumer warpgroups (block = 128 × (NC + 1) threads).
+pub const GEMM_NC: u32 = 2;
+
+/// One NVRTC compilation unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// `mx_quantize_{f32,bf16}_{e4m3,e5m2}` and `mx_scales_to_f32`.
+    Quantize,
+    /// `mx_dequantize` and `mx_transpose_u8`.
+    Aux,
+    /// One grouped-GEMM instantiation: A and B element formats (0 = E4M3, 1 = E5M2),
+    /// 32×32 (true) or 1×32 (false) B scales, bf16 (true) or f32 output.
+    Gemm {
+        fa: u8,
+        fb: u8,
+        w2d: bool,
+        out_bf16: bool,
+    },
+}
+
+impl Unit {
+    /// Every unit the backend can ask for.
+    pub fn all() -> Vec<Unit> {
+        let mut v = vec![Unit::Quantize, Unit::Aux];
+        for fa in 0..2 {
+            for fb in 0..2 {
+                for w2d in [true, false] {
+                    for out_bf16 in [false, true] {
+                        v.push(Unit::Gemm {
+                            fa,
+                            fb,
+                            w2d,
+                            out_bf16,
+                        });
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Name of the GEMM kernel of a `Gemm` unit.
+    pub fn gemm_name(&self) -> Option<String> {
+        match *self {
+            Unit::Gemm {
+                fa,
+                fb,
+                w2d,
+                out_bf16,
+            } => {
+                let f = |x: u8| if x == 0 { "e4m3" } else { "e5m2" };
+                Some(format!(
+                    "mx_gemm_{}{}_{}_{}",
+                    f(fa),
+                    f(fb),
+                    if w2d { "w2d" } else { "w1d" },
+                    if out_bf16 { "bf16" } else { "f32" }
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// A short label for messages and cache file names.
+    pub fn label(&self) -> String {
+        match self {
+            Unit::Quantize => "mx_quantize".into(),
+            Unit::Aux => "mx_dequantize".into(),
+            Unit::Gemm { .. } => self.gemm_name().unwrap(),
+        }
+    }
+
+    /// (program name, main source) handed to NVRTC.
+    pub fn source(&self) -> (String, String) {
+        match *self {
+            Unit::Quantize => ("mx_quantize.cu".into(), QUANTIZE_CU.into()),
+            Unit::Aux => ("mx_dequantize.cu".into(), AUX_CU.into()),
+            Unit::Gemm {
+                fa,
+                fb,
+                w2d,
+                out_bf16,
+            } => {
+                let name = self.gemm_name().unwrap();
+                let src = format!(
+                    "#define MXG_CUSTOM_INSTANTIATIONS 1\n{GEMM_CU}\n\
+                     MXG_INST({name}, {GEMM_NC}, {fa}, {fb}, {}, {}, {GEMM_STAGES})\n",
+                    w2d as u8, out_bf16 as u8
+                );
+                ("mx_grouped_gemm.cu".into(), src)
+            }
+        }
+    }
+}
+
+/// NVRTC options for `arch` (e.g. `sm_90a`).
+pub fn options(arch: &str) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "-std=c++17".into(),
+        "-default-device".into(),
+    ]
+}
+
+/// Whether `libnvrtc` can be loaded (probe before any NVRTC call: a missing library
+/// panics inside cudarc).
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen the library candidates.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// NVRTC's version as (major, minor).
+pub fn nvrtc_version() -> Result<(i32, i32), String> {
+    if !nvrtc_present() {
+        return Err(
+            "libnvrtc (CUDA 13 NVRTC, libnvrtc.so.13) was not found on the library path".into(),
+        );
+    }
+    let (mut major, mut minor) = (0 as c_int, 0 as c_int);
+    // SAFETY: plain out-parameters.
+    let rc = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if rc as i32 != 0 {
+        return Err(format!("nvrtcVersion failed: {rc:?}"));
+    }
+    Ok((major, minor))
+}
+
+/// Compile `unit` for `arch` with NVRTC; returns the cubin, or the log on failure.
+pub fn compile(unit: Unit, arch: &str) -> Result<Vec<u8>, String> {
+    use cudarc::nvrtc::sys;
+    if !nvrtc_present() {
+        return Err(
+            "libnvrtc (CUDA 13 NVRTC, libnvrtc.so.13) was not found on the library path".into(),
+        );
+    }
+    let (name, src) = unit.source();
+    let c_src = CString::new(src).map_err(|e| e.to_string())?;
+    let c_name = CString::new(name.clone()).unwrap();
+    let hdr_src: Vec<CString> = HEADERS.iter().map(|h| CString::new(h.1).unwrap()).collect();
+    let hdr_name: Vec<CString> = HEADERS.iter().map(|h| CString::new(h.0).unwrap()).collect();
+    let hdr_src_p: Vec<*const c_char> = hdr_src.iter().map(|c| c.as_ptr()).collect();
+    let hdr_name_p: Vec<*const c_char> = hdr_name.iter().map(|c| c.as_ptr()).collect();
+    let opts: Vec<CString> = options(arch)
+        .into_iter()
+        .map(|o| CString::new(o).unwrap())
+        .collect();
+    let opts_p: Vec<*const c_char> = opts.iter().map(|c| c.as_ptr()).collect();
+    let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: every pointer is a live NUL-terminated string for the duration of the calls;
+    // the program is destroyed before returning.
+    unsafe {
+        let rc = sys::nvrtcCreateProgram(
+            &mut prog,
+            c_src.as_ptr(),
+            c_name.as_ptr(),
+            hdr_src_p.len() as c_int,
+            hdr_src_p.as_ptr(),
+            hdr_name_p.as_ptr(),
+        );
+        if rc as i32 != 0 {
+            return Err(format!("nvrtcCreateProgram({name}) failed: {rc:?}"));
+        }
+        let rc = sys::nvrtcCompileProgram(prog, opts_p.len() as c_int, opts_p.as_ptr());
+        let mut log_size = 0usize;
+        sys::nvrtcGetProgramLogSize(prog, &mut log_size);
+        let mut log = vec![0u8; log_size.max(1)];
+        sys::nvrtcGetProgramLog(prog, log.as_mut_ptr() as *mut c_char);
+        let log = String::from_utf8_lossy(&log)
+            .trim_end_matches('\0')
+            .trim()
+            .to_string();
+        let result = if rc as i32 != 0 {
+            Err(format!(
+                "NVRTC failed to compile {} ({name}) for {arch}: {rc:?}\n{log}",
+                unit.label()
+            ))
+        } else {
+            let mut size = 0usize;
+            let rc = sys::nvrtcGetCUBINSize(prog, &mut size);
+            if rc as i32 != 0 || size == 0 {
+                Err(format!("nvrtcGetCUBINSize({name}) failed: {rc:?}"))
+            } else {
+                let mut cubin = vec![0u8; size];
+                let rc = sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char);
+                if rc as i32 != 0 {
+                    Err(format!("nvrtcGetCUBIN({name}) failed: {rc:?}"))
+                } else {
+                    Ok(cubin)
+                }
+            }
+        };
+        sys::nvrtcDestroyProgram(&mut prog);
+        result
+    }
+}
+
+/// FNV-1a 64 over `parts`, with a seed (two seeds give a 128-bit key).
+fn fnv(seed: u64, parts: &[&[u8]]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ seed;
+    for p in parts {
+        for &b in *p {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Cache key of `unit` compiled for `arch` (hash of sources, options, versions).
+pub fn cache_key(unit: Unit, arch: &str, driver_version: i32) -> Result<String, String> {
+    let (major, minor) = nvrtc_version()?;
+    let (name, src) = unit.source();
+    let opts = options(arch).join(" ");
+    let ver = format!("nvrtc {major}.{minor} driver {driver_version}");
+    let mut parts: Vec<&[u8]> = vec![
+        name.as_bytes(),
+        src.as_bytes(),
+        opts.as_bytes(),
+        ver.as_bytes(),
+    ];
+    for (n, s) in HEADERS.iter() {
+        parts.push(n.as_bytes());
+        parts.push(s.as_bytes());
+    }
+    Ok(format!(
+        "{}-{:016x}{:016x}",
+        unit.label(),
+        fnv(0, &parts),
+        fnv(0x9e37_79b9_7f4a_7c15, &parts)
+    ))
+}
+
+/// The kernel cache directory, if one can be named.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("MXHOST_KERNEL_CACHE") {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("mxhost/kernels"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/mxhost/kernels"))
+}
+
+/// The cubin of `unit` for `arch`: from the disk cache, else compiled (and cached).
+/// Returns the cubin and whether it came from the cache.
+pub fn cubin(unit: Unit, arch: &str, driver_version: i32) -> Result<(Vec<u8>, bool), String> {
+    let key = cache_key(unit, arch, driver_version)?;
+    let path = cache_dir().map(|d| d.join(format!("{key}.cubin")));
+    if let Some(p) = &path {
+        if let Ok(bytes) = std::fs::read(p) {
+            if !bytes.is_empty() {
+                return Ok((bytes, true));
+            }
+        }
+    }
+    let bin = compile(unit, arch)?;
+    if let Some(p) = &path {
+        // Best effort: a read-only cache only costs compile time.
+        if let Some(dir) = p.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, &bin).is_ok() {
+            let _ = std::fs::rename(&tmp, p);
+        }
+    }
+    Ok((bin, false))
+}
