@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-GUESTS=(hello-gemm fixtures)
+GUESTS=(hello-gemm fixtures topk-router alto-guard toy-moe snr moe-checks)
 
 ensure_wasm_target() {
     if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then

@@ -20,7 +20,8 @@ pub mod prelude {
         Operand, Tensor, WeightLayout,
     };
     pub use super::{BlockLayout, Dtype, ElementFormat, ScaleMode};
-    pub use crate::reference;
+    pub use crate::nn::{AdamW, ExpertActivation, GroupedLinear, MoeConfig, MoeLayer, Sgd};
+    pub use crate::{ops, reference, topk};
 }
 
 /// The WIT name of an error kind (`invalid-argument`, ...), for messages.

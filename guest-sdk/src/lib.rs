@@ -16,9 +16,14 @@
 //! ```
 //!
 //! The [`reference`] module (plain Rust, no host calls) holds FP64 reference grouped
-//! GEMMs and SNR helpers for checking results inside a guest.
+//! GEMMs and SNR helpers for checking results inside a guest; [`topk`] the top-k
+//! routing algorithm, a plan checker and the router-softmax backward.
+//!
+//! For training (world `experiment`): [`ops`] wraps the host's dense `tensor-ops`, and
+//! [`nn`] has `GroupedLinear`, `MoeLayer` and the `Sgd`/`AdamW` optimizers.
 
 pub mod reference;
+pub mod topk;
 
 #[cfg(feature = "experiment")]
 pub mod bindings {
@@ -35,6 +40,10 @@ pub mod bindings {
 mod experiment;
 #[cfg(feature = "experiment")]
 pub use experiment::*;
+#[cfg(feature = "experiment")]
+pub mod nn;
+#[cfg(feature = "experiment")]
+pub mod ops;
 
 #[cfg(feature = "router")]
 pub mod router_bindings {

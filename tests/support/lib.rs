@@ -63,6 +63,16 @@ pub fn build_all() {
             "hello-gemm",
             "-p",
             "fixtures",
+            "-p",
+            "topk-router",
+            "-p",
+            "alto-guard",
+            "-p",
+            "toy-moe",
+            "-p",
+            "snr",
+            "-p",
+            "moe-checks",
         ]);
     });
 }

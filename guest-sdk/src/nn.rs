@@ -1,0 +1,437 @@
+//! Building blocks for MoE training in a guest: [`GroupedLinear`] (per-expert linear
+//! layers on the contiguous grouped GEMM), [`MoeLayer`] (router, dispatch, experts,
+//! combine, with a full backward pass) and the optimizers [`Sgd`] and [`AdamW`].
+//!
+//! Precision follows the active plugin: the GEMMs pass dense operands that a MX plugin
+//! quantizes inside the call (E4M3, rceil, 1×32 or 32×32 weight blocks), so
+//! `plugin::select("bf16")` turns the same model into the BF16 baseline.
+//!
+//! ```ignore
+//! let mut moe = MoeLayer::new(MoeConfig { experts: 8, hidden: 256, ffn: 512, top_k: 2, ..Default::default() }, seed)?;
+//! let mut opt = AdamW::new(1e-3);
+//! for step in 0..steps {
+//!     let y = moe.forward(&x)?;
+//!     let (loss, dy) = ops::mse_loss(&y, &target)?;
+//!     moe.backward(&dy)?;
+//!     opt.step(moe.parameters())?;
+//! }
+//! ```
+
+use crate::ops::{self, Activation, AdamwConfig};
+use crate::topk;
+use crate::{gemm, route, Dtype, Error, GemmOptions, Operand, RoutePlan, RouteRequest, Tensor};
+
+type R<T> = Result<T, Error>;
+
+fn invalid(message: String) -> Error {
+    Error {
+        kind: crate::ErrorKind::InvalidArgument,
+        message,
+    }
+}
+
+/// A parameter and its gradient, as an optimizer sees them.
+pub struct Param<'a> {
+    pub value: &'a mut Tensor,
+    pub grad: Option<&'a Tensor>,
+}
+
+/// Per-expert linear layers `y_e = x_e · W_eᵀ` on the contiguous grouped GEMM.
+pub struct GroupedLinear {
+    /// `[E, N, K]` f32 (nn.Linear layout per expert).
+    pub weight: Tensor,
+    /// `∂L/∂W` of the last backward pass.
+    pub grad: Option<Tensor>,
+    /// GEMM options (format, scale mode, 32×32 weight blocks); dense operands are
+    /// quantized in-call by MX plugins and ignored by `bf16`.
+    pub options: GemmOptions,
+    saved: Option<(Tensor, Vec<i32>)>,
+}
+
+impl GroupedLinear {
+    /// `experts` layers of `in_features → out_features`, weights N(0, 1/in_features).
+    pub fn new(experts: u32, in_features: u32, out_features: u32, seed: u64) -> R<Self> {
+        let std = 1.0 / (in_features as f32).sqrt();
+        let w = Tensor::randn(
+            &[experts, out_features, in_features],
+            Dtype::F32,
+            seed,
+            0.0,
+            std,
+        )?;
+        Ok(Self::from_weight(w))
+    }
+    /// Wrap existing `[E, N, K]` weights.
+    pub fn from_weight(weight: Tensor) -> Self {
+        GroupedLinear {
+            weight,
+            grad: None,
+            options: gemm::options(),
+            saved: None,
+        }
+    }
+    /// Quantize weights with 32×32 tiles (one copy serves forward and dgrad).
+    pub fn weight_blocks_2d(mut self, on: bool) -> Self {
+        self.options.weight_blocks_2d = on;
+        self
+    }
+    /// `y = x_e · W_eᵀ` per expert; `x` `[rows, K]` sorted by expert with cumulative end
+    /// offsets `offs`. Keeps `x` for the backward pass.
+    pub fn forward(&mut self, x: Tensor, offs: &[i32]) -> R<Tensor> {
+        let y = gemm::forward(
+            Operand::Dense(&x),
+            Operand::Dense(&self.weight),
+            offs,
+            &self.options,
+        )?;
+        self.saved = Some((x, offs.to_vec()));
+        Ok(y)
+    }
+    /// `y` without keeping anything (inference).
+    pub fn apply(&self, x: &Tensor, offs: &[i32]) -> R<Tensor> {
+        gemm::forward(
+            Operand::Dense(x),
+            Operand::Dense(&self.weight),
+            offs,
+            &self.options,
+        )
+    }
+    /// Store `dW = dy_eᵀ · x_e` in [`Self::grad`] and return `dx = dy_e · W_e`.
+    pub fn backward(&mut self, dy: &Tensor) -> R<Tensor> {
+        let dx = self.backward_impl(dy, true)?;
+        Ok(dx.expect("input gradient requested"))
+    }
+    /// Only `dW` (the first layer of a model needs no input gradient).
+    pub fn backward_weight(&mut self, dy: &Tensor) -> R<()> {
+        self.backward_impl(dy, false).map(|_| ())
+    }
+    fn backward_impl(&mut self, dy: &Tensor, want_dx: bool) -> R<Option<Tensor>> {
+        let (x, offs) = self
+            .saved
+            .take()
+            .ok_or_else(|| invalid("GroupedLinear::backward before forward".into()))?;
+        self.grad = Some(gemm::wgrad(
+            Operand::Dense(dy),
+            Operand::Dense(&x),
+            &offs,
+            &self.options,
+        )?);
+        if !want_dx {
+            return Ok(None);
+        }
+        let dx = gemm::dgrad(
+            Operand::Dense(dy),
+            Operand::Dense(&self.weight),
+            &offs,
+            &self.options,
+        )?;
+        Ok(Some(dx))
+    }
+    pub fn parameters(&mut self) -> Vec<Param<'_>> {
+        vec![Param {
+            value: &mut self.weight,
+            grad: self.grad.as_ref(),
+        }]
+    }
+}
+
+/// The expert nonlinearity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertActivation {
+    /// up projects to 2F = [gate | value]; silu(gate) · value.
+    SwiGlu,
+    Silu,
+    Gelu,
+    Relu,
+}
+
+/// Shape and routing of a [`MoeLayer`].
+#[derive(Debug, Clone, Copy)]
+pub struct MoeConfig {
+    pub experts: u32,
+    pub hidden: u32,
+    pub ffn: u32,
+    pub top_k: u32,
+    pub activation: ExpertActivation,
+    pub renormalize: bool,
+    /// Group padding (32 = one MX block of rows; 128 for large tiles).
+    pub align: u32,
+    pub capacity_factor: Option<f32>,
+    /// 32×32 weight blocks for both expert projections.
+    pub weight_blocks_2d: bool,
+}
+
+impl Default for MoeConfig {
+    fn default() -> Self {
+        MoeConfig {
+            experts: 8,
+            hidden: 256,
+            ffn: 512,
+            top_k: 2,
+            activation: ExpertActivation::SwiGlu,
+            renormalize: true,
+            align: topk::DEFAULT_ALIGN,
+            capacity_factor: None,
+            weight_blocks_2d: false,
+        }
+    }
+}
+
+struct Saved {
+    x: Tensor,
+    logits: Vec<f32>,
+    plan: RoutePlan,
+    gates: Tensor,
+    up_out: Tensor,
+    expert_out: Tensor,
+}
+
+/// A routed-expert MoE layer: `y = Σ_{e ∈ topk(x·Wrᵀ)} g_e(x) · down_e(act(up_e(x)))`.
+pub struct MoeLayer {
+    pub config: MoeConfig,
+    /// Router projection `[E, H]`.
+    pub router: Tensor,
+    pub router_grad: Option<Tensor>,
+    /// `[E, 2F, H]` (SwiGLU) or `[E, F, H]`.
+    pub up: GroupedLinear,
+    /// `[E, H, F]`.
+    pub down: GroupedLinear,
+    /// Compute `∂L/∂x` in [`Self::backward`] (off for a first layer).
+    pub input_grad: bool,
+    saved: Option<Saved>,
+    /// Plan of the last forward pass (load, drops).
+    pub last_load: Vec<u32>,
+    pub last_dropped: u32,
+}
+
+impl MoeLayer {
+    /// Fresh weights from `seed`: router N(0, 1/H), experts N(0, 1/fan-in).
+    pub fn new(config: MoeConfig, seed: u64) -> R<Self> {
+        let c = config;
+        let up_n = if c.activation == ExpertActivation::SwiGlu {
+            2 * c.ffn
+        } else {
+            c.ffn
+        };
+        let router = Tensor::randn(
+            &[c.experts, c.hidden],
+            Dtype::F32,
+            seed,
+            0.0,
+            1.0 / (c.hidden as f32).sqrt(),
+        )?;
+        let up = GroupedLinear::new(c.experts, c.hidden, up_n, seed.wrapping_add(1))?
+            .weight_blocks_2d(c.weight_blocks_2d);
+        let down = GroupedLinear::new(c.experts, c.ffn, c.hidden, seed.wrapping_add(2))?
+            .weight_blocks_2d(c.weight_blocks_2d);
+        Ok(MoeLayer {
+            config,
+            router,
+            router_grad: None,
+            up,
+            down,
+            input_grad: true,
+            saved: None,
+            last_load: vec![],
+            last_dropped: 0,
+        })
+    }
+
+    /// The routing request for router logits `[tokens, E]`.
+    pub fn route_request(&self, tokens: u32, logits: Vec<f32>) -> RouteRequest {
+        RouteRequest {
+            tokens,
+            experts: self.config.experts,
+            top_k: self.config.top_k,
+            logits,
+            renormalize: self.config.renormalize,
+            align: self.config.align,
+            capacity_factor: self.config.capacity_factor,
+        }
+    }
+
+    fn activation(&self, u: &Tensor) -> R<Tensor> {
+        match self.config.activation {
+            ExpertActivation::SwiGlu => ops::swiglu(u),
+            ExpertActivation::Silu => ops::act(u, Activation::Silu),
+            ExpertActivation::Gelu => ops::act(u, Activation::Gelu),
+            ExpertActivation::Relu => ops::act(u, Activation::Relu),
+        }
+    }
+
+    fn activation_backward(&self, u: &Tensor, dh: &Tensor) -> R<Tensor> {
+        match self.config.activation {
+            ExpertActivation::SwiGlu => ops::swiglu_backward(u, dh),
+            ExpertActivation::Silu => ops::act_backward(u, dh, Activation::Silu),
+            ExpertActivation::Gelu => ops::act_backward(u, dh, Activation::Gelu),
+            ExpertActivation::Relu => ops::act_backward(u, dh, Activation::Relu),
+        }
+    }
+
+    /// Route, dispatch, run the experts and combine: `x` `[tokens, H]` → `[tokens, H]`.
+    /// Keeps what the backward pass needs.
+    pub fn forward(&mut self, x: &Tensor) -> R<Tensor> {
+        let tokens = x.rows();
+        let logits = ops::matmul_nt(x, &self.router)?.to_f32()?;
+        let plan = route(&self.route_request(tokens, logits.clone())).map_err(|m| Error {
+            kind: crate::ErrorKind::InvalidArgument,
+            message: format!("routing failed: {m}"),
+        })?;
+        let xd = ops::gather_rows(x, &plan.source_token)?;
+        let up_out = self.up.forward(xd, &plan.offs)?;
+        let h = self.activation(&up_out)?;
+        let expert_out = self.down.forward(h, &plan.offs)?;
+        let gates = ops::vector(&plan.gate_weight)?;
+        let y = ops::scatter_add_rows(&expert_out, &plan.source_token, Some(&gates), tokens)?;
+        self.last_load = plan.load.clone();
+        self.last_dropped = plan.dropped;
+        self.saved = Some(Saved {
+            x: ops::copy(x)?,
+            logits,
+            plan,
+            gates,
+            up_out,
+            expert_out,
+        });
+        Ok(y)
+    }
+
+    /// Backward from `dy` `[tokens, H]`: gradients of the router and both expert
+    /// projections (stored in the layer), and `∂L/∂x` when [`Self::input_grad`] is set.
+    pub fn backward(&mut self, dy: &Tensor) -> R<Option<Tensor>> {
+        let s = self
+            .saved
+            .take()
+            .ok_or_else(|| invalid("MoeLayer::backward before forward".into()))?;
+        let (e, tokens) = (self.config.experts as usize, s.x.rows());
+        let index = &s.plan.source_token;
+        // Combine: y[t] = Σ_rows g_r · o_r, so dg_r = ⟨dy[t], o_r⟩ and do_r = g_r · dy[t].
+        let dy_rows = ops::gather_rows(dy, index)?;
+        let dgate = ops::row_dot(&dy_rows, &s.expert_out)?.to_f32()?;
+        drop(s.expert_out);
+        let d_out = ops::scale_rows(&dy_rows, &s.gates)?;
+        drop(dy_rows);
+        let dh = self.down.backward(&d_out)?;
+        drop(d_out);
+        let du = self.activation_backward(&s.up_out, &dh)?;
+        drop((dh, s.up_out));
+        let dx_experts = if self.input_grad {
+            let dxd = self.up.backward(&du)?;
+            Some(ops::scatter_add_rows(&dxd, index, None, tokens)?)
+        } else {
+            self.up.backward_weight(&du)?;
+            None
+        };
+        // Router: gates → logits (the [tokens × k] softmax Jacobian, here), then matmuls.
+        let experts_of_row = topk::row_experts(&s.plan.offs);
+        let kept: Vec<(usize, usize, f32)> = index
+            .iter()
+            .zip(&experts_of_row)
+            .zip(&dgate)
+            .filter(|((&t, _), _)| t >= 0)
+            .map(|((&t, &x), &g)| (t as usize, x as usize, g))
+            .collect();
+        let dlogits = topk::router_softmax_backward(
+            &s.logits,
+            e,
+            self.config.top_k as usize,
+            self.config.renormalize,
+            &kept,
+        );
+        let dlogits = Tensor::from_f32(&[tokens, e as u32], &dlogits)?;
+        self.router_grad = Some(ops::matmul_tn(&dlogits, &s.x)?);
+        match dx_experts {
+            Some(dxe) => {
+                let dx_router = ops::matmul(&dlogits, &self.router)?;
+                Ok(Some(ops::add(&dxe, &dx_router)?))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Router, up and down weights with their gradients.
+    pub fn parameters(&mut self) -> Vec<Param<'_>> {
+        vec![
+            Param {
+                value: &mut self.router,
+                grad: self.router_grad.as_ref(),
+            },
+            Param {
+                value: &mut self.up.weight,
+                grad: self.up.grad.as_ref(),
+            },
+            Param {
+                value: &mut self.down.weight,
+                grad: self.down.grad.as_ref(),
+            },
+        ]
+    }
+}
+
+/// Plain SGD: `p ← p − lr · g`.
+pub struct Sgd {
+    pub lr: f32,
+}
+
+impl Sgd {
+    pub fn new(lr: f32) -> Self {
+        Sgd { lr }
+    }
+    pub fn step(&mut self, params: Vec<Param<'_>>) -> R<()> {
+        for p in params {
+            if let Some(g) = p.grad {
+                *p.value = ops::sgd_step(p.value, g, self.lr)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// AdamW (decoupled weight decay, bias-corrected) holding one pair of moment tensors
+/// per parameter, matched by position in the parameter list.
+pub struct AdamW {
+    pub config: AdamwConfig,
+    pub step: u32,
+    moments: Vec<Option<(Tensor, Tensor)>>,
+}
+
+impl AdamW {
+    /// PyTorch's defaults: betas (0.9, 0.999), eps 1e-8, weight decay 0.01.
+    pub fn new(lr: f32) -> Self {
+        Self::with_config(AdamwConfig {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+        })
+    }
+    pub fn with_config(config: AdamwConfig) -> Self {
+        AdamW {
+            config,
+            step: 0,
+            moments: Vec::new(),
+        }
+    }
+    pub fn step(&mut self, params: Vec<Param<'_>>) -> R<()> {
+        self.step += 1;
+        if self.moments.len() < params.len() {
+            self.moments.resize_with(params.len(), || None);
+        }
+        for (i, p) in params.into_iter().enumerate() {
+            let Some(g) = p.grad else { continue };
+            if self.moments[i].is_none() {
+                let shape = p.value.shape();
+                self.moments[i] = Some((
+                    Tensor::zeros(&shape, Dtype::F32)?,
+                    Tensor::zeros(&shape, Dtype::F32)?,
+                ));
+            }
+            let (m, v) = self.moments[i].as_ref().unwrap();
+            let (np, nm, nv) = ops::adamw_step(p.value, g, m, v, self.step, self.config)?;
+            *p.value = np;
+            self.moments[i] = Some((nm, nv));
+        }
+        Ok(())
+    }
+}
