@@ -10,6 +10,9 @@
 //!   (or `alto-guard-e5m2.wasm` with `e5m2`) and checks each outcome; prints
 //!   `case | accepted` or `case | rejected-by-guard | message` lines.
 //! - `unguarded-e5m2`: one E5M2 forward pass (accepted when no guard rejects it).
+//! - `grad [--act swiglu|silu|gelu] [--no-renorm]`: checks `MoeLayer::backward` against
+//!   central differences of the loss along each parameter's gradient direction (router,
+//!   up, down, and the input), on plugin `bf16`; prints `grad <param> analytic numeric ratio`.
 
 use mxhost_guest::prelude::*;
 use mxhost_guest::{gemm::*, kind_name, Error, ErrorKind, RouteRequest};
@@ -365,11 +368,110 @@ fn guard_mode(e5m2_allowed: bool) -> Result<String, String> {
     }
 }
 
+fn loss_of(moe: &mut MoeLayer, x: &Tensor, target: &Tensor) -> Result<f64, String> {
+    let y = moe.forward(x)?;
+    Ok(ops::mse_loss(&y, target)?.0)
+}
+
+/// `(analytic, numeric)` directional derivative along `-g / |g|` of parameter `which`.
+fn directional(
+    moe: &mut MoeLayer,
+    which: usize,
+    g: &Tensor,
+    x: &Tensor,
+    target: &Tensor,
+    eps: f32,
+) -> Result<(f64, f64), String> {
+    let norm = ops::sum(&ops::mul(g, g)?)?.sqrt();
+    fn param_mut(m: &mut MoeLayer, which: usize) -> &mut Tensor {
+        match which {
+            0 => &mut m.router,
+            1 => &mut m.up.weight,
+            _ => &mut m.down.weight,
+        }
+    }
+    let mut values = Vec::new();
+    for sign in [1.0f32, -1.0] {
+        // p ± eps · (−g/|g|)
+        let moved = ops::axpby(1.0, param_mut(moe, which), -sign * eps / norm as f32, g)?;
+        let orig = std::mem::replace(param_mut(moe, which), moved);
+        let l = loss_of(moe, x, target);
+        *param_mut(moe, which) = orig;
+        values.push(l?);
+    }
+    Ok((-norm, (values[0] - values[1]) / (2.0 * eps as f64)))
+}
+
+fn grad_mode(args: &[String]) -> Result<String, String> {
+    let act = match flag(args, "--act", "swiglu".to_string())?.as_str() {
+        "silu" => ExpertActivation::Silu,
+        "gelu" => ExpertActivation::Gelu,
+        _ => ExpertActivation::SwiGlu,
+    };
+    plugin::select("bf16")?;
+    let cfg = MoeConfig {
+        experts: 4,
+        hidden: 64,
+        ffn: 64,
+        top_k: 2,
+        activation: act,
+        renormalize: !args.iter().any(|a| a == "--no-renorm"),
+        ..MoeConfig::default()
+    };
+    let tokens = 256;
+    let mut moe = MoeLayer::new(cfg, 5)?;
+    // Sharper router logits so that the gates carry a real gradient.
+    moe.router = ops::scale(3.0, &moe.router)?;
+    let x = Tensor::randn_f32(&[tokens, cfg.hidden], 6)?;
+    let target = Tensor::randn(&[tokens, cfg.hidden], Dtype::F32, 7, 0.0, 0.5)?;
+    let y = moe.forward(&x)?;
+    let (_, dy) = ops::mse_loss(&y, &target)?;
+    let dx = moe.backward(&dy)?.ok_or("no input gradient")?;
+    let grads = [
+        ("router", ops::copy(moe.router_grad.as_ref().unwrap())?),
+        ("up", ops::scale(1.0, moe.up.grad.as_ref().unwrap())?),
+        ("down", ops::scale(1.0, moe.down.grad.as_ref().unwrap())?),
+    ];
+    let mut bad = Vec::new();
+    let mut lines = Vec::new();
+    for (i, (name, g)) in grads.iter().enumerate() {
+        // A step of 2% of the parameter's norm: well above bf16 rounding of the operands.
+        let p = [&moe.router, &moe.up.weight, &moe.down.weight][i];
+        let eps = 0.02 * ops::sum(&ops::mul(p, p)?)?.sqrt() as f32;
+        let (a, n) = directional(&mut moe, i, g, &x, &target, eps)?;
+        lines.push(format!("grad {name} {a:.6} {n:.6} {:.4}", n / a));
+        if !(0.95..=1.05).contains(&(n / a)) {
+            bad.push(format!("{name}: analytic {a:.6} vs numeric {n:.6}"));
+        }
+    }
+    // The input gradient: move x itself.
+    let norm = ops::sum(&ops::mul(&dx, &dx)?)?.sqrt();
+    let eps = flag(args, "--x-eps", 0.003f32)? * ops::sum(&ops::mul(&x, &x)?)?.sqrt() as f32;
+    let xp = ops::axpby(1.0, &x, -eps / norm as f32, &dx)?;
+    let xm = ops::axpby(1.0, &x, eps / norm as f32, &dx)?;
+    let n =
+        (loss_of(&mut moe, &xp, &target)? - loss_of(&mut moe, &xm, &target)?) / (2.0 * eps as f64);
+    lines.push(format!("grad input {:.6} {n:.6} {:.4}", -norm, n / -norm));
+    if !(0.95..=1.05).contains(&(n / -norm)) {
+        bad.push(format!("input: analytic {:.6} vs numeric {n:.6}", -norm));
+    }
+    plugin::select("mxfp8")?;
+    for l in &lines {
+        println!("{l}");
+    }
+    if bad.is_empty() {
+        Ok("gradients match central differences within 5%".into())
+    } else {
+        Err(format!("gradient check failed: {}", bad.join("; ")))
+    }
+}
+
 impl Experiment for MoeChecks {
     fn run(args: Vec<String>) -> Result<String, String> {
         match args.first().map(String::as_str) {
             Some("route") => route_mode(&args[1..]),
             Some("guard") => guard_mode(args.get(1).is_some_and(|a| a == "e5m2")),
+            Some("grad") => grad_mode(&args[1..]),
             Some("unguarded-e5m2") => {
                 let x = Tensor::randn_f32(&[64, 64], 1)?;
                 let w = Tensor::randn_f32(&[2, 32, 64], 2)?;
