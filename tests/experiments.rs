@@ -353,3 +353,25 @@ fn snr_table_meets_the_gates_for_every_format_mode_and_block() {
         assert!(expect.contains(&db[0]), "{key:?}: {db:?}");
     }
 }
+
+#[test]
+#[ignore = "host bug: guard and router stores are instantiated before an epoch deadline is armed (guards.rs/router.rs), so every --guard/--router fails with `wasm trap: interrupt`; remove once fixed"]
+fn toy_moe_training_passes_the_alto_guard_with_the_router_guest() {
+    // Every GEMM of a training step (aligned groups, E4M3, K = 256) is within V1's rules.
+    let r = run_guest(
+        "toy-moe",
+        &[
+            "--guard",
+            &wasm("alto-guard"),
+            "--router",
+            &wasm("topk-router"),
+        ],
+        &["--steps", "10", "--tokens", "256", "--blocks-2d"],
+    );
+    assert!(!r.both().contains("rejected"), "{}", r.both());
+    assert!(
+        r.stdout.contains("tail-mean ratio MXFP8/BF16"),
+        "{}",
+        r.both()
+    );
+}
