@@ -21,6 +21,11 @@ pub struct RouteRequest<'a> {
     pub capacity_factor: Option<f32>,
 }
 
+/// Largest group alignment accepted (padding rows are host memory the guest controls).
+pub const MAX_ALIGN: u32 = 1024;
+/// Largest expert count accepted.
+pub const MAX_EXPERTS: usize = 4096;
+
 pub fn route_top_k(r: &RouteRequest<'_>) -> Result<RoutePlan, String> {
     let (t, e, k) = (r.tokens as usize, r.experts as usize, r.top_k as usize);
     if e == 0 || k == 0 || k > e {
@@ -28,8 +33,17 @@ pub fn route_top_k(r: &RouteRequest<'_>) -> Result<RoutePlan, String> {
             "need 1 ≤ top-k ≤ experts, got top-k {k} with {e} experts"
         ));
     }
-    if r.align == 0 {
-        return Err("align must be at least 1".into());
+    if r.align == 0 || r.align > MAX_ALIGN {
+        return Err(format!("align must be in 1..={MAX_ALIGN}, got {}", r.align));
+    }
+    if e > MAX_EXPERTS {
+        return Err(format!("at most {MAX_EXPERTS} experts, got {e}"));
+    }
+    // The padded buffer holds at most tokens·k rows plus align−1 padding per expert;
+    // check that it fits i32 offsets before allocating anything.
+    let worst_rows = (t as u64) * (k as u64) + (e as u64) * (r.align as u64 - 1);
+    if worst_rows > i32::MAX as u64 {
+        return Err(format!("a routed buffer of up to {worst_rows} rows exceeds i32 offsets"));
     }
     if r.logits.len() != t.checked_mul(e).ok_or("tokens × experts overflows")? {
         return Err(format!(
@@ -89,9 +103,8 @@ pub fn route_top_k(r: &RouteRequest<'_>) -> Result<RoutePlan, String> {
             plan.source_token.push(-1);
             plan.gate_weight.push(0.0);
         }
-        let end =
-            i32::try_from(plan.source_token.len()).map_err(|_| "routed buffer exceeds i32 rows")?;
-        plan.offs.push(end);
+        // Cannot overflow: the total was bounded above.
+        plan.offs.push(plan.source_token.len() as i32);
         plan.load.push(rows.len() as u32);
     }
     Ok(plan)
@@ -124,6 +137,18 @@ mod tests {
         assert!(p.offs.iter().all(|&o| o % 8 == 0));
         assert_eq!(p.load.iter().sum::<u32>(), 20);
         assert_eq!(*p.offs.last().unwrap() as usize, p.source_token.len());
+    }
+
+    #[test]
+    fn hostile_sizes_are_refused_before_allocating() {
+        // Reproducers from fuzz/artifacts-found/routing-{align,experts}-oom.
+        let zeros = vec![0.0; 27 * 60];
+        let r = RouteRequest { tokens: 27, experts: 60, top_k: 4, logits: &zeros, renormalize: false, align: 2809127749, capacity_factor: None };
+        assert!(route_top_k(&r).unwrap_err().contains("align"));
+        let r = RouteRequest { tokens: 0, experts: 4280492807, top_k: 1, logits: &[], renormalize: false, align: 1, capacity_factor: None };
+        assert!(route_top_k(&r).unwrap_err().contains("experts"));
+        let r = RouteRequest { tokens: 1, experts: 5000, top_k: 1, logits: &[0.0; 5000], renormalize: false, align: 1, capacity_factor: None };
+        assert!(route_top_k(&r).unwrap_err().contains("at most 4096 experts"));
     }
 
     #[test]
