@@ -45,17 +45,23 @@ impl WasiView for HostState {
     }
 }
 
+/// No sockets and no name lookup (WASI's defaults already deny every address; this
+/// makes the policy explicit and independent of those defaults).
+fn deny_network(b: &mut wasmtime_wasi::WasiCtxBuilder) {
+    b.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+}
+
 /// A WASI context with nothing granted but stdout/stderr (for tables the guest prints).
 pub fn sandboxed_wasi() -> WasiCtx {
-    wasmtime_wasi::WasiCtxBuilder::new()
-        .inherit_stdout()
-        .inherit_stderr()
-        .build()
+    let mut b = wasmtime_wasi::WasiCtxBuilder::new();
+    deny_network(&mut b);
+    b.inherit_stdout().inherit_stderr().build()
 }
 
 /// The sandboxed context plus the explicit grants of `caps`.
 pub fn wasi_with(caps: &Capabilities) -> anyhow::Result<WasiCtx> {
     let mut b = wasmtime_wasi::WasiCtxBuilder::new();
+    deny_network(&mut b);
     b.inherit_stdout().inherit_stderr();
     caps.apply(&mut b)?;
     Ok(b.build())
