@@ -55,7 +55,7 @@ fn moe_layer_gradients_match_central_differences() {
 }
 
 #[test]
-#[ignore = "host bug: guard and router stores are instantiated before an epoch deadline is armed (guards.rs/router.rs), so every --guard/--router fails with `wasm trap: interrupt`; remove once fixed"]
+
 fn router_guest_plans_keep_the_invariants_and_match_the_built_in_router() {
     let router = wasm("topk-router");
     for case in [
@@ -107,7 +107,7 @@ fn router_guest_plans_keep_the_invariants_and_match_the_built_in_router() {
 }
 
 #[test]
-#[ignore = "host bug: guard and router stores are instantiated before an epoch deadline is armed (guards.rs/router.rs), so every --guard/--router fails with `wasm trap: interrupt`; remove once fixed"]
+
 fn a_failing_router_request_reaches_the_experiment_as_an_error() {
     let r = run_guest(
         "moe-checks",
@@ -130,7 +130,7 @@ fn guard_lines(stdout: &str) -> Vec<(String, String)> {
 }
 
 #[test]
-#[ignore = "host bug: guard and router stores are instantiated before an epoch deadline is armed (guards.rs/router.rs), so every --guard/--router fails with `wasm trap: interrupt`; remove once fixed"]
+
 fn alto_guard_accepts_and_rejects_each_rule() {
     let r = run_guest("moe-checks", &["--guard", &wasm("alto-guard")], &["guard"]);
     assert_eq!(r.code, Some(0), "{}", r.both());
@@ -182,7 +182,7 @@ fn alto_guard_accepts_and_rejects_each_rule() {
 }
 
 #[test]
-#[ignore = "host bug: guard and router stores are instantiated before an epoch deadline is armed (guards.rs/router.rs), so every --guard/--router fails with `wasm trap: interrupt`; remove once fixed"]
+
 fn the_e5m2_build_allows_e5m2_and_keeps_the_other_rules() {
     let r = run_guest(
         "moe-checks",
@@ -209,7 +209,7 @@ fn the_e5m2_build_allows_e5m2_and_keeps_the_other_rules() {
 }
 
 #[test]
-#[ignore = "host bug: guard and router stores are instantiated before an epoch deadline is armed (guards.rs/router.rs), so every --guard/--router fails with `wasm trap: interrupt`; remove once fixed"]
+
 fn guards_chain_in_order_and_the_first_rejection_wins() {
     // Unguarded, an unaligned E5M2 forward is fine.
     let r = run_guest("moe-checks", &[], &["unguarded-e5m2"]);
@@ -355,7 +355,7 @@ fn snr_table_meets_the_gates_for_every_format_mode_and_block() {
 }
 
 #[test]
-#[ignore = "host bug: guard and router stores are instantiated before an epoch deadline is armed (guards.rs/router.rs), so every --guard/--router fails with `wasm trap: interrupt`; remove once fixed"]
+
 fn toy_moe_training_passes_the_alto_guard_with_the_router_guest() {
     // Every GEMM of a training step (aligned groups, E4M3, K = 256) is within V1's rules.
     let r = run_guest(

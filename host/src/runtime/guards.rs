@@ -38,6 +38,9 @@ fn new_store(engine: &Engine, limits: &Limits) -> Store<GuardState> {
         },
     );
     store.limiter(|s| &mut s.limits);
+    // A fresh store's epoch deadline has already passed: arm it before anything
+    // (instantiation included) runs guest code.
+    arm_deadline(&mut store, limits.call_timeout);
     store
 }
 

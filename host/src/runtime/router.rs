@@ -50,6 +50,9 @@ fn new_store(
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limits);
+    // A fresh store's epoch deadline has already passed: arm it before anything
+    // (instantiation included) runs guest code.
+    arm_deadline(&mut store, limits.call_timeout);
     store
 }
 
