@@ -258,15 +258,23 @@ pub fn grouped_gemm(
         cfg.weight_layout,
         cfg.out_dtype,
     )?;
-    let dev = a.location();
+    let stage = |op: &GemmOperand<'_>, to: Device| -> OpResult<Staged> {
+        Ok(match op {
+            GemmOperand::Dense(t) => Staged::Dense(t.to_device(to)?),
+            GemmOperand::Mx(q) => Staged::Mx(mx_on(q, to)?),
+        })
+    };
+    // Operands on two devices (e.g. a CPU-made tensor in a GPU run): bring both to the
+    // GPU one, so a plugin always sees a single device.
+    let (da, db) = (a.location(), b.location());
+    if da != db {
+        let to = if da == Device::Cpu { db } else { da };
+        let (sa, sb) = (stage(&a, to)?, stage(&b, to)?);
+        return grouped_gemm(plugin, pass, sa.op(), sb.op(), offs, cfg);
+    }
+    let dev = da;
     if needs_staging(plugin, dev) {
-        let stage = |op: &GemmOperand<'_>| -> OpResult<Staged> {
-            Ok(match op {
-                GemmOperand::Dense(t) => Staged::Dense(t.to_device(Device::Cpu)?),
-                GemmOperand::Mx(q) => Staged::Mx(mx_on(q, Device::Cpu)?),
-            })
-        };
-        let (sa, sb) = (stage(&a)?, stage(&b)?);
+        let (sa, sb) = (stage(&a, Device::Cpu)?, stage(&b, Device::Cpu)?);
         return grouped_gemm(plugin, pass, sa.op(), sb.op(), offs, cfg)?.to_device(dev);
     }
     let mut out = alloc_on(dev, &plan.out_shape, cfg.out_dtype)?;

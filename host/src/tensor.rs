@@ -105,6 +105,9 @@ impl Storage {
             Storage::Cuda(b) => b.len(),
         }
     }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Pointer for read-only views: plugins never write through input views.
     pub fn view_ptr(&self) -> *mut std::ffi::c_void {
         match self {
