@@ -16,8 +16,8 @@
 //! Args (all optional): `--steps S --tokens T --experts E --k K --hidden H --ffn F
 //! --lr LR --seed S --pool P --act swiglu|silu|gelu --opt adamw|sgd --blocks-2d
 //! --latent D --target-scale A`. `--pool P` cycles P fixed batches (0, the default: a
-//! fresh batch every step). Defaults: 512 tokens × 200 steps, AdamW lr 2e-3 (both runs
-//! together about 30 s of CPU time on 2 cores).
+//! fresh batch every step). Defaults: 2048 tokens × 200 steps, AdamW lr 2e-3: both runs
+//! together take about 75 s of CPU time (86 s wall on a busy 2-core machine).
 
 use mxhost_guest::nn::Param;
 use mxhost_guest::prelude::*;
@@ -67,7 +67,7 @@ fn parse(args: &[String]) -> Result<Cfg, String> {
     }
     Ok(Cfg {
         steps,
-        tokens: flag(args, "--tokens", 512)?,
+        tokens: flag(args, "--tokens", 2048)?,
         moe: MoeConfig {
             experts: flag(args, "--experts", 8)?,
             hidden: flag(args, "--hidden", 256)?,
