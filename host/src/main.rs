@@ -23,6 +23,8 @@ enum Command {
     Quantize(mxhost::commands::quantize::QuantizeArgs),
     /// Check the GPU backend against the CPU backend (quantize byte-exact, GEMM SNR).
     Selftest(mxhost::commands::selftest::SelftestArgs),
+    /// Time quantize, forward, dgrad, wgrad and a training step on the anchor shapes.
+    Bench(mxhost::commands::bench::BenchArgs),
 }
 
 fn main() {
@@ -32,6 +34,7 @@ fn main() {
         Command::Plugins => mxhost::commands::plugins::main().map(|()| 0),
         Command::Quantize(args) => mxhost::commands::quantize::main(args).map(|()| 0),
         Command::Selftest(args) => mxhost::commands::selftest::main(args),
+        Command::Bench(args) => mxhost::commands::bench::main(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

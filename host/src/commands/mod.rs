@@ -1,4 +1,5 @@
 //! The `mxhost` subcommands.
+pub mod bench;
 pub mod plugins;
 pub mod quantize;
 pub mod run;

@@ -1,0 +1,385 @@
+//! `mxhost bench`: time quantize, the three grouped GEMM passes and a full training
+//! step of one grouped linear layer through the same host ops a guest uses, on the
+//! anchor shapes (and shapes given on the command line). Prints
+//! `µs | TFLOP/s | GB/s | × BF16` per row and writes JSON.
+//!
+//! × BF16 is a ratio taken side by side: run `bench_peers.py` in the same device call
+//! and pass its CSV with `--peers`; the column divides torch `_grouped_mm` BF16's time
+//! for the same shape and pass by ours. Without `--peers` the column is empty. Timings
+//! include what a guest pays per call (output allocation, in-call quantization where
+//! the row says so), synchronised once per batch of repetitions.
+
+use crate::device::{self, Device, DeviceChoice};
+use crate::error::OpResult;
+use crate::ops::{self, GemmConfig, GemmOperand};
+use crate::plugin::registry::{search_dirs, PluginRegistry};
+use crate::plugin::LoadedPlugin;
+use crate::tensor::{CpuBuffer, Storage, Tensor};
+use anyhow::{bail, Context};
+use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode};
+use rand::SeedableRng;
+use rand_distr::Distribution;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Anchor shapes to run (a, b, c, d: see shared/anchors/README.md).
+    #[arg(long, default_value = "a,b,c,d")]
+    pub shapes: String,
+    /// Extra shapes as E:M:K:N (experts, rows per expert, K, N). Repeatable.
+    #[arg(long = "shape")]
+    pub extra: Vec<String>,
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
+    #[arg(long, default_value = "mxfp8")]
+    pub plugin: String,
+    /// Timed repetitions per row (after 2 warm-up calls).
+    #[arg(long, default_value_t = 10)]
+    pub reps: u32,
+    /// bench_peers.py's CSV from the same device call, for the × BF16 column.
+    #[arg(long)]
+    pub peers: Option<PathBuf>,
+    /// Write the rows as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    key: &'static str,
+    e: u64,
+    m: u64,
+    k: u64,
+    n: u64,
+}
+
+const ANCHORS: [Shape; 4] = [
+    Shape {
+        key: "a",
+        e: 8,
+        m: 4096,
+        k: 4096,
+        n: 4096,
+    },
+    Shape {
+        key: "b",
+        e: 8,
+        m: 4096,
+        k: 2048,
+        n: 8192,
+    },
+    Shape {
+        key: "c",
+        e: 32,
+        m: 1024,
+        k: 2880,
+        n: 2880,
+    },
+    Shape {
+        key: "d",
+        e: 128,
+        m: 256,
+        k: 2048,
+        n: 768,
+    },
+];
+
+#[derive(Debug, serde::Serialize)]
+struct Row {
+    shape: String,
+    op: String,
+    us: f64,
+    tflops: Option<f64>,
+    gbps: f64,
+    x_bf16: Option<f64>,
+}
+
+fn random_bf16(device: Device, shape: &[u64], seed: u64) -> OpResult<Tensor> {
+    let n: u64 = shape.iter().product();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let normal = rand_distr::StandardNormal;
+    let mut buf = CpuBuffer::zeroed(n as usize * 2);
+    for c in buf.as_bytes_mut().chunks_exact_mut(2) {
+        let v: f32 = normal.sample(&mut rng);
+        c.copy_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes());
+    }
+    Tensor::new(shape.to_vec(), DType::Bf16, Storage::Cpu(buf)).to_device(device)
+}
+
+/// Mean seconds per call of `f` (2 warm-up calls, one synchronisation per batch).
+fn time(device: Device, reps: u32, mut f: impl FnMut() -> OpResult<()>) -> anyhow::Result<f64> {
+    let sync = || -> OpResult<()> {
+        if device != Device::Cpu {
+            crate::cuda::device()?.synchronize()?;
+        }
+        Ok(())
+    };
+    for _ in 0..2 {
+        f()?;
+    }
+    sync()?;
+    let start = Instant::now();
+    for _ in 0..reps {
+        f()?;
+    }
+    sync()?;
+    Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)
+}
+
+/// torch `_grouped_mm` BF16 milliseconds per (shape key, pass) from bench_peers.py.
+fn peer_times(path: &PathBuf) -> anyhow::Result<Vec<(String, String, f64)>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        let fields = split_csv(line);
+        let (Some(shape), Some(method), Some(ms)) = (fields.first(), fields.get(1), fields.get(2))
+        else {
+            continue;
+        };
+        let Ok(ms) = ms.parse::<f64>() else { continue };
+        let pass = if method.starts_with("bf16 _grouped_mm fwd+dgrad+wgrad") {
+            "step"
+        } else if method.starts_with("bf16 _grouped_mm fwd ") {
+            "forward"
+        } else if method.starts_with("bf16 _grouped_mm dgrad") {
+            "dgrad"
+        } else if method.starts_with("bf16 _grouped_mm wgrad") {
+            "wgrad"
+        } else {
+            continue;
+        };
+        let key = shape.split_whitespace().next().unwrap_or("").to_string();
+        out.push((key, pass.to_string(), ms));
+    }
+    Ok(out)
+}
+
+fn split_csv(line: &str) -> Vec<String> {
+    let (mut fields, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    for ch in line.chars() {
+        match ch {
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    fields.push(cur);
+    fields
+}
+
+fn bench_shape(
+    plugin: &LoadedPlugin,
+    device: Device,
+    s: Shape,
+    reps: u32,
+    peers: &[(String, String, f64)],
+) -> anyhow::Result<Vec<Row>> {
+    let rows = s.e * s.m;
+    let offs: Vec<i32> = (1..=s.e).map(|i| (i * s.m) as i32).collect();
+    let x = random_bf16(device, &[rows, s.k], 1)?;
+    let w = random_bf16(device, &[s.e, s.n, s.k], 2)?;
+    let dy = random_bf16(device, &[rows, s.n], 3)?;
+    let q = |t: &Tensor, block: BlockLayout| {
+        ops::quantize(plugin, t, MxFormat::E4m3, ScaleMode::Rceil, block)
+    };
+    let cfg = GemmConfig {
+        weight_blocks_2d: true,
+        out_dtype: DType::Bf16,
+        ..GemmConfig::default()
+    };
+    let (qx, qw, qdy) = (
+        q(&x, BlockLayout::vector(1))?,
+        q(&w, BlockLayout::tile())?,
+        q(&dy, BlockLayout::vector(1))?,
+    );
+    let flops = 2.0 * (rows * s.n * s.k) as f64;
+    let label = format!("{} E{} M{} K{} N{}", s.key, s.e, s.m, s.k, s.n);
+    let ratio = |pass: &str, secs: f64| {
+        peers
+            .iter()
+            .find(|(k, p, _)| k == s.key && p == pass)
+            .map(|(_, _, ms)| ms / 1e3 / secs)
+    };
+    let mut out = Vec::new();
+    let mut push = |op: &str, pass: &str, secs: f64, gemm_flops: Option<f64>, bytes: f64| {
+        out.push(Row {
+            shape: label.clone(),
+            op: op.to_string(),
+            us: secs * 1e6,
+            tflops: gemm_flops.map(|f| f / secs / 1e12),
+            gbps: bytes / secs / 1e9,
+            x_bf16: ratio(pass, secs),
+        });
+    };
+    let xb = (rows * s.k) as f64;
+    let t = time(device, reps, || q(&x, BlockLayout::vector(1)).map(drop))?;
+    push(
+        "quantize X 1x32 (bf16→e4m3)",
+        "-",
+        t,
+        None,
+        xb * 2.0 + xb + xb / 32.0,
+    );
+    let gemm_bytes = |a: u64, b: u64, o: u64| (a + b) as f64 + 2.0 * o as f64;
+    let fwd = || {
+        ops::grouped_gemm(
+            plugin,
+            GemmPass::Forward,
+            GemmOperand::Mx(&qx),
+            GemmOperand::Mx(&qw),
+            &offs,
+            &cfg,
+        )
+        .map(drop)
+    };
+    let t = time(device, reps, fwd)?;
+    push(
+        "forward X 1x32 · W 32x32 (pre-quantized)",
+        "forward",
+        t,
+        Some(flops),
+        gemm_bytes(rows * s.k, s.e * s.n * s.k, rows * s.n),
+    );
+    let dg = || {
+        ops::grouped_gemm(
+            plugin,
+            GemmPass::Dgrad,
+            GemmOperand::Mx(&qdy),
+            GemmOperand::Mx(&qw),
+            &offs,
+            &cfg,
+        )
+        .map(drop)
+    };
+    let t = time(device, reps, dg)?;
+    push(
+        "dgrad dY 1x32 · W 32x32 (pre-quantized)",
+        "dgrad",
+        t,
+        Some(flops),
+        gemm_bytes(rows * s.n, s.e * s.n * s.k, rows * s.k),
+    );
+    let wg = || {
+        ops::grouped_gemm(
+            plugin,
+            GemmPass::Wgrad,
+            GemmOperand::Dense(&dy),
+            GemmOperand::Dense(&x),
+            &offs,
+            &cfg,
+        )
+        .map(drop)
+    };
+    let t = time(device, reps, wg)?;
+    push(
+        "wgrad dY·X 1x32 on M (quantized in the call)",
+        "wgrad",
+        t,
+        Some(flops),
+        gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k),
+    );
+    let step = || -> OpResult<()> {
+        for (pass, a, b) in [
+            (GemmPass::Forward, &x, &w),
+            (GemmPass::Dgrad, &dy, &w),
+            (GemmPass::Wgrad, &dy, &x),
+        ] {
+            ops::grouped_gemm(
+                plugin,
+                pass,
+                GemmOperand::Dense(a),
+                GemmOperand::Dense(b),
+                &offs,
+                &cfg,
+            )?;
+        }
+        Ok(())
+    };
+    let t = time(device, reps, step)?;
+    push(
+        "training step: 3 GEMMs + all quantization (bf16 in)",
+        "step",
+        t,
+        Some(3.0 * flops),
+        0.0,
+    );
+    Ok(out)
+}
+
+fn parse_shape(spec: &str) -> anyhow::Result<Shape> {
+    let v: Vec<u64> = spec
+        .split(':')
+        .map(|p| p.parse())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("--shape {spec}: expected E:M:K:N"))?;
+    match v.as_slice() {
+        [e, m, k, n] if *e > 0 && *m > 0 && *k > 0 && *n > 0 => Ok(Shape {
+            key: "custom",
+            e: *e,
+            m: *m,
+            k: *k,
+            n: *n,
+        }),
+        _ => bail!("--shape {spec}: expected four positive numbers E:M:K:N"),
+    }
+}
+
+pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
+    let device = device::resolve(args.device)?;
+    device::set_current(device);
+    let registry = PluginRegistry::open(&search_dirs(), &args.plugin)?;
+    let plugin = registry.active();
+    let peers = match &args.peers {
+        Some(p) => peer_times(p)?,
+        None => Vec::new(),
+    };
+    let mut shapes: Vec<Shape> = Vec::new();
+    for key in args
+        .shapes
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+    {
+        shapes.push(
+            *ANCHORS
+                .iter()
+                .find(|s| s.key == key)
+                .with_context(|| format!("unknown anchor shape `{key}` (a, b, c, d)"))?,
+        );
+    }
+    for spec in &args.extra {
+        shapes.push(parse_shape(spec)?);
+    }
+    eprintln!(
+        "mxhost bench: plugin `{}` on {device}, {} reps per row",
+        plugin.name, args.reps
+    );
+    println!(
+        "{:<26} {:<50} {:>10} {:>9} {:>8} {:>7}",
+        "shape", "op", "µs", "TFLOP/s", "GB/s", "× BF16"
+    );
+    let mut all = Vec::new();
+    for s in shapes {
+        for r in bench_shape(&plugin, device, s, args.reps, &peers)? {
+            let fmt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
+            println!(
+                "{:<26} {:<50} {:>10.1} {:>9} {:>8.0} {:>7}",
+                r.shape,
+                r.op,
+                r.us,
+                fmt(r.tflops, 0),
+                r.gbps,
+                fmt(r.x_bf16, 2)
+            );
+            all.push(r);
+        }
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&all)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("mxhost bench: wrote {}", path.display());
+    }
+    Ok(0)
+}
