@@ -3,8 +3,12 @@
 //! `site-packages/nvidia/cu13/lib` in `LD_LIBRARY_PATH`).
 //!
 //! NVRTC can crash on degenerate code, so each unit compiles in a child process (this
-//! test binary re-run with `MXHOST_NVRTC_CHILD=<index>`). Without libnvrtc the test
-//! prints a visible skip message, or fails under `MXHOST_REQUIRE_NVRTC=1`.
+//! test binary re-run with `MXHOST_NVRTC_CHILD=<index>`). The children get
+//! `LD_LIBRARY_PATH` extended with the first of these directories holding
+//! `libnvrtc.so.13`: `$MXHOST_NVRTC_LIB_DIR`, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`,
+//! and the CUDA 13.0 wheels of the development machine
+//! (`/work/cuda-venv/lib/python3.11/site-packages/nvidia/cu13/lib`). Without libnvrtc the
+//! test prints a visible skip message, or fails under `MXHOST_REQUIRE_NVRTC=1`.
 #![cfg(feature = "cuda")]
 
 use mxhost_plugin_mxfp8::kernels::{self, Unit};
@@ -32,7 +36,8 @@ fn every_kernel_compiles_with_nvrtc_for_sm_90a() {
             Err(log) => panic!("{log}"),
         }
     }
-    if !kernels::nvrtc_present() {
+    let extra_dir = nvrtc_dir();
+    if !kernels::nvrtc_present() && extra_dir.is_none() {
         let msg = "SKIPPED: libnvrtc.so.13 not found (set LD_LIBRARY_PATH to a CUDA 13 NVRTC, e.g. <venv>/site-packages/nvidia/cu13/lib); the CUDA kernels were NOT compile-checked";
         if std::env::var("MXHOST_REQUIRE_NVRTC").as_deref() == Ok("1") {
             panic!("MXHOST_REQUIRE_NVRTC=1 but {msg}");
@@ -42,6 +47,13 @@ fn every_kernel_compiles_with_nvrtc_for_sm_90a() {
         return;
     }
     let exe = std::env::current_exe().unwrap();
+    let mut ld_path = std::ffi::OsString::new();
+    if let Some(d) = &extra_dir {
+        eprintln!("NVRTC from {}", d.display());
+        ld_path.push(d);
+        ld_path.push(":");
+    }
+    ld_path.push(std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default());
     let mut failures = Vec::new();
     for (i, unit) in units.iter().enumerate() {
         let out = Command::new(&exe)
@@ -52,6 +64,7 @@ fn every_kernel_compiles_with_nvrtc_for_sm_90a() {
                 "--test-threads=1",
             ])
             .env(CHILD_ENV, i.to_string())
+            .env("LD_LIBRARY_PATH", &ld_path)
             .output()
             .expect("re-running the test binary");
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -74,4 +87,19 @@ fn every_kernel_compiles_with_nvrtc_for_sm_90a() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// A directory holding `libnvrtc.so.13` that is not already on the search path.
+fn nvrtc_dir() -> Option<std::path::PathBuf> {
+    let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os("MXHOST_NVRTC_LIB_DIR") {
+        dirs.push(d.into());
+    }
+    if let Some(d) = std::env::var_os("CUDA_HOME") {
+        dirs.push(std::path::PathBuf::from(d).join("lib64"));
+    }
+    dirs.push("/usr/local/cuda/lib64".into());
+    dirs.push("/work/cuda-venv/lib/python3.11/site-packages/nvidia/cu13/lib".into());
+    dirs.into_iter()
+        .find(|d| d.join("libnvrtc.so.13").is_file())
 }
