@@ -27,7 +27,10 @@ fn input_file() -> PathBuf {
             safetensors::tensor::TensorView::new(Dtype::I32, vec![3], &ids).unwrap(),
         ),
     ];
-    let path = std::env::temp_dir().join(format!("mxhost-q-in-{}.safetensors", std::process::id()));
+    // Tests run on threads of one process: each call gets its own file.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("mxhost-q-in-{}-{n}.safetensors", std::process::id()));
     safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &path).unwrap();
     path
 }
@@ -60,6 +63,7 @@ fn quantize(args: &[&str]) -> (Vec<u8>, Vec<u8>, Vec<usize>, Dtype) {
         data.dtype(),
     );
     std::fs::remove_file(&output).ok();
+    std::fs::remove_file(&input).ok();
     out
 }
 

@@ -347,22 +347,27 @@ pub fn softmax_rows(x: &[f32], shape: &[u64]) -> OpsResult<Vec<f32>> {
     Ok(out)
 }
 
+/// Σ x in f64, deterministic: fixed chunks summed in parallel, then in order (rayon's
+/// own reduction order depends on work stealing).
 pub fn sum(x: &[f32]) -> f64 {
-    x.par_chunks(CHUNK)
+    let partial: Vec<f64> = x
+        .par_chunks(CHUNK)
         .map(|c| c.iter().map(|&v| v as f64).sum::<f64>())
-        .sum()
+        .collect();
+    partial.iter().sum()
 }
 
 /// (mean((p − t)²), 2(p − t)/numel).
 pub fn mse_loss(p: &[f32], t: &[f32], sp: &[u64], st: &[u64]) -> OpsResult<(f64, Vec<f32>)> {
     same_shape(sp, st, "mse-loss")?;
     let n = p.len().max(1) as f32;
-    let loss = p
-        .par_iter()
-        .zip(t)
-        .map(|(&a, &b)| ((a - b) as f64).powi(2))
-        .sum::<f64>()
-        / p.len().max(1) as f64;
+    // Deterministic like `sum`: the same loss on every run.
+    let partial: Vec<f64> = p
+        .par_chunks(CHUNK)
+        .zip(t.par_chunks(CHUNK))
+        .map(|(a, b)| a.iter().zip(b).map(|(&x, &y)| ((x - y) as f64).powi(2)).sum::<f64>())
+        .collect();
+    let loss = partial.iter().sum::<f64>() / p.len().max(1) as f64;
     Ok((loss, map2(p, t, |a, b| 2.0 * (a - b) / n)))
 }
 
