@@ -338,7 +338,7 @@ mod tests {
 
     #[test]
     fn ties_go_to_the_lower_expert_and_drops_are_counted() {
-        let l = vec![1.0, 1.0, 0.0].repeat(6);
+        let l = [1.0, 1.0, 0.0].repeat(6);
         let r = Request {
             renormalize: false,
             ..req(&l, 6, 3, 1, 1, Some(1.0))
