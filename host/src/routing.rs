@@ -43,7 +43,9 @@ pub fn route_top_k(r: &RouteRequest<'_>) -> Result<RoutePlan, String> {
     // check that it fits i32 offsets before allocating anything.
     let worst_rows = (t as u64) * (k as u64) + (e as u64) * (r.align as u64 - 1);
     if worst_rows > i32::MAX as u64 {
-        return Err(format!("a routed buffer of up to {worst_rows} rows exceeds i32 offsets"));
+        return Err(format!(
+            "a routed buffer of up to {worst_rows} rows exceeds i32 offsets"
+        ));
     }
     if r.logits.len() != t.checked_mul(e).ok_or("tokens × experts overflows")? {
         return Err(format!(
@@ -143,12 +145,38 @@ mod tests {
     fn hostile_sizes_are_refused_before_allocating() {
         // Reproducers from fuzz/artifacts-found/routing-{align,experts}-oom.
         let zeros = vec![0.0; 27 * 60];
-        let r = RouteRequest { tokens: 27, experts: 60, top_k: 4, logits: &zeros, renormalize: false, align: 2809127749, capacity_factor: None };
+        let r = RouteRequest {
+            tokens: 27,
+            experts: 60,
+            top_k: 4,
+            logits: &zeros,
+            renormalize: false,
+            align: 2809127749,
+            capacity_factor: None,
+        };
         assert!(route_top_k(&r).unwrap_err().contains("align"));
-        let r = RouteRequest { tokens: 0, experts: 4280492807, top_k: 1, logits: &[], renormalize: false, align: 1, capacity_factor: None };
+        let r = RouteRequest {
+            tokens: 0,
+            experts: 4280492807,
+            top_k: 1,
+            logits: &[],
+            renormalize: false,
+            align: 1,
+            capacity_factor: None,
+        };
         assert!(route_top_k(&r).unwrap_err().contains("experts"));
-        let r = RouteRequest { tokens: 1, experts: 5000, top_k: 1, logits: &[0.0; 5000], renormalize: false, align: 1, capacity_factor: None };
-        assert!(route_top_k(&r).unwrap_err().contains("at most 4096 experts"));
+        let r = RouteRequest {
+            tokens: 1,
+            experts: 5000,
+            top_k: 1,
+            logits: &[0.0; 5000],
+            renormalize: false,
+            align: 1,
+            capacity_factor: None,
+        };
+        assert!(route_top_k(&r)
+            .unwrap_err()
+            .contains("at most 4096 experts"));
     }
 
     #[test]

@@ -48,7 +48,9 @@ impl WasiView for HostState {
 /// No sockets and no name lookup (WASI's defaults already deny every address; this
 /// makes the policy explicit and independent of those defaults).
 fn deny_network(b: &mut wasmtime_wasi::WasiCtxBuilder) {
-    b.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+    b.allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false);
 }
 
 /// A WASI context with nothing granted but stdout/stderr (for tables the guest prints).
