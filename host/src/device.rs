@@ -78,6 +78,19 @@ pub fn resolve(choice: DeviceChoice) -> anyhow::Result<Device> {
 static CURRENT: AtomicI32 = AtomicI32::new(-1);
 
 /// Make `device` the one new tensors are created on.
+/// Wait until every operation queued on `device`'s stream is done (no-op on the CPU).
+pub fn synchronize(device: Device) -> crate::error::OpResult<()> {
+    match device {
+        Device::Cpu => Ok(()),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => crate::cuda::device()?.synchronize(),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(_) => Err(crate::error::OpError::unsupported(
+            "this build has no CUDA device layer",
+        )),
+    }
+}
+
 pub fn set_current(device: Device) {
     CURRENT.store(
         match device {

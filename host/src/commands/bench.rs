@@ -109,12 +109,7 @@ fn random_bf16(device: Device, shape: &[u64], seed: u64) -> OpResult<Tensor> {
 
 /// Mean seconds per call of `f` (2 warm-up calls, one synchronisation per batch).
 fn time(device: Device, reps: u32, mut f: impl FnMut() -> OpResult<()>) -> anyhow::Result<f64> {
-    let sync = || -> OpResult<()> {
-        if device != Device::Cpu {
-            crate::cuda::device()?.synchronize()?;
-        }
-        Ok(())
-    };
+    let sync = || device::synchronize(device);
     for _ in 0..2 {
         f()?;
     }

@@ -5,7 +5,7 @@ use super::bindings::{tensor_ops as wit, types};
 use super::convert::dtype_from_wit;
 use super::state::HostState;
 use crate::error::{OpError, OpResult};
-use crate::tensor::{CpuBuffer, Storage, Tensor};
+use crate::tensor::Tensor;
 use crate::train_ops::{self as k, Activation};
 use mxhost_plugin_abi::DType;
 use wasmtime::component::Resource;
@@ -18,24 +18,22 @@ fn values(t: &Tensor) -> OpResult<Vec<f32>> {
             t.dtype.name()
         )));
     }
-    Ok(t.to_f32_vec())
+    t.try_to_f32_vec()
 }
 
-/// A new f32 tensor holding `data`, placed like `_like` (host memory today).
-fn output_like(_like: &Tensor, shape: Vec<u64>, data: Vec<f32>) -> Tensor {
-    let mut buf = CpuBuffer::zeroed(data.len() * 4);
-    for (c, v) in buf.as_bytes_mut().chunks_exact_mut(4).zip(&data) {
-        c.copy_from_slice(&v.to_le_bytes());
-    }
-    Tensor::new(shape, DType::F32, Storage::Cpu(buf))
+/// A new f32 tensor holding `data`, on the device of `like` (the kernels here run on
+/// the CPU; results go back where the inputs live, so a GPU run keeps its tensors there).
+fn output_like(like: &Tensor, shape: Vec<u64>, data: Vec<f32>) -> OpResult<Tensor> {
+    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Tensor::from_bytes_on(like.location(), shape, DType::F32, &bytes)
 }
 
-fn bf16_output_like(_like: &Tensor, shape: Vec<u64>, data: &[f32]) -> Tensor {
-    let mut buf = CpuBuffer::zeroed(data.len() * 2);
-    for (c, v) in buf.as_bytes_mut().chunks_exact_mut(2).zip(data) {
-        c.copy_from_slice(&half::bf16::from_f32(*v).to_bits().to_le_bytes());
-    }
-    Tensor::new(shape, DType::Bf16, Storage::Cpu(buf))
+fn bf16_output_like(like: &Tensor, shape: Vec<u64>, data: &[f32]) -> OpResult<Tensor> {
+    let bytes: Vec<u8> = data
+        .iter()
+        .flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes())
+        .collect();
+    Tensor::from_bytes_on(like.location(), shape, DType::Bf16, &bytes)
 }
 
 fn activation(a: wit::Activation) -> Activation {
@@ -65,7 +63,7 @@ impl HostState {
         data: Vec<f32>,
     ) -> OpResult<Resource<Tensor>> {
         self.check_room(data.len() as u64 * 4)?;
-        let t = output_like(like, shape, data);
+        let t = output_like(like, shape, data)?;
         self.push_tensor(t)
     }
 }
@@ -220,7 +218,7 @@ impl wit::Host for HostState {
             DType::F32 => self.emit(&x, x.shape.clone(), v),
             DType::Bf16 => {
                 self.check_room(v.len() as u64 * 2)?;
-                let t = bf16_output_like(&x, x.shape.clone(), &v);
+                let t = bf16_output_like(&x, x.shape.clone(), &v)?;
                 self.push_tensor(t)
             }
             other => Err(OpError::invalid(format!(
