@@ -125,3 +125,33 @@ fn plugin_errors_and_panics_become_guest_errors() {
         assert!(r.stderr.contains("backend-failure"), "{mode}: {}", r.stderr);
     }
 }
+
+#[test]
+fn a_hanging_plugin_call_is_cut_off_by_the_watchdog() {
+    let plugin = test_plugin();
+    let mut c = mxhost();
+    c.arg("run").arg(guest("fixtures")).args([
+        "--plugin",
+        plugin.to_str().unwrap(),
+        "--plugin-timeout-s",
+        "1",
+        "--",
+        "gemm",
+    ]);
+    c.env("MXHOST_TEST_PLUGIN_MODE", "hang");
+    let start = std::time::Instant::now();
+    let r = run(&mut c);
+    assert_eq!(r.code, Some(1), "{}", r.both());
+    assert!(
+        r.stderr
+            .contains("exceeded the watchdog limit of 1.0 s (--plugin-timeout-s)"),
+        "{}",
+        r.stderr
+    );
+    // The guest got its error after ~1 s, not after the plugin's 20 s sleep.
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+}

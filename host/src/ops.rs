@@ -6,7 +6,8 @@
 
 use crate::device::Device;
 use crate::error::{OpError, OpResult};
-use crate::plugin::{call, LoadedPlugin};
+use crate::plugin::call::{self, KeepAlive};
+use crate::plugin::LoadedPlugin;
 use crate::tensor::{MxTensor, Storage, Tensor};
 use crate::validate::{self, MxDesc, OperandDesc};
 use mxhost_plugin_abi::{
@@ -94,7 +95,8 @@ pub fn quantize(
         output: out.view_mut().expect("fresh output is unshared"),
         stream: stream_for(dev)?,
     };
-    call::quantize(plugin, &desc)?;
+    let keep = KeepAlive(vec![Box::new(x.clone()), Box::new(out.clone())]);
+    call::quantize(plugin, &desc, keep, dev == Device::Cpu)?;
     Ok(out)
 }
 
@@ -117,7 +119,8 @@ pub fn dequantize(plugin: &LoadedPlugin, q: &MxTensor) -> OpResult<Tensor> {
         output: out.view_mut().expect("fresh output is unshared"),
         stream: stream_for(dev)?,
     };
-    call::dequantize(plugin, &desc)?;
+    let keep = KeepAlive(vec![Box::new(q.clone()), Box::new(out.clone())]);
+    call::dequantize(plugin, &desc, keep, dev == Device::Cpu)?;
     Ok(out)
 }
 
@@ -278,6 +281,8 @@ pub fn grouped_gemm(
         return grouped_gemm(plugin, pass, sa.op(), sb.op(), offs, cfg)?.to_device(dev);
     }
     let mut out = alloc_on(dev, &plan.out_shape, cfg.out_dtype)?;
+    // Owned, so that a call the watchdog abandons still reads valid offsets.
+    let offs_owned: Vec<i32> = offs.to_vec();
     // Device tensors: the offsets go to the device too (kept alive until the call's
     // work is done: the buffer is freed stream-ordered on drop).
     let offs_dev = match dev {
@@ -292,7 +297,7 @@ pub fn grouped_gemm(
         pass: pass as u32,
         a: a.abi(),
         b: b.abi(),
-        offs_host: offs.as_ptr(),
+        offs_host: offs_owned.as_ptr(),
         offs_device: offs_dev.as_ref().map_or(std::ptr::null(), |s| {
             s.view_ptr() as *const std::ffi::c_void
         }),
@@ -313,6 +318,17 @@ pub fn grouped_gemm(
         k: plan.k,
         stream: stream_for(dev)?,
     };
-    call::grouped_gemm(plugin, &desc)?;
+    let mut keep: Vec<Box<dyn std::any::Any>> = vec![
+        Box::new(out.clone()),
+        Box::new(offs_owned),
+        Box::new(offs_dev),
+    ];
+    for op in [&a, &b] {
+        match op {
+            GemmOperand::Dense(t) => keep.push(Box::new((*t).clone())),
+            GemmOperand::Mx(q) => keep.push(Box::new((*q).clone())),
+        }
+    }
+    call::grouped_gemm(plugin, &desc, KeepAlive(keep), dev == Device::Cpu)?;
     Ok(out)
 }

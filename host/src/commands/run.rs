@@ -36,6 +36,10 @@ pub struct RunArgs {
     /// Wall-clock limit of one call into a guest.
     #[arg(long, default_value_t = 600.0)]
     pub timeout_s: f64,
+    /// Watchdog on each plugin call that computes on the CPU (0 = off). Native code cannot
+    /// be interrupted: a call past the limit fails for the guest and runs on detached.
+    #[arg(long, default_value_t = 300.0)]
+    pub plugin_timeout_s: f64,
     /// Largest linear memory a guest may use.
     #[arg(long, default_value_t = 1024)]
     pub max_memory_mib: u64,
@@ -61,6 +65,12 @@ pub fn main(args: RunArgs) -> anyhow::Result<i32> {
     if !(args.timeout_s.is_finite() && args.timeout_s > 0.0) {
         anyhow::bail!("--timeout-s must be a positive number of seconds");
     }
+    if !(args.plugin_timeout_s.is_finite() && args.plugin_timeout_s >= 0.0) {
+        anyhow::bail!("--plugin-timeout-s must be a number of seconds ≥ 0");
+    }
+    crate::plugin::call::set_watchdog(
+        (args.plugin_timeout_s > 0.0).then(|| Duration::from_secs_f64(args.plugin_timeout_s)),
+    );
     let device = device::resolve(args.device)?;
     device::set_current(device);
     let plugins = Arc::new(PluginRegistry::open(&search_dirs(), &args.plugin)?);

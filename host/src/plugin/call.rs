@@ -1,8 +1,17 @@
 //! Calling through a plugin's function table: an error buffer for its message, the
-//! status decoded, and descriptors built from host tensors.
+//! status decoded, and a watchdog.
+//!
+//! Neither epochs nor fuel can interrupt native code, so a plugin call on the CPU runs on
+//! a worker thread while the caller waits at most the watchdog limit
+//! (`--plugin-timeout-s`). A call the watchdog gives up on keeps running detached; the
+//! buffers it uses ([`KeepAlive`]) are owned by that thread until it returns, so the
+//! plugin never touches freed memory while the guest gets an error and the host goes on.
+//! GPU calls only enqueue work and return at once, so they are not run on a worker.
 
 use super::loader::LoadedPlugin;
 use mxhost_plugin_abi::{DequantizeDesc, ErrorBuf, GroupedGemmDesc, QuantizeDesc, Status};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A plugin call that returned a non-OK status.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -15,24 +24,103 @@ pub struct PluginCallError {
 
 const ERROR_CAPACITY: usize = 4096;
 
-fn call(
+/// Watchdog limit in milliseconds; 0 = off (calls run on the caller's thread).
+static WATCHDOG_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Set the watchdog for plugin calls on the CPU (`None` or zero turns it off).
+pub fn set_watchdog(limit: Option<Duration>) {
+    let ms = limit.map_or(0, |d| d.as_millis().clamp(1, u64::MAX as u128) as u64);
+    WATCHDOG_MS.store(ms, Ordering::Relaxed);
+}
+
+fn watchdog() -> Option<Duration> {
+    match WATCHDOG_MS.load(Ordering::Relaxed) {
+        0 => None,
+        ms => Some(Duration::from_millis(ms)),
+    }
+}
+
+/// Everything a plugin call reads or writes (tensor clones, owned offsets): held until
+/// the call returns, even when the watchdog has stopped waiting for it.
+pub struct KeepAlive(pub Vec<Box<dyn std::any::Any>>);
+
+/// Moves raw-pointer descriptors and their buffers to the worker thread.
+struct AssertSend<T>(T);
+// SAFETY: the descriptor's pointers address buffers owned by the KeepAlive travelling
+// with it (CPU memory, freed by whichever thread drops it); plugins must be callable
+// from any thread (ABI contract).
+unsafe impl<T> Send for AssertSend<T> {}
+
+impl<T> AssertSend<T> {
+    fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+type Entry<D> = unsafe extern "C" fn(*const D, *mut ErrorBuf) -> u32;
+
+/// Call `entry(desc)` and decode the status and message. `on_cpu`: the plugin does the
+/// work inside the call, so the watchdog applies.
+fn call<D: Copy + 'static>(
     plugin: &LoadedPlugin,
-    f: impl FnOnce(*mut ErrorBuf) -> u32,
+    entry: Entry<D>,
+    desc: &D,
+    keep: KeepAlive,
+    on_cpu: bool,
 ) -> Result<(), PluginCallError> {
-    let mut storage = vec![0u8; ERROR_CAPACITY];
-    let mut buf = ErrorBuf {
-        struct_size: std::mem::size_of::<ErrorBuf>(),
-        data: storage.as_mut_ptr(),
-        capacity: storage.len(),
-        len: 0,
+    let run = move |desc: D, keep: KeepAlive| {
+        let mut storage = vec![0u8; ERROR_CAPACITY];
+        let mut buf = ErrorBuf {
+            struct_size: std::mem::size_of::<ErrorBuf>(),
+            data: storage.as_mut_ptr(),
+            capacity: storage.len(),
+            len: 0,
+        };
+        // SAFETY: the descriptor's views point at live buffers (held by `keep`) sized
+        // by the validator; outputs are fresh and only the plugin writes them.
+        let raw = unsafe { entry(&desc, &mut buf) };
+        drop(keep);
+        let len = buf.len.min(ERROR_CAPACITY);
+        storage.truncate(len);
+        (raw, storage)
     };
-    let raw = f(&mut buf);
+    let (raw, message) = match watchdog().filter(|_| on_cpu) {
+        None => run(*desc, keep),
+        Some(limit) => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let job = AssertSend((*desc, keep));
+            std::thread::Builder::new()
+                .name("mxhost-plugin-call".into())
+                .spawn(move || {
+                    let (desc, keep) = job.into_inner();
+                    // The receiver is gone when the watchdog gave up: nothing to report.
+                    let _ = tx.send(run(desc, keep));
+                })
+                .map_err(|e| PluginCallError {
+                    plugin: plugin.name.clone(),
+                    status: Status::BackendError,
+                    message: format!("cannot start the plugin-call thread: {e}"),
+                })?;
+            rx.recv_timeout(limit).map_err(|_| PluginCallError {
+                plugin: plugin.name.clone(),
+                status: Status::BackendError,
+                message: format!(
+                    "the plugin call exceeded the watchdog limit of {:.1} s (--plugin-timeout-s); \
+                     it keeps running detached and holds its buffers until it returns",
+                    limit.as_secs_f64()
+                ),
+            })?
+        }
+    };
+    decode(plugin, raw, &message)
+}
+
+fn decode(plugin: &LoadedPlugin, raw: u32, message: &[u8]) -> Result<(), PluginCallError> {
     let status = Status::from_raw(raw);
     if status == Some(Status::Ok) {
         return Ok(());
     }
-    let len = buf.len.min(ERROR_CAPACITY);
-    let mut message = String::from_utf8_lossy(&storage[..len]).into_owned();
+    let mut message = String::from_utf8_lossy(message).into_owned();
     if message.is_empty() {
         message = "no message".into();
     }
@@ -47,22 +135,29 @@ fn call(
     })
 }
 
-pub fn quantize(plugin: &LoadedPlugin, desc: &QuantizeDesc) -> Result<(), PluginCallError> {
-    // SAFETY: the descriptor's views point at live host buffers sized by the validator;
-    // the output buffers are fresh and exclusively ours for the call's duration.
-    call(plugin, |err| unsafe { (plugin.api().quantize)(desc, err) })
+pub fn quantize(
+    plugin: &LoadedPlugin,
+    desc: &QuantizeDesc,
+    keep: KeepAlive,
+    on_cpu: bool,
+) -> Result<(), PluginCallError> {
+    call(plugin, plugin.api().quantize, desc, keep, on_cpu)
 }
 
-pub fn dequantize(plugin: &LoadedPlugin, desc: &DequantizeDesc) -> Result<(), PluginCallError> {
-    // SAFETY: as for `quantize`.
-    call(plugin, |err| unsafe {
-        (plugin.api().dequantize)(desc, err)
-    })
+pub fn dequantize(
+    plugin: &LoadedPlugin,
+    desc: &DequantizeDesc,
+    keep: KeepAlive,
+    on_cpu: bool,
+) -> Result<(), PluginCallError> {
+    call(plugin, plugin.api().dequantize, desc, keep, on_cpu)
 }
 
-pub fn grouped_gemm(plugin: &LoadedPlugin, desc: &GroupedGemmDesc) -> Result<(), PluginCallError> {
-    // SAFETY: as for `quantize`; offs points at a host slice that outlives the call.
-    call(plugin, |err| unsafe {
-        (plugin.api().grouped_gemm)(desc, err)
-    })
+pub fn grouped_gemm(
+    plugin: &LoadedPlugin,
+    desc: &GroupedGemmDesc,
+    keep: KeepAlive,
+    on_cpu: bool,
+) -> Result<(), PluginCallError> {
+    call(plugin, plugin.api().grouped_gemm, desc, keep, on_cpu)
 }

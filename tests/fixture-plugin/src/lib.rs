@@ -5,7 +5,8 @@
 //! - `short-table`: a `struct_size` smaller than the table;
 //! - `null`: the entry returns null;
 //! - `error` (default): a valid table whose every call fails with a message;
-//! - `panic`: a valid table whose every call panics (caught at the boundary).
+//! - `panic`: a valid table whose every call panics (caught at the boundary);
+//! - `hang`: a valid table whose every call sleeps 20 s, then fails (for the watchdog).
 
 use mxhost_plugin_abi::plugin_support::{guard_entry, PluginError};
 use mxhost_plugin_abi::*;
@@ -16,6 +17,9 @@ fn mode() -> String {
 }
 
 fn fail(err: *mut ErrorBuf) -> u32 {
+    if mode() == "hang" {
+        std::thread::sleep(std::time::Duration::from_secs(20));
+    }
     let panics = mode() == "panic";
     guard_entry(err, || {
         if panics {
