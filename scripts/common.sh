@@ -24,6 +24,24 @@ ensure_componentize_py() {
     .venv-py/bin/pip install --quiet "componentize-py==$COMPONENTIZE_PY_VERSION"
 }
 
+# NVRTC from the CUDA 13.0 wheels (no GPU, no CUDA toolkit needed), so that the test
+# suite compile-checks every CUDA kernel for sm_90a. Installed into .venv-cuda/
+# (git-ignored); when that is impossible (no network) the NVRTC test says it skipped.
+ensure_nvrtc() {
+    local lib=.venv-cuda/lib/python3*/site-packages/nvidia/cu13/lib
+    if ! compgen -G "$lib/libnvrtc.so.13*" >/dev/null; then
+        echo "==> installing NVRTC 13.0 (CUDA wheels) into .venv-cuda/"
+        python3 -m venv .venv-cuda &&
+            .venv-cuda/bin/pip install --quiet "nvidia-cuda-nvrtc==13.0.*" ||
+            echo "==> could not install NVRTC: the kernel compile check will be skipped"
+    fi
+    for d in $lib; do
+        if [[ -e "$d/libnvrtc.so.13" ]]; then
+            export MXHOST_NVRTC_LIB_DIR="$PWD/$d" MXHOST_REQUIRE_NVRTC=1
+        fi
+    done
+}
+
 build_all() {
     ensure_wasm_target
     ensure_componentize_py

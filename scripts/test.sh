@@ -3,5 +3,6 @@
 # property and integration tests). CI runs exactly this (.ci/run).
 source "$(dirname "$0")/common.sh"
 build_all
+ensure_nvrtc
 echo "==> running tests"
 cargo test --release --no-fail-fast --workspace $(printf -- '--exclude %s ' "${GUESTS[@]}") "$@"
