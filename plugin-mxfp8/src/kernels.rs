@@ -4,7 +4,8 @@
 //! and compiled for the device's architecture (`sm_90a` on Hopper) on first use. Each
 //! compilation unit ([`Unit`]) is one module: the quantizer (+ scale relayout), the
 //! backend's helper kernels (dequantize, byte transpose), and one grouped-GEMM variant
-//! per (A format, B format, weight-scale kind, output dtype), instantiated through
+//! per (A format, B format, weight-scale kind, output dtype) and kernel family
+//! (`mx_gemm_*` cp.async or `mx_tgemm_*` TMA), instantiated through
 //! `MXG_CUSTOM_INSTANTIATIONS` so only what a request needs is compiled (~1 s each).
 //!
 //! Compiled cubins are cached on disk under `$MXHOST_KERNEL_CACHE`, else
@@ -37,6 +38,10 @@ pub const AUX_CU: &str = include_str!("../cuda/mx_dequantize.cu");
 pub const GEMM_STAGES: u32 = 5;
 /// Consumer warpgroups (block = 128 × (NC + 1) threads).
 pub const GEMM_NC: u32 = 2;
+/// Pipeline stages of the TMA GEMM variants (`mx_tgemm_*`, README: 6 fits).
+pub const TGEMM_STAGES: u32 = 6;
+/// Threads per block of the TMA GEMM (`MXT_THREADS`).
+pub const TGEMM_THREADS: u32 = 384;
 
 /// One NVRTC compilation unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -53,6 +58,25 @@ pub enum Unit {
         w2d: bool,
         out_bf16: bool,
     },
+    /// The same instantiation of the TMA grouped GEMM (`mx_tgemm_*`: TMA loads with
+    /// 128-byte swizzle, 384 threads; same math and parameters plus two tensor maps).
+    TGemm {
+        fa: u8,
+        fb: u8,
+        w2d: bool,
+        out_bf16: bool,
+    },
+}
+
+fn gemm_kernel_name(prefix: &str, fa: u8, fb: u8, w2d: bool, out_bf16: bool) -> String {
+    let f = |x: u8| if x == 0 { "e4m3" } else { "e5m2" };
+    format!(
+        "{prefix}_{}{}_{}_{}",
+        f(fa),
+        f(fb),
+        if w2d { "w2d" } else { "w1d" },
+        if out_bf16 { "bf16" } else { "f32" }
+    )
 }
 
 impl Unit {
@@ -69,6 +93,12 @@ impl Unit {
                             w2d,
                             out_bf16,
                         });
+                        v.push(Unit::TGemm {
+                            fa,
+                            fb,
+                            w2d,
+                            out_bf16,
+                        });
                     }
                 }
             }
@@ -76,7 +106,7 @@ impl Unit {
         v
     }
 
-    /// Name of the GEMM kernel of a `Gemm` unit.
+    /// Name of the GEMM kernel of a `Gemm` (`mx_gemm_*`) or `TGemm` (`mx_tgemm_*`) unit.
     pub fn gemm_name(&self) -> Option<String> {
         match *self {
             Unit::Gemm {
@@ -84,16 +114,13 @@ impl Unit {
                 fb,
                 w2d,
                 out_bf16,
-            } => {
-                let f = |x: u8| if x == 0 { "e4m3" } else { "e5m2" };
-                Some(format!(
-                    "mx_gemm_{}{}_{}_{}",
-                    f(fa),
-                    f(fb),
-                    if w2d { "w2d" } else { "w1d" },
-                    if out_bf16 { "bf16" } else { "f32" }
-                ))
-            }
+            } => Some(gemm_kernel_name("mx_gemm", fa, fb, w2d, out_bf16)),
+            Unit::TGemm {
+                fa,
+                fb,
+                w2d,
+                out_bf16,
+            } => Some(gemm_kernel_name("mx_tgemm", fa, fb, w2d, out_bf16)),
             _ => None,
         }
     }
@@ -103,7 +130,7 @@ impl Unit {
         match self {
             Unit::Quantize => "mx_quantize".into(),
             Unit::Aux => "mx_dequantize".into(),
-            Unit::Gemm { .. } => self.gemm_name().unwrap(),
+            Unit::Gemm { .. } | Unit::TGemm { .. } => self.gemm_name().unwrap(),
         }
     }
 
@@ -122,6 +149,20 @@ impl Unit {
                 let src = format!(
                     "#define MXG_CUSTOM_INSTANTIATIONS 1\n{GEMM_CU}\n\
                      MXG_INST({name}, {GEMM_NC}, {fa}, {fb}, {}, {}, {GEMM_STAGES})\n",
+                    w2d as u8, out_bf16 as u8
+                );
+                ("mx_grouped_gemm.cu".into(), src)
+            }
+            Unit::TGemm {
+                fa,
+                fb,
+                w2d,
+                out_bf16,
+            } => {
+                let name = self.gemm_name().unwrap();
+                let src = format!(
+                    "#define MXG_CUSTOM_INSTANTIATIONS 1\n{GEMM_CU}\n\
+                     MXT_INST({name}, {fa}, {fb}, {}, {}, {TGEMM_STAGES})\n",
                     w2d as u8, out_bf16 as u8
                 );
                 ("mx_grouped_gemm.cu".into(), src)

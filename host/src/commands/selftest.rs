@@ -692,6 +692,14 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
         plugin.name,
         plugin.path.display()
     );
+    println!(
+        "mxhost selftest: grouped GEMM kernel family: {} (MXHOST_MX_GEMM_KERNEL=tgemm|gemm, default tgemm; launches the TMA kernels cannot take fall back to mx_gemm_*; MXHOST_MX_GEMM_TRACE=1 logs each launch)",
+        match std::env::var("MXHOST_MX_GEMM_KERNEL").as_deref().map(str::trim) {
+            Ok("gemm") => "mx_gemm_* (cp.async)".to_string(),
+            Err(_) | Ok("") | Ok("tgemm") => "mx_tgemm_* (TMA)".to_string(),
+            Ok(other) => format!("invalid MXHOST_MX_GEMM_KERNEL={other:?} (GEMMs will fail)"),
+        }
+    );
     let mut ctx = Ctx {
         plugin,
         gpu,

@@ -16,9 +16,13 @@
 //! - Grouped GEMM: operands are brought to the K-major FP8 layouts the GEMM reads
 //!   (quantizing dense operands in the canonical layouts of docs/numerics.md, transposing
 //!   where needed), E8M0 scales become FP32 tables (`mx_scales_to_f32`), then one
-//!   `mx_gemm_*` launch. Requests the kernels cannot run exactly (reduction length not a
-//!   multiple of 16, pre-quantized layouts with scales along the wrong axis, more than
-//!   1024 experts, ...) return Unsupported with the reason, never a wrong result.
+//!   GEMM launch: `mx_tgemm_*` (TMA, the default) or `mx_gemm_*` (cp.async), chosen by
+//!   `MXHOST_MX_GEMM_KERNEL=tgemm|gemm` (see [`launch_gemm`]; a launch the TMA kernels
+//!   cannot take runs on `mx_gemm_*`, same results; `MXHOST_MX_GEMM_TRACE=1` logs every
+//!   GEMM launch and any fallback to stderr). Requests the kernels cannot run exactly
+//!   (reduction length not a multiple of 16, pre-quantized layouts with scales along the
+//!   wrong axis, more than 1024 experts, ...) return Unsupported with the reason, never a
+//!   wrong result.
 
 use crate::kernels::{self, Unit};
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
@@ -95,17 +99,41 @@ struct GemmParams {
     out_t: i32,
 }
 
+/// `MxGemmTmaParams` of mx_grouped_gemm.cu (the single parameter of `mx_tgemm_*`):
+/// two opaque `CUtensorMap`s (128 B each) and `MxGemmParams`, 64-byte aligned, 448 B.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct TGemmParams {
+    tm_a: [u64; 16],
+    tm_b: [u64; 16],
+    g: GemmParams,
+    _pad: [u8; 56],
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<GemmParams>() == 136);
+    assert!(std::mem::size_of::<TGemmParams>() == 448);
+    assert!(std::mem::align_of::<TGemmParams>() == 64);
+    assert!(std::mem::offset_of!(TGemmParams, tm_a) == 0);
+    assert!(std::mem::offset_of!(TGemmParams, tm_b) == 128);
+    assert!(std::mem::offset_of!(TGemmParams, g) == 256);
+};
+
 struct Dev {
     ctx: cu::CUcontext,
     arch: String,
     sms: u32,
     driver: i32,
+    /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN` (bytes).
+    smem_optin: i32,
     funcs: Mutex<HashMap<String, FuncHandle>>,
     loaded: Mutex<Vec<Unit>>,
 }
 
+/// A loaded kernel and whether it can be launched with the dynamic shared memory our
+/// launches use (false only for a `mx_tgemm_*` kernel on a device that cannot give it).
 #[derive(Clone, Copy)]
-struct FuncHandle(cu::CUfunction);
+struct FuncHandle(cu::CUfunction, bool);
 // SAFETY: CUDA driver handles are process-wide and usable from any thread once the
 // context is current; modules are never unloaded.
 unsafe impl Send for FuncHandle {}
@@ -153,6 +181,8 @@ fn device(ordinal: i32) -> PluginResult<&'static Dev> {
         attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(drv("cuDeviceGetAttribute"))?;
     let sms =
         attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(drv("cuDeviceGetAttribute"))?;
+    let smem_optin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(drv("cuDeviceGetAttribute"))?;
     if (major, minor) != (9, 0) {
         return Err(PluginError::unsupported(format!(
             "CUDA backend: the MXFP8 kernels need a Hopper GPU (sm_90a); device {ordinal} is sm_{major}{minor}"
@@ -166,6 +196,7 @@ fn device(ordinal: i32) -> PluginResult<&'static Dev> {
         arch: "sm_90a".into(),
         sms: sms.max(1) as u32,
         driver,
+        smem_optin,
         funcs: Mutex::new(HashMap::new()),
         loaded: Mutex::new(Vec::new()),
     }));
@@ -176,9 +207,19 @@ fn device(ordinal: i32) -> PluginResult<&'static Dev> {
 impl Dev {
     /// The kernel `name` of `unit`, compiling and loading the unit on first use.
     fn func(&self, unit: Unit, name: &str) -> PluginResult<cu::CUfunction> {
+        self.func_opt(unit, name)?.ok_or_else(|| {
+            PluginError::backend(format!(
+                "CUDA backend: device cannot give kernel {name} its dynamic shared memory"
+            ))
+        })
+    }
+
+    /// Like [`Dev::func`], but `None` for a `mx_tgemm_*` kernel whose shared memory
+    /// (dynamic + static) exceeds what the device allows per block.
+    fn func_opt(&self, unit: Unit, name: &str) -> PluginResult<Option<cu::CUfunction>> {
         let mut funcs = self.funcs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(f) = funcs.get(name) {
-            return Ok(f.0);
+            return Ok(f.1.then_some(f.0));
         }
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
         if loaded.contains(&unit) {
@@ -207,7 +248,7 @@ impl Dev {
                 "mx_transpose_u8".into(),
                 "mx_wgrad_relayout".into(),
             ],
-            Unit::Gemm { .. } => vec![unit.gemm_name().unwrap()],
+            Unit::Gemm { .. } | Unit::TGemm { .. } => vec![unit.gemm_name().unwrap()],
         };
         for n in names {
             let c = CString::new(n.clone()).unwrap();
@@ -216,6 +257,7 @@ impl Dev {
             unsafe { cu::cuModuleGetFunction(&mut f, module, c.as_ptr()) }
                 .result()
                 .map_err(drv("cuModuleGetFunction"))?;
+            let mut usable = true;
             if let Unit::Gemm { w2d, .. } = unit {
                 let smem = gemm_smem(w2d);
                 // SAFETY: valid function handle.
@@ -229,10 +271,37 @@ impl Dev {
                 .result()
                 .map_err(drv("cuFuncSetAttribute(max dynamic shared memory)"))?;
             }
-            funcs.insert(n, FuncHandle(f));
+            if let Unit::TGemm { w2d, .. } = unit {
+                // 216064 / 222208 B dynamic + ~9.2 KB static: fits Hopper's 227 KB opt-in;
+                // a device that cannot give it leaves the kernel unusable (→ mx_gemm_*).
+                let smem = tgemm_smem(w2d) as i32;
+                let mut stat: i32 = 0;
+                // SAFETY: valid function handle, plain out-parameter.
+                unsafe {
+                    cu::cuFuncGetAttribute(
+                        &mut stat,
+                        cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                        f,
+                    )
+                }
+                .result()
+                .map_err(drv("cuFuncGetAttribute(static shared memory)"))?;
+                usable = smem + stat <= self.smem_optin
+                    // SAFETY: valid function handle.
+                    && unsafe {
+                        cu::cuFuncSetAttribute(
+                            f,
+                            cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            smem,
+                        )
+                    }
+                    .result()
+                    .is_ok();
+            }
+            funcs.insert(n, FuncHandle(f, usable));
         }
         loaded.push(unit);
-        funcs.get(name).map(|f| f.0).ok_or_else(|| {
+        funcs.get(name).map(|f| f.1.then_some(f.0)).ok_or_else(|| {
             PluginError::backend(format!("kernel {name} is not in module {}", unit.label()))
         })
     }
@@ -241,6 +310,13 @@ impl Dev {
 /// Dynamic shared memory of our GEMM instantiations (NC = 2, 5 stages).
 fn gemm_smem(w2d: bool) -> u32 {
     kernels::GEMM_STAGES * if w2d { 39040 } else { 40960 }
+}
+
+/// Dynamic shared memory of our TMA GEMM instantiations: 6 stages of 35840 (w2d) /
+/// 36864 (w1d) bytes + 1024 B slack for the 1024-byte alignment of SWIZZLE_128B tiles
+/// (216064 / 222208 B, README).
+fn tgemm_smem(w2d: bool) -> u32 {
+    kernels::TGEMM_STAGES * if w2d { 35840 } else { 36864 } + 1024
 }
 
 /// One call's launch context: device, stream and stream-ordered scratch buffers.
@@ -603,14 +679,8 @@ impl Backend for CudaBackend {
         let (q, s, o) = (ptr(&i.data), ptr(&i.scales), ptr(out));
         let out_bf16: i32 = (out.dtype == DType::Bf16) as i32;
         let fmt: i32 = fmt_code(i.format) as i32;
-        let (r64, c64, rdiv, cdivv, srs, sbs) = (
-            r as i64,
-            c as i64,
-            rdiv,
-            cdivv,
-            srs as i64,
-            sbs as i64,
-        );
+        let (r64, c64, rdiv, cdivv, srs, sbs) =
+            (r as i64, c as i64, rdiv, cdivv, srs as i64, sbs as i64);
         call.launch(
             Unit::Aux,
             "mx_dequantize",
@@ -985,6 +1055,162 @@ fn gemm_rows(
     launch_gemm(call, a.fmt, b.fmt, b.w2d, out_bf16, &p)
 }
 
+/// Which grouped-GEMM kernel family `MXHOST_MX_GEMM_KERNEL` asks for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum GemmFamily {
+    /// `mx_tgemm_*` (TMA, 128-byte swizzle; the default).
+    TGemm,
+    /// `mx_gemm_*` (cp.async).
+    Gemm,
+}
+
+fn gemm_family() -> PluginResult<GemmFamily> {
+    match std::env::var("MXHOST_MX_GEMM_KERNEL") {
+        Err(_) => Ok(GemmFamily::TGemm),
+        Ok(v) => match v.trim() {
+            "" | "tgemm" => Ok(GemmFamily::TGemm),
+            "gemm" => Ok(GemmFamily::Gemm),
+            other => Err(PluginError::invalid(format!(
+                "MXHOST_MX_GEMM_KERNEL={other:?}: expected `tgemm` (TMA kernels, the default) or `gemm` (cp.async kernels)"
+            ))),
+        },
+    }
+}
+
+/// `MXHOST_MX_GEMM_TRACE=1`: one stderr line per GEMM launch (kernel, shape, fallback).
+fn gemm_trace() -> bool {
+    static T: OnceLock<bool> = OnceLock::new();
+    *T.get_or_init(|| std::env::var("MXHOST_MX_GEMM_TRACE").as_deref() == Ok("1"))
+}
+
+/// A 2-D UINT8 tensor map for `mx_tgemm_*` (README: box 128 × 128, SWIZZLE_128B, L2
+/// promotion 256 B, OOB zero fill): `rows` rows of `inner` bytes, `ld` bytes apart.
+/// `Err(reason)` where TMA cannot describe the operand.
+fn encode_2d(addr: u64, inner: u64, rows: u64, ld: u64) -> Result<[u64; 16], String> {
+    use cu::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    use cu::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
+    use cu::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE;
+    use cu::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    use cu::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B;
+    // cuTensorMapEncodeTiled's rules: global address 16-byte aligned, global strides
+    // multiples of 16 bytes and < 2^40, every global dimension in 1..=2^32 (the driver
+    // rejects 0 rows: encode 1, the kernel never reads past its row count).
+    if !addr.is_multiple_of(16) {
+        return Err(format!(
+            "operand address {addr:#x} is not 16-byte aligned (TMA)"
+        ));
+    }
+    if !ld.is_multiple_of(16) || ld >= 1 << 40 {
+        return Err(format!(
+            "row stride {ld} B is not a multiple of 16 bytes below 2^40 (TMA global stride)"
+        ));
+    }
+    let rows = rows.max(1);
+    if inner == 0 || inner > 1 << 32 || rows > 1 << 32 {
+        return Err(format!(
+            "TMA global dimensions {inner} × {rows} out of range"
+        ));
+    }
+    let dims: [u64; 2] = [inner, rows];
+    let strides: [u64; 1] = [ld];
+    let boxd: [u32; 2] = [128, 128];
+    let estr: [u32; 2] = [1, 1];
+    let mut tm = cu::CUtensorMap { opaque: [0; 16] };
+    // SAFETY: all arrays are live for the call and sized for rank 2; encoding is a pure
+    // host call that writes `tm`.
+    let rc = unsafe {
+        cu::cuTensorMapEncodeTiled(
+            &mut tm,
+            CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            2,
+            addr as *mut c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxd.as_ptr(),
+            estr.as_ptr(),
+            CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if rc != cu::CUresult::CUDA_SUCCESS {
+        return Err(format!(
+            "cuTensorMapEncodeTiled({inner} × {rows}, ld {ld}) returned {rc:?}"
+        ));
+    }
+    Ok(tm.opaque)
+}
+
+/// Whether the driver has `cuTensorMapEncodeTiled` (CUDA ≥ 12.0; cudarc panics on a
+/// missing symbol, so probe first).
+fn tensor_map_available(dev: &Dev) -> bool {
+    static A: OnceLock<bool> = OnceLock::new();
+    dev.driver >= 12000
+        && *A.get_or_init(|| {
+            // SAFETY: looks the symbol up in the already loaded driver library.
+            unsafe {
+                cu::culib()
+                    .get::<unsafe extern "C" fn()>(b"cuTensorMapEncodeTiled")
+                    .is_ok()
+            }
+        })
+}
+
+/// The `mx_tgemm_*` parameter block for `p` (README "Tensor maps"), or why the TMA
+/// kernels cannot run it. What makes `mx_tgemm_*` fall back to `mx_gemm_*`:
+/// - a driver without `cuTensorMapEncodeTiled` (CUDA < 12.0);
+/// - A or B not 16-byte aligned (TMA global address), SA or SB not 16-byte aligned
+///   (bulk copies of the scale tables); our scratch buffers always are, a pre-quantized
+///   operand passed in place might not be;
+/// - `lda`/`ldb` not multiples of 16 bytes (TMA global strides; forward/dgrad already
+///   require K % 16 == 0 and wgrad's padded layout has ld = Mpad, a multiple of 128, so
+///   this is a guard, not an expected case); grouped mode also needs `b_es % ldb == 0`;
+/// - any other encoding error of the driver.
+///
+/// (The device not giving the ~225 KB of shared memory is checked when the kernel
+/// loads, [`Dev::func_opt`].) Wgrad runs each expert's whole zero-padded segment:
+/// both wgrad producers (grouped `COLS` quantizer, `mx_wgrad_relayout`) write zeros
+/// with a finite scale there, so every wgrad the backend launches qualifies.
+fn tgemm_params(dev: &Dev, p: &GemmParams) -> Result<TGemmParams, String> {
+    if !tensor_map_available(dev) {
+        return Err(format!(
+            "driver {} has no cuTensorMapEncodeTiled",
+            dev.driver
+        ));
+    }
+    if !p.sa.is_multiple_of(16) || !p.sb.is_multiple_of(16) {
+        return Err("scale tables not 16-byte aligned (bulk copies)".into());
+    }
+    let (lda, ldb) = (p.lda as u64, p.ldb as u64);
+    let (tm_a, tm_b) = if p.batched == 0 {
+        if p.k % 16 != 0 || p.ldb <= 0 || p.b_es % p.ldb != 0 {
+            return Err(format!(
+                "grouped mode needs K % 16 == 0 and b_es % ldb == 0 (K {}, b_es {}, ldb {})",
+                p.k, p.b_es, p.ldb
+            ));
+        }
+        let brows = p.e as u64 * (p.b_es / p.ldb) as u64;
+        (
+            encode_2d(p.a, p.k as u64, p.m as u64, lda)?,
+            encode_2d(p.b, p.k as u64, brows, ldb)?,
+        )
+    } else {
+        (
+            encode_2d(p.a, lda, p.m as u64, lda)?,
+            encode_2d(p.b, ldb, p.n as u64, ldb)?,
+        )
+    };
+    Ok(TGemmParams {
+        tm_a,
+        tm_b,
+        g: *p,
+        _pad: [0; 56],
+    })
+}
+
+/// One grouped-GEMM launch: `mx_tgemm_*` unless `MXHOST_MX_GEMM_KERNEL=gemm` or the TMA
+/// kernels cannot take `p` ([`tgemm_params`]), else `mx_gemm_*` (same math, same results).
 fn launch_gemm(
     call: &Call,
     fa: u8,
@@ -993,6 +1219,44 @@ fn launch_gemm(
     out_bf16: bool,
     p: &GemmParams,
 ) -> PluginResult<()> {
+    let grid = call.dev.sms as usize;
+    let trace = gemm_trace();
+    let shape = format!(
+        "M {} N {} K {} E {} batched {}",
+        p.m, p.n, p.k, p.e, p.batched
+    );
+    let family = gemm_family()?;
+    let mut fallback = None;
+    if family == GemmFamily::TGemm {
+        let unit = Unit::TGemm {
+            fa,
+            fb,
+            w2d,
+            out_bf16,
+        };
+        let name = unit.gemm_name().unwrap();
+        match tgemm_params(call.dev, p) {
+            Ok(tp) => {
+                if call.dev.func_opt(unit, &name)?.is_some() {
+                    if trace {
+                        eprintln!("mxhost-plugin-mxfp8: GEMM {name} ({shape})");
+                    }
+                    return call.launch(
+                        unit,
+                        &name,
+                        (grid, 1, 1),
+                        (kernels::TGEMM_THREADS, 1, 1),
+                        tgemm_smem(w2d),
+                        &mut [arg(&tp)],
+                    );
+                }
+                fallback = Some(format!(
+                    "{name} needs more shared memory than the device gives a block"
+                ));
+            }
+            Err(why) => fallback = Some(why),
+        }
+    }
     let unit = Unit::Gemm {
         fa,
         fb,
@@ -1000,7 +1264,14 @@ fn launch_gemm(
         out_bf16,
     };
     let name = unit.gemm_name().unwrap();
-    let grid = call.dev.sms as usize;
+    if trace {
+        match &fallback {
+            Some(why) => eprintln!(
+                "mxhost-plugin-mxfp8: GEMM {name} ({shape}) [fallback from mx_tgemm: {why}]"
+            ),
+            None => eprintln!("mxhost-plugin-mxfp8: GEMM {name} ({shape})"),
+        }
+    }
     call.launch(
         unit,
         &name,
