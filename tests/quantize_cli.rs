@@ -30,7 +30,10 @@ fn input_file() -> PathBuf {
     // Tests run on threads of one process: each call gets its own file.
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("mxhost-q-in-{}-{n}.safetensors", std::process::id()));
+    let path = std::env::temp_dir().join(format!(
+        "mxhost-q-in-{}-{n}.safetensors",
+        std::process::id()
+    ));
     safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &path).unwrap();
     path
 }

@@ -365,7 +365,12 @@ pub fn mse_loss(p: &[f32], t: &[f32], sp: &[u64], st: &[u64]) -> OpsResult<(f64,
     let partial: Vec<f64> = p
         .par_chunks(CHUNK)
         .zip(t.par_chunks(CHUNK))
-        .map(|(a, b)| a.iter().zip(b).map(|(&x, &y)| ((x - y) as f64).powi(2)).sum::<f64>())
+        .map(|(a, b)| {
+            a.iter()
+                .zip(b)
+                .map(|(&x, &y)| ((x - y) as f64).powi(2))
+                .sum::<f64>()
+        })
         .collect();
     let loss = partial.iter().sum::<f64>() / p.len().max(1) as f64;
     Ok((loss, map2(p, t, |a, b| 2.0 * (a - b) / n)))
