@@ -152,14 +152,21 @@ proptest! {
 /// Transformer Engine and torchao and document the case (docs/numerics.md).
 #[test]
 fn rceil_subnormal_quotient_edge_clips_by_one_ulp() {
-    for (bits, format) in [(0x0460_0001u32, MxFormat::E4m3), (0x07E0_0001, MxFormat::E5m2)] {
+    for (bits, format) in [
+        (0x0460_0001u32, MxFormat::E4m3),
+        (0x07E0_0001, MxFormat::E5m2),
+    ] {
         let x = vec![f32::from_bits(bits); 32];
         let shape = [1u64, 32];
         let l = BlockLayout::vector(1);
         let (d, s) = quantize(&x, &shape, l, format, ScaleMode::Rceil);
         assert_eq!(s, vec![0], "{format:?}: b = 0");
         let y = dequantize(&d, &s, &shape, l, format);
-        assert_eq!(y[0].to_bits(), bits - 1, "{format:?}: clipped to elem_max · 2^-127, one ulp below x");
+        assert_eq!(
+            y[0].to_bits(),
+            bits - 1,
+            "{format:?}: clipped to elem_max · 2^-127, one ulp below x"
+        );
         // Two ulps above, the quotient no longer rounds to 2^-127: b = 1, no clipping.
         let x2 = vec![f32::from_bits(bits + 2); 32];
         let (_, s2) = quantize(&x2, &shape, l, format, ScaleMode::Rceil);
