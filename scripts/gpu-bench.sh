@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The GPU run behind docs/perf.md's end-to-end tables, on a GPU machine (no Rust there),
+# from the repository root with dist/ built by scripts/dist.sh. Logs go to $OUT (or
+# out/gpu). Everything runs in one call so every ratio is taken side by side:
+#   1. mxhost selftest (CUDA vs the CPU backend), TMA kernels, launches traced;
+#   2. bench_peers.py (torch _grouped_mm BF16 and the other peers) → peer_bench.csv;
+#   3. mxhost bench with the TMA kernels and with the cp.async kernels, × BF16 from 2.;
+#   4. hello-gemm and a shortened toy-moe with --device cuda.
+set -uo pipefail
+out="${OUT:-out/gpu}"
+mkdir -p "$out"
+shapes="${SHAPES:-a,b,c,d}"
+nvidia-smi -L | tee "$out/device.txt"
+echo "== selftest (tgemm)"
+MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 dist/mxhost selftest --device cuda --quick \
+    >"$out/selftest.txt" 2>"$out/selftest_trace.txt"
+echo "selftest rc=$? ; tgemm launches: $(grep -c mx_tgemm "$out/selftest_trace.txt"), cp.async launches: $(grep -c 'mx_gemm_' "$out/selftest_trace.txt"), fallbacks: $(grep -ci fallback "$out/selftest_trace.txt")"
+grep -E "kernel family|PASS|FAIL|passed|failed" "$out/selftest.txt" | tail -4
+echo "== bench_peers.py"
+timeout 150 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-70}" >"$out/peers.txt" 2>&1
+echo "peers rc=$?"; [ -f "$out/peer_bench.csv" ] || cp peer_bench.csv "$out/" 2>/dev/null
+for k in tgemm gemm; do
+    echo "== mxhost bench ($k)"
+    MXHOST_MX_GEMM_KERNEL=$k timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        --peers "$out/peer_bench.csv" --json "$out/bench_$k.json" 2>&1 | tee "$out/bench_$k.txt"
+done
+echo "== hello-gemm (cuda)"
+timeout 60 dist/mxhost run dist/hello-gemm.wasm --device cuda 2>&1 | tail -12
+echo "== toy-moe (cuda, 100 steps)"
+timeout 120 dist/mxhost run dist/toy-moe.wasm --device cuda --out "$out/toy" -- --steps 100 2>&1 | tail -8
