@@ -12,17 +12,21 @@ mkdir -p "$out"
 shapes="${SHAPES:-a,b,c,d}"
 nvidia-smi -L | tee "$out/device.txt"
 echo "== selftest (tgemm)"
+trace=$(mktemp)
 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 dist/mxhost selftest --device cuda --quick \
-    >"$out/selftest.txt" 2>"$out/selftest_trace.txt"
-echo "selftest rc=$? ; tgemm launches: $(grep -c mx_tgemm "$out/selftest_trace.txt"), cp.async launches: $(grep -c 'mx_gemm_' "$out/selftest_trace.txt"), fallbacks: $(grep -ci fallback "$out/selftest_trace.txt")"
-grep -E "kernel family|PASS|FAIL|passed|failed" "$out/selftest.txt" | tail -4
+    >"$out/selftest.txt" 2>"$trace"
+rc=$?
+# (At most 8 files come back from a device call: the trace is summarised, not kept.)
+echo "selftest rc=$rc; tgemm launches: $(grep -c mx_tgemm "$trace"), cp.async launches: $(grep -c 'mx_gemm_' "$trace"), fallbacks: $(grep -ci fallback "$trace")" | tee -a "$out/selftest.txt"
+grep -i fallback "$trace" | sort | uniq -c | head -5
+grep -E "kernel family|FAIL|passed|failed" "$out/selftest.txt" | tail -6
 echo "== bench_peers.py"
-timeout 150 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-70}" >"$out/peers.txt" 2>&1
-echo "peers rc=$?"; [ -f "$out/peer_bench.csv" ] || cp peer_bench.csv "$out/" 2>/dev/null
+OUT="$out" timeout 150 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-70}" >"$out/peers.txt" 2>&1
+echo "peers rc=$?"
 for k in tgemm gemm; do
     echo "== mxhost bench ($k)"
     MXHOST_MX_GEMM_KERNEL=$k timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
-        --peers "$out/peer_bench.csv" --json "$out/bench_$k.json" 2>&1 | tee "$out/bench_$k.txt"
+        --peers "$out/peer_bench.csv" --json "$out/bench_$k.json" 2>&1
 done
 echo "== hello-gemm (cuda)"
 timeout 60 dist/mxhost run dist/hello-gemm.wasm --device cuda 2>&1 | tail -12
