@@ -97,3 +97,21 @@ fn malformed_and_wrong_world_components_are_refused() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn guest_clocks_are_coarse() {
+    let r = run_guest("fixtures", &[], &["clock"]);
+    assert_eq!(r.code, Some(0), "{}", r.both());
+    let lines: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.split_whitespace().count() == 2)
+        .collect();
+    assert_eq!(lines.len(), 5, "{}", r.stdout);
+    for l in lines {
+        assert!(
+            l.split_whitespace().all(|v| v == "0"),
+            "sub-millisecond clock part in `{l}`"
+        );
+    }
+}

@@ -121,3 +121,49 @@ mod tests {
         assert!(parse_env("=x").is_err());
     }
 }
+
+/// Clock resolution guests see: enough to time a training step, too coarse for
+/// timing side channels on the host's native code.
+pub const CLOCK_RESOLUTION: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Wall clock rounded down to [`CLOCK_RESOLUTION`].
+pub struct CoarseWallClock;
+
+impl wasmtime_wasi::HostWallClock for CoarseWallClock {
+    fn resolution(&self) -> std::time::Duration {
+        CLOCK_RESOLUTION
+    }
+    fn now(&self) -> std::time::Duration {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let step = CLOCK_RESOLUTION.as_nanos();
+        std::time::Duration::from_nanos(((t.as_nanos() / step) * step) as u64)
+    }
+}
+
+/// Monotonic clock (nanoseconds since the guest started) rounded down to
+/// [`CLOCK_RESOLUTION`].
+pub struct CoarseMonotonicClock(std::time::Instant);
+
+impl CoarseMonotonicClock {
+    pub fn new() -> Self {
+        CoarseMonotonicClock(std::time::Instant::now())
+    }
+}
+
+impl Default for CoarseMonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl wasmtime_wasi::HostMonotonicClock for CoarseMonotonicClock {
+    fn resolution(&self) -> u64 {
+        CLOCK_RESOLUTION.as_nanos() as u64
+    }
+    fn now(&self) -> u64 {
+        let step = CLOCK_RESOLUTION.as_nanos();
+        ((self.0.elapsed().as_nanos() / step) * step) as u64
+    }
+}

@@ -46,8 +46,11 @@ impl WasiView for HostState {
 }
 
 /// No sockets and no name lookup (WASI's defaults already deny every address; this
-/// makes the policy explicit and independent of those defaults).
-fn deny_network(b: &mut wasmtime_wasi::WasiCtxBuilder) {
+/// makes the policy explicit and independent of those defaults), and coarse clocks.
+fn restrict(b: &mut wasmtime_wasi::WasiCtxBuilder) {
+    // Clocks at 1 ms resolution (see `capabilities::CLOCK_RESOLUTION`).
+    b.wall_clock(crate::capabilities::CoarseWallClock)
+        .monotonic_clock(crate::capabilities::CoarseMonotonicClock::new());
     b.allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false);
@@ -56,14 +59,14 @@ fn deny_network(b: &mut wasmtime_wasi::WasiCtxBuilder) {
 /// A WASI context with nothing granted but stdout/stderr (for tables the guest prints).
 pub fn sandboxed_wasi() -> WasiCtx {
     let mut b = wasmtime_wasi::WasiCtxBuilder::new();
-    deny_network(&mut b);
+    restrict(&mut b);
     b.inherit_stdout().inherit_stderr().build()
 }
 
 /// The sandboxed context plus the explicit grants of `caps`.
 pub fn wasi_with(caps: &Capabilities) -> anyhow::Result<WasiCtx> {
     let mut b = wasmtime_wasi::WasiCtxBuilder::new();
-    deny_network(&mut b);
+    restrict(&mut b);
     b.inherit_stdout().inherit_stderr();
     caps.apply(&mut b)?;
     Ok(b.build())
