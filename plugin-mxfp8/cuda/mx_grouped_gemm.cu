@@ -528,6 +528,67 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
   }
 }
 
+// v2 main loop (run 8): one m64n128k32 per k32 step into two alternating 64-register
+// buffers written in place (scale-d = 0); step i+1's wgmma is issued before step i is
+// promoted (wait<1>), so the tensor core works on i+1 while the warpgroup's FFMAs promote
+// i. One straight-line group per stage (4 k32 steps), drained at its end (no wgmma in
+// flight across a loop back-edge: no C7514). Per k32 step: 1 wgmma (MODE 0: 2), one 16-byte
+// weight-scale load; the stage's A-row scales (kb 0..3 of rows wrow and wrow+8, stage-major
+// table) are two 16-byte loads per stage instead of two 4-byte loads per step. SASS of the
+// w2d step: 1 QGMMA, 64 FFMA, ~11 FMUL, ~8 other (MODE 0: ~96 instructions per k32 step).
+// Promotion per k32 step is MODE 0's: columns 0-63 then 64-127, the same products
+// s_a * s_b, the same FFMAs in the same k order, so the results equal MODE 0's bit for bit
+// as long as the tensor core's k32 partial of an output does not depend on the wgmma N
+// (n128 here, n64 in MODE 0); bench.py reports the bitwise comparison.
+template <int FA, int FB, int SB2D, int NS, int STAGES>
+MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u8* sgen,
+                         mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane) {
+  constexpr int STAGE = MxtLayout<SB2D>::STAGE;
+  constexpr int NQ = 4 * NS;
+  const int st0 = stage;
+  const int st1 = (stage + 1 == STAGES) ? 0 : stage + 1;
+  mbar_wait(&full[st0], phase);
+  if (NS == 2) mbar_wait(&full[st1], st1 == 0 ? (phase ^ 1) : phase);
+  const mx_u32 b0 = sbase + st0 * STAGE, b1 = sbase + st1 * STAGE;
+  float4 sa0 = make_float4(0.f, 0.f, 0.f, 0.f), sa1 = sa0;
+#pragma unroll
+  for (int q = 0; q < NQ + 1; ++q) {
+    if (q < NQ) {
+      const mx_u32 bb = (q < 4 ? b0 : b1) + 32 * (q & 3);
+      float* cur = (q & 1) ? tb : ta;
+      reg_pin<64>(cur);
+      wgmma_fence();
+      wgmma_m64n128k32_inplace<FA, FB>(cur, make_smem_desc_sw128(bb + wg * 8192), make_smem_desc_sw128(bb + 16384));
+      wgmma_commit();
+    }
+    if (q >= 1) {
+      const int ip = q - 1, j = ip & 3;
+      const mx_u32 bs = ip < 4 ? b0 : b1;
+      if (j == 0) {
+        // This stage's A-row scales, kb 0..3 (stage-major: row*4 + kb, 16 bytes per row).
+        sa0 = lds_f32x4(bs + MXT_SA_OFF + 16 * wrow);
+        sa1 = lds_f32x4(bs + MXT_SA_OFF + 16 * (wrow + 8));
+      }
+      const float s0 = j == 0 ? sa0.x : (j == 1 ? sa0.y : (j == 2 ? sa0.z : sa0.w));
+      const float s1 = j == 0 ? sa1.x : (j == 1 ? sa1.y : (j == 2 ? sa1.z : sa1.w));
+      float4 sb4 = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (SB2D) sb4 = lds_f32x4(bs + MXT_SB_OFF + 16 * j);
+      const float* sBg = reinterpret_cast<const float*>(sgen + (ip < 4 ? st0 : st1) * STAGE + MXT_SB_OFF);
+      if (q < NQ) wgmma_wait<1>(); else wgmma_wait<0>();
+      float* prv = (ip & 1) ? tb : ta;
+      reg_pin<64>(prv);
+      mxt_promote<SB2D, 0>(acc, prv, s0, s1, make_float2(sb4.x, sb4.y), sBg + 128 * j, lane);
+      mxt_promote<SB2D, 1>(acc, prv + 32, s0, s1, make_float2(sb4.z, sb4.w), sBg + 128 * j, lane);
+      if (NS == 2 && ip == 3 && lane == 0) mbar_arrive(&empty[st0]);
+    }
+  }
+  if (lane == 0) mbar_arrive(&empty[NS == 2 ? st1 : st0]);
+#pragma unroll
+  for (int g = 0; g < NS; ++g) {
+    if (++stage == STAGES) { stage = 0; phase ^= 1; }
+  }
+}
+
 template <int OUT_BF16>
 MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* acc, int wrow, int lane) {
   const int r0 = wrow, r1 = wrow + 8;
@@ -654,6 +715,111 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   }
 }
 
+// ---- v2 kernel (run 8) ----
+// Same launch contract as mx_tgemm_* (384 threads, same dynamic shared memory, same
+// parameter struct, same producer mxt_fill). Register fit (ptxas: 0 bytes spill in all four
+// instantiations at consumers 232 / producer 40, the default split): acc 64 + 2 x 64
+// partials = 192 of 232. Found with ptxas -v / SASS: the same m64n128 double buffer
+// spilled ~500 B in MODE 2 (even at 240) because of the second, NS = 1 tail copy of the
+// straight-line group: ptxas placed the 64-register buffers differently in the two copies
+// and moved accumulators through local memory between them (24 accumulators spilled);
+// v2 has one group shape (one stage), which alone removed the consumer spills. With a
+// 24-register producer (consumers 240) the producer side still spilled: values computed
+// before setmaxnreg and live in both roles, and the padding-row zeroing after the role
+// split; v2 computes per role and zeroes padding in the consumers only (kept at 40/232).
+MX_DEV MxtCtx mxt_ctx(const MxGemmParams& p, const int* g_start, const int* g_pre) {
+  MxtCtx c;
+  c.ntn = (p.N + MXG_BN - 1) / MXG_BN;
+  c.tiles_m = p.batched ? (p.M + MXT_BM - 1) / MXT_BM : g_pre[p.E];
+  c.total = p.batched ? p.E * c.tiles_m * c.ntn : c.tiles_m * c.ntn;
+  c.brows_e = p.batched ? 0 : (int)(p.b_es / p.ldb);
+  c.g_start = g_start; c.g_pre = g_pre;
+  return c;
+}
+
+#ifndef MXT_V2_PREG
+#define MXT_V2_PREG 40   // producer registers; consumers get (504 - MXT_V2_PREG) / 2 = 232
+#endif                   // (pool: 168 x 384 = 504 x 128; 24 -> 240 spills in the producer)
+template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES>
+MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
+  const MxGemmParams& p = P.g;
+  extern __shared__ __align__(1024) mx_u8 mxt_smem[];
+  __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
+  __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
+
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) { mbar_init(&full[s], 1); mbar_init(&empty[s], 8); }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    tma_prefetch_desc(&P.tmA); tma_prefetch_desc(&P.tmB);
+  }
+  if (tid >= 32 && tid < 64) {
+    if (!p.batched) warp_group_tables(p.offs, p.E, MXT_BM, 1, g_start, g_pre);
+    else warp_group_tables(p.offs, p.E, 128, 128, g_start, g_pre);
+  }
+  __syncthreads();
+
+  if (tid >= 256) {
+    // ---- producer warpgroup: one thread issues every TMA / bulk copy ----
+    setmaxnreg_dec<MXT_V2_PREG>();
+    if (tid == 256) {
+      const mx_u32 sraw = smem_u32(mxt_smem);
+      const mx_u32 sbase = (sraw + 1023u) & ~1023u;
+      const MxtCtx c = mxt_ctx(p, g_start, g_pre);
+      MxtProd prod;
+      prod.t = (int)blockIdx.x - (int)gridDim.x; prod.ks = 0; prod.nst = 0;
+      prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
+      prod.stage = 0; prod.phase = 0; prod.pc = 0;
+      mxt_fill<SB2D, STAGES>(prod, 0x7ffffffe, P, c, sbase, full, empty);
+    }
+    return;
+  }
+  // ---- consumers ----
+  setmaxnreg_inc<(504 - MXT_V2_PREG) / 2>();
+  const mx_u32 sraw = smem_u32(mxt_smem);
+  const mx_u32 sbase = (sraw + 1023u) & ~1023u;           // TMA SWIZZLE_128B needs 1024-B alignment
+  const mx_u8* sgen = mxt_smem + (sbase - sraw);
+  const MxtCtx c = mxt_ctx(p, g_start, g_pre);
+  const int wg = tid >> 7;
+  const int lt = tid & 127;
+  const int warp = lt >> 5, lane = lt & 31;
+  const int wrow = 64 * wg + 16 * warp + (lane >> 2);
+  int stage = 0; mx_u32 phase = 0;
+  float acc[64], t0[64], t1[64];
+  for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
+    int nst;
+    {
+      const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
+      nst = mxt_tile_stages(p, T, g_pre);
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    for (; nst >= 1; --nst)
+      mxt_group_v2<FA, FB, SB2D, 1, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+    int te = t;
+    asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
+    const MxgTile T = mxg_decode(p, te, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
+    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
+  }
+
+  // ---- grouped mode: zero the padding rows (rows >= offs[E-1]), consumer threads only ----
+  if (!p.batched) {
+    const mx_i64 r_begin = g_start[p.E];
+    const mx_i64 cnt = ((mx_i64)p.M - r_begin) * p.N;
+    for (mx_i64 i = (mx_i64)blockIdx.x * 256 + tid; i < cnt; i += (mx_i64)gridDim.x * 256) {
+      const mx_i64 r = r_begin + i / p.N, c2 = i % p.N;
+      if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c2] = 0;
+      else reinterpret_cast<float*>(p.out)[r * p.ldo + c2] = 0.f;
+    }
+  }
+}
+
+// mx_tgemm_<...>_v2: MODE 4 main loop (see mxt_group_v2 / mx_tgemm_v2_impl). Same launch
+// and parameters as the corresponding mx_tgemm_* kernel.
+#define MXT_INST_V2(NAME, FA, FB, SB2D, OBF, ST) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST>(p); }
+
 #define MXT_INST_M(NAME, FA, FB, SB2D, OBF, ST, MODE) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_impl<FA, FB, SB2D, OBF, ST, MODE>(p); }
@@ -686,4 +852,13 @@ MXT_INST(mx_tgemm_e4m3e4m3_w1d_f32,  0, 0, 0, 0, 6)
 MXT_INST(mx_tgemm_e5m2e4m3_w2d_bf16, 1, 0, 1, 1, 6)
 MXT_INST(mx_tgemm_e5m2e4m3_w1d_bf16, 1, 0, 0, 1, 6)
 MXT_INST(mx_tgemm_e5m2e5m2_w2d_f32,  1, 1, 1, 0, 6)
+#endif
+
+// v2 kernels (run 8), opt-in: define MXT_INSTANTIATE_V2 (bench/launch.cu and
+// bench/nvrtc_check.py do). Same parameters and launch as the mx_tgemm_* of the same name.
+#ifdef MXT_INSTANTIATE_V2
+MXT_INST_V2(mx_tgemm_e4m3e4m3_w2d_bf16_v2, 0, 0, 1, 1, 6)
+MXT_INST_V2(mx_tgemm_e4m3e4m3_w2d_f32_v2,  0, 0, 1, 0, 6)
+MXT_INST_V2(mx_tgemm_e4m3e4m3_w1d_bf16_v2, 0, 0, 0, 1, 6)
+MXT_INST_V2(mx_tgemm_e4m3e4m3_w1d_f32_v2,  0, 0, 0, 0, 6)
 #endif

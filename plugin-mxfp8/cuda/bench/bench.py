@@ -379,6 +379,45 @@ def check_gemm_case(results, tag, E, sizes, K, N, out_dtype, pad_rows=19, w2d=Tr
         results.append((f"wgrad {tag} {'X32x32' if x2d else '1x32'} {'Kn' if out_t else 'Nk'} {str(out_dtype)[6:]}", (not nan) and mx < tol_mx and snr > tol_snr, f"max_rel={mx:.2e} snr={snr:.1f}dB"))
 
 
+def compare_bitwise(results, sfx):
+    """Info only (never FAIL): is variant `sfx` bit-identical to the default kernel on the
+    same inputs? (Same promotion order; differs only if the tensor core's k32 partial
+    depends on the wgmma shape.)"""
+    global SUFFIX
+    E, sizes, K, N = 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208
+    gen = torch.Generator(device=DEV); gen.manual_seed(1234)
+    offs_host, acc = [], 0
+    for m in sizes:
+        acc += m; offs_host.append(acc)
+    M = acc + 19
+    offs = torch.tensor(offs_host, dtype=torch.int32, device=DEV)
+    X = torch.randn(M, K, device=DEV, generator=gen).to(torch.bfloat16)
+    W = (torch.randn(E, N, K, device=DEV, generator=gen) * 0.05).to(torch.bfloat16)
+    dY = torch.randn(M, N, device=DEV, generator=gen).to(torch.bfloat16)
+    qx, qw, qdy = quantize(X, ROWS), quantize(W, TILE | TILE_T), quantize(dY, ROWS)
+    q1 = quantize(W.view(E * N, K), ROWS); sw1 = q1["sa"].view(E, N, cdiv(K, 32)).contiguous()
+    segs, Mpad = padded_layout(offs_host)
+    qdyt = quantize(dY, COLS, offs=offs, offs_host=offs_host)
+    qxt = quantize(X, COLS, offs=offs, offs_host=offs_host)
+    cases = [
+        ("fwd w2d f32", (M, N), lambda o: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o)),
+        ("fwd w1d f32", (M, N), lambda o: fwd_call(qx["qa"], qx["sa"], q1["qa"].view(E, N, K), sw1, offs, E, M, N, K, False, o)),
+        ("dgrad f32", (M, K), lambda o: dgrad_call(qdy["qa"], qdy["sa"], qw["qt"].contiguous(), qw["sa"], offs, E, M, N, K, o)),
+        ("wgrad 1x32 f32", (E, N, K), lambda o: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o)),
+    ]
+    for name, shape, fn in cases:
+        outs = []
+        for s in ("", sfx):
+            SUFFIX = s
+            o = torch.full(shape, float("nan"), dtype=torch.float32, device=DEV)
+            fn(o); torch.cuda.synchronize(); outs.append(o)
+        SUFFIX = ""
+        a, b = outs
+        same = torch.equal(a.view(torch.int32), b.view(torch.int32))
+        d = (a - b).abs().max().item() if not same else 0.0
+        results.append((f"INFO bitwise {sfx} vs default: {name}", True, f"identical={same} max_abs_diff={d:.3e}"))
+
+
 def check_nan_propagation(results):
     E, K, N = 2, 256, 128
     offs_host = [64, 128]
@@ -401,7 +440,8 @@ def tms(fn, rep_ms):
     return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
 
 
-VARIANTS = ["_m1", "_m3"]  # experimental tgemm variants checked and timed next to the default
+VARIANTS = ["_m1", "_m3", "_v2"]  # experimental tgemm variants checked and timed next to the default (--variants)
+GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
 SHAPES = {"a": (8, 4096, 4096, 4096), "b": (8, 4096, 2048, 8192), "c": (32, 1024, 2880, 2880), "d": (128, 256, 2048, 768)}
 
 
@@ -442,6 +482,8 @@ def time_shape(key, rows, rep):
         ("wgrad", "wgrad 1x32 x 1x32", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)),
         ("wgrad", "wgrad 1x32 x X32x32", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)),
     ]
+    if GEMM_ONLY:
+        runs = [r for r in runs if "old cp.async" not in r[1]]
     global SUFFIX
     for sfx in VARIANTS:
         SUFFIX = sfx
@@ -450,16 +492,26 @@ def time_shape(key, rows, rep):
             ("dgrad", f"dgrad 1x32 x 32x32 [{sfx}]", lambda: dgrad_call(qdy["qa"], qdy["sa"], WqT, qw["sa"], offs, E, M, N, K, o_dg)),
             ("wgrad", f"wgrad 1x32 x 1x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)),
         ]
+        if sfx == "_v2":
+            runs += [
+                ("fwd", f"fwd 1x32 x 1x32 [{sfx}]", lambda: fwd_call(qx["qa"], qx["sa"], qw1["qa"].view(E, N, K), sw1, offs, E, M, N, K, False, o_fwd)),
+                ("wgrad", f"wgrad 1x32 x X32x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)),
+            ]
     SUFFIX = ""
     runs.append(("fwd", "fwd 1x32 x 32x32 (repeat, timed last)", runs[0][2]))
+    if "_v2" in VARIANTS:  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2 last too
+        runs.append(("fwd", "fwd 1x32 x 32x32 [_v2] (repeat, timed last)", next(r[2] for r in runs if r[1] == "fwd 1x32 x 32x32 [_v2]")))
     for base, name, fn in runs:
-        m = name.rfind("[")
-        SUFFIX = name[m + 1:-1] if m >= 0 else ""
+        m = name.find("[")
+        SUFFIX = name[m + 1:name.index("]", m)] if m >= 0 else ""
         t = tms(fn, rep)
         rows.append((key, name, t * 1e3, fl / t / 1e9, float("nan"), t_bf[base] / t))
     SUFFIX = ""
     for base in ("fwd", "dgrad", "wgrad"):
         rows.append((key, f"torch BF16 {base}", t_bf[base] * 1e3, fl / t_bf[base] / 1e9, float("nan"), 1.0))
+    if GEMM_ONLY:
+        del X, W, dY
+        return
     # quantize throughput (bf16 input): fused rows+cols (grouped), rows only, tiles (+T)
     qruns = [
         ("quant X rows+colsT (fused)", lambda: quantize(X, ROWS | COLS, offs=offs, offs_host=offs_host), M * K * 2 + M * K * 2 + 2 * M * K // 32),
@@ -480,14 +532,21 @@ def copy_bw(rep):
 
 
 def main():
+    global FAMILY, VARIANTS, GEMM_ONLY
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="a,b,c,d")
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--rep", type=int, default=60)
     ap.add_argument("--profile-one", action="store_true", help="run the shape-a forward GEMM once (for ncu) and exit")
     ap.add_argument("--old", action="store_true", help="check/time the cp.async mx_gemm_* kernels instead of mx_tgemm_*")
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help="comma-separated experimental tgemm suffixes checked and timed next to the default "
+                         "(default: %(default)s; empty string: none)")
+    ap.add_argument("--gemm-only", action="store_true",
+                    help="skip the quantizer checks and timings and the old cp.async row (short runs)")
     a = ap.parse_args()
-    global FAMILY
+    VARIANTS = [v for v in a.variants.split(",") if v]
+    GEMM_ONLY = a.gemm_only
     if a.old:
         FAMILY = "mx_gemm"
     if a.profile_one:
@@ -503,7 +562,8 @@ def main():
     results = []
     if not a.skip_check:
         t0 = time.time()
-        check_quant(results)
+        if not GEMM_ONLY:
+            check_quant(results)
         check_nan_propagation(results)
         check_gemm_case(results, "odd-groups", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
         check_gemm_case(results, "odd-groups", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
@@ -516,6 +576,11 @@ def main():
             check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
             check_gemm_case(results, f"odd-groups{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
             check_gemm_case(results, f"shape-c-like{sfx}", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
+            if sfx == "_v2":
+                check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
+                check_gemm_case(results, f"odd-groups-x2d{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
+                SUFFIX = ""
+                compare_bitwise(results, sfx)
         SUFFIX = ""
         print(f"\nCORRECTNESS ({time.time() - t0:.1f}s)", flush=True)
         for name, ok, info in results:
@@ -534,6 +599,14 @@ def main():
         f = lambda v, fmt: (fmt % v) if v == v else "-"
         extra = f" ({gbs / bw * 100:.0f}% of copy)" if gbs == gbs else ""
         print(f"{key} | {name} | {us:.1f} | {f(tf, '%.0f')} | {f(gbs, '%.0f')}{extra} | {f(ratio, '%.2f')}")
+    # variant / default speed for the same pass (same process; > 1 = variant faster)
+    byname = {(k, n): us for k, n, us, _, _, _ in rows}
+    pairs = [(k, n, n.replace(f" [{v}]", "")) for k, n, *_ in rows for v in VARIANTS if f" [{v}]" in n]
+    if pairs:
+        print("\nshape | variant pass | default µs / variant µs")
+        for k, n, base in pairs:
+            if (k, base) in byname:
+                print(f"{k} | {n} | {byname[(k, base)] / byname[(k, n)]:.3f}")
     sys.stdout.flush()
 
 

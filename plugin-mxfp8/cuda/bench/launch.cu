@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <cstring>
 #include "../mx_quantize.cu"
+#define MXT_INSTANTIATE_V2   // v2 (run 8): mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v2
 #include "../mx_grouped_gemm.cu"
 // Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
 MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_bf16_m1, 0, 0, 1, 1, 6, 1)
@@ -128,6 +129,10 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_f32_m3",  mx_tgemm_e4m3e4m3_w2d_f32_m3,  1, 6},
   {"mx_tgemm_e4m3e4m3_w1d_bf16_m3", mx_tgemm_e4m3e4m3_w1d_bf16_m3, 0, 6},
   {"mx_tgemm_e4m3e4m3_w1d_f32_m3",  mx_tgemm_e4m3e4m3_w1d_f32_m3,  0, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v2", mx_tgemm_e4m3e4m3_w2d_bf16_v2, 1, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v2",  mx_tgemm_e4m3e4m3_w2d_f32_v2,  1, 6},
+  {"mx_tgemm_e4m3e4m3_w1d_bf16_v2", mx_tgemm_e4m3e4m3_w1d_bf16_v2, 0, 6},
+  {"mx_tgemm_e4m3e4m3_w1d_f32_v2",  mx_tgemm_e4m3e4m3_w1d_f32_v2,  0, 6},
 };
 
 extern "C" int mx_tgemm_smem(int sb2d, int stages) {
@@ -151,7 +156,7 @@ extern "C" int mx_launch_tgemm(const char* name, const MxGemmParams* p, int grid
     }
     if (rc) return rc;
     int smem = mx_tgemm_smem(v.sb2d, v.stages);
-    static bool done[16] = {false};
+    static bool done[sizeof(g_tvariants) / sizeof(g_tvariants[0])] = {false};
     int idx = (int)(&v - g_tvariants);
     if (!done[idx]) {
       cudaError_t e = cudaFuncSetAttribute(v.k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

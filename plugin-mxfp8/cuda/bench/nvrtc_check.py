@@ -9,7 +9,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CUDA = os.path.dirname(HERE)
 
 
-def compile_one(lib_path, fname):
+def compile_one(lib_path, fname, defines=()):
     nv = ctypes.CDLL(lib_path)
     src = open(os.path.join(CUDA, fname), "rb").read()
     # Headers passed in memory, by the names the .cu files include (what the Rust side does).
@@ -20,7 +20,7 @@ def compile_one(lib_path, fname):
     rc = nv.nvrtcCreateProgram(ctypes.byref(prog), src, fname.encode(), H,
                                (ctypes.c_char_p * H)(*hdrs), (ctypes.c_char_p * H)(*[h.encode() for h in hdr_names]))
     assert rc == 0, rc
-    opts = [b"--gpu-architecture=sm_90a", b"-std=c++17", b"-default-device"]
+    opts = [b"--gpu-architecture=sm_90a", b"-std=c++17", b"-default-device"] + [b"-D" + d.encode() for d in defines]
     t0 = time.time()
     rc = nv.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     dt = time.time() - t0
@@ -31,7 +31,7 @@ def compile_one(lib_path, fname):
     size = ctypes.c_size_t()
     if rc == 0:
         nv.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-    print(f"{fname}: rc={rc} ({dt:.2f}s) cubin={size.value} bytes")
+    print(f"{fname}{' ' + ' '.join('-D' + d for d in defines) if defines else ''}: rc={rc} ({dt:.2f}s) cubin={size.value} bytes")
     if log.value.strip():
         print(log.value.decode())
     return rc
@@ -39,10 +39,11 @@ def compile_one(lib_path, fname):
 
 if __name__ == "__main__":
     if len(sys.argv) > 2:
-        sys.exit(compile_one(sys.argv[1], sys.argv[2]))
+        sys.exit(compile_one(sys.argv[1], sys.argv[2], sys.argv[3:]))
     lib = sys.argv[1] if len(sys.argv) > 1 else "libnvrtc.so.13"
     bad = 0
-    for f in ("mx_quantize.cu", "mx_grouped_gemm.cu"):
-        r = subprocess.run([sys.executable, __file__, lib, f])
+    # The second grouped-GEMM compile adds the opt-in v2 kernels (MXT_INSTANTIATE_V2).
+    for f, defs in (("mx_quantize.cu", []), ("mx_grouped_gemm.cu", []), ("mx_grouped_gemm.cu", ["MXT_INSTANTIATE_V2"])):
+        r = subprocess.run([sys.executable, __file__, lib, f] + defs)
         bad |= r.returncode != 0
     sys.exit(1 if bad else 0)
