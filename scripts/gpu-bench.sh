@@ -5,12 +5,13 @@
 #   1. mxhost selftest (CUDA vs the CPU backend), TMA kernels, launches traced;
 #   2. bench_peers.py (torch _grouped_mm BF16 and the other peers) → peer_bench.csv;
 #   3. mxhost bench with the TMA kernels and with the cp.async kernels, × BF16 from 2.;
-#   4. hello-gemm and a shortened toy-moe with --device cuda.
+#   4. optionally the kernel harness (HARNESS_ARGS), then hello-gemm and a shortened
+#      toy-moe with --device cuda.
 set -uo pipefail
 out="${OUT:-out/gpu}"
 mkdir -p "$out"
 shapes="${SHAPES:-a,b,c,d}"
-nvidia-smi -L | tee "$out/device.txt"
+nvidia-smi -L
 echo "== selftest (tgemm)"
 trace=$(mktemp)
 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 dist/mxhost selftest --device cuda --quick \
@@ -28,7 +29,13 @@ for k in tgemm gemm; do
     MXHOST_MX_GEMM_KERNEL=$k timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --peers "$out/peer_bench.csv" --json "$out/bench_$k.json" 2>&1
 done
+if [ -n "${HARNESS_ARGS:-}" ]; then
+    # The kernel harness (plugin-mxfp8/cuda/bench), e.g. HARNESS_ARGS="--shapes a,c --rep 20 --variants _v2 --gemm-only".
+    echo "== kernel harness: $HARNESS_ARGS"
+    timeout "${HARNESS_TIMEOUT_S:-150}" bash plugin-mxfp8/cuda/bench/run.sh $HARNESS_ARGS >"$out/harness.txt" 2>&1
+    echo "harness rc=$?"; tail -40 "$out/harness.txt"
+fi
 echo "== hello-gemm (cuda)"
 timeout 60 dist/mxhost run dist/hello-gemm.wasm --device cuda 2>&1 | tail -12
-echo "== toy-moe (cuda, 100 steps)"
-timeout 120 dist/mxhost run dist/toy-moe.wasm --device cuda --out "$out/toy" -- --steps 100 2>&1 | tail -8
+echo "== toy-moe (cuda)"
+timeout 120 dist/mxhost run dist/toy-moe.wasm --device cuda --out "$out/toy" -- --steps "${TOY_STEPS:-100}" 2>&1 | tail -8
