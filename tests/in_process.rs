@@ -2,34 +2,14 @@
 //! leave the host (engine, plugins) able to run the next guest.
 
 use mxhost::limits::Limits;
-use mxhost::metrics::MetricsSink;
-use mxhost::plugin::registry::PluginRegistry;
 use mxhost::runtime::engine::new_engine;
-use mxhost::runtime::run::{run_experiment, RunConfig, RunOutcome};
-use mxhost::runtime::state::Shared;
+use mxhost::runtime::run::{run_experiment, RunOutcome};
 use mxhost_integration_tests::*;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-fn config(guest_name: &str, args: &[&str], limits: Limits) -> RunConfig {
-    RunConfig {
-        guest: guest(guest_name),
-        guards: vec![],
-        router: None,
-        limits,
-        capabilities: Default::default(),
-        args: args.iter().map(|s| s.to_string()).collect(),
-    }
-}
 
 #[test]
 fn the_host_survives_misbehaving_guests() {
-    build_all();
-    let plugins = Arc::new(PluginRegistry::open(&[release_dir()], "mxfp8").unwrap());
-    let shared = Arc::new(Shared {
-        plugins,
-        metrics: Arc::new(Mutex::new(MetricsSink::new(false))),
-    });
+    let shared = in_process_shared();
     let engine = new_engine().unwrap();
     let tight = Limits {
         call_timeout: Duration::from_millis(500),
@@ -40,7 +20,7 @@ fn the_host_survives_misbehaving_guests() {
     let outcome = run_experiment(
         &engine,
         shared.clone(),
-        &config("fixtures", &["trap"], Limits::default()),
+        &in_process_config("fixtures", &["trap"], Limits::default()),
     )
     .unwrap();
     assert!(
@@ -51,7 +31,7 @@ fn the_host_survives_misbehaving_guests() {
     let outcome = run_experiment(
         &engine,
         shared.clone(),
-        &config("fixtures", &["loop"], tight.clone()),
+        &in_process_config("fixtures", &["loop"], tight.clone()),
     )
     .unwrap();
     assert!(
@@ -62,7 +42,7 @@ fn the_host_survives_misbehaving_guests() {
     let outcome = run_experiment(
         &engine,
         shared.clone(),
-        &config("fixtures", &["alloc"], tight),
+        &in_process_config("fixtures", &["alloc"], tight),
     )
     .unwrap();
     assert!(
@@ -74,7 +54,7 @@ fn the_host_survives_misbehaving_guests() {
     let outcome = run_experiment(
         &engine,
         shared.clone(),
-        &config("hello-gemm", &[], Limits::default()),
+        &in_process_config("hello-gemm", &[], Limits::default()),
     )
     .unwrap();
     assert!(

@@ -1,39 +1,16 @@
 //! Concurrency: guests on threads sharing plugins while plugin selections change.
 
 use mxhost::limits::Limits;
-use mxhost::metrics::MetricsSink;
-use mxhost::plugin::registry::PluginRegistry;
 use mxhost::runtime::engine::new_engine;
-use mxhost::runtime::run::{run_experiment, RunConfig, RunOutcome};
-use mxhost::runtime::state::Shared;
+use mxhost::runtime::run::{run_experiment, RunOutcome};
 use mxhost_integration_tests::*;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-
-fn config(name: &str, args: &[&str]) -> RunConfig {
-    RunConfig {
-        guest: guest(name),
-        guards: vec![],
-        router: None,
-        limits: Limits::default(),
-        capabilities: Default::default(),
-        args: args.iter().map(|s| s.to_string()).collect(),
-    }
-}
-
-fn shared() -> Arc<Shared> {
-    build_all();
-    let plugins = Arc::new(PluginRegistry::open(&[release_dir()], "mxfp8").unwrap());
-    Arc::new(Shared {
-        plugins,
-        metrics: Arc::new(Mutex::new(MetricsSink::new(false))),
-    })
-}
 
 #[test]
 fn guests_on_threads_with_plugin_switches_all_succeed() {
-    let shared = shared();
+    let shared = in_process_shared();
     let engine = new_engine().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     // A thread flipping the default plugin while guests run and switch their own.
@@ -57,8 +34,12 @@ fn guests_on_threads_with_plugin_switches_all_succeed() {
                 let seed = (i + 1).to_string();
                 (0..3)
                     .map(|_| {
-                        run_experiment(&engine, shared.clone(), &config("hello-gemm", &[&seed]))
-                            .unwrap()
+                        run_experiment(
+                            &engine,
+                            shared.clone(),
+                            &in_process_config("hello-gemm", &[&seed], Limits::default()),
+                        )
+                        .unwrap()
                     })
                     .collect::<Vec<_>>()
             })

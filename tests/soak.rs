@@ -4,25 +4,10 @@
 //! process while RSS is measured.
 
 use mxhost::limits::Limits;
-use mxhost::metrics::MetricsSink;
-use mxhost::plugin::registry::PluginRegistry;
 use mxhost::runtime::engine::new_engine;
-use mxhost::runtime::run::{run_experiment, RunConfig, RunOutcome};
-use mxhost::runtime::state::Shared;
+use mxhost::runtime::run::{run_experiment, RunOutcome};
 use mxhost_integration_tests::*;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn config(name: &str, args: &[&str]) -> RunConfig {
-    RunConfig {
-        guest: guest(name),
-        guards: vec![],
-        router: None,
-        limits: Limits::default(),
-        capabilities: Default::default(),
-        args: args.iter().map(|s| s.to_string()).collect(),
-    }
-}
 
 /// Resident set size of this process in bytes (Linux).
 fn rss_bytes() -> u64 {
@@ -37,20 +22,20 @@ fn rss_bytes() -> u64 {
 
 #[test]
 fn memory_returns_to_its_level_after_guests_hoard_and_trap() {
-    build_all();
-    let plugins = Arc::new(PluginRegistry::open(&[release_dir()], "mxfp8").unwrap());
-    let shared = Arc::new(Shared {
-        plugins,
-        metrics: Arc::new(Mutex::new(MetricsSink::new(false))),
-    });
+    let shared = in_process_shared();
     let engine = new_engine().unwrap();
     // Warm up (code caches, rayon pools), then measure.
     for _ in 0..2 {
-        run_experiment(&engine, shared.clone(), &config("hello-gemm", &[])).unwrap();
         run_experiment(
             &engine,
             shared.clone(),
-            &config("fixtures", &["hoard-then-trap"]),
+            &in_process_config("hello-gemm", &[], Limits::default()),
+        )
+        .unwrap();
+        run_experiment(
+            &engine,
+            shared.clone(),
+            &in_process_config("fixtures", &["hoard-then-trap"], Limits::default()),
         )
         .unwrap();
     }
@@ -67,14 +52,19 @@ fn memory_returns_to_its_level_after_guests_hoard_and_trap() {
         let o = run_experiment(
             &engine,
             shared.clone(),
-            &config("fixtures", &["hoard-then-trap"]),
+            &in_process_config("fixtures", &["hoard-then-trap"], Limits::default()),
         )
         .unwrap();
         assert!(
             matches!(&o, RunOutcome::Trapped(m) if m.contains("unreachable")),
             "{o:?}"
         );
-        let o = run_experiment(&engine, shared.clone(), &config("hello-gemm", &[])).unwrap();
+        let o = run_experiment(
+            &engine,
+            shared.clone(),
+            &in_process_config("hello-gemm", &[], Limits::default()),
+        )
+        .unwrap();
         assert!(matches!(o, RunOutcome::Completed(_)), "{o:?}");
         runs += 1;
         rss.push(rss_bytes());

@@ -136,3 +136,33 @@ pub fn run_guest(name: &str, flags: &[&str], args: &[&str]) -> Run {
         .args(args);
     run(&mut c)
 }
+
+/// In-process runs: a guest's configuration with the given limits and no grants.
+pub fn in_process_config(
+    name: &str,
+    args: &[&str],
+    limits: mxhost::limits::Limits,
+) -> mxhost::runtime::run::RunConfig {
+    mxhost::runtime::run::RunConfig {
+        guest: guest(name),
+        guards: vec![],
+        router: None,
+        limits,
+        capabilities: Default::default(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// In-process runs: the plugins built next to `mxhost` (default `mxfp8`) and a quiet
+/// metrics sink.
+pub fn in_process_shared() -> std::sync::Arc<mxhost::runtime::state::Shared> {
+    use std::sync::{Arc, Mutex};
+    build_all();
+    let plugins = Arc::new(
+        mxhost::plugin::registry::PluginRegistry::open(&[release_dir()], "mxfp8").unwrap(),
+    );
+    Arc::new(mxhost::runtime::state::Shared {
+        plugins,
+        metrics: Arc::new(Mutex::new(mxhost::metrics::MetricsSink::new(false))),
+    })
+}
