@@ -72,25 +72,6 @@ fn rust_twin(name: &str, flags: &[&str], args: &[&str]) -> Option<Run> {
     Some(run_guest(name, flags, args))
 }
 
-/// metrics.csv files with the same series and steps and values equal to 1e-12.
-fn assert_same_losses(py: &str, rs: &str) {
-    let (py, rs): (Vec<&str>, Vec<&str>) = (py.lines().collect(), rs.lines().collect());
-    assert_eq!(py.len(), rs.len(), "python:\n{py:?}\nrust:\n{rs:?}");
-    for (a, b) in py.iter().zip(&rs) {
-        let (ka, va) = a.rsplit_once(',').unwrap();
-        let (kb, vb) = b.rsplit_once(',').unwrap();
-        assert_eq!(ka, kb);
-        if va == vb {
-            continue;
-        }
-        let (x, y): (f64, f64) = (va.parse().unwrap(), vb.parse().unwrap());
-        assert!(
-            (x - y).abs() <= 1e-12 * y.abs().max(1e-300),
-            "{ka}: Python {va} vs Rust {vb}"
-        );
-    }
-}
-
 #[test]
 fn python_snr_passes_its_gates_and_prints_the_rust_table() {
     let py = run_py(&example("snr.py"), &[], &[]);
@@ -146,10 +127,9 @@ fn python_toy_moe_gives_the_rust_losses() {
         rs.both()
     );
     // Same host ops in the same order, the router backward emulating f32 (and musl's
-    // expf) exactly: the training runs are identical. Only the printed loss may differ in
-    // the last bits, because the host's `mse-loss` sums in parallel (rayon) in an order
-    // that varies from run to run — two runs of the Rust guest jitter the same way.
-    assert_same_losses(&py_csv, &csv(&rs_out));
+    // expf) exactly, and the host's reductions deterministic (fixed chunks, ordered
+    // sum): the recorded losses are identical to the last bit.
+    assert_eq!(py_csv, csv(&rs_out), "Python and Rust losses differ");
     assert_eq!(without_times(&py.stdout), without_times(&rs.stdout));
     let _ = std::fs::remove_dir_all(&dir);
 }
