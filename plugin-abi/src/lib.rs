@@ -119,6 +119,48 @@ pub struct PluginApi {
     pub user_data: *mut c_void,
 }
 
+/// A `&CStr` from a NUL-terminated literal, checked at compile time, e.g.
+/// `static_cstr(concat!(env!("CARGO_PKG_VERSION"), "\0"))` for a plugin's version.
+pub const fn static_cstr(s: &'static str) -> &'static std::ffi::CStr {
+    match std::ffi::CStr::from_bytes_with_nul(s.as_bytes()) {
+        Ok(c) => c,
+        Err(_) => panic!("static_cstr needs exactly one NUL, at the end"),
+    }
+}
+
+/// A plugin's entry function for one request kind.
+pub type EntryFn<D> = unsafe extern "C" fn(desc: *const D, err: *mut ErrorBuf) -> u32;
+
+impl PluginApi {
+    /// A table for this ABI version: magic, major/minor and `struct_size` filled in, so
+    /// a plugin states only what is its own. `name`, `precision` and `version` must be
+    /// NUL-terminated static strings.
+    pub const fn new(
+        name: &'static std::ffi::CStr,
+        precision: &'static std::ffi::CStr,
+        version: &'static std::ffi::CStr,
+        capabilities: u64,
+        quantize: EntryFn<QuantizeDesc>,
+        dequantize: EntryFn<DequantizeDesc>,
+        grouped_gemm: EntryFn<GroupedGemmDesc>,
+    ) -> PluginApi {
+        PluginApi {
+            magic: PLUGIN_MAGIC,
+            abi_major: ABI_MAJOR,
+            abi_minor: ABI_MINOR,
+            struct_size: std::mem::size_of::<PluginApi>(),
+            name: name.as_ptr(),
+            precision: precision.as_ptr(),
+            version: version.as_ptr(),
+            capabilities,
+            quantize,
+            dequantize,
+            grouped_gemm,
+            user_data: std::ptr::null_mut(),
+        }
+    }
+}
+
 // SAFETY: the table is immutable after the plugin builds it; the string pointers point
 // at static data, and `user_data` is only handed back to the plugin's own functions,
 // which must be thread-safe (the host calls them from several threads).

@@ -4,32 +4,26 @@
 
 use crate::backend::{self, cpu::NO_QUANTIZE};
 use mxhost_plugin_abi::{
-    caps, DequantizeDesc, ErrorBuf, GroupedGemmDesc, PluginApi, QuantizeDesc, ABI_MAJOR, ABI_MINOR,
-    PLUGIN_MAGIC,
+    caps, static_cstr, DequantizeDesc, ErrorBuf, GroupedGemmDesc, PluginApi, QuantizeDesc,
 };
 use mxhost_plugin_common::entry;
 
 const NAME: &std::ffi::CStr = c"bf16";
 const PRECISION: &std::ffi::CStr = c"BF16 operands, FP32 accumulation";
-const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+const VERSION: &std::ffi::CStr = static_cstr(concat!(env!("CARGO_PKG_VERSION"), "\0"));
 
 /// What this plugin implements.
 pub const CAPABILITIES: u64 = caps::GROUPED_GEMM | caps::DENSE_OPERANDS | caps::DEVICE_CPU;
 
-static API: PluginApi = PluginApi {
-    magic: PLUGIN_MAGIC,
-    abi_major: ABI_MAJOR,
-    abi_minor: ABI_MINOR,
-    struct_size: std::mem::size_of::<PluginApi>(),
-    name: NAME.as_ptr(),
-    precision: PRECISION.as_ptr(),
-    version: VERSION.as_ptr() as *const std::ffi::c_char,
-    capabilities: CAPABILITIES,
+static API: PluginApi = PluginApi::new(
+    NAME,
+    PRECISION,
+    VERSION,
+    CAPABILITIES,
     quantize,
     dequantize,
     grouped_gemm,
-    user_data: std::ptr::null_mut(),
-};
+);
 
 unsafe extern "C" fn quantize(_desc: *const QuantizeDesc, err: *mut ErrorBuf) -> u32 {
     entry::unsupported(err, NO_QUANTIZE)

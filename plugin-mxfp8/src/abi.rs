@@ -4,14 +4,13 @@
 
 use crate::backend;
 use mxhost_plugin_abi::{
-    caps, DequantizeDesc, ErrorBuf, GroupedGemmDesc, PluginApi, QuantizeDesc, ABI_MAJOR, ABI_MINOR,
-    PLUGIN_MAGIC,
+    caps, static_cstr, DequantizeDesc, ErrorBuf, GroupedGemmDesc, PluginApi, QuantizeDesc,
 };
 use mxhost_plugin_common::entry;
 
 const NAME: &std::ffi::CStr = c"mxfp8";
 const PRECISION: &std::ffi::CStr = c"MXFP8 (E4M3/E5M2, E8M0 scales)";
-const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+const VERSION: &std::ffi::CStr = static_cstr(concat!(env!("CARGO_PKG_VERSION"), "\0"));
 
 /// What this plugin implements.
 pub const CAPABILITIES: u64 = caps::QUANTIZE
@@ -25,20 +24,15 @@ pub const CAPABILITIES: u64 = caps::QUANTIZE
         0
     };
 
-static API: PluginApi = PluginApi {
-    magic: PLUGIN_MAGIC,
-    abi_major: ABI_MAJOR,
-    abi_minor: ABI_MINOR,
-    struct_size: std::mem::size_of::<PluginApi>(),
-    name: NAME.as_ptr(),
-    precision: PRECISION.as_ptr(),
-    version: VERSION.as_ptr() as *const std::ffi::c_char,
-    capabilities: CAPABILITIES,
+static API: PluginApi = PluginApi::new(
+    NAME,
+    PRECISION,
+    VERSION,
+    CAPABILITIES,
     quantize,
     dequantize,
     grouped_gemm,
-    user_data: std::ptr::null_mut(),
-};
+);
 
 unsafe extern "C" fn quantize(desc: *const QuantizeDesc, err: *mut ErrorBuf) -> u32 {
     // SAFETY: the host passes null or valid pointers (ABI contract).

@@ -55,23 +55,11 @@ pub unsafe extern "C" fn mxhost_plugin_entry() -> *const PluginApi {
         return std::ptr::null();
     }
     let table = TABLE.get_or_init(|| {
-        Table(PluginApi {
-            magic: if mode == "bad-magic" {
-                0xDEAD_BEEF
-            } else {
-                PLUGIN_MAGIC
-            },
-            abi_major: if mode == "abi-major" { 99 } else { ABI_MAJOR },
-            abi_minor: ABI_MINOR,
-            struct_size: if mode == "short-table" {
-                16
-            } else {
-                std::mem::size_of::<PluginApi>()
-            },
-            name: c"faulty".as_ptr(),
-            precision: c"none (test fixture)".as_ptr(),
-            version: c"0".as_ptr(),
-            capabilities: caps::QUANTIZE
+        let mut api = PluginApi::new(
+            c"faulty",
+            c"none (test fixture)",
+            c"0",
+            caps::QUANTIZE
                 | caps::GROUPED_GEMM
                 | caps::DENSE_OPERANDS
                 | caps::MX_OPERANDS
@@ -79,8 +67,15 @@ pub unsafe extern "C" fn mxhost_plugin_entry() -> *const PluginApi {
             quantize,
             dequantize,
             grouped_gemm,
-            user_data: std::ptr::null_mut(),
-        })
+        );
+        // The broken headers this fixture exists to produce.
+        match mode.as_str() {
+            "bad-magic" => api.magic = 0xDEAD_BEEF,
+            "abi-major" => api.abi_major = 99,
+            "short-table" => api.struct_size = 16,
+            _ => {}
+        }
+        Table(api)
     });
     &table.0
 }
