@@ -23,7 +23,8 @@
 //! [`nn`] has `GroupedLinear`, `MoeLayer` and the `Sgd`/`AdamW` optimizers.
 
 pub mod reference;
-pub mod topk;
+/// Top-k routing (the `mxhost-routing` crate, shared with the host's built-in router).
+pub use mxhost_routing as topk;
 
 #[cfg(feature = "experiment")]
 pub mod bindings {

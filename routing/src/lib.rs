@@ -1,8 +1,9 @@
-//! Top-k routing in plain Rust (no host calls): the router guest's algorithm, a checker
-//! for routing plans, and the backward pass of the router's softmax over the selected
-//! experts. Unit-tested natively.
+//! Top-k routing in plain Rust, shared by the host's built-in router (`mxhost::routing`)
+//! and the router guest (`mxhost_guest::topk`), so both give the same plan bit for bit:
+//! the algorithm, a checker for routing plans, and the backward pass of the router's
+//! softmax over the selected experts. No dependencies; unit-tested natively.
 //!
-//! Semantics (the same as the host's built-in router, `host/src/routing.rs`): softmax
+//! Semantics: softmax
 //! over each token's logits; the k largest probabilities, ties to the lower expert
 //! index; gate weights renormalised over the k chosen experts when asked (the
 //! denominator counts all k choices, also a choice later dropped by the capacity
@@ -60,7 +61,13 @@ pub fn select(row: &[f32], k: usize) -> (Vec<usize>, Vec<f32>) {
     (order, exp)
 }
 
-/// Route one batch.
+/// Largest group alignment accepted (padding rows are memory a caller controls).
+pub const MAX_ALIGN: u32 = 1024;
+/// Largest expert count accepted.
+pub const MAX_EXPERTS: usize = 4096;
+
+/// Route one batch. Sizes are checked before anything is allocated, so a hostile
+/// request (huge `align` or `experts`) is refused instead of exhausting memory.
 pub fn route(r: &Request<'_>) -> Result<Plan, String> {
     let (t, e, k) = (r.tokens as usize, r.experts as usize, r.top_k as usize);
     if e == 0 || k == 0 || k > e {
@@ -68,8 +75,18 @@ pub fn route(r: &Request<'_>) -> Result<Plan, String> {
             "need 1 ≤ top-k ≤ experts, got top-k {k} with {e} experts"
         ));
     }
-    if r.align == 0 {
-        return Err("align must be at least 1".into());
+    if r.align == 0 || r.align > MAX_ALIGN {
+        return Err(format!("align must be in 1..={MAX_ALIGN}, got {}", r.align));
+    }
+    if e > MAX_EXPERTS {
+        return Err(format!("at most {MAX_EXPERTS} experts, got {e}"));
+    }
+    // The padded buffer holds at most tokens·k rows plus align−1 padding per expert.
+    let worst_rows = (t as u64) * (k as u64) + (e as u64) * (r.align as u64 - 1);
+    if worst_rows > i32::MAX as u64 {
+        return Err(format!(
+            "a routed buffer of up to {worst_rows} rows exceeds i32 offsets"
+        ));
     }
     if Some(r.logits.len()) != t.checked_mul(e) {
         return Err(format!(
@@ -118,9 +135,8 @@ pub fn route(r: &Request<'_>) -> Result<Plan, String> {
         plan.source_token
             .resize(plan.source_token.len() + padded - rows.len(), -1);
         plan.gate_weight.resize(plan.source_token.len(), 0.0);
-        let end = i32::try_from(plan.source_token.len())
-            .map_err(|_| "routed buffer exceeds i32 rows".to_string())?;
-        plan.offs.push(end);
+        // Cannot overflow: the total was bounded above.
+        plan.offs.push(plan.source_token.len() as i32);
         plan.load.push(rows.len() as u32);
     }
     Ok(plan)
