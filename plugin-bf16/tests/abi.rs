@@ -3,36 +3,12 @@
 
 use mxhost_plugin_abi::*;
 use mxhost_plugin_bf16::mxhost_plugin_entry;
-use mxhost_plugin_common::testing::Rng;
-use std::ffi::{c_void, CStr};
+use mxhost_plugin_common::testing::{call_entry as call, view, Rng};
+use std::ffi::CStr;
 
 fn api() -> &'static PluginApi {
     // SAFETY: the entry returns a pointer to a static table.
     unsafe { &*mxhost_plugin_entry() }
-}
-
-fn view<T>(data: &mut [T], dtype: DType, shape: &[u64]) -> TensorView {
-    let mut v = TensorView::empty();
-    v.data = data.as_mut_ptr() as *mut c_void;
-    v.dtype = dtype as u32;
-    v.rank = shape.len() as u32;
-    v.shape[..shape.len()].copy_from_slice(shape);
-    v
-}
-
-fn call(f: impl FnOnce(*mut ErrorBuf) -> u32) -> (Status, String) {
-    let mut storage = vec![0u8; 1024];
-    let mut eb = ErrorBuf {
-        struct_size: std::mem::size_of::<ErrorBuf>(),
-        data: storage.as_mut_ptr(),
-        capacity: 1024,
-        len: 0,
-    };
-    let raw = f(&mut eb);
-    (
-        Status::from_raw(raw).expect("known status"),
-        String::from_utf8(storage[..eb.len].to_vec()).unwrap(),
-    )
 }
 
 fn empty_mx() -> MxTensorView {

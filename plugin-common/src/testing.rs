@@ -140,3 +140,35 @@ pub fn check_close(got: &[f32], want: &[f64], absum: &[f64], depth: usize) -> Re
     }
     Ok(())
 }
+
+/// A host-memory [`TensorView`](mxhost_plugin_abi::TensorView) over `data` for ABI tests.
+pub fn view<T>(
+    data: &mut [T],
+    dtype: mxhost_plugin_abi::DType,
+    shape: &[u64],
+) -> mxhost_plugin_abi::TensorView {
+    let mut v = mxhost_plugin_abi::TensorView::empty();
+    v.data = data.as_mut_ptr() as *mut std::ffi::c_void;
+    v.dtype = dtype as u32;
+    v.rank = shape.len() as u32;
+    v.shape[..shape.len()].copy_from_slice(shape);
+    v
+}
+
+/// Call a plugin entry with a 1 KiB error buffer; returns (status, message).
+pub fn call_entry(
+    f: impl FnOnce(*mut mxhost_plugin_abi::ErrorBuf) -> u32,
+) -> (mxhost_plugin_abi::Status, String) {
+    let mut storage = vec![0u8; 1024];
+    let mut eb = mxhost_plugin_abi::ErrorBuf {
+        struct_size: std::mem::size_of::<mxhost_plugin_abi::ErrorBuf>(),
+        data: storage.as_mut_ptr(),
+        capacity: storage.len(),
+        len: 0,
+    };
+    let raw = f(&mut eb);
+    (
+        mxhost_plugin_abi::Status::from_raw(raw).expect("known status"),
+        String::from_utf8(storage[..eb.len].to_vec()).unwrap(),
+    )
+}
