@@ -82,6 +82,7 @@ fn open() -> Result<&'static CudaDevice, String> {
     unsafe { cr::ctx::set_current(ctx) }.map_err(err("cuCtxSetCurrent"))?;
     let stream =
         cr::stream::create(cr::stream::StreamKind::NonBlocking).map_err(err("cuStreamCreate"))?;
+    keep_freed_memory_in_pool(dev);
     let mut driver_version = 0;
     // SAFETY: plain out-parameter.
     unsafe { cu::cuDriverGetVersion(&mut driver_version) };
@@ -95,6 +96,28 @@ fn open() -> Result<&'static CudaDevice, String> {
         ctx,
         stream,
     })))
+}
+
+/// Make the device's default memory pool (the one `cuMemAllocAsync` draws from, for
+/// the host and for plugins) keep freed memory instead of returning it to the driver at
+/// every synchronization. With the default release threshold (0) each training step's
+/// first allocations map fresh physical memory again (the suspected reason the bench's
+/// `quantize` row ran at half the kernel's bandwidth, docs/perf.md). Memory stays in the process's pool;
+/// other processes see it as used. Best effort: a failure only costs speed.
+fn keep_freed_memory_in_pool(dev: cu::CUdevice) {
+    let mut pool: cu::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `dev` came from cuDeviceGet; `pool` is an out-parameter; the attribute
+    // value is a u64 read by the call.
+    unsafe {
+        if cu::cuDeviceGetDefaultMemPool(&mut pool, dev) == cu::CUresult::CUDA_SUCCESS {
+            let mut threshold: u64 = u64::MAX;
+            let _ = cu::cuMemPoolSetAttribute(
+                pool,
+                cu::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut threshold as *mut u64 as *mut c_void,
+            );
+        }
+    }
 }
 
 /// The process's CUDA device, opened on first use; `Err` says why CUDA is unusable.
