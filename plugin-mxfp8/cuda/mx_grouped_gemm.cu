@@ -397,6 +397,7 @@ struct MxtProd {
   int row0, brow, n0, e, kbeg;
   int stage; mx_u32 phase;
   int pc;                // stages issued so far (0x7fffffff once the sequence is done)
+  int nreal;             // PAD2 (v3) only: real stages of the tile (nst = nreal rounded up to even)
 };
 struct MxtCtx { int ntn, tiles_m, total, brows_e; const int* g_start; const int* g_pre; };
 
@@ -407,7 +408,13 @@ MX_DEV int mxt_tile_stages(const MxGemmParams& p, const MxgTile& T, const int* g
 // Issue stages until `limit` stages have been issued or the tile sequence ends. Stage
 // number s reuses the buffers of stage s - STAGES: the wait on empty[] needs both
 // consumer warpgroups to have released that stage.
-template <int SB2D, int STAGES>
+// PAD2 (v3): a tile's stage count is rounded up to even; the extra stage is a zero stage:
+// both TMA boxes start at the tensor's inner extent (entirely out of bounds: TMA zero-fills
+// them and still completes the full box bytes) and its scale region (SA and SB) is written
+// with zeros by this thread. Its k32 partials are +0 (all products +0 * +0), promoted as
+// fmaf(+0, 0 * s, acc) = acc exactly (acc is never -0: it starts at +0 and x + (+0) is +0
+// for x = -0 in round-to-nearest), so results equal the unpadded v2 kernel bit for bit.
+template <int SB2D, int STAGES, int PAD2 = 0>
 MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtCtx& c,
                      mx_u32 sbase, mx_u64* full, mx_u64* empty) {
   constexpr int STAGE = MxtLayout<SB2D>::STAGE;
@@ -418,12 +425,28 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
       if (s.t >= c.total) { s.pc = 0x7fffffff; return; }
       const MxgTile T = mxg_decode(p, s.t, MXT_BM, c.ntn, c.tiles_m, c.g_start, c.g_pre);
       s.nst = mxt_tile_stages(p, T, c.g_pre);
+      if (PAD2) { s.nreal = s.nst; s.nst = (s.nst + 1) & ~1; }
       s.ks = 0;
       s.row0 = T.row0; s.n0 = T.n0; s.e = T.e; s.kbeg = T.kbeg;
       s.brow = T.e * c.brows_e + T.n0;
     }
     mbar_wait(&empty[s.stage], s.phase ^ 1);
     const mx_u32 dst = sbase + s.stage * STAGE;
+    if (PAD2 && s.ks >= s.nreal) {
+      // zero stage: scales 0 (generic stores, ordered before the consumers' reads by the
+      // mbarrier arrive's release; the proxy fence orders them before later bulk copies
+      // into the same bytes), data zero-filled by out-of-bounds TMA boxes.
+#pragma unroll 1
+      for (mx_u32 o = MXT_SA_OFF; o < (mx_u32)STAGE; o += 16)
+        asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" :: "r"(dst + o), "r"(0) : "memory");
+      fence_proxy_async_smem();
+      mbar_arrive_expect_tx(&full[s.stage], 32768);
+      tma_load_2d(dst, &P.tmA, p.batched ? (int)p.lda : p.K, s.row0, &full[s.stage]);
+      tma_load_2d(dst + 16384, &P.tmB, p.batched ? (int)p.ldb : p.K, s.brow, &full[s.stage]);
+      ++s.ks; ++s.pc;
+      if (++s.stage == STAGES) { s.stage = 0; s.phase ^= 1; }
+      continue;
+    }
     const int k0 = s.kbeg + s.ks * MXG_BK;
     const int kb0 = k0 >> 5;
     int sa_rows = p.M - s.row0;
@@ -740,7 +763,9 @@ MX_DEV MxtCtx mxt_ctx(const MxGemmParams& p, const int* g_start, const int* g_pr
 #ifndef MXT_V2_PREG
 #define MXT_V2_PREG 40   // producer registers; consumers get (504 - MXT_V2_PREG) / 2 = 232
 #endif                   // (pool: 168 x 384 = 504 x 128; 24 -> 240 spills in the producer)
-template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES>
+// NSG = stages per straight-line group: 1 = v2; 2 = v3 (8 k32 steps per group, tiles padded
+// to an even stage count with a zero stage by the producer, see mxt_fill PAD2).
+template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES, int NSG = 1>
 MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
   const MxGemmParams& p = P.g;
   extern __shared__ __align__(1024) mx_u8 mxt_smem[];
@@ -770,7 +795,8 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
       prod.t = (int)blockIdx.x - (int)gridDim.x; prod.ks = 0; prod.nst = 0;
       prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
       prod.stage = 0; prod.phase = 0; prod.pc = 0;
-      mxt_fill<SB2D, STAGES>(prod, 0x7ffffffe, P, c, sbase, full, empty);
+      prod.nreal = 0;
+      mxt_fill<SB2D, STAGES, NSG == 2>(prod, 0x7ffffffe, P, c, sbase, full, empty);
     }
     return;
   }
@@ -794,8 +820,9 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
     }
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    for (; nst >= 1; --nst)
-      mxt_group_v2<FA, FB, SB2D, 1, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+    if (NSG == 2) nst = (nst + 1) & ~1;   // the producer appends a zero stage to odd tiles
+    for (; nst >= NSG; nst -= NSG)
+      mxt_group_v2<FA, FB, SB2D, NSG, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
     int te = t;
     asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
     const MxgTile T = mxg_decode(p, te, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
@@ -819,6 +846,12 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
 #define MXT_INST_V2(NAME, FA, FB, SB2D, OBF, ST) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST>(p); }
+
+// mx_tgemm_<...>_v3: the v2 main loop with two stages (8 k32 steps) per straight-line group;
+// bitwise-identical results to v2. Same launch and parameters as the mx_tgemm_* kernel.
+#define MXT_INST_V3(NAME, FA, FB, SB2D, OBF, ST) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 2>(p); }
 
 #define MXT_INST_M(NAME, FA, FB, SB2D, OBF, ST, MODE) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
@@ -861,4 +894,12 @@ MXT_INST_V2(mx_tgemm_e4m3e4m3_w2d_bf16_v2, 0, 0, 1, 1, 6)
 MXT_INST_V2(mx_tgemm_e4m3e4m3_w2d_f32_v2,  0, 0, 1, 0, 6)
 MXT_INST_V2(mx_tgemm_e4m3e4m3_w1d_bf16_v2, 0, 0, 0, 1, 6)
 MXT_INST_V2(mx_tgemm_e4m3e4m3_w1d_f32_v2,  0, 0, 0, 0, 6)
+#endif
+
+// v3 kernels, opt-in: define MXT_INSTANTIATE_V3 (bench/launch.cu does).
+#ifdef MXT_INSTANTIATE_V3
+MXT_INST_V3(mx_tgemm_e4m3e4m3_w2d_bf16_v3, 0, 0, 1, 1, 6)
+MXT_INST_V3(mx_tgemm_e4m3e4m3_w2d_f32_v3,  0, 0, 1, 0, 6)
+MXT_INST_V3(mx_tgemm_e4m3e4m3_w1d_bf16_v3, 0, 0, 0, 1, 6)
+MXT_INST_V3(mx_tgemm_e4m3e4m3_w1d_f32_v3,  0, 0, 0, 0, 6)
 #endif

@@ -379,17 +379,18 @@ def check_gemm_case(results, tag, E, sizes, K, N, out_dtype, pad_rows=19, w2d=Tr
         results.append((f"wgrad {tag} {'X32x32' if x2d else '1x32'} {'Kn' if out_t else 'Nk'} {str(out_dtype)[6:]}", (not nan) and mx < tol_mx and snr > tol_snr, f"max_rel={mx:.2e} snr={snr:.1f}dB"))
 
 
-def compare_bitwise(results, sfx):
-    """Info only (never FAIL): is variant `sfx` bit-identical to the default kernel on the
-    same inputs? (Same promotion order; differs only if the tensor core's k32 partial
-    depends on the wgmma shape.)"""
+def compare_bitwise(results, sfx, base="", E=7, sizes=(0, 37, 200, 1, 513, 0, 130), K=2880, N=208, pad_rows=19):
+    """Is variant `sfx` bit-identical to kernel `base` ("" = the default) on the same inputs?
+    Info only (never FAIL) against the default (same promotion order; differs only if the
+    tensor core's k32 partial depends on the wgmma shape); `_v3` vs `_v2` must be identical
+    (same wgmmas, same FFMA order, plus exact zero stages): that comparison PASSes or FAILs."""
     global SUFFIX
-    E, sizes, K, N = 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208
+    sizes = list(sizes)
     gen = torch.Generator(device=DEV); gen.manual_seed(1234)
     offs_host, acc = [], 0
     for m in sizes:
         acc += m; offs_host.append(acc)
-    M = acc + 19
+    M = acc + pad_rows
     offs = torch.tensor(offs_host, dtype=torch.int32, device=DEV)
     X = torch.randn(M, K, device=DEV, generator=gen).to(torch.bfloat16)
     W = (torch.randn(E, N, K, device=DEV, generator=gen) * 0.05).to(torch.bfloat16)
@@ -399,23 +400,30 @@ def compare_bitwise(results, sfx):
     segs, Mpad = padded_layout(offs_host)
     qdyt = quantize(dY, COLS, offs=offs, offs_host=offs_host)
     qxt = quantize(X, COLS, offs=offs, offs_host=offs_host)
+    qxt2 = quantize(X, TILE_T, offs=offs, offs_host=offs_host)
     cases = [
         ("fwd w2d f32", (M, N), lambda o: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o)),
         ("fwd w1d f32", (M, N), lambda o: fwd_call(qx["qa"], qx["sa"], q1["qa"].view(E, N, K), sw1, offs, E, M, N, K, False, o)),
         ("dgrad f32", (M, K), lambda o: dgrad_call(qdy["qa"], qdy["sa"], qw["qt"].contiguous(), qw["sa"], offs, E, M, N, K, o)),
         ("wgrad 1x32 f32", (E, N, K), lambda o: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o)),
+        ("wgrad X32x32 f32", (E, N, K), lambda o: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o)),
+        ("fwd w2d bf16", (M, N), lambda o: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o)),
     ]
+    strict = base == "_v2" and sfx == "_v3"
     for name, shape, fn in cases:
         outs = []
-        for s in ("", sfx):
+        dt = torch.bfloat16 if name.endswith("bf16") else torch.float32
+        for s in (base, sfx):
             SUFFIX = s
-            o = torch.full(shape, float("nan"), dtype=torch.float32, device=DEV)
+            o = torch.full(shape, float("nan"), dtype=dt, device=DEV)
             fn(o); torch.cuda.synchronize(); outs.append(o)
         SUFFIX = ""
         a, b = outs
-        same = torch.equal(a.view(torch.int32), b.view(torch.int32))
-        d = (a - b).abs().max().item() if not same else 0.0
-        results.append((f"INFO bitwise {sfx} vs default: {name}", True, f"identical={same} max_abs_diff={d:.3e}"))
+        iv = torch.int16 if dt == torch.bfloat16 else torch.int32
+        same = torch.equal(a.view(iv), b.view(iv))
+        d = (a.float() - b.float()).abs().nan_to_num(float("inf")).max().item() if not same else 0.0
+        what = f"{'bitwise' if strict else 'INFO bitwise'} {sfx} vs {base or 'default'}: {name} K={K} N={N}"
+        results.append((what, same if strict else True, f"identical={same} max_abs_diff={d:.3e}"))
 
 
 def check_nan_propagation(results):
@@ -440,7 +448,7 @@ def tms(fn, rep_ms):
     return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
 
 
-VARIANTS = ["_m1", "_m3", "_v2"]  # experimental tgemm variants checked and timed next to the default (--variants)
+VARIANTS = ["_m1", "_m3", "_v2", "_v3"]  # experimental tgemm variants checked and timed next to the default (--variants)
 GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
 SHAPES = {"a": (8, 4096, 4096, 4096), "b": (8, 4096, 2048, 8192), "c": (32, 1024, 2880, 2880), "d": (128, 256, 2048, 768)}
 
@@ -492,15 +500,16 @@ def time_shape(key, rows, rep):
             ("dgrad", f"dgrad 1x32 x 32x32 [{sfx}]", lambda: dgrad_call(qdy["qa"], qdy["sa"], WqT, qw["sa"], offs, E, M, N, K, o_dg)),
             ("wgrad", f"wgrad 1x32 x 1x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)),
         ]
-        if sfx == "_v2":
+        if sfx in ("_v2", "_v3"):
             runs += [
                 ("fwd", f"fwd 1x32 x 1x32 [{sfx}]", lambda: fwd_call(qx["qa"], qx["sa"], qw1["qa"].view(E, N, K), sw1, offs, E, M, N, K, False, o_fwd)),
                 ("wgrad", f"wgrad 1x32 x X32x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)),
             ]
     SUFFIX = ""
     runs.append(("fwd", "fwd 1x32 x 32x32 (repeat, timed last)", runs[0][2]))
-    if "_v2" in VARIANTS:  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2 last too
-        runs.append(("fwd", "fwd 1x32 x 32x32 [_v2] (repeat, timed last)", next(r[2] for r in runs if r[1] == "fwd 1x32 x 32x32 [_v2]")))
+    for v in ("_v2", "_v3"):  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2/v3 last too
+        if v in VARIANTS:
+            runs.append(("fwd", f"fwd 1x32 x 32x32 [{v}] (repeat, timed last)", next(r[2] for r in runs if r[1] == f"fwd 1x32 x 32x32 [{v}]")))
     for base, name, fn in runs:
         m = name.find("[")
         SUFFIX = name[m + 1:name.index("]", m)] if m >= 0 else ""
@@ -576,11 +585,33 @@ def main():
             check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
             check_gemm_case(results, f"odd-groups{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
             check_gemm_case(results, f"shape-c-like{sfx}", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
-            if sfx == "_v2":
+            if sfx in ("_v2", "_v3"):
                 check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
                 check_gemm_case(results, f"odd-groups-x2d{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
+            if sfx == "_v3":
+                # stage counts (fwd K / dgrad N / wgrad segments): 1 (K=32, 128: one real + one
+                # zero stage), 2, 4 (even: no zero stage), 3; tiny, empty groups, padding rows
+                for args, kw in (((f"tiny-k32{sfx}", 4, [1, 0, 3, 130], 32, 64, torch.float32), dict(pad_rows=5)),
+                                 ((f"tiny-k128{sfx}", 4, [1, 0, 3, 130], 128, 96, torch.float32), dict(pad_rows=5)),
+                                 ((f"even-k512{sfx}", 3, [200, 0, 257], 512, 256, torch.float32), dict(pad_rows=3)),
+                                 ((f"even-k256{sfx}", 3, [64, 128, 1], 256, 384, torch.bfloat16), dict(pad_rows=0)),
+                                 ((f"odd-k384{sfx}", 3, [64, 128, 1], 384, 384, torch.float32), dict(pad_rows=0, w2d=False))):
+                    try:
+                        check_gemm_case(results, *args, **kw)
+                    except Exception as ex:  # keep going (e.g. a tensor map the driver refuses)
+                        results.append((f"case {args[0]}", False, f"{type(ex).__name__}: {ex}"))
+            if sfx in ("_v2", "_v3"):
                 SUFFIX = ""
                 compare_bitwise(results, sfx)
+            if sfx == "_v3" and "_v2" in VARIANTS:
+                for kw in (dict(), dict(E=5, sizes=(129, 0, 300, 64, 31), K=304, N=272, pad_rows=7),
+                           dict(E=4, sizes=(1, 0, 3, 130), K=128, N=96, pad_rows=5),
+                           dict(E=2, sizes=(256, 384), K=512, N=256, pad_rows=0)):
+                    SUFFIX = ""
+                    try:
+                        compare_bitwise(results, "_v3", base="_v2", **kw)
+                    except Exception as ex:
+                        results.append((f"bitwise _v3 vs _v2 {kw}", False, f"{type(ex).__name__}: {ex}"))
         SUFFIX = ""
         print(f"\nCORRECTNESS ({time.time() - t0:.1f}s)", flush=True)
         for name, ok, info in results:

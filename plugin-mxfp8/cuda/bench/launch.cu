@@ -6,6 +6,7 @@
 #include <cstring>
 #include "../mx_quantize.cu"
 #define MXT_INSTANTIATE_V2   // v2 (run 8): mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v2
+#define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
 #include "../mx_grouped_gemm.cu"
 // Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
 MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_bf16_m1, 0, 0, 1, 1, 6, 1)
@@ -133,6 +134,10 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_f32_v2",  mx_tgemm_e4m3e4m3_w2d_f32_v2,  1, 6},
   {"mx_tgemm_e4m3e4m3_w1d_bf16_v2", mx_tgemm_e4m3e4m3_w1d_bf16_v2, 0, 6},
   {"mx_tgemm_e4m3e4m3_w1d_f32_v2",  mx_tgemm_e4m3e4m3_w1d_f32_v2,  0, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v3", mx_tgemm_e4m3e4m3_w2d_bf16_v3, 1, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v3",  mx_tgemm_e4m3e4m3_w2d_f32_v3,  1, 6},
+  {"mx_tgemm_e4m3e4m3_w1d_bf16_v3", mx_tgemm_e4m3e4m3_w1d_bf16_v3, 0, 6},
+  {"mx_tgemm_e4m3e4m3_w1d_f32_v3",  mx_tgemm_e4m3e4m3_w1d_f32_v3,  0, 6},
 };
 
 extern "C" int mx_tgemm_smem(int sb2d, int stages) {
