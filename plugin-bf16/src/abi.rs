@@ -13,7 +13,14 @@ const PRECISION: &std::ffi::CStr = c"BF16 operands, FP32 accumulation";
 const VERSION: &std::ffi::CStr = static_cstr(concat!(env!("CARGO_PKG_VERSION"), "\0"));
 
 /// What this plugin implements.
-pub const CAPABILITIES: u64 = caps::GROUPED_GEMM | caps::DENSE_OPERANDS | caps::DEVICE_CPU;
+pub const CAPABILITIES: u64 = caps::GROUPED_GEMM
+    | caps::DENSE_OPERANDS
+    | caps::DEVICE_CPU
+    | if cfg!(feature = "cuda") {
+        caps::DEVICE_CUDA
+    } else {
+        0
+    };
 
 static API: PluginApi = PluginApi::new(
     NAME,

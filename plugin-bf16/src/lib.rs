@@ -3,7 +3,8 @@
 //! they are) with f32 accumulation. It does not quantize and accepts no MX operands.
 //!
 //! - [`gemm`]: the operand preparation (rounding to bf16).
-//! - [`backend`]: per-device dispatch (CPU now).
+//! - [`backend`]: per-device dispatch: CPU, and CUDA through cuBLAS (feature `cuda`,
+//!   the default; see `backend::cuda` for the GPU design).
 //! - [`abi`]: the exported `mxhost_plugin_entry` table.
 //!
 //! The expert loop, layouts, padding and output conversion are the shared driver in

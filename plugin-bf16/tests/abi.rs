@@ -47,7 +47,14 @@ fn the_table_describes_the_plugin() {
     }
     assert_eq!(
         t.capabilities,
-        caps::GROUPED_GEMM | caps::DENSE_OPERANDS | caps::DEVICE_CPU
+        caps::GROUPED_GEMM
+            | caps::DENSE_OPERANDS
+            | caps::DEVICE_CPU
+            | if cfg!(feature = "cuda") {
+                caps::DEVICE_CUDA
+            } else {
+                0
+            }
     );
 }
 
@@ -115,13 +122,41 @@ fn gemm_through_the_abi_and_its_rejections() {
     for v in [&mut d.a.dense, &mut d.b.dense, &mut d.out] {
         v.device = DeviceKind::Cuda as u32;
     }
-    assert_eq!(
-        gemm(&d),
-        (
-            Status::Unsupported,
-            "CUDA backend not built/available".to_string()
-        )
-    );
+    if !cfg!(feature = "cuda") {
+        assert_eq!(
+            gemm(&d),
+            (
+                Status::Unsupported,
+                "CUDA backend not built/available".to_string()
+            )
+        );
+    } else if !mxhost_plugin_bf16::backend::cuda_driver_present() {
+        // Built with CUDA, run without a driver: a clear Unsupported, no panic.
+        let (st, msg) = gemm(&d);
+        assert_eq!(st, Status::Unsupported, "{msg}");
+        assert!(msg.contains("libcuda"), "{msg}");
+    }
+    // (With a real driver, host pointers must not reach the GPU backend.)
+
+    // MX operands are Unsupported on the CUDA backend too, before any CUDA call.
+    let mut d = desc;
+    d.b.kind = OperandKind::Mx as u32;
+    d.b.mx.data = view(&mut wd, DType::E4m3, &[2, 48, 64]);
+    d.b.mx.scales = view(&mut ws, DType::E8m0, &[2, 48, 2]);
+    d.b.mx.block = BlockLayout::vector(2);
+    for v in [
+        &mut d.a.dense,
+        &mut d.b.mx.data,
+        &mut d.b.mx.scales,
+        &mut d.out,
+    ] {
+        v.device = DeviceKind::Cuda as u32;
+    }
+    if cfg!(feature = "cuda") {
+        let (st, msg) = gemm(&d);
+        assert_eq!(st, Status::Unsupported, "{msg}");
+        assert!(msg.contains("MX"), "{msg}");
+    }
 
     let mut d = desc;
     d.k = 65;
