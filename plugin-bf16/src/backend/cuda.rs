@@ -34,8 +34,11 @@
 //! - **Libraries**: cudarc loads libcuda, libcublas (which pulls in libcublasLt) and
 //!   libnvrtc at run time; each is probed with `is_culib_present()` before its first
 //!   call, so a machine without them gets Unsupported naming the library, never a panic.
-//! - **Unsupported**: MX operands (as on the CPU), and any `m`/`n`/`k`/leading
-//!   dimension above `i32::MAX` (`cublasGemmEx`'s 32-bit arguments).
+//! - **Unsupported**: MX operands (as on the CPU), any `m`/`n`/`k`/leading dimension
+//!   above `i32::MAX` (`cublasGemmEx`'s 32-bit arguments), and GPUs below compute
+//!   capability 8.0 (no bf16 GEMM).
+//! - **Not used**: `offs_device` (the per-expert loop runs on the host copy of the
+//!   offsets, so no device-side offsets and no synchronization are needed).
 
 use super::convert;
 use super::plan::{self, ColGemm, Plan, Src};
