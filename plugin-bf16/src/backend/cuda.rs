@@ -93,7 +93,7 @@ const NO_NVRTC: &str = "CUDA backend of the bf16 plugin: f32 operands are rounde
 /// A loaded kernel (driver handles are process-wide; modules are never unloaded).
 #[derive(Clone, Copy)]
 struct Func(cu::CUfunction);
-// SAFETY: see `Func`.
+// SAFETY: a CUfunction is a process-wide driver handle, usable from any thread.
 unsafe impl Send for Func {}
 unsafe impl Sync for Func {}
 
@@ -148,11 +148,6 @@ fn device(ordinal: i32) -> PluginResult<&'static Dev> {
         attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(drv("cuDeviceGetAttribute"))?;
     let sms =
         attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(drv("cuDeviceGetAttribute"))?;
-    if major < 8 {
-        return Err(PluginError::unsupported(format!(
-            "CUDA backend of the bf16 plugin: bf16 GEMMs need compute capability 8.0 or newer; device {ordinal} is {major}.{minor}"
-        )));
-    }
     let d: &'static Dev = Box::leak(Box::new(Dev {
         ordinal,
         ctx,
@@ -329,6 +324,13 @@ impl Backend for CudaBackend {
             )));
         }
         let dev = device(args.ordinal)?;
+        let (major, minor) = dev.cc;
+        if major < 8 {
+            return Err(PluginError::unsupported(format!(
+                "CUDA backend of the bf16 plugin: bf16 GEMMs need compute capability 8.0 or newer; device {} is {major}.{minor}",
+                dev.ordinal
+            )));
+        }
         if !cublas_present() {
             return Err(PluginError::unsupported(NO_CUBLAS));
         }
