@@ -661,15 +661,27 @@ MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* a
   }
 }
 
+MX_DEV MxtCtx mxt_ctx(const MxGemmParams& p, const int* g_start, const int* g_pre) {
+  MxtCtx c;
+  c.ntn = (p.N + MXG_BN - 1) / MXG_BN;
+  c.tiles_m = p.batched ? (p.M + MXT_BM - 1) / MXT_BM : g_pre[p.E];
+  c.total = p.batched ? p.E * c.tiles_m * c.ntn : c.tiles_m * c.ntn;
+  c.brows_e = p.batched ? 0 : (int)(p.b_es / p.ldb);
+  c.g_start = g_start; c.g_pre = g_pre;
+  return c;
+}
+
+// MODE 0/1/3 kernels (the default mx_tgemm_*). Register fit: like v2, everything a role
+// needs is computed inside its branch after setmaxnreg and the padding rows are zeroed by
+// the consumers only; before (tile context and tid computed ahead of the role split, live
+// across the consumer main loop) the f32-output kernels spilled 16 B and reloaded them
+// every group. The main loop and promotion order are unchanged.
 template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES, int MODE>
 MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   const MxGemmParams& p = P.g;
   extern __shared__ __align__(1024) mx_u8 mxt_smem[];
   __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
   __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
-  const mx_u32 sraw = smem_u32(mxt_smem);
-  const mx_u32 sbase = (sraw + 1023u) & ~1023u;           // TMA SWIZZLE_128B needs 1024-B alignment
-  mx_u8* sgen = mxt_smem + (sbase - sraw);
 
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -683,54 +695,56 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   }
   __syncthreads();
 
-  MxtCtx c;
-  c.ntn = (p.N + MXG_BN - 1) / MXG_BN;
-  c.tiles_m = p.batched ? (p.M + MXT_BM - 1) / MXT_BM : g_pre[p.E];
-  c.total = p.batched ? p.E * c.tiles_m * c.ntn : c.tiles_m * c.ntn;
-  c.brows_e = p.batched ? 0 : (int)(p.b_es / p.ldb);
-  c.g_start = g_start; c.g_pre = g_pre;
-
-  const int wg = tid >> 7;
-  if (wg == 2) {
+  if (tid >= 256) {
     // ---- producer warpgroup: one thread issues every TMA / bulk copy ----
     setmaxnreg_dec<MODE == 2 ? 24 : 40>();
     if (tid == 256) {
+      const mx_u32 sraw = smem_u32(mxt_smem);
+      const mx_u32 sbase = (sraw + 1023u) & ~1023u;
+      const MxtCtx c = mxt_ctx(p, g_start, g_pre);
       MxtProd prod;
       prod.t = (int)blockIdx.x - (int)gridDim.x; prod.ks = 0; prod.nst = 0;
       prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
-      prod.stage = 0; prod.phase = 0; prod.pc = 0;
+      prod.stage = 0; prod.phase = 0; prod.pc = 0; prod.nreal = 0;
       mxt_fill<SB2D, STAGES>(prod, 0x7ffffffe, P, c, sbase, full, empty);
     }
-  } else {
-    // ---- consumers ----
-    setmaxnreg_inc<MODE == 2 ? 240 : 232>();
-    const int lt = tid & 127;
-    const int warp = lt >> 5, lane = lt & 31;
-    const int wrow = 64 * wg + 16 * warp + (lane >> 2);
-    int stage = 0; mx_u32 phase = 0;
-    float acc[64], t0[MODE >= 2 ? 64 : 32], t1[MODE == 3 ? 1 : (MODE == 2 ? 64 : 32)], t2[MODE == 1 ? 32 : 1];
-    for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
-      int nst;
-      {
-        const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
-        nst = mxt_tile_stages(p, T, g_pre);
-      }
-#pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-      for (; nst >= 2; nst -= 2)
-        mxt_group<FA, FB, SB2D, 2, STAGES, MODE>(acc, t0, t1, t2, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
-      if (nst == 1)
-        mxt_group<FA, FB, SB2D, 1, STAGES, MODE>(acc, t0, t1, t2, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+    return;
+  }
+  // ---- consumers ----
+  setmaxnreg_inc<MODE == 2 ? 240 : 232>();
+  const mx_u32 sraw = smem_u32(mxt_smem);
+  const mx_u32 sbase = (sraw + 1023u) & ~1023u;           // TMA SWIZZLE_128B needs 1024-B alignment
+  const mx_u8* sgen = mxt_smem + (sbase - sraw);
+  const MxtCtx c = mxt_ctx(p, g_start, g_pre);
+  const int wg = tid >> 7;
+  const int lt = tid & 127;
+  const int warp = lt >> 5, lane = lt & 31;
+  const int wrow = 64 * wg + 16 * warp + (lane >> 2);
+  int stage = 0; mx_u32 phase = 0;
+  float acc[64], t0[MODE >= 2 ? 64 : 32], t1[MODE == 3 ? 1 : (MODE == 2 ? 64 : 32)], t2[MODE == 1 ? 32 : 1];
+  for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
+    int nst;
+    {
       const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
-      mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
+      nst = mxt_tile_stages(p, T, g_pre);
     }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    for (; nst >= 2; nst -= 2)
+      mxt_group<FA, FB, SB2D, 2, STAGES, MODE>(acc, t0, t1, t2, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+    if (nst == 1)
+      mxt_group<FA, FB, SB2D, 1, STAGES, MODE>(acc, t0, t1, t2, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+    int te = t;
+    asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
+    const MxgTile T = mxg_decode(p, te, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
+    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
   }
 
-  // ---- grouped mode: zero the padding rows (rows >= offs[E-1]) ----
+  // ---- grouped mode: zero the padding rows (rows >= offs[E-1]), consumer threads only ----
   if (!p.batched) {
     const mx_i64 r_begin = g_start[p.E];
     const mx_i64 cnt = ((mx_i64)p.M - r_begin) * p.N;
-    for (mx_i64 i = (mx_i64)blockIdx.x * blockDim.x + tid; i < cnt; i += (mx_i64)gridDim.x * blockDim.x) {
+    for (mx_i64 i = (mx_i64)blockIdx.x * 256 + tid; i < cnt; i += (mx_i64)gridDim.x * 256) {
       const mx_i64 r = r_begin + i / p.N, c2 = i % p.N;
       if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c2] = 0;
       else reinterpret_cast<float*>(p.out)[r * p.ldo + c2] = 0.f;
@@ -750,15 +764,6 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
 // 24-register producer (consumers 240) the producer side still spilled: values computed
 // before setmaxnreg and live in both roles, and the padding-row zeroing after the role
 // split; v2 computes per role and zeroes padding in the consumers only (kept at 40/232).
-MX_DEV MxtCtx mxt_ctx(const MxGemmParams& p, const int* g_start, const int* g_pre) {
-  MxtCtx c;
-  c.ntn = (p.N + MXG_BN - 1) / MXG_BN;
-  c.tiles_m = p.batched ? (p.M + MXT_BM - 1) / MXT_BM : g_pre[p.E];
-  c.total = p.batched ? p.E * c.tiles_m * c.ntn : c.tiles_m * c.ntn;
-  c.brows_e = p.batched ? 0 : (int)(p.b_es / p.ldb);
-  c.g_start = g_start; c.g_pre = g_pre;
-  return c;
-}
 
 #ifndef MXT_V2_PREG
 #define MXT_V2_PREG 40   // producer registers; consumers get (504 - MXT_V2_PREG) / 2 = 232
