@@ -638,6 +638,11 @@ def main():
         for k, n, base in pairs:
             if (k, base) in byname:
                 print(f"{k} | {n} | {byname[(k, base)] / byname[(k, n)]:.3f}")
+    if "_v2" in VARIANTS and "_v3" in VARIANTS:
+        print("\nshape | pass | v2 µs / v3 µs (> 1 = v3 faster)")
+        for k, n, *_ in rows:
+            if " [_v3]" in n and (k, n.replace("[_v3]", "[_v2]")) in byname:
+                print(f"{k} | {n.replace(' [_v3]', '')} | {byname[(k, n.replace('[_v3]', '[_v2]'))] / byname[(k, n)]:.3f}")
     sys.stdout.flush()
 
 
