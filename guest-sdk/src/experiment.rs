@@ -110,6 +110,15 @@ pub mod gemm {
     pub fn quantize(x: &Tensor, spec: MxSpec) -> Result<MxTensor, Error> {
         mx::quantize(x, spec)
     }
+    /// `x` quantized, plus the same MX tensor with its last two axes swapped (the
+    /// quantization of xᵀ) from one pass: for a weight, the forward copy `[E, N, K]`
+    /// and the dgrad copy `[E, K, N]` (pass it with `WeightLayout::Kn`).
+    pub fn quantize_with_transpose(
+        x: &Tensor,
+        spec: MxSpec,
+    ) -> Result<(MxTensor, MxTensor), Error> {
+        mx::quantize_with_transpose(x, spec)
+    }
     pub fn dequantize(q: &MxTensor) -> Result<Tensor, Error> {
         mx::dequantize(q)
     }

@@ -166,10 +166,15 @@ impl CudaDevice {
 
     /// A zero-filled device buffer of `len` bytes.
     pub fn zeros(&'static self, len: usize) -> crate::error::OpResult<DeviceBuffer> {
+        self.filled(len, 0)
+    }
+
+    /// A device buffer of `len` bytes, each set to `byte`.
+    pub fn filled(&'static self, len: usize, byte: u8) -> crate::error::OpResult<DeviceBuffer> {
         let b = self.alloc(len)?;
         if len > 0 {
             // SAFETY: `b.ptr` addresses `len` bytes on our stream.
-            unsafe { cr::memset_d8_async(b.ptr, 0, len, self.stream) }
+            unsafe { cr::memset_d8_async(b.ptr, byte, len, self.stream) }
                 .map_err(op_err("cuMemsetD8Async"))?;
         }
         Ok(b)

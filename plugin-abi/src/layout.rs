@@ -322,6 +322,48 @@ pub struct QuantizeDesc {
     pub input: TensorView,
     pub output: MxTensorView,
     pub stream: *mut c_void,
+    /// ABI 1.1: also write `output` with its last two axes swapped (data and scales
+    /// transposed; the block layout follows the axes), from the same pass. That is the
+    /// quantization of `inputᵀ`, so one call gives a weight in both layouts a training
+    /// step's GEMMs read. Absent when `struct_size` is 0 (and in a 1.0 descriptor, which
+    /// ends before this field).
+    pub transposed: MxTensorView,
+}
+
+/// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.0 host (no `transposed`).
+pub const QUANTIZE_DESC_SIZE_1_0: usize = std::mem::offset_of!(QuantizeDesc, transposed);
+
+impl MxTensorView {
+    /// The "absent" view (`struct_size` 0, null buffers).
+    pub fn absent() -> Self {
+        MxTensorView {
+            struct_size: 0,
+            data: TensorView::empty(),
+            scales: TensorView::empty(),
+            format: 0,
+            mode: 0,
+            block: BlockLayout { kind: 0, axis: 0 },
+        }
+    }
+    pub fn is_absent(&self) -> bool {
+        self.struct_size == 0
+    }
+}
+
+/// The block layout of `x`'s quantization seen with the last two axes of a rank-`rank`
+/// tensor swapped: 32×32 tiles stay tiles, 1×32 blocks along one of the last two axes
+/// move to the other one, blocks along an earlier axis stay.
+pub fn transposed_block(block: BlockLayout, rank: usize) -> BlockLayout {
+    if block.kind == BlockLayout::vector(0).kind && rank >= 2 {
+        let a = block.axis as usize;
+        if a + 1 == rank {
+            return BlockLayout::vector(rank as u32 - 2);
+        }
+        if a + 2 == rank {
+            return BlockLayout::vector(rank as u32 - 1);
+        }
+    }
+    block
 }
 
 /// Dequantize `input` into the preallocated `output` (f32 or bf16, same shape).

@@ -121,6 +121,35 @@ pub unsafe fn read_desc<T: Copy>(ptr: *const T) -> PluginResult<T> {
     Ok(unsafe { *ptr })
 }
 
+/// Like [`read_desc`] for a descriptor that grew in a minor version: accepts any
+/// `struct_size` from `min_size` (the size of the oldest supported minor) up, and
+/// zero-fills the fields an older host did not write (zero must mean "absent" for
+/// every appended field; see `QuantizeDesc::transposed`).
+///
+/// # Safety
+/// As for [`read_desc`]; `T` must be valid when zero-filled (plain integers, pointers
+/// and structs of them).
+pub unsafe fn read_desc_grown<T: Copy>(ptr: *const T, min_size: usize) -> PluginResult<T> {
+    if ptr.is_null() {
+        return Err(PluginError::invalid("null descriptor"));
+    }
+    // SAFETY: every ABI descriptor starts with `struct_size: usize`.
+    let size = unsafe { *(ptr as *const usize) };
+    if size < min_size {
+        return Err(PluginError::invalid(format!(
+            "descriptor struct_size {size} is smaller than the oldest supported layout ({min_size})"
+        )));
+    }
+    let n = size.min(std::mem::size_of::<T>());
+    let mut out = std::mem::MaybeUninit::<T>::zeroed();
+    // SAFETY: the host wrote `size` ≥ `n` readable bytes; `out` has room for
+    // size_of::<T>() ≥ `n`; a zero-filled T is valid by the caller's precondition.
+    unsafe {
+        std::ptr::copy_nonoverlapping(ptr as *const u8, out.as_mut_ptr() as *mut u8, n);
+        Ok(out.assume_init())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -291,6 +291,9 @@ fn check_disjoint(outputs: &[&TensorArg], inputs: &[&TensorArg]) -> PluginResult
 pub struct QuantizeArgs {
     pub input: TensorArg,
     pub output: MxArg,
+    /// ABI 1.1: also write this copy, `output` with its last two axes swapped (checked:
+    /// shape, block layout, format and mode match; disjoint from every other buffer).
+    pub transposed: Option<MxArg>,
     pub device: DeviceKind,
     pub ordinal: i32,
     pub stream: *mut c_void,
@@ -302,11 +305,39 @@ impl QuantizeArgs {
         input.expect_dtype(&[DType::F32, DType::Bf16])?;
         let output = MxArg::parse(&desc.output, "quantize.output")?;
         output.data.expect_shape(&input.shape)?;
-        let (device, ordinal) = common_device(&[&input, &output.data, &output.scales])?;
-        check_disjoint(&[&output.data, &output.scales], &[&input])?;
+        let transposed = if desc.transposed.is_absent() {
+            None
+        } else {
+            let t = MxArg::parse(&desc.transposed, "quantize.transposed")?;
+            let rank = input.shape.len();
+            if rank < 2 {
+                return Err(PluginError::invalid(
+                    "quantize.transposed: the input needs at least two axes",
+                ));
+            }
+            let mut shape_t = input.shape.clone();
+            shape_t.swap(rank - 1, rank - 2);
+            t.data.expect_shape(&shape_t)?;
+            let block_t = mxhost_plugin_abi::transposed_block(output.block, rank);
+            if t.block != block_t || t.format != output.format || t.mode != output.mode {
+                return Err(PluginError::invalid(
+                    "quantize.transposed: block layout, format and mode must be the output's, with the last two axes swapped",
+                ));
+            }
+            Some(t)
+        };
+        let mut tensors = vec![&input, &output.data, &output.scales];
+        let mut outs = vec![&output.data, &output.scales];
+        if let Some(t) = &transposed {
+            tensors.extend([&t.data, &t.scales]);
+            outs.extend([&t.data, &t.scales]);
+        }
+        let (device, ordinal) = common_device(&tensors)?;
+        check_disjoint(&outs, &[&input])?;
         Ok(QuantizeArgs {
             input,
             output,
+            transposed,
             device,
             ordinal,
             stream: desc.stream,

@@ -8,8 +8,12 @@
 //! rayon worker, which rayon re-raises on the calling thread) becomes `Status::Panic`.
 
 use crate::args::{DequantizeArgs, GemmArgs, QuantizeArgs};
-use mxhost_plugin_abi::plugin_support::{guard_entry, read_desc, PluginError, PluginResult};
-use mxhost_plugin_abi::{DequantizeDesc, DeviceKind, ErrorBuf, GroupedGemmDesc, QuantizeDesc};
+use mxhost_plugin_abi::plugin_support::{
+    guard_entry, read_desc, read_desc_grown, PluginError, PluginResult,
+};
+use mxhost_plugin_abi::{
+    DequantizeDesc, DeviceKind, ErrorBuf, GroupedGemmDesc, QuantizeDesc, QUANTIZE_DESC_SIZE_1_0,
+};
 
 /// One compute backend (CPU today; CUDA and HIP later). Receives validated requests;
 /// a backend for device memory uses the raw pointers and `stream` as they are.
@@ -42,7 +46,7 @@ pub unsafe fn quantize(
 ) -> u32 {
     guard_entry(err, || {
         // SAFETY: the host passes null or a readable descriptor (ABI contract).
-        let desc = unsafe { read_desc(desc)? };
+        let desc = unsafe { read_desc_grown(desc, QUANTIZE_DESC_SIZE_1_0)? };
         let args = QuantizeArgs::parse(&desc)?;
         select(args.device)?.quantize(&args)
     })

@@ -186,3 +186,38 @@ pub unsafe fn operand<'a>(op: &'a OperandArg) -> PluginResult<HostOperand<'a>> {
         })
     }
 }
+
+/// `dst = src` with the last two axes of `shape` swapped (a batched matrix transpose of
+/// `[.., r, c]` into `[.., c, r]`). Used to write the `transposed` copy of a quantization:
+/// MX bytes and scales move as they are, nothing is re-rounded.
+pub fn transpose_last2<T: Copy + Send + Sync>(src: &[T], dst: &mut [T], shape: &[u64]) {
+    use rayon::prelude::*;
+    let rank = shape.len();
+    assert!(rank >= 2, "transpose_last2 needs two axes");
+    let (r, c) = (shape[rank - 2] as usize, shape[rank - 1] as usize);
+    let mat = r * c;
+    assert_eq!(src.len(), dst.len());
+    if mat == 0 {
+        return;
+    }
+    dst.par_chunks_mut(mat)
+        .zip(src.par_chunks(mat))
+        .for_each(|(d, s)| {
+            for i in 0..r {
+                for j in 0..c {
+                    d[j * r + i] = s[i * c + j];
+                }
+            }
+        });
+}
+
+#[cfg(test)]
+mod transpose_tests {
+    #[test]
+    fn transpose_last2_swaps_the_last_two_axes_of_each_matrix() {
+        let src: Vec<u8> = (0..12).collect(); // [2, 2, 3]
+        let mut dst = vec![0u8; 12];
+        super::transpose_last2(&src, &mut dst, &[2, 2, 3]);
+        assert_eq!(dst, vec![0, 3, 1, 4, 2, 5, 6, 9, 7, 10, 8, 11]);
+    }
+}

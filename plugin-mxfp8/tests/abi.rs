@@ -72,7 +72,92 @@ fn quantize_desc(input: TensorView, output: MxTensorView) -> QuantizeDesc {
         input,
         output,
         stream: std::ptr::null_mut(),
+        transposed: MxTensorView::absent(),
     }
+}
+
+/// The transposed copy (ABI 1.1) equals quantizing xᵀ directly, for every block layout
+/// (the transposed layout's blocks are the same sets of elements), on [3, 70, 45].
+#[test]
+fn the_transposed_copy_is_the_quantization_of_the_transpose() {
+    let mut rng = Rng::new(7);
+    let shape = [3u64, 70, 45];
+    let shape_t = [3u64, 45, 70];
+    let mut x = rng.normals(3 * 70 * 45, 3.0);
+    x[5] = f32::NAN;
+    x[100] = 0.0;
+    let mut xt = vec![0f32; x.len()];
+    for b in 0..3 {
+        for i in 0..70 {
+            for j in 0..45 {
+                xt[b * 3150 + j * 70 + i] = x[b * 3150 + i * 45 + j];
+            }
+        }
+    }
+    for block in [
+        BlockLayout::vector(2),
+        BlockLayout::vector(1),
+        BlockLayout::tile(),
+    ] {
+        let block_t = transposed_block(block, 3);
+        let ns = scale_count(&shape, block).unwrap();
+        let (mut d, mut s) = (vec![0u8; x.len()], vec![0u8; ns]);
+        let (mut dt, mut st_) = (vec![0xAAu8; x.len()], vec![0xAAu8; ns]);
+        let mut desc = quantize_desc(
+            view(&mut x, DType::F32, &shape),
+            mx_view(&mut d, &mut s, &shape, MxFormat::E4m3, block),
+        );
+        desc.transposed = mx_view(&mut dt, &mut st_, &shape_t, MxFormat::E4m3, block_t);
+        // SAFETY: valid descriptor over live, disjoint buffers.
+        let (st, msg) = call(|e| unsafe { (api().quantize)(&desc, e) });
+        assert_eq!(st, Status::Ok, "{msg}");
+        let (mut d2, mut s2) = (vec![0u8; x.len()], vec![0u8; ns]);
+        quantize_mx(
+            &xt,
+            &shape_t,
+            block_t,
+            MxFormat::E4m3,
+            ScaleMode::Rceil,
+            &mut d2,
+            &mut s2,
+        )
+        .unwrap();
+        assert_eq!(dt, d2, "{block:?}: transposed data");
+        assert_eq!(st_, s2, "{block:?}: transposed scales");
+
+        // A transposed copy with the wrong block layout is refused.
+        desc.transposed.block = block;
+        if block != block_t {
+            let (st, msg) = call(|e| unsafe { (api().quantize)(&desc, e) });
+            assert_eq!(st, Status::InvalidArgument, "{msg}");
+            assert!(msg.contains("quantize.transposed"), "{msg}");
+        }
+    }
+}
+
+/// A host of ABI 1.0 writes a shorter QuantizeDesc (no `transposed`): still accepted.
+#[test]
+fn an_abi_1_0_quantize_descriptor_is_accepted() {
+    let shape = [32u64, 64];
+    let mut x = vec![1.5f32; 32 * 64];
+    let (mut d, mut s) = (vec![0u8; 32 * 64], vec![0u8; 64]);
+    let mut desc = quantize_desc(
+        view(&mut x, DType::F32, &shape),
+        mx_view(
+            &mut d,
+            &mut s,
+            &shape,
+            MxFormat::E4m3,
+            BlockLayout::vector(1),
+        ),
+    );
+    desc.struct_size = QUANTIZE_DESC_SIZE_1_0;
+    // Garbage where a 1.0 host's descriptor has ended must not be read.
+    desc.transposed.struct_size = 12345;
+    // SAFETY: valid descriptor; the plugin reads only struct_size bytes.
+    let (st, msg) = call(|e| unsafe { (api().quantize)(&desc, e) });
+    assert_eq!(st, Status::Ok, "{msg}");
+    assert!(d.iter().all(|&b| b == d[0]) && d[0] != 0);
 }
 
 #[test]

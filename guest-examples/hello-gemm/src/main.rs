@@ -205,6 +205,49 @@ fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
         let out = pass.call(Operand::Dense(a), Operand::Dense(b), &p.offs, &opts_2d)?;
         row(pass, label, &out, None)?;
     }
+    // The weight quantized once in 32×32 tiles with its transposed copy (one pass):
+    // forward reads [E, N, K], dgrad the [E, K, N] copy (layout kn), and must equal
+    // dgrad on the [E, N, K] copy bit for bit (same MX values, other storage).
+    let tile = mx_spec(ElementFormat::E4m3, BlockLayout::Tile32x32);
+    let (qw, qw_t) = quantize_with_transpose(&p.w.0, tile)?;
+    if qw_t.shape() != [GROUPS.len() as u32, K, N] {
+        return Err(format!("transposed copy has shape {:?}", qw_t.shape()));
+    }
+    let (qx, qdy) = (quantize(&p.x.0, along(1))?, quantize(&p.dy.0, along(1))?);
+    let w_exact = deq(&qw)?;
+    let out = Pass::Forward.call(
+        Operand::Quantized(&qx),
+        Operand::Quantized(&qw),
+        &p.offs,
+        &opts,
+    )?;
+    let exact = Pass::Forward.reference(&deq(&qx)?, &w_exact, p);
+    row(Pass::Forward, "pre-quantized W 32x32", &out, Some(exact))?;
+    let opts_kn = GemmOptions {
+        weight_layout: WeightLayout::Kn,
+        ..opts
+    };
+    let out = Pass::Dgrad.call(
+        Operand::Quantized(&qdy),
+        Operand::Quantized(&qw_t),
+        &p.offs,
+        &opts_kn,
+    )?;
+    let same = Pass::Dgrad.call(
+        Operand::Quantized(&qdy),
+        Operand::Quantized(&qw),
+        &p.offs,
+        &opts,
+    )?;
+    if out
+        .iter()
+        .zip(&same)
+        .any(|(a, b)| a.to_bits() != b.to_bits())
+    {
+        return Err("dgrad on the transposed weight copy differs from dgrad on the weight".into());
+    }
+    let exact = Pass::Dgrad.reference(&deq(&qdy)?, &w_exact, p);
+    row(Pass::Dgrad, "pre-quantized W^T copy kn", &out, Some(exact))?;
     // Same tensors, other precision: switching moves no data.
     plugin::select("bf16")?;
     for pass in PASSES {

@@ -16,7 +16,7 @@ use crate::plugin::registry::{search_dirs, PluginRegistry};
 use crate::plugin::LoadedPlugin;
 use crate::tensor::{CpuBuffer, Storage, Tensor};
 use anyhow::{bail, Context};
-use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode};
+use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode, WeightLayout};
 use rand::SeedableRng;
 use rand_distr::Distribution;
 use std::path::PathBuf;
@@ -184,11 +184,24 @@ fn bench_shape(
         out_dtype: DType::Bf16,
         ..GemmConfig::default()
     };
-    let (qx, qw, qdy) = (
-        q(&x, BlockLayout::vector(1))?,
-        q(&w, BlockLayout::tile())?,
+    let qwt = |w: &Tensor| {
+        ops::quantize_with_transpose(
+            plugin,
+            w,
+            MxFormat::E4m3,
+            ScaleMode::Rceil,
+            BlockLayout::tile(),
+        )
+    };
+    // The weight in both layouts from one pass: [E, N, K] for forward, [E, K, N] for dgrad.
+    let ((qx, (qw, qw_t)), qdy) = (
+        (q(&x, BlockLayout::vector(1))?, qwt(&w)?),
         q(&dy, BlockLayout::vector(1))?,
     );
+    let cfg_kn = GemmConfig {
+        weight_layout: WeightLayout::Kn,
+        ..cfg
+    };
     let flops = 2.0 * (rows * s.n * s.k) as f64;
     let label = format!("{} E{} M{} K{} N{}", s.key, s.e, s.m, s.k, s.n);
     let ratio = |pass: &str, secs: f64| {
@@ -216,6 +229,15 @@ fn bench_shape(
         t,
         None,
         xb * 2.0 + xb + xb / 32.0,
+    );
+    let wb = (s.e * s.n * s.k) as f64;
+    let t = time(device, reps, || qwt(&w).map(drop))?;
+    push(
+        "quantize W 32x32 + transposed copy (bf16→e4m3)",
+        "-",
+        t,
+        None,
+        wb * 2.0 + 2.0 * (wb + wb / 1024.0),
     );
     let gemm_bytes = |a: u64, b: u64, o: u64| (a + b) as f64 + 2.0 * o as f64;
     let fwd = || {
@@ -250,7 +272,26 @@ fn bench_shape(
     };
     let t = time(device, reps, dg)?;
     push(
-        "dgrad dY 1x32 · W 32x32 (pre-quantized)",
+        "dgrad dY 1x32 · W 32x32 [E,N,K] (re-laid out in the call)",
+        "dgrad",
+        t,
+        Some(flops),
+        gemm_bytes(rows * s.n, s.e * s.n * s.k, rows * s.k),
+    );
+    let dg_t = || {
+        ops::grouped_gemm(
+            plugin,
+            GemmPass::Dgrad,
+            GemmOperand::Mx(&qdy),
+            GemmOperand::Mx(&qw_t),
+            &offs,
+            &cfg_kn,
+        )
+        .map(drop)
+    };
+    let t = time(device, reps, dg_t)?;
+    push(
+        "dgrad dY 1x32 · W 32x32 [E,K,N] (transposed copy)",
         "dgrad",
         t,
         Some(flops),
@@ -275,20 +316,35 @@ fn bench_shape(
         Some(flops),
         gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k),
     );
+    // One training step of a grouped linear with the default recipe, as a guest would
+    // write it: X and dY quantized 1×32 along K/N, the weight once in 32×32 tiles with
+    // its transposed copy, then forward, dgrad (transposed copy, layout kn) and wgrad
+    // from the dense bf16 X and dY (quantized 1×32 along M inside the call).
     let step = || -> OpResult<()> {
-        for (pass, a, b) in [
-            (GemmPass::Forward, &x, &w),
-            (GemmPass::Dgrad, &dy, &w),
-            (GemmPass::Wgrad, &dy, &x),
-        ] {
-            ops::grouped_gemm(
-                plugin,
-                pass,
-                GemmOperand::Dense(a),
-                GemmOperand::Dense(b),
-                &offs,
+        let qx = q(&x, BlockLayout::vector(1))?;
+        let (qw, qw_t) = qwt(&w)?;
+        let qdy = q(&dy, BlockLayout::vector(1))?;
+        for (pass, a, b, c) in [
+            (
+                GemmPass::Forward,
+                GemmOperand::Mx(&qx),
+                GemmOperand::Mx(&qw),
                 &cfg,
-            )?;
+            ),
+            (
+                GemmPass::Dgrad,
+                GemmOperand::Mx(&qdy),
+                GemmOperand::Mx(&qw_t),
+                &cfg_kn,
+            ),
+            (
+                GemmPass::Wgrad,
+                GemmOperand::Dense(&dy),
+                GemmOperand::Dense(&x),
+                &cfg,
+            ),
+        ] {
+            ops::grouped_gemm(plugin, pass, a, b, &offs, c)?;
         }
         Ok(())
     };

@@ -168,6 +168,28 @@ impl tensors::HostTensor for HostState {
     }
 }
 
+/// What the guard chain sees for a quantization of `x` (with or without a transposed
+/// copy: the guard rules are about the recipe, which is the same).
+fn quantize_request(plugin: &str, x: &Tensor, spec: &types::MxSpec) -> dispatch::DispatchRequest {
+    dispatch::DispatchRequest {
+        op: dispatch::Op::Quantize,
+        plugin: plugin.to_string(),
+        operands: vec![dispatch::OperandInfo {
+            shape: x.shape.clone(),
+            dtype: dtype_to_wit(x.dtype),
+            mx: None,
+        }],
+        offs: vec![],
+        format: spec.format,
+        mode: spec.mode,
+        weight_blocks_2d: false,
+        weight_layout_kn: false,
+        hadamard: false,
+        dge: false,
+        bias: false,
+    }
+}
+
 impl mx::Host for HostState {
     fn quantize(
         &mut self,
@@ -184,23 +206,7 @@ impl mx::Host for HostState {
             .plugins
             .quantizer_for(&self.active)
             .ok_or_else(|| OpError::unsupported("no loaded plugin can quantize"))?;
-        self.guard(dispatch::DispatchRequest {
-            op: dispatch::Op::Quantize,
-            plugin: plugin.name.clone(),
-            operands: vec![dispatch::OperandInfo {
-                shape: x.shape.clone(),
-                dtype: dtype_to_wit(x.dtype),
-                mx: None,
-            }],
-            offs: vec![],
-            format: spec.format,
-            mode: spec.mode,
-            weight_blocks_2d: false,
-            weight_layout_kn: false,
-            hadamard: false,
-            dge: false,
-            bias: false,
-        })?;
+        self.guard(quantize_request(&plugin.name, &x, &spec))?;
         let q = ops::quantize(
             &plugin,
             &x,
@@ -209,6 +215,34 @@ impl mx::Host for HostState {
             block,
         )?;
         self.push_mx(q)
+    }
+
+    fn quantize_with_transpose(
+        &mut self,
+        x: Resource<Tensor>,
+        spec: types::MxSpec,
+    ) -> OpResult<(Resource<MxTensor>, Resource<MxTensor>)> {
+        let x = self.tensor(&x)?.clone();
+        let block = block_from_wit(spec.block);
+        let scales_shape = validate::plan_quantize(&x.shape, x.dtype, block)?;
+        let (scale_numel, _) = validate::checked_size(&scales_shape, DType::E8m0)?;
+        self.check_room(2 * (x.numel() + scale_numel))?;
+        let plugin = self
+            .shared
+            .plugins
+            .quantizer_for(&self.active)
+            .ok_or_else(|| OpError::unsupported("no loaded plugin can quantize"))?;
+        self.guard(quantize_request(&plugin.name, &x, &spec))?;
+        let (q, t) = ops::quantize_with_transpose(
+            &plugin,
+            &x,
+            format_from_wit(spec.format),
+            mode_from_wit(spec.mode),
+            block,
+        )?;
+        let q = self.push_mx(q)?;
+        let t = self.push_mx(t)?;
+        Ok((q, t))
     }
 
     fn dequantize(&mut self, q: Resource<MxTensor>) -> OpResult<Resource<Tensor>> {

@@ -26,9 +26,22 @@ impl Backend for CpuBackend {
         };
         let shape = &args.input.shape;
         match input {
-            DenseRef::F32(x) => quantize_mx(x, shape, o.block, o.format, o.mode, data, scales),
-            DenseRef::Bf16(x) => quantize_mx(x, shape, o.block, o.format, o.mode, data, scales),
+            DenseRef::F32(x) => quantize_mx(x, shape, o.block, o.format, o.mode, data, scales)?,
+            DenseRef::Bf16(x) => quantize_mx(x, shape, o.block, o.format, o.mode, data, scales)?,
         }
+        if let Some(t) = &args.transposed {
+            // SAFETY: as above; `QuantizeArgs::parse` checked the transposed buffers'
+            // shapes and that they overlap nothing else.
+            let (data_t, scales_t) = unsafe {
+                (
+                    host::slice_mut::<u8>(&t.data)?,
+                    host::slice_mut::<u8>(&t.scales)?,
+                )
+            };
+            host::transpose_last2(data, data_t, shape);
+            host::transpose_last2(scales, scales_t, &o.scales.shape);
+        }
+        Ok(())
     }
 
     fn dequantize(&self, args: &DequantizeArgs) -> PluginResult<()> {

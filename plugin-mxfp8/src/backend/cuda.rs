@@ -579,24 +579,37 @@ impl Backend for CudaBackend {
         let last = shape[rank - 1] as usize;
         let block = Blocking::from_abi(o.block)
             .ok_or_else(|| PluginError::invalid("quantize.output: unknown block layout"))?;
+        // The transposed copy (ABI 1.1): the COLS and TILE kernels write it in the same
+        // pass; after ROWS it is a byte transpose of data and scales.
+        let tr = args.transposed.as_ref();
         match block {
-            Blocking::Vector { axis } if axis + 1 == rank => call.quant_rows(
-                ptr(x),
-                in_bf16,
-                x.numel / last,
-                last,
-                fmt,
-                mode,
-                ptr(&o.data),
-                ptr(&o.scales),
-            ),
+            Blocking::Vector { axis } if axis + 1 == rank => {
+                call.quant_rows(
+                    ptr(x),
+                    in_bf16,
+                    x.numel / last,
+                    last,
+                    fmt,
+                    mode,
+                    ptr(&o.data),
+                    ptr(&o.scales),
+                )?;
+                if let Some(t) = tr {
+                    let (batch, r, c) = (leading(shape), shape[rank - 2] as usize, last);
+                    call.transpose(ptr(&o.data), ptr(&t.data), batch, r, c)?;
+                    call.transpose(ptr(&o.scales), ptr(&t.scales), batch, r, cdiv(c, 32))?;
+                }
+                Ok(())
+            }
             Blocking::Vector { axis } if axis + 2 == rank => {
                 // COLS writes data [C][R] and scales [C][RB] per batch; transpose both back.
                 let (batch, r, c) = (leading(shape), shape[rank - 2] as usize, last);
                 let rb = cdiv(r, 32);
                 let mut call = call;
-                let qt = call.alloc(batch * r * c)?;
-                let st = call.alloc(batch * rb * c)?;
+                let (qt, st) = match tr {
+                    Some(t) => (ptr(&t.data), ptr(&t.scales)),
+                    None => (call.alloc(batch * r * c)?, call.alloc(batch * rb * c)?),
+                };
                 let p = QuantParams {
                     inp: ptr(x),
                     in_bs: (r * c) as i64,
@@ -618,7 +631,8 @@ impl Backend for CudaBackend {
             }
             Blocking::Tile if rank >= 2 => {
                 let (batch, r, c) = (leading(shape), shape[rank - 2] as usize, last);
-                let p = QuantParams {
+                let (rb, cb) = (cdiv(r, 32), cdiv(c, 32));
+                let mut p = QuantParams {
                     inp: ptr(x),
                     in_bs: (r * c) as i64,
                     r: i32_of("rows", r)?,
@@ -628,10 +642,20 @@ impl Backend for CudaBackend {
                     qa: ptr(&o.data),
                     sa: ptr(&o.scales),
                     qa_bs: (r * c) as i64,
-                    sa_bs: (cdiv(r, 32) * cdiv(c, 32)) as i64,
+                    sa_bs: (rb * cb) as i64,
                     ..Default::default()
                 };
-                call.quant(in_bf16, fmt, &p, cdiv(r, 32), batch)
+                if let Some(t) = tr {
+                    // TILE_T in the same pass: data [C][R], scales [CB][RB] per batch.
+                    p.flags |= TILE_T;
+                    p.qt = ptr(&t.data);
+                    p.st = ptr(&t.scales);
+                    p.qt_bs = (r * c) as i64;
+                    p.st_bs = (rb * cb) as i64;
+                    p.ldt = i32_of("rows", r)?;
+                    p.ldst = rb as i32;
+                }
+                call.quant(in_bf16, fmt, &p, rb, batch)
             }
             other => Err(PluginError::invalid(format!(
                 "quantize: block layout {other:?} is invalid for rank {rank}"
