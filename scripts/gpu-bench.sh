@@ -4,31 +4,44 @@
 # out/gpu). Everything runs in one call so every ratio is taken side by side:
 #   1. mxhost selftest (CUDA vs the CPU backend), TMA kernels, launches traced;
 #   2. bench_peers.py (torch _grouped_mm BF16 and the other peers) → peer_bench.csv;
-#   3. mxhost bench with the TMA kernels and with the cp.async kernels, × BF16 from 2.;
+#   3. mxhost bench (FAMILIES="tgemm gemm" adds the cp.async kernels) and the bf16
+#      plugin (cuBLAS) in process, × BF16 from 2.;
 #   4. optionally the kernel harness (HARNESS_ARGS), then hello-gemm and a shortened
 #      toy-moe with --device cuda.
 set -uo pipefail
 out="${OUT:-out/gpu}"
 mkdir -p "$out"
 shapes="${SHAPES:-a,b,c,d}"
+# cuBLAS for the bf16 plugin: the toolkit's libraries when they are not on the default path.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+done
 nvidia-smi -L
-echo "== selftest (tgemm)"
+echo "== selftest (tgemm), outputs poisoned with NaN before each plugin call"
 trace=$(mktemp)
-MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 dist/mxhost selftest --device cuda --quick \
+MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 dist/mxhost selftest --device cuda --quick \
     >"$out/selftest.txt" 2>"$trace"
 rc=$?
 # (At most 8 files come back from a device call: the trace is summarised, not kept.)
 echo "selftest rc=$rc; tgemm launches: $(grep -c mx_tgemm "$trace"), cp.async launches: $(grep -c 'mx_gemm_' "$trace"), fallbacks: $(grep -ci fallback "$trace")" | tee -a "$out/selftest.txt"
 grep -i fallback "$trace" | sort | uniq -c | head -5
 grep -E "kernel family|FAIL|passed|failed" "$out/selftest.txt" | tail -6
+echo "== selftest, plugin bf16 (cuBLAS vs CPU), outputs poisoned"
+MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 120 dist/mxhost selftest --device cuda --quick \
+    --plugin bf16 --shapes "${BF16_SELFTEST_SHAPES:-d,c}" >>"$out/selftest.txt" 2>&1
+echo "bf16 selftest rc=$?"
+grep -E "FAIL|checks,|does not quantize" "$out/selftest.txt" | tail -4
 echo "== bench_peers.py"
 OUT="$out" timeout 150 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-70}" >"$out/peers.txt" 2>&1
 echo "peers rc=$?"
-for k in tgemm gemm; do
+for k in ${FAMILIES:-tgemm}; do
     echo "== mxhost bench ($k)"
     MXHOST_MX_GEMM_KERNEL=$k timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --peers "$out/peer_bench.csv" --json "$out/bench_$k.json" 2>&1
 done
+echo "== mxhost bench, plugin bf16 (cuBLAS, in process)"
+timeout 120 dist/mxhost bench --device cuda --plugin bf16 --shapes "$shapes" --reps "${REPS:-10}" \
+    --peers "$out/peer_bench.csv" 2>&1
 if [ -n "${HARNESS_ARGS:-}" ]; then
     # The kernel harness (plugin-mxfp8/cuda/bench), e.g. HARNESS_ARGS="--shapes a,c --rep 20 --variants _v2 --gemm-only".
     echo "== kernel harness: $HARNESS_ARGS"

@@ -176,6 +176,9 @@ fn bench_shape(
     let x = random_bf16(device, &[rows, s.k], 1)?;
     let w = random_bf16(device, &[s.e, s.n, s.k], 2)?;
     let dy = random_bf16(device, &[rows, s.n], 3)?;
+    if !plugin.has(mxhost_plugin_abi::caps::QUANTIZE) {
+        return bench_dense(plugin, device, s, reps, peers, &offs, (&x, &w, &dy));
+    }
     let q = |t: &Tensor, block: BlockLayout| {
         ops::quantize(plugin, t, MxFormat::E4m3, ScaleMode::Rceil, block)
     };
@@ -355,6 +358,74 @@ fn bench_shape(
         t,
         Some(3.0 * flops),
         0.0,
+    );
+    Ok(out)
+}
+
+/// The rows for a plugin that does not quantize (the bf16 baseline): the three passes
+/// and a step on the dense bf16 operands, so its × BF16 column compares it with torch.
+fn bench_dense(
+    plugin: &LoadedPlugin,
+    device: Device,
+    s: Shape,
+    reps: u32,
+    peers: &[(String, String, f64)],
+    offs: &[i32],
+    (x, w, dy): (&Tensor, &Tensor, &Tensor),
+) -> anyhow::Result<Vec<Row>> {
+    let rows = s.e * s.m;
+    let flops = 2.0 * (rows * s.n * s.k) as f64;
+    let label = format!("{} E{} M{} K{} N{}", s.key, s.e, s.m, s.k, s.n);
+    let cfg = GemmConfig {
+        out_dtype: DType::Bf16,
+        ..GemmConfig::default()
+    };
+    let passes = [
+        (GemmPass::Forward, x, w, "forward"),
+        (GemmPass::Dgrad, dy, w, "dgrad"),
+        (GemmPass::Wgrad, dy, x, "wgrad"),
+    ];
+    let gemm = |(pass, a, b, _): (GemmPass, &Tensor, &Tensor, &str)| {
+        ops::grouped_gemm(
+            plugin,
+            pass,
+            GemmOperand::Dense(a),
+            GemmOperand::Dense(b),
+            offs,
+            &cfg,
+        )
+        .map(drop)
+    };
+    let mut out = Vec::new();
+    let mut push = |op: String, pass: &str, secs: f64, f: f64| {
+        let ratio = peers
+            .iter()
+            .find(|(k, p, _)| k == s.key && p == pass)
+            .map(|(_, _, ms)| ms / 1e3 / secs);
+        out.push(Row {
+            shape: label.clone(),
+            op,
+            us: secs * 1e6,
+            tflops: Some(f / secs / 1e12),
+            gbps: 0.0,
+            x_bf16: ratio,
+        });
+    };
+    for p in passes {
+        let t = time(device, reps, || gemm(p))?;
+        push(
+            format!("{} dense bf16 ({})", p.3, plugin.name),
+            p.3,
+            t,
+            flops,
+        );
+    }
+    let t = time(device, reps, || passes.iter().try_for_each(|&p| gemm(p)))?;
+    push(
+        format!("training step: 3 dense GEMMs ({})", plugin.name),
+        "step",
+        t,
+        3.0 * flops,
     );
     Ok(out)
 }

@@ -79,6 +79,9 @@ struct Ctx {
     plugin: std::sync::Arc<LoadedPlugin>,
     gpu: Device,
     rows: Vec<Row>,
+    /// The plugin quantizes (MX plugins); without it (the bf16 plugin) the quantizer
+    /// checks, MX-operand GEMMs and MX-only limits are skipped.
+    quantizes: bool,
 }
 
 fn rng(seed: u64) -> rand_chacha::ChaCha8Rng {
@@ -250,6 +253,9 @@ impl Ctx {
         seed: u64,
         specials: bool,
     ) {
+        if !self.quantizes {
+            return;
+        }
         let t0 = Instant::now();
         let rank = shape.len();
         let case = format!(
@@ -266,10 +272,32 @@ impl Ctx {
             let rows = shape.iter().product::<u64>() as usize / cols.max(1);
             let v = gen(rows, cols, seed, 1.0, specials);
             let (xc, xg) = pair(self, shape, dtype, &v)?;
-            let qc = ops::quantize(&self.plugin, &xc, format, mode, block)?;
-            let qg = ops::quantize(&self.plugin, &xg, format, mode, block)?;
-            let (dc, dg) = (qc.data.host_bytes()?, qg.data.host_bytes()?);
-            let (sc, sg) = (qc.scales.host_bytes()?, qg.scales.host_bytes()?);
+            // Rank ≥ 2: with the transposed copy too (ABI 1.1), also byte-compared.
+            let both = |x: &Tensor| -> OpResult<(MxTensor, Option<MxTensor>)> {
+                if rank >= 2 {
+                    let (q, t) =
+                        ops::quantize_with_transpose(&self.plugin, x, format, mode, block)?;
+                    Ok((q, Some(t)))
+                } else {
+                    Ok((ops::quantize(&self.plugin, x, format, mode, block)?, None))
+                }
+            };
+            let (qc, tc) = both(&xc)?;
+            let (qg, tg) = both(&xg)?;
+            let (mut dc, mut dg) = (
+                qc.data.host_bytes()?.to_vec(),
+                qg.data.host_bytes()?.to_vec(),
+            );
+            let (mut sc, mut sg) = (
+                qc.scales.host_bytes()?.to_vec(),
+                qg.scales.host_bytes()?.to_vec(),
+            );
+            if let (Some(tc), Some(tg)) = (&tc, &tg) {
+                dc.extend_from_slice(&tc.data.host_bytes()?);
+                dg.extend_from_slice(&tg.data.host_bytes()?);
+                sc.extend_from_slice(&tc.scales.host_bytes()?);
+                sg.extend_from_slice(&tg.scales.host_bytes()?);
+            }
             let bad_d = dc.iter().zip(dg.iter()).filter(|(a, b)| a != b).count();
             let bad_s = sc.iter().zip(sg.iter()).filter(|(a, b)| a != b).count();
             // Dequantize too (skipped for anchor-size tensors: host time).
@@ -292,9 +320,14 @@ impl Ctx {
                 None,
                 if ok {
                     format!(
-                        "{} data + {} scale bytes identical{}",
+                        "{} data + {} scale bytes identical{}{}",
                         dc.len(),
                         sc.len(),
+                        if tc.is_some() {
+                            " (with the transposed copy)"
+                        } else {
+                            ""
+                        },
                         if check_deq {
                             ", dequantize identical"
                         } else {
@@ -312,6 +345,9 @@ impl Ctx {
     /// One grouped GEMM pass on both devices.
     #[allow(clippy::too_many_arguments)]
     fn gemm_case(&mut self, label: &str, g: &GemmCase) {
+        if !self.quantizes && (g.mx || g.expect_unsupported) {
+            return;
+        }
         let t0 = Instant::now();
         let case = format!(
             "{} E={} m={} K={} N={}{}",
@@ -700,10 +736,18 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
             Ok(other) => format!("invalid MXHOST_MX_GEMM_KERNEL={other:?} (GEMMs will fail)"),
         }
     );
+    let quantizes = plugin.has(mxhost_plugin_abi::caps::QUANTIZE);
+    if !quantizes {
+        println!(
+            "mxhost selftest: plugin `{}` does not quantize: checking its dense grouped GEMMs only",
+            plugin.name
+        );
+    }
     let mut ctx = Ctx {
         plugin,
         gpu,
         rows: Vec::new(),
+        quantizes,
     };
     let t_all = Instant::now();
 
@@ -768,6 +812,14 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
         g.w2d = false;
         g.mx = true;
         ctx.gemm_case("Kn weights", &g);
+        if pass != GemmPass::Wgrad {
+            // 32×32 weight tiles stored [E, K, N] (quantize-with-transpose's copy).
+            let mut g = GemmCase::new(pass, vec![129, 0, 300, 64, 31], 304, 272);
+            g.pad_rows = 5;
+            g.layout = WeightLayout::Kn;
+            g.mx = true;
+            ctx.gemm_case("Kn weights", &g);
+        }
         let mut g = GemmCase::new(pass, odd.clone(), 2880, 208);
         g.out = DType::Bf16;
         g.pad_rows = 3;
