@@ -54,16 +54,508 @@ MX_DEV void store16(mx_u8* dst, const mx_u32* w, int nvalid, bool aligned) {
   if (nvalid >= 16 && aligned) {
     *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
   } else {
-    for (int i = 0; i < nvalid && i < 16; ++i) dst[i] = (mx_u8)(w[i >> 2] >> (8 * (i & 3)));
+    // not unrolled (registers), no dynamic register-array index (no local memory)
+    const mx_u32 w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+#pragma unroll 1
+    for (int i = 0; i < nvalid && i < 16; ++i) {
+      const mx_u32 x = i < 8 ? (i < 4 ? w0 : w1) : (i < 12 ? w2 : w3);
+      dst[i] = (mx_u8)(x >> (8 * (i & 3)));
+    }
   }
 }
 
+// ============================================================================================
+// Quantizer (run 9): register-resident tiles, several row tiles per CTA, next tile prefetched.
+//
+// Launch contract (unchanged): block 256, grid x = ceil(C/128), z = batch; grid y = ANY value
+// in 1 .. T, where T = ceil(R/32) (ungrouped) or grouped_tiles + (ROWS|TILE ?
+// ceil((R - offs[E-1])/32) : 0) (grouped). CTA (x, y, z) processes the row tiles
+// y, y + gridDim.y, y + 2*gridDim.y, ... < T; the global loads of the next tile are issued
+// before the current tile is computed. grid y = T is the old one-tile-per-CTA launch;
+// the host rule mxq_grid_y() below (and `fn quant` in the Rust backend) launches about
+// MXQ_TILES_PER_CTA tiles per CTA. Output bytes do not depend on grid y.
+//
+// Thread layout inside a 32 x 128 tile: warp w holds rows 4w..4w+3, lane l holds row
+// r = 4w + l/8 and, with j = l%8, NCH chunks of CW consecutive columns:
+//   bf16: 2 chunks of 8 columns at 64k + 8j  (one 16-byte load each; 128 contiguous bytes
+//         per row per load instruction), a 32-column block is shared by 4 lanes;
+//   f32:  4 chunks of 4 columns at 32k + 4j  (one 16-byte load each), block shared by 8 lanes.
+// ROWS: amax by shuffles, no shared memory; bf16 output is regrouped with one shuffle so
+// that each lane stores 16 bytes (128 contiguous bytes per row per warp store); f32 lanes
+// store 4 bytes (one full 32-byte sector per 8 lanes).
+// TILE/TILE_T: per-warp shuffles + an [8][4] cross-warp table; the quantized bytes are
+// computed once and, for TILE_T, transposed through a 4 KB byte tile (PRMT 4x4 transposes,
+// 16-byte stores along the transposed rows).
+// COLS: column amax over the warp's 4 rows by shuffles, an [8][128] cross-warp table, one
+// scale per column, bytes transposed as for TILE_T.
+// ============================================================================================
+#ifndef MXQ_TILES_PER_CTA
+#define MXQ_TILES_PER_CTA 4
+#endif
+
+template <int IN_BF16> struct MxqG {
+  static constexpr int NCH = IN_BF16 ? 2 : 4;  // chunks per thread
+  static constexpr int CW = IN_BF16 ? 8 : 4;   // elements per chunk (16 bytes of input)
+  static constexpr int QW = CW / 4;            // output words per chunk
+};
+
+// mx_scale_byte without the IEEE division: rceil's v = amax / elem_max is replaced by
+// amax * RN(1 / elem_max) (0x3B124925 for 448, 0x37924925 for 57344). Checked exhaustively
+// on the CPU (IEEE binary32, no flush): for every finite amax (0 .. 0x7F7FFFFF) both give
+// the same scale byte for both formats. The division's slow-path call cost ~60 registers.
+template <int FMT> MX_DEV mx_u32 mxq_scale_byte(mx_u32 amax_bits, int mode) {
+  if (amax_bits >= 0x7F800000u) return 0xFFu;
+  if (mode == MX_MODE_FLOOR) {
+    int e = (int)(amax_bits >> 23) - MxFmt<FMT>::emax;
+    return (mx_u32)(e < 0 ? 0 : e);
+  }
+  if (mode == MX_MODE_EVEN) {
+    mx_u32 r = (amax_bits + (1u << (23 - MxFmt<FMT>::mbits - 1))) & 0x7F800000u;
+    int e = (int)(r >> 23) - MxFmt<FMT>::emax;
+    return (mx_u32)(e < 1 ? 1 : e);
+  }
+  const float rcp = __int_as_float(FMT == 0 ? 0x3B124925 : 0x37924925);
+  mx_u32 vb = (mx_u32)__float_as_int(__fmul_rn(__int_as_float((int)amax_bits), rcp));
+  if (vb == 0) return 0;
+  mx_u32 E = vb >> 23, M = vb & 0x7FFFFFu;
+  if (M > 0 && E != 0xFEu && !(E == 0 && M <= 0x400000u)) E += 1;
+  return E;
+}
+
+struct MxqTile { int src0, nvalid, p0; bool cols_ok; };
+
+struct MxqSmem {
+  int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
+  __align__(16) mx_u32 tam[2][8][4];     // per-warp tile amax (double-buffered by iteration)
+  __align__(16) mx_u32 colmax[8][128];   // COLS: per-warp column amax
+  __align__(16) mx_u8 csb[128];          // COLS: scale byte per column
+  mx_u32 bt[32 * 33];                    // quantized bytes [row][word], row stride 33 words
+};
+
+MX_DEV MxqTile mxq_map_tile(const MxQuantParams& p, const MxqSmem& s, int ty) {
+  MxqTile t;
+  t.cols_ok = true;
+  if (p.offs != nullptr) {
+    if (ty < p.grouped_tiles) {
+      t.p0 = ty * 32;
+      int e = upper_idx(s.g_pre, p.E, t.p0);
+      int local = t.p0 - s.g_pre[e];
+      int m = s.g_start[e + 1] - s.g_start[e];
+      t.src0 = s.g_start[e] + local;
+      t.nvalid = min(max(m - local, 0), 32);
+    } else {  // rows after offs[E-1]: row-wise outputs only
+      t.src0 = s.g_start[p.E] + (ty - p.grouped_tiles) * 32;
+      t.nvalid = min(32, p.R - t.src0);
+      t.p0 = 0;
+      t.cols_ok = false;
+    }
+  } else {
+    t.src0 = ty * 32; t.p0 = t.src0;
+    t.nvalid = min(32, p.R - t.src0);
+  }
+  if (t.nvalid < 0) t.nvalid = 0;
+  return t;
+}
+
+MX_DEV int mxq_chunk_col(int bf, int k, int j) { return bf ? 64 * k + 8 * j : 32 * k + 4 * j; }
+
+// Raw input bits of this thread's chunks (bf16 packed in pairs, f32 as bits), zeros outside.
+template <int IN_BF16>
+MX_DEV void mxq_load(const MxQuantParams& p, const void* base, const MxqTile& t, int c0, int r, int j,
+                     mx_u32 (&raw)[MxqG<IN_BF16>::NCH][4]) {
+  constexpr int NCH = MxqG<IN_BF16>::NCH, CW = MxqG<IN_BF16>::CW;
+  const int C = p.C;
+  const bool rowok = r < t.nvalid;
+  const mx_i64 row = (mx_i64)(t.src0 + (rowok ? r : 0)) * C;
+  const bool vec = IN_BF16 ? (C & 7) == 0 : (C & 3) == 0;
+#pragma unroll
+  for (int k = 0; k < NCH; ++k) {
+    const int col = c0 + mxq_chunk_col(IN_BF16, k, j);
+    if (rowok && vec && col + CW <= C) {
+      const uint4* q = IN_BF16 ? reinterpret_cast<const uint4*>(reinterpret_cast<const mx_u16*>(base) + row + col)
+                               : reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(base) + row + col);
+      uint4 v = __ldg(q);
+      raw[k][0] = v.x; raw[k][1] = v.y; raw[k][2] = v.z; raw[k][3] = v.w;
+    } else {
+      // tail / unaligned: scalar loads
+      mx_u32 w0 = 0, w1 = 0, w2 = 0, w3 = 0;
+      if (rowok) {
+#pragma unroll
+        for (int i = 0; i < CW; ++i) {
+          if (col + i < C) {
+            mx_u32 v;
+            int wi;
+            if (IN_BF16) { v = (mx_u32)reinterpret_cast<const mx_u16*>(base)[row + col + i] << (16 * (i & 1)); wi = i >> 1; }
+            else { v = (mx_u32)__float_as_int(reinterpret_cast<const float*>(base)[row + col + i]); wi = i; }
+            if (wi == 0) w0 |= v; else if (wi == 1) w1 |= v; else if (wi == 2) w2 |= v; else w3 |= v;
+          }
+        }
+      }
+      raw[k][0] = w0; raw[k][1] = w1; raw[k][2] = w2; raw[k][3] = w3;
+    }
+  }
+}
+
+template <int IN_BF16> MX_DEV float mxq_elem(const mx_u32 (&w)[4], int i) {
+  if (IN_BF16) return __int_as_float((int)((i & 1) ? (w[i >> 1] & 0xFFFF0000u) : (w[i >> 1] << 16)));
+  return __int_as_float((int)w[i]);
+}
+
+template <int IN_BF16> MX_DEV mx_u32 mxq_chunk_amax(const mx_u32 (&w)[4]) {
+  mx_u32 a = 0;
+  if (IN_BF16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a = max(a, max((w[i] << 16) & 0x7FFF0000u, w[i] & 0x7FFF0000u));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a = max(a, w[i] & 0x7FFFFFFFu);
+  }
+  return a;
+}
+
+// Quantized words of one chunk with one scale byte.
+template <int IN_BF16, int FMT> MX_DEV void mxq_quant_chunk(const mx_u32 (&w)[4], mx_u32 sb, mx_u32* out) {
+  const float inv = mx_inv_scale(sb);
+  const bool nf = sb == 0xFFu;
+#pragma unroll
+  for (int q = 0; q < MxqG<IN_BF16>::QW; ++q)
+    out[q] = mx_quant4<FMT>(mxq_elem<IN_BF16>(w, 4 * q), mxq_elem<IN_BF16>(w, 4 * q + 1),
+                            mxq_elem<IN_BF16>(w, 4 * q + 2), mxq_elem<IN_BF16>(w, 4 * q + 3), inv, nf);
+}
+
+// One byte per element with its own scale byte (COLS); same result as mx_quant4 per element.
+template <int FMT> MX_DEV mx_u32 mxq_quant4_each(float a, float b, float c, float d, mx_u32 sa, mx_u32 sb, mx_u32 sc, mx_u32 sd) {
+  mx_u32 lo = cvt_fp8x2<FMT>(a * mx_inv_scale(sa), b * mx_inv_scale(sb));
+  mx_u32 hi = cvt_fp8x2<FMT>(c * mx_inv_scale(sc), d * mx_inv_scale(sd));
+  const mx_u32 nf = (sa == 0xFFu ? 0xFFu : 0u) | (sb == 0xFFu ? 0xFF00u : 0u) | (sc == 0xFFu ? 0xFF0000u : 0u) |
+                   (sd == 0xFFu ? 0xFF000000u : 0u);
+  return ((lo | (hi << 16)) & ~nf) | (0x7F7F7F7Fu & nf);
+}
+
+MX_DEV mx_u32 mxq_max_u16x2(mx_u32 a, mx_u32 b) {
+  mx_u32 r;
+  asm("max.u16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+// 4 consecutive bytes (one word); vector store when aligned and complete.
+MX_DEV void mxq_store4(mx_u8* dst, mx_u32 w, int nvalid, bool aligned) {
+  if (nvalid >= 4 && aligned) {
+    *reinterpret_cast<mx_u32*>(dst) = w;
+  } else {
+#pragma unroll 1
+    for (int i = 0; i < nvalid && i < 4; ++i) dst[i] = (mx_u8)(w >> (8 * i));
+  }
+}
+
+// out_c = column c of the 4x4 byte matrix whose row r is a[r] (byte c of a[r] = (r, c)).
+MX_DEV void mxq_transpose4x4(mx_u32 a0, mx_u32 a1, mx_u32 a2, mx_u32 a3, mx_u32& o0, mx_u32& o1, mx_u32& o2, mx_u32& o3) {
+  mx_u32 t0 = __byte_perm(a0, a1, 0x5140), t1 = __byte_perm(a0, a1, 0x7362);
+  mx_u32 t2 = __byte_perm(a2, a3, 0x5140), t3 = __byte_perm(a2, a3, 0x7362);
+  o0 = __byte_perm(t0, t2, 0x5410); o1 = __byte_perm(t0, t2, 0x7632);
+  o2 = __byte_perm(t1, t3, 0x5410); o3 = __byte_perm(t1, t3, 0x7632);
+}
+
+template <int IN_BF16, int FMT, int MASK>
+MX_DEV void mxq_process(const MxQuantParams& p, MxqSmem& s, const MxqTile& tl, int c0, int b, int par, int pflags,
+                        const mx_u32 (&raw)[MxqG<IN_BF16>::NCH][4]) {
+  constexpr int NCH = MxqG<IN_BF16>::NCH, QW = MxqG<IN_BF16>::QW;
+  const int t = threadIdx.x, w = t >> 5, lane = t & 31;
+  const int r = 4 * w + (lane >> 3), j = lane & 7;
+  const int flags = pflags & MASK;
+  const int C = p.C, CB = (C + 31) >> 5;
+  const bool do_t = (flags & (MXQ_COLS | MXQ_TILE_T)) && tl.cols_ok;
+  const bool need_tile = (flags & MXQ_TILE) || (do_t && (flags & MXQ_TILE_T));
+
+  // ---- block amax along the row (1x32) ----
+  mx_u32 am[NCH];
+#pragma unroll
+  for (int k = 0; k < NCH; ++k) {
+    mx_u32 v = mxq_chunk_amax<IN_BF16>(raw[k]);
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    if (!IN_BF16) v = max(v, __shfl_xor_sync(0xffffffffu, v, 4));
+    am[k] = v;
+  }
+  // ---- 32x32 tile amax ----
+  mx_u32 tb[NCH];   // tile scale byte per chunk
+  mx_u32 tsb4 = 0;  // threads 0..3: tile scale byte of block t
+  if (need_tile) {
+#pragma unroll
+    for (int k = 0; k < NCH; ++k) {
+      mx_u32 v = am[k];
+      v = max(v, __shfl_xor_sync(0xffffffffu, v, 8));
+      v = max(v, __shfl_xor_sync(0xffffffffu, v, 16));
+      const int blk = IN_BF16 ? 2 * k + (j >> 2) : k;
+      if (lane < 8 && (lane & (IN_BF16 ? 3 : 7)) == 0) s.tam[par][w][blk] = v;
+    }
+    __syncthreads();
+    // lane l reads warp l%8's amax of block l/8; lanes 8b..8b+7 reduce block b
+    mx_u32 v = s.tam[par][lane & 7][lane >> 3];
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, 4));
+    const mx_u32 vsb = mxq_scale_byte<FMT>(v, p.mode);  // lane 8b: scale byte of block b
+#pragma unroll
+    for (int k = 0; k < NCH; ++k) tb[k] = __shfl_sync(0xffffffffu, vsb, 8 * (IN_BF16 ? 2 * k + (j >> 2) : k));
+    tsb4 = __shfl_sync(0xffffffffu, vsb, 8 * (lane & 3));  // lanes 0..3: blocks 0..3
+    if (t < 4) {
+      const int gcb = (c0 >> 5) + t;
+      if (gcb < CB) {
+        if ((flags & MXQ_TILE) && tl.nvalid > 0)
+          p.sa[b * p.sa_bs + (mx_i64)(tl.src0 >> 5) * CB + gcb] = (mx_u8)tsb4;
+        if (do_t && (flags & MXQ_TILE_T) && p.st != nullptr)
+          p.st[b * p.st_bs + (mx_i64)gcb * p.ldst + (tl.p0 >> 5)] = (mx_u8)tsb4;
+      }
+    }
+  }
+
+  // ---- row-major outputs: ROWS (1x32) or TILE (32x32) ----
+  mx_u32 qtile[NCH][QW];  // tile-quantized words (reused by TILE_T)
+  if (flags & (MXQ_ROWS | MXQ_TILE)) {
+    mx_u32 sbk[NCH];
+    mx_u32 q[NCH][QW];
+#pragma unroll
+    for (int k = 0; k < NCH; ++k) {
+      sbk[k] = (flags & MXQ_TILE) ? tb[k] : mxq_scale_byte<FMT>(am[k], p.mode);
+      mxq_quant_chunk<IN_BF16, FMT>(raw[k], sbk[k], q[k]);
+#pragma unroll
+      for (int i = 0; i < QW; ++i) qtile[k][i] = q[k][i];
+    }
+    const bool rowok = r < tl.nvalid;
+    mx_u8* qrow = p.qa + b * p.qa_bs + (mx_i64)(tl.src0 + (rowok ? r : 0)) * C;
+    if (IN_BF16) {
+      // lanes j, j^1 swap halves: even j stores columns 8j..8j+15 (chunk 0), odd j
+      // stores 64 + 8(j-1) .. +15 (chunk 1): 16-byte stores.
+      const bool odd = j & 1;
+      mx_u32 s0 = odd ? q[0][0] : q[NCH - 1][0], s1 = odd ? q[0][1 % QW] : q[NCH - 1][1 % QW];
+      mx_u32 r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+      mx_u32 o[4];
+      if (odd) { o[0] = r0; o[1] = r1; o[2] = q[NCH - 1][0]; o[3] = q[NCH - 1][1 % QW]; }
+      else     { o[0] = q[0][0]; o[1] = q[0][1 % QW]; o[2] = r0; o[3] = r1; }
+      const int gcol = c0 + (odd ? 64 + 8 * (j - 1) : 8 * j);
+      if (rowok && gcol < C) store16(qrow + gcol, o, C - gcol, (C & 15) == 0);
+    } else {
+#pragma unroll
+      for (int k = 0; k < NCH; ++k) {
+        const int gcol = c0 + mxq_chunk_col(IN_BF16, k, j);
+        if (rowok && gcol < C) mxq_store4(qrow + gcol, q[k][0], C - gcol, (C & 3) == 0);
+      }
+    }
+    if ((flags & MXQ_TILE) == 0 && rowok) {  // ROWS scales: one lane per (row, block)
+#pragma unroll
+      for (int k = 0; k < NCH; ++k) {
+        if ((j & (IN_BF16 ? 3 : 7)) == 0) {
+          const int gcb = (c0 >> 5) + (IN_BF16 ? 2 * k + (j >> 2) : k);
+          if (gcb < CB) p.sa[b * p.sa_bs + (mx_i64)(tl.src0 + r) * CB + gcb] = (mx_u8)sbk[k];
+        }
+      }
+    }
+  }
+
+  // ---- transposed outputs: COLS (32x1) or TILE_T (32x32) ----
+  if (do_t) {
+    mx_u32 qt_[NCH][QW];
+    if (flags & MXQ_TILE_T) {
+      if (flags & MXQ_TILE) {
+#pragma unroll
+        for (int k = 0; k < NCH; ++k)
+#pragma unroll
+          for (int i = 0; i < QW; ++i) qt_[k][i] = qtile[k][i];
+      } else {
+#pragma unroll
+        for (int k = 0; k < NCH; ++k) mxq_quant_chunk<IN_BF16, FMT>(raw[k], tb[k], qt_[k]);
+      }
+    } else {
+      // column amax over the warp's 4 rows (shuffles), then over the 8 warps (table);
+      // each chunk's 4 (bf16: 8) column maxima are written as soon as they are reduced.
+#pragma unroll
+      for (int k = 0; k < NCH; ++k) {
+        mx_u32 cm[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          mx_u32 v;
+          if (IN_BF16) {
+            v = raw[k][i] & 0x7FFF7FFFu;
+            v = mxq_max_u16x2(v, __shfl_xor_sync(0xffffffffu, v, 8));
+            v = mxq_max_u16x2(v, __shfl_xor_sync(0xffffffffu, v, 16));
+          } else {
+            v = raw[k][i] & 0x7FFFFFFFu;
+            v = max(v, __shfl_xor_sync(0xffffffffu, v, 8));
+            v = max(v, __shfl_xor_sync(0xffffffffu, v, 16));
+          }
+          cm[i] = v;
+        }
+        if (lane < 8) {
+          const int col = mxq_chunk_col(IN_BF16, k, j);
+          if (IN_BF16) {
+            *reinterpret_cast<uint4*>(&s.colmax[w][col]) =
+                make_uint4(cm[0] << 16, cm[0] & 0xFFFF0000u, cm[1] << 16, cm[1] & 0xFFFF0000u);
+            *reinterpret_cast<uint4*>(&s.colmax[w][col + 4]) =
+                make_uint4(cm[2] << 16, cm[2] & 0xFFFF0000u, cm[3] << 16, cm[3] & 0xFFFF0000u);
+          } else {
+            *reinterpret_cast<uint4*>(&s.colmax[w][col]) = make_uint4(cm[0], cm[1], cm[2], cm[3]);
+          }
+        }
+      }
+      __syncthreads();
+      if (t < 128) {
+        mx_u32 m = 0;
+#pragma unroll
+        for (int ww = 0; ww < 8; ++ww) m = max(m, s.colmax[ww][t]);
+        const mx_u32 sb = mxq_scale_byte<FMT>(m, p.mode);
+        s.csb[t] = (mx_u8)sb;
+        const int gcol = c0 + t;
+        if (gcol < C && p.st != nullptr) p.st[b * p.st_bs + (mx_i64)gcol * p.ldst + (tl.p0 >> 5)] = (mx_u8)sb;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < NCH; ++k) {
+        const int col = mxq_chunk_col(IN_BF16, k, j);
+#pragma unroll
+        for (int q = 0; q < QW; ++q) {
+          const mx_u32 sv = *reinterpret_cast<const mx_u32*>(&s.csb[col + 4 * q]);  // 4 scale bytes
+          qt_[k][q] = mxq_quant4_each<FMT>(mxq_elem<IN_BF16>(raw[k], 4 * q), mxq_elem<IN_BF16>(raw[k], 4 * q + 1),
+                                           mxq_elem<IN_BF16>(raw[k], 4 * q + 2), mxq_elem<IN_BF16>(raw[k], 4 * q + 3),
+                                           sv & 0xFFu, (sv >> 8) & 0xFFu, (sv >> 16) & 0xFFu, sv >> 24);
+        }
+      }
+    }
+    // bytes -> [32][33-word] tile, then 64 threads each transpose 4 columns x 16 rows
+#pragma unroll
+    for (int k = 0; k < NCH; ++k)
+#pragma unroll
+      for (int q = 0; q < QW; ++q) s.bt[r * 33 + (mxq_chunk_col(IN_BF16, k, j) >> 2) + q] = qt_[k][q];
+    __syncthreads();
+    if (t < 128) {
+      // thread (cw, h): columns 4cw..4cw+3, rows 8h..8h+7: two 4x4 byte transposes (PRMT),
+      // 8-byte stores (4 lanes = one 32-byte sector of a transposed row); reads conflict-free.
+      const int cw = t >> 2, h = t & 3;
+      mx_u32 o[4][2];  // o[column][row group]
+#pragma unroll
+      for (int g = 0; g < 2; ++g) {
+        const int rr = 8 * h + 4 * g;
+        mxq_transpose4x4(s.bt[rr * 33 + cw], s.bt[(rr + 1) * 33 + cw], s.bt[(rr + 2) * 33 + cw], s.bt[(rr + 3) * 33 + cw],
+                         o[0][g], o[1][g], o[2][g], o[3][g]);
+      }
+      // grouped: the whole 32-row padded block is written (zeros past nvalid);
+      // ungrouped: rows up to min(32, R - p0).
+      const int lim = p.offs != nullptr ? 32 : tl.nvalid;
+      const int nv = lim - h * 8;
+      if (nv > 0) {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int gcol = c0 + 4 * cw + m;
+          if (gcol < C) {
+            mx_u8* dst = p.qt + b * p.qt_bs + (mx_i64)gcol * p.ldt + tl.p0 + h * 8;
+            if (nv >= 8 && (p.ldt & 7) == 0) {
+              *reinterpret_cast<uint2*>(dst) = make_uint2(o[m][0], o[m][1]);
+            } else {
+              const mx_u32 w0 = o[m][0], w1 = o[m][1];
+#pragma unroll 1
+              for (int i = 0; i < nv && i < 8; ++i) dst[i] = (mx_u8)((i < 4 ? w0 : w1) >> (8 * (i & 3)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Row tiles of this launch (see the contract above).
+MX_DEV int mxq_num_tiles(const MxQuantParams& p, const MxqSmem& s) {
+  if (p.offs == nullptr) return (p.R + 31) >> 5;
+  int tail = (p.flags & (MXQ_ROWS | MXQ_TILE)) ? (max(p.R - s.g_start[p.E], 0) + 31) >> 5 : 0;
+  return p.grouped_tiles + tail;
+}
+
+// The tile loop, specialised on the flags it can see (MASK) so that the register-only
+// ROWS path does not pay for the registers of the transposing paths.
+template <int IN_BF16, int FMT, int MASK>
+MX_DEV void mxq_loop(const MxQuantParams& p, MxqSmem& s, int nt, int flags) {
+  constexpr int NCH = MxqG<IN_BF16>::NCH;
+  const int t = threadIdx.x;
+  const int c0 = blockIdx.x * 128;
+  const int b = blockIdx.z;
+  int ty = blockIdx.y;
+  const int r = 4 * (t >> 5) + ((t & 31) >> 3), j = t & 7;
+  const void* base = IN_BF16 ? (const void*)(reinterpret_cast<const mx_u16*>(p.in) + b * p.in_bs)
+                             : (const void*)(reinterpret_cast<const float*>(p.in) + b * p.in_bs);
+  MxqTile tl = mxq_map_tile(p, s, ty);
+  mx_u32 cur[NCH][4];
+  mxq_load<IN_BF16>(p, base, tl, c0, r, j, cur);
+  int par = 0;
+  // f32 input on the COLS path: no register prefetch (16 more registers per thread would
+  // spill); it relies on the 3 resident CTAs per SM instead.
+  constexpr bool PF = IN_BF16 || MASK == MXQ_ROWS || MASK == (MXQ_ROWS | MXQ_TILE | MXQ_TILE_T);
+  while (true) {
+    const int nty = ty + (int)gridDim.y;
+    MxqTile ntl;
+    mx_u32 nxt[NCH][4];
+    if (PF && nty < nt) {  // prefetch: issued before the current tile is computed
+      ntl = mxq_map_tile(p, s, nty);
+      mxq_load<IN_BF16>(p, base, ntl, c0, r, j, nxt);
+    }
+    mxq_process<IN_BF16, FMT, MASK>(p, s, tl, c0, b, par, flags, cur);
+    if (nty >= nt) break;
+    ty = nty; par ^= 1;
+    if (PF) {
+      tl = ntl;
+#pragma unroll
+      for (int k = 0; k < NCH; ++k)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) cur[k][i] = nxt[k][i];
+    } else {
+      tl = mxq_map_tile(p, s, ty);
+      mxq_load<IN_BF16>(p, base, tl, c0, r, j, cur);
+    }
+  }
+}
+
+template <int IN_BF16, int FMT>
+MX_DEV void mx_quant_tile(const MxQuantParams& p) {
+  __shared__ MxqSmem s;
+  if (p.offs != nullptr) {
+    if (threadIdx.x < 32) warp_group_tables(p.offs, p.E, 128, 128, s.g_start, s.g_pre);
+    __syncthreads();
+  }
+  const int nt = mxq_num_tiles(p, s);
+  if ((int)blockIdx.y >= nt) return;
+  const int flags = p.flags;
+  // Each loop is instantiated at one call site only (ptxas allocates the kernel as a whole).
+  const bool cols = (flags & MXQ_COLS) && !(flags & MXQ_TILE_T);  // with TILE_T, COLS is ignored (as before)
+  const bool two = cols && (flags & MXQ_TILE);                      // TILE | COLS: two passes
+  if ((flags & ~MXQ_ROWS) == 0) {
+    mxq_loop<IN_BF16, FMT, MXQ_ROWS>(p, s, nt, flags);                             // 1x32 rows
+  } else {
+    if (!cols || two) mxq_loop<IN_BF16, FMT, MXQ_ROWS | MXQ_TILE | MXQ_TILE_T>(p, s, nt, flags);  // 32x32 (+T)
+    if (cols) mxq_loop<IN_BF16, FMT, MXQ_ROWS | MXQ_COLS>(p, s, nt, two ? MXQ_COLS : flags);     // (rows +) cols
+  }
+}
+
+// Host rule for grid y (tiles = T of the contract above): about MXQ_TILES_PER_CTA tiles per
+// CTA, but never fewer than ~16 CTAs per SM worth of work when the tensor has them.
+// Mirrored by `fn quant` (plugin-mxfp8/src/backend/cuda.rs) and bench/launch.cu.
+//   gy = max(ceil(tiles / MXQ_TILES_PER_CTA), min(tiles, ceil(16 * sms / (gx * gz))))
+
+// bf16 input: 64 registers (4 CTAs = 1024 threads per SM); f32 input: 80 (3 CTAs): its
+// 16-register tiles do not fit the transposing paths in 64 without spilling.
+#define MXQ_INST(NAME, BF, F) \
+  extern "C" __global__ void __launch_bounds__(256, (BF) ? 4 : 3) NAME(const MxQuantParams p) { mx_quant_tile<BF, F>(p); }
+MXQ_INST(mx_quantize_f32_e4m3, 0, 0)
+MXQ_INST(mx_quantize_bf16_e4m3, 1, 0)
+MXQ_INST(mx_quantize_f32_e5m2, 0, 1)
+MXQ_INST(mx_quantize_bf16_e5m2, 1, 1)
+
+#ifdef MXQ_INSTANTIATE_LEGACY
+// The run-7 kernel (one tile per CTA, f32 tile in shared memory), for A/B timing and
+// bit-for-bit comparison in bench/ only. Launch: grid y = T exactly.
 #define XS(r, c) xs_[(r) * 141 + (c) + 4 * ((c) >> 5)]
 
 // One CTA = 256 threads = a tile of 32 rows x 128 columns.
 // grid: x = ceil(C/128), y = row tiles (see README), z = batch.
 template <int IN_BF16, int FMT>
-MX_DEV void mx_quant_tile(const MxQuantParams& p) {
+MX_DEV void mx_quant_tile_legacy(const MxQuantParams& p) {
   // 32 x 128 tile, row stride 141 words and +4 words per 32-column block: the row pass
   // (8 threads per row, one per 16-column half block), the column pass and the fill are
   // bank-conflict free except the fill (2-way); with the old [32][129] the row pass and
@@ -210,12 +702,15 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
   }
 }
 
-#define MXQ_INST(NAME, BF, F) \
-  extern "C" __global__ void __launch_bounds__(256) NAME(const MxQuantParams p) { mx_quant_tile<BF, F>(p); }
-MXQ_INST(mx_quantize_f32_e4m3, 0, 0)
-MXQ_INST(mx_quantize_bf16_e4m3, 1, 0)
-MXQ_INST(mx_quantize_f32_e5m2, 0, 1)
-MXQ_INST(mx_quantize_bf16_e5m2, 1, 1)
+#define MXQ_INST_LEGACY(NAME, BF, F) \
+  extern "C" __global__ void __launch_bounds__(256) NAME(const MxQuantParams p) { mx_quant_tile_legacy<BF, F>(p); }
+MXQ_INST_LEGACY(mx_quantize_f32_e4m3_legacy, 0, 0)
+MXQ_INST_LEGACY(mx_quantize_bf16_e4m3_legacy, 1, 0)
+MXQ_INST_LEGACY(mx_quantize_f32_e5m2_legacy, 0, 1)
+MXQ_INST_LEGACY(mx_quantize_bf16_e5m2_legacy, 1, 1)
+#undef XS
+
+#endif  // MXQ_INSTANTIATE_LEGACY
 
 // E8M0 bytes -> FP32 scale table for the GEMM, with relayout and zero padding:
 //   out[e*ose + (c/4)*ocg + r*osr + c%4] = (r < R && c < C) ? 2^(in[e*ise + r*isr + c*isc] - 127) : 0

@@ -35,6 +35,10 @@ lib.mx_launch_tgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp
 FAMILY = "mx_tgemm"  # TMA kernels (default); --old selects the cp.async mx_gemm_* kernels
 SUFFIX = ""          # kernel-name suffix of an experimental variant (e.g. "_m1")
 lib.mx_launch_quantize.argtypes = [c_int, c_int, ctypes.POINTER(QP), c_int, c_int, c_int, c_vp]
+lib.mx_launch_quantize_v.argtypes = [c_int, c_int, c_int, ctypes.POINTER(QP), c_int, c_int, c_int, c_int, c_vp]
+# quantizer launch: variant 0 = current kernels, 1 = run-7 kernels (*_legacy, one tile per CTA);
+# tpc 0 = host rule (mx_quant_grid_y, as the Rust backend), n > 0 = ceil(tiles/n) CTAs in y, -1 = grid y 1
+QUANT_GEOMS = [(0, 0), (0, 1), (0, 2), (0, 8), (1, 0)]  # timed per shape (--quant-geoms)
 lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
 
 ROWS, COLS, TILE, TILE_T = 1, 2, 4, 8
@@ -65,7 +69,7 @@ def padded_layout(offs_host):
     return segs, acc
 
 
-def quantize(x, flags, fmt=0, mode=0, offs=None, offs_host=None):
+def quantize(x, flags, fmt=0, mode=0, offs=None, offs_host=None, variant=0, tpc=0):
     """x: [R, C] or [B, R, C] (f32/bf16). Returns dict of outputs."""
     x3 = x if x.dim() == 3 else x.unsqueeze(0)
     Bt, R, C = x3.shape
@@ -96,7 +100,7 @@ def quantize(x, flags, fmt=0, mode=0, offs=None, offs_host=None):
             o["st"] = torch.empty(Bt, CB, cdiv(Rt, 32), dtype=torch.uint8, device=DEV)
         if "st" in o:
             p.st, p.st_bs, p.ldst = ptr(o["st"]), o["st"][0].numel(), cdiv(Rt, 32)
-    ck(lib.mx_launch_quantize(1 if x.dtype == torch.bfloat16 else 0, fmt, ctypes.byref(p), cdiv(C, 128), gy, Bt, None), "quantize")
+    ck(lib.mx_launch_quantize_v(variant, 1 if x.dtype == torch.bfloat16 else 0, fmt, ctypes.byref(p), cdiv(C, 128), gy, Bt, tpc, None), "quantize")
     if x.dim() == 2:
         o = {k: v[0] for k, v in o.items()}
     return o
@@ -199,20 +203,22 @@ def check_quant(results):
     for dtype in (torch.bfloat16, torch.float32):
         for fmt in (0, 1):
             for mode in (0, 1, 2):
-                for C in (256, 200, 2880):
-                    x = make_input((R, C), dtype, gen=gen)
-                    o = quantize(x, ROWS | COLS, fmt, mode, offs, offs_host)
-                    qr, sr = ref_rows(x, fmt, mode)
-                    qt, st = ref_cols_grouped(x, fmt, mode, offs_host)
+                for C in (256, 200, 2880, 37, 76):
+                  x = make_input((R, C), dtype, gen=gen)
+                  qr, sr = ref_rows(x, fmt, mode)
+                  qt, st = ref_cols_grouped(x, fmt, mode, offs_host)
+                  w = make_input((3, 96, C), dtype, gen=gen)
+                  qw, sw = ref_tiles(w, fmt, mode)
+                  qt4, st4 = ref_cols_grouped(x, fmt, mode, offs_host, tile=True)
+                  # every launch geometry: host rule, 1 / 3 tiles per CTA, all row tiles in one CTA
+                  for tpc in (0, 1, 3, -1):
+                    o = quantize(x, ROWS | COLS, fmt, mode, offs, offs_host, tpc=tpc)
                     ok = torch.equal(o["qa"], qr) and torch.equal(o["sa"], sr) and torch.equal(o["qt"], qt) and torch.equal(o["st"], st)
-                    o2 = quantize(x, ROWS, fmt, mode)
+                    o2 = quantize(x, ROWS, fmt, mode, tpc=tpc)
                     ok2 = torch.equal(o2["qa"], qr) and torch.equal(o2["sa"], sr)
-                    w = make_input((3, 96, C), dtype, gen=gen)
-                    o3 = quantize(w, TILE | TILE_T, fmt, mode)
-                    qw, sw = ref_tiles(w, fmt, mode)
+                    o3 = quantize(w, TILE | TILE_T, fmt, mode, tpc=tpc)
                     ok3 = torch.equal(o3["qa"], qw) and torch.equal(o3["sa"], sw) and torch.equal(o3["qt"], qw.transpose(1, 2))
-                    o4 = quantize(x, TILE_T, fmt, mode, offs, offs_host)
-                    qt4, st4 = ref_cols_grouped(x, fmt, mode, offs_host, tile=True)
+                    o4 = quantize(x, TILE_T, fmt, mode, offs, offs_host, tpc=tpc)
                     ok4 = torch.equal(o4["qt"], qt4) and torch.equal(o4["st"], st4)
                     good = ok and ok2 and ok3 and ok4
                     if not good:
@@ -225,10 +231,86 @@ def check_quant(results):
                         if not ok2: detail.append("rows-only")
                         if not ok3: detail.append("tiles")
                         if not ok4: detail.append("tiles-T grouped")
-                        print(f"QUANT FAIL dtype={dtype} fmt={fmt} mode={mode} C={C}: {'; '.join(detail)}", flush=True)
+                        print(f"QUANT FAIL dtype={dtype} fmt={fmt} mode={mode} C={C} tpc={tpc}: {'; '.join(detail)}", flush=True)
                     ok_all &= good
-    results.append(("quantize bit-exact (rows, cols-T grouped, tiles, tiles-T; 2 dtypes x 2 fmts x 3 modes x 3 C)", ok_all, ""))
+    results.append(("quantize bit-exact (rows, rows+cols-T grouped, tiles+T, tiles-T grouped; 2 dtypes x 2 fmts x 3 modes x 5 C x 4 grid-y geometries)", ok_all, ""))
+    check_quant_more(results)
     return ok_all
+
+
+def ref_cols_ungrouped(x3, fmt, mode):
+    """COLS without offs: qt [B][C][R], st [B][C][ceil(R/32)] (blocks of 32 rows from row 0)."""
+    Bt, R, C = x3.shape
+    RB = cdiv(R, 32)
+    xp = torch.zeros(Bt, RB * 32, C, dtype=torch.float32, device=DEV)
+    xp[:, :R] = x3.float()
+    q, s = ref_blocks(xp.transpose(1, 2).contiguous().view(Bt, C, RB, 32), fmt, mode)
+    return q.view(Bt, C, RB * 32)[:, :, :R], s
+
+
+def check_quant_more(results):
+    """Flag sets and layouts the main loop does not cover: ungrouped/batched COLS and
+    ROWS|COLS, TILE alone, TILE_T alone with its own scales, rows-only batched, a tall
+    grouped case with many tiles per CTA, and the run-7 kernels (legacy) byte for byte."""
+    gen = torch.Generator(device=DEV); gen.manual_seed(99)
+    ok_all, fails = True, []
+    for dtype in (torch.bfloat16, torch.float32):
+        for fmt in (0, 1):
+            for mode in (0, 1, 2):
+                for (Bt, R, C) in ((3, 70, 200), (2, 33, 37), (1, 300, 1000)):
+                    x = make_input((Bt, R, C), dtype, gen=gen)
+                    qr = [ref_rows(x[i], fmt, mode) for i in range(Bt)]
+                    qc = ref_cols_ungrouped(x, fmt, mode)
+                    qw, sw = ref_tiles(x, fmt, mode)
+                    for tpc in (0, 1, -1):
+                        o = quantize(x, COLS, fmt, mode, tpc=tpc)
+                        ok = torch.equal(o["qt"], qc[0]) and torch.equal(o["st"], qc[1])
+                        o = quantize(x, ROWS | COLS, fmt, mode, tpc=tpc)
+                        ok &= torch.equal(o["qt"], qc[0]) and torch.equal(o["st"], qc[1])
+                        ok &= all(torch.equal(o["qa"][i], qr[i][0]) and torch.equal(o["sa"][i], qr[i][1]) for i in range(Bt))
+                        o = quantize(x, ROWS, fmt, mode, tpc=tpc)
+                        ok &= all(torch.equal(o["qa"][i], qr[i][0]) and torch.equal(o["sa"][i], qr[i][1]) for i in range(Bt))
+                        o = quantize(x, TILE, fmt, mode, tpc=tpc)
+                        ok &= torch.equal(o["qa"], qw) and torch.equal(o["sa"], sw)
+                        o = quantize(x, TILE_T, fmt, mode, tpc=tpc)
+                        ok &= torch.equal(o["qt"], qw.transpose(1, 2)) and torch.equal(o["st"], sw.transpose(1, 2))
+                        if not ok:
+                            fails.append(f"{dtype} fmt={fmt} mode={mode} shape={(Bt, R, C)} tpc={tpc}")
+                        ok_all &= ok
+    # tall grouped input: many row tiles per CTA, experts of odd sizes
+    sizes = [0, 1000, 37, 2049, 0, 513]
+    offs_host, acc = [], 0
+    for m in sizes:
+        acc += m; offs_host.append(acc)
+    offs = torch.tensor(offs_host, dtype=torch.int32, device=DEV)
+    for dtype in (torch.bfloat16, torch.float32):
+        x = make_input((acc + 77, 384), dtype, gen=gen)
+        qr, sr = ref_rows(x, 0, 0)
+        qt, st = ref_cols_grouped(x, 0, 0, offs_host)
+        qt4, st4 = ref_cols_grouped(x, 0, 0, offs_host, tile=True)
+        for tpc in (0, 2, 7, -1):
+            o = quantize(x, ROWS | COLS, 0, 0, offs, offs_host, tpc=tpc)
+            ok = torch.equal(o["qa"], qr) and torch.equal(o["sa"], sr) and torch.equal(o["qt"], qt) and torch.equal(o["st"], st)
+            o = quantize(x, COLS, 0, 0, offs, offs_host, tpc=tpc)
+            ok &= torch.equal(o["qt"], qt) and torch.equal(o["st"], st)
+            o = quantize(x, TILE_T, 0, 0, offs, offs_host, tpc=tpc)
+            ok &= torch.equal(o["qt"], qt4) and torch.equal(o["st"], st4)
+            if not ok:
+                fails.append(f"tall grouped {dtype} tpc={tpc}")
+            ok_all &= ok
+    # legacy (run-7) kernels: same bytes as the current ones on the anchor-like fused case
+    for dtype in (torch.bfloat16, torch.float32):
+        x = make_input((acc + 77, 2880), dtype, gen=gen)
+        for flags in (ROWS, ROWS | COLS, TILE_T):
+            a = quantize(x, flags, 0, 0, offs if flags != ROWS else None, offs_host if flags != ROWS else None)
+            b = quantize(x, flags, 0, 0, offs if flags != ROWS else None, offs_host if flags != ROWS else None, variant=1)
+            same = all(torch.equal(a[k], b[k]) for k in a)
+            if not same:
+                fails.append(f"legacy differs {dtype} flags={flags}")
+            ok_all &= same
+    for f_ in fails[:20]:
+        print(f"QUANT FAIL (more) {f_}", flush=True)
+    results.append(("quantize bit-exact, more: ungrouped/batched COLS, ROWS|COLS, TILE, TILE_T+st, tails C=37/200/1000, tall grouped (many tiles per CTA), == run-7 kernels", ok_all, f"{len(fails)} failing cases" if fails else ""))
 
 
 # ------------------------------------------------------------------ GEMM plumbing
@@ -450,6 +532,7 @@ def tms(fn, rep_ms):
 
 VARIANTS = ["_m1", "_m3", "_v2", "_v3"]  # experimental tgemm variants checked and timed next to the default (--variants)
 GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
+QUANT_ONLY = False  # --quant-only: quantizer checks and timings only
 SHAPES = {"a": (8, 4096, 4096, 4096), "b": (8, 4096, 2048, 8192), "c": (32, 1024, 2880, 2880), "d": (128, 256, 2048, 768)}
 
 
@@ -462,6 +545,9 @@ def time_shape(key, rows, rep):
     X = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
     W = torch.randn(E, N, K, device=DEV, dtype=torch.bfloat16) * 0.05
     dY = torch.randn(M, N, device=DEV, dtype=torch.bfloat16)
+    if QUANT_ONLY:
+        time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K)
+        return
     # torch BF16 baselines
     Wt = W.transpose(-2, -1)
     t_bf = {
@@ -521,16 +607,25 @@ def time_shape(key, rows, rep):
     if GEMM_ONLY:
         del X, W, dY
         return
-    # quantize throughput (bf16 input): fused rows+cols (grouped), rows only, tiles (+T)
+    time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K)
+    del X, W, dY
+
+
+def time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K):
+    # quantize throughput (bf16 input; one f32 row): fused rows+cols (grouped), rows only, tiles (+T)
+    Xf = X.float()
     qruns = [
-        ("quant X rows+colsT (fused)", lambda: quantize(X, ROWS | COLS, offs=offs, offs_host=offs_host), M * K * 2 + M * K * 2 + 2 * M * K // 32),
-        ("quant X rows", lambda: quantize(X, ROWS), M * K * 2 + M * K + M * K // 32),
-        ("quant W 32x32 (+T)", lambda: quantize(W, TILE | TILE_T), E * N * K * 2 + 2 * E * N * K + E * N * K // 1024),
+        ("quant X rows+colsT (fused)", lambda v, t: quantize(X, ROWS | COLS, offs=offs, offs_host=offs_host, variant=v, tpc=t), M * K * 2 + M * K * 2 + 2 * M * K // 32),
+        ("quant X rows", lambda v, t: quantize(X, ROWS, variant=v, tpc=t), M * K * 2 + M * K + M * K // 32),
+        ("quant W 32x32 (+T)", lambda v, t: quantize(W, TILE | TILE_T, variant=v, tpc=t), E * N * K * 2 + 2 * E * N * K + E * N * K // 1024),
+        ("quant X rows f32 in", lambda v, t: quantize(Xf, ROWS, variant=v, tpc=t), M * K * 4 + M * K + M * K // 32),
     ]
     for name, fn, nbytes in qruns:
-        t = tms(fn, rep)
-        rows.append((key, name, t * 1e3, float("nan"), nbytes / t / 1e6, float("nan")))
-    del X, W, dY
+        for variant, tpc in QUANT_GEOMS:
+            tag = "run-7 kernel" if variant == 1 else ("host rule" if tpc == 0 else (f"{tpc} tiles/CTA" if tpc > 0 else "grid y 1"))
+            t = tms(lambda: fn(variant, tpc), rep)
+            rows.append((key, f"{name} [{tag}]", t * 1e3, float("nan"), nbytes / t / 1e6, float("nan")))
+    del Xf
 
 
 def copy_bw(rep):
@@ -541,7 +636,7 @@ def copy_bw(rep):
 
 
 def main():
-    global FAMILY, VARIANTS, GEMM_ONLY
+    global FAMILY, VARIANTS, GEMM_ONLY, QUANT_ONLY, QUANT_GEOMS, SUFFIX
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="a,b,c,d")
     ap.add_argument("--skip-check", action="store_true")
@@ -553,7 +648,14 @@ def main():
                          "(default: %(default)s; empty string: none)")
     ap.add_argument("--gemm-only", action="store_true",
                     help="skip the quantizer checks and timings and the old cp.async row (short runs)")
+    ap.add_argument("--quant-only", action="store_true",
+                    help="only the quantizer checks and timings (no GEMMs, no torch baselines)")
+    ap.add_argument("--quant-geoms", default=",".join(f"{v}:{t}" for v, t in QUANT_GEOMS),
+                    help="quantizer launches timed per shape, variant:tpc (variant 0 current, 1 run-7 kernel; "
+                         "tpc 0 host rule, n tiles per CTA, -1 grid y 1); default %(default)s")
     a = ap.parse_args()
+    QUANT_ONLY = a.quant_only
+    QUANT_GEOMS = [tuple(int(u) for u in g.split(":")) for g in a.quant_geoms.split(",") if g]
     VARIANTS = [v for v in a.variants.split(",") if v]
     GEMM_ONLY = a.gemm_only
     if a.old:
@@ -573,45 +675,45 @@ def main():
         t0 = time.time()
         if not GEMM_ONLY:
             check_quant(results)
-        check_nan_propagation(results)
-        check_gemm_case(results, "odd-groups", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
-        check_gemm_case(results, "odd-groups", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
-        check_gemm_case(results, "odd-groups-x2d", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
-        check_gemm_case(results, "odd-groups", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
-        check_gemm_case(results, "shape-c-like", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
-        global SUFFIX
-        for sfx in VARIANTS:
-            SUFFIX = sfx
-            check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
-            check_gemm_case(results, f"odd-groups{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
-            check_gemm_case(results, f"shape-c-like{sfx}", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
-            if sfx in ("_v2", "_v3"):
-                check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
-                check_gemm_case(results, f"odd-groups-x2d{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
-            if sfx == "_v3":
-                # stage counts (fwd K / dgrad N / wgrad segments): 1 (K=32, 128: one real + one
-                # zero stage), 2, 4 (even: no zero stage), 3; tiny, empty groups, padding rows
-                for args, kw in (((f"tiny-k32{sfx}", 4, [1, 0, 3, 130], 32, 64, torch.float32), dict(pad_rows=5)),
-                                 ((f"tiny-k128{sfx}", 4, [1, 0, 3, 130], 128, 96, torch.float32), dict(pad_rows=5)),
-                                 ((f"even-k512{sfx}", 3, [200, 0, 257], 512, 256, torch.float32), dict(pad_rows=3)),
-                                 ((f"even-k256{sfx}", 3, [64, 128, 1], 256, 384, torch.bfloat16), dict(pad_rows=0)),
-                                 ((f"odd-k384{sfx}", 3, [64, 128, 1], 384, 384, torch.float32), dict(pad_rows=0, w2d=False))):
-                    try:
-                        check_gemm_case(results, *args, **kw)
-                    except Exception as ex:  # keep going (e.g. a tensor map the driver refuses)
-                        results.append((f"case {args[0]}", False, f"{type(ex).__name__}: {ex}"))
-            if sfx in ("_v2", "_v3"):
-                SUFFIX = ""
-                compare_bitwise(results, sfx)
-            if sfx == "_v3" and "_v2" in VARIANTS:
-                for kw in (dict(), dict(E=5, sizes=(129, 0, 300, 64, 31), K=304, N=272, pad_rows=7),
-                           dict(E=4, sizes=(1, 0, 3, 130), K=128, N=96, pad_rows=5),
-                           dict(E=2, sizes=(256, 384), K=512, N=256, pad_rows=0)):
+        if not QUANT_ONLY:
+            check_nan_propagation(results)
+            check_gemm_case(results, "odd-groups", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
+            check_gemm_case(results, "odd-groups", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
+            check_gemm_case(results, "odd-groups-x2d", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
+            check_gemm_case(results, "odd-groups", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
+            check_gemm_case(results, "shape-c-like", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
+            for sfx in VARIANTS:
+                SUFFIX = sfx
+                check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
+                check_gemm_case(results, f"odd-groups{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
+                check_gemm_case(results, f"shape-c-like{sfx}", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
+                if sfx in ("_v2", "_v3"):
+                    check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
+                    check_gemm_case(results, f"odd-groups-x2d{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
+                if sfx == "_v3":
+                    # stage counts (fwd K / dgrad N / wgrad segments): 1 (K=32, 128: one real + one
+                    # zero stage), 2, 4 (even: no zero stage), 3; tiny, empty groups, padding rows
+                    for args, kw in (((f"tiny-k32{sfx}", 4, [1, 0, 3, 130], 32, 64, torch.float32), dict(pad_rows=5)),
+                                     ((f"tiny-k128{sfx}", 4, [1, 0, 3, 130], 128, 96, torch.float32), dict(pad_rows=5)),
+                                     ((f"even-k512{sfx}", 3, [200, 0, 257], 512, 256, torch.float32), dict(pad_rows=3)),
+                                     ((f"even-k256{sfx}", 3, [64, 128, 1], 256, 384, torch.bfloat16), dict(pad_rows=0)),
+                                     ((f"odd-k384{sfx}", 3, [64, 128, 1], 384, 384, torch.float32), dict(pad_rows=0, w2d=False))):
+                        try:
+                            check_gemm_case(results, *args, **kw)
+                        except Exception as ex:  # keep going (e.g. a tensor map the driver refuses)
+                            results.append((f"case {args[0]}", False, f"{type(ex).__name__}: {ex}"))
+                if sfx in ("_v2", "_v3"):
                     SUFFIX = ""
-                    try:
-                        compare_bitwise(results, "_v3", base="_v2", **kw)
-                    except Exception as ex:
-                        results.append((f"bitwise _v3 vs _v2 {kw}", False, f"{type(ex).__name__}: {ex}"))
+                    compare_bitwise(results, sfx)
+                if sfx == "_v3" and "_v2" in VARIANTS:
+                    for kw in (dict(), dict(E=5, sizes=(129, 0, 300, 64, 31), K=304, N=272, pad_rows=7),
+                               dict(E=4, sizes=(1, 0, 3, 130), K=128, N=96, pad_rows=5),
+                               dict(E=2, sizes=(256, 384), K=512, N=256, pad_rows=0)):
+                        SUFFIX = ""
+                        try:
+                            compare_bitwise(results, "_v3", base="_v2", **kw)
+                        except Exception as ex:
+                            results.append((f"bitwise _v3 vs _v2 {kw}", False, f"{type(ex).__name__}: {ex}"))
         SUFFIX = ""
         print(f"\nCORRECTNESS ({time.time() - t0:.1f}s)", flush=True)
         for name, ok, info in results:

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <cuda.h>
 #include <cstring>
+#define MXQ_INSTANTIATE_LEGACY  // run-7 quantizer, mx_quantize_*_legacy (A/B timing only)
 #include "../mx_quantize.cu"
 #define MXT_INSTANTIATE_V2   // v2 (run 8): mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v2
 #define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
@@ -22,12 +23,50 @@ MXT_INST_M(mx_tgemm_e4m3e4m3_w1d_f32_m3,  0, 0, 0, 0, 6, 3)
 typedef void (*QuantK)(const MxQuantParams);
 typedef void (*GemmK)(const MxGemmParams);
 
-extern "C" int mx_launch_quantize(int in_bf16, int fmt, const MxQuantParams* p, int gx, int gy, int gz, void* stream) {
-  QuantK k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2 : mx_quantize_bf16_e4m3)
-                     : (fmt ? mx_quantize_f32_e5m2 : mx_quantize_f32_e4m3);
-  if (gx == 0 || gy == 0 || gz == 0) return 0;
+static int num_sms() {
+  static int sms = 0;
+  if (!sms) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  }
+  return sms;
+}
+
+// Host rule for the quantizer's grid y (mx_quantize.cu, "Launch contract"); `tiles` = T.
+// Same formula as `fn quant` in plugin-mxfp8/src/backend/cuda.rs.
+extern "C" int mx_quant_grid_y(int tiles, int gx, int gz, int sms) {
+  long long by_tpc = (tiles + MXQ_TILES_PER_CTA - 1) / MXQ_TILES_PER_CTA;
+  long long fill = (16LL * sms + (long long)gx * gz - 1) / ((long long)gx * gz);
+  long long gy = by_tpc > (fill < tiles ? fill : tiles) ? by_tpc : (fill < tiles ? fill : tiles);
+  return (int)(gy < 1 ? 1 : gy);
+}
+
+// variant 0: current kernels, 1: run-7 kernels (mx_quantize_*_legacy; always grid y = tiles).
+// tpc 0: host rule above; tpc > 0: grid y = ceil(tiles / tpc); tpc < 0: grid y = 1.
+extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz,
+                                    int tpc, void* stream) {
+  QuantK k;
+  if (variant == 1)
+    k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2_legacy : mx_quantize_bf16_e4m3_legacy)
+                : (fmt ? mx_quantize_f32_e5m2_legacy : mx_quantize_f32_e4m3_legacy);
+  else
+    k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2 : mx_quantize_bf16_e4m3)
+                : (fmt ? mx_quantize_f32_e5m2 : mx_quantize_f32_e4m3);
+  if (gx == 0 || tiles == 0 || gz == 0) return 0;
+  int gy = tiles;
+  if (variant != 1) {
+    if (tpc == 0) gy = mx_quant_grid_y(tiles, gx, gz, num_sms());
+    else if (tpc > 0) gy = (tiles + tpc - 1) / tpc;
+    else gy = 1;
+  }
   k<<<dim3(gx, gy, gz), 256, 0, (cudaStream_t)stream>>>(*p);
   return (int)cudaGetLastError();
+}
+
+// gy = T (tiles) of the launch contract; the grid actually launched follows the host rule.
+extern "C" int mx_launch_quantize(int in_bf16, int fmt, const MxQuantParams* p, int gx, int gy, int gz, void* stream) {
+  return mx_launch_quantize_v(0, in_bf16, fmt, p, gx, gy, gz, 0, stream);
 }
 
 extern "C" int mx_launch_scales_to_f32(const void* in, long long ise, long long isr, long long isc,
