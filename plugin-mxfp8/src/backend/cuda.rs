@@ -444,6 +444,9 @@ impl Call {
             if fmt == 0 { "e4m3" } else { "e5m2" }
         );
         let gx = cdiv(p.c as usize, 128);
+        // `gy` = row tiles T; any grid y in 1..=T is valid (mx_quantize.cu "Launch
+        // contract"): ~4 tiles per CTA, but at least ~16 CTAs per SM when T allows.
+        let gy = gy.min(cdiv(gy, 4).max(cdiv(16 * self.dev.sms as usize, (gx * gz).max(1))));
         self.launch(
             Unit::Quantize,
             &name,
