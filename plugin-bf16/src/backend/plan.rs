@@ -3,6 +3,14 @@
 //! backend executes a [`Plan`], and the unit tests execute the same plan with a plain
 //! column-major reference GEMM and compare with the CPU driver of `plugin-common`.
 //!
+//! The calls are also grouped into [`Batch`]es of one [`Shape`] (all arguments but the
+//! offsets; in practice: the non-empty experts with one row count), which is how the
+//! CUDA backend issues them: one group of `cublasGemmGroupedBatchedEx` per batch
+//! (pointer arrays in [`Plan::batched_offsets`] order), or one
+//! `cublasGemmStridedBatchedEx` per batch whose offsets are arithmetic progressions
+//! ([`Batch::strides`]; equal-sized experts), or one `cublasGemmBatchedEx` per batch.
+//! The tests execute those forms too and compare with the CPU driver.
+//!
 //! # Row-major to column-major
 //!
 //! Every tensor of the ABI is row-major. A row-major `r × c` matrix with leading
@@ -118,6 +126,113 @@ impl Plan {
             .flat_map(|g| [g.m, g.n, g.k, g.lda, g.ldb, g.ldc])
             .max()
             .unwrap_or(0)
+    }
+}
+
+/// Everything a call passes to cuBLAS except its three offsets: calls with the same
+/// `Shape` can share one group of `cublasGemmGroupedBatchedEx`, one
+/// `cublasGemmBatchedEx` or (offsets in arithmetic progression) one
+/// `cublasGemmStridedBatchedEx`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: Src,
+    pub lda: usize,
+    pub b: Src,
+    pub ldb: usize,
+    pub ldc: usize,
+}
+
+impl ColGemm {
+    /// The call without its offsets.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            trans_a: self.trans_a,
+            trans_b: self.trans_b,
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            a: self.a,
+            lda: self.lda,
+            b: self.b,
+            ldb: self.ldb,
+            ldc: self.ldc,
+        }
+    }
+
+    /// The element offsets `[A, B, C]`.
+    pub fn offsets(&self) -> [usize; 3] {
+        [self.a_off, self.b_off, self.c_off]
+    }
+}
+
+/// The calls of a plan that share one [`Shape`] (in a grouped GEMM: the non-empty
+/// experts with the same row count).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    pub shape: Shape,
+    /// Indices into [`Plan::gemms`], ascending (expert order).
+    pub members: Vec<usize>,
+}
+
+impl Batch {
+    /// The `[A, B, C]` element strides when the members' offsets are arithmetic
+    /// progressions (member `i` at `first + i · stride`), so that the batch is one
+    /// `cublasGemmStridedBatchedEx`; `None` for fewer than two members or irregular
+    /// offsets (e.g. an empty expert between two equal ones: W's offset skips it).
+    pub fn strides(&self, gemms: &[ColGemm]) -> Option<[usize; 3]> {
+        if self.members.len() < 2 {
+            return None;
+        }
+        let offs = |i: usize| gemms[self.members[i]].offsets();
+        let (o0, o1) = (offs(0), offs(1));
+        let mut stride = [0usize; 3];
+        for t in 0..3 {
+            stride[t] = o1[t].checked_sub(o0[t])?;
+        }
+        for i in 1..self.members.len() {
+            let o = offs(i);
+            for t in 0..3 {
+                if o[t] != o0[t] + i * stride[t] {
+                    return None;
+                }
+            }
+        }
+        Some(stride)
+    }
+}
+
+impl Plan {
+    /// The calls grouped by [`Shape`], batches in order of their first call, members in
+    /// plan (expert) order. Equal-sized experts (the common case) give one batch.
+    pub fn batches(&self) -> Vec<Batch> {
+        let mut out: Vec<Batch> = Vec::new();
+        for (i, g) in self.gemms.iter().enumerate() {
+            let s = g.shape();
+            match out.iter_mut().find(|b| b.shape == s) {
+                Some(b) => b.members.push(i),
+                None => out.push(Batch {
+                    shape: s,
+                    members: vec![i],
+                }),
+            }
+        }
+        out
+    }
+
+    /// The `[A, B, C]` element offsets of every call, batch after batch: the order of
+    /// the pointer arrays of `cublasGemmGroupedBatchedEx` (group `j` = `batches[j]`);
+    /// batch `j`'s slice (for `cublasGemmBatchedEx`) starts at the sum of the earlier
+    /// batches' sizes.
+    pub fn batched_offsets(&self, batches: &[Batch]) -> Vec<[usize; 3]> {
+        batches
+            .iter()
+            .flat_map(|b| b.members.iter().map(|&i| self.gemms[i].offsets()))
+            .collect()
     }
 }
 
@@ -356,6 +471,58 @@ mod tests {
         grouped_gemm_f32(&problem, &a, &b, DenseMut::F32(&mut want)).unwrap();
         assert_eq!(got, want, "{what}");
 
+        // The batched forms (what the CUDA backend issues) compute the same.
+        check_batches(&p, &what);
+        let exec = |g: &ColGemm, c: &mut [f32]| {
+            let (sa, sb) = (
+                if g.a == Src::A { &a } else { &b },
+                if g.b == Src::A { &a } else { &b },
+            );
+            col_gemm(g, sa, sb, c);
+        };
+        let zeroed = |mut c: Vec<f32>| {
+            for z in &p.zero {
+                c[z.clone()].fill(0.0);
+            }
+            c
+        };
+        let batches = p.batches();
+        // cublasGemmGroupedBatchedEx: one group per batch, pointer arrays flattened.
+        let ptrs = p.batched_offsets(&batches);
+        let mut got = vec![f32::NAN; lo];
+        let mut idx = 0;
+        for bt in &batches {
+            for _ in &bt.members {
+                exec(&with_offsets(bt.shape, ptrs[idx]), &mut got);
+                idx += 1;
+            }
+        }
+        assert_eq!(idx, p.gemms.len(), "{what}: pointer array length");
+        assert_eq!(zeroed(got), want, "{what}: grouped-batched form");
+        // cublasGemmStridedBatchedEx where a batch is strided, cublasGemmBatchedEx (its
+        // slice of the pointer arrays) otherwise.
+        let mut got = vec![f32::NAN; lo];
+        let mut start = 0;
+        for bt in &batches {
+            let count = bt.members.len();
+            match bt.strides(&p.gemms) {
+                Some(st) => {
+                    let first = p.gemms[bt.members[0]].offsets();
+                    for i in 0..count {
+                        let o = [0, 1, 2].map(|t| first[t] + i * st[t]);
+                        exec(&with_offsets(bt.shape, o), &mut got);
+                    }
+                }
+                None => {
+                    for o in &ptrs[start..start + count] {
+                        exec(&with_offsets(bt.shape, *o), &mut got);
+                    }
+                }
+            }
+            start += count;
+        }
+        assert_eq!(zeroed(got), want, "{what}: batched/strided form");
+
         // Operand extents: forward/dgrad read a only up to the last offset; wgrad both.
         let used = offs.last().copied().unwrap_or(0);
         if !p.gemms.is_empty() {
@@ -373,6 +540,66 @@ mod tests {
         }
     }
 
+    fn with_offsets(s: Shape, o: [usize; 3]) -> ColGemm {
+        ColGemm {
+            trans_a: s.trans_a,
+            trans_b: s.trans_b,
+            m: s.m,
+            n: s.n,
+            k: s.k,
+            a: s.a,
+            a_off: o[0],
+            lda: s.lda,
+            b: s.b,
+            b_off: o[1],
+            ldb: s.ldb,
+            c_off: o[2],
+            ldc: s.ldc,
+        }
+    }
+
+    /// Grouping invariants: every call in exactly one batch, members ascending and of
+    /// the batch's shape, shapes distinct, strides reproduce the offsets.
+    fn check_batches(p: &Plan, what: &str) {
+        let batches = p.batches();
+        let mut seen = vec![0u32; p.gemms.len()];
+        for (j, bt) in batches.iter().enumerate() {
+            assert!(!bt.members.is_empty(), "{what}: empty batch");
+            assert!(
+                bt.members.windows(2).all(|w| w[0] < w[1]),
+                "{what}: members not ascending {bt:?}"
+            );
+            for &i in &bt.members {
+                seen[i] += 1;
+                assert_eq!(p.gemms[i].shape(), bt.shape, "{what}: member shape");
+            }
+            assert!(
+                batches[..j].iter().all(|o| o.shape != bt.shape),
+                "{what}: two batches of one shape"
+            );
+            if let Some(st) = bt.strides(&p.gemms) {
+                let first = p.gemms[bt.members[0]].offsets();
+                for (i, &m) in bt.members.iter().enumerate() {
+                    let want = [0, 1, 2].map(|t| first[t] + i * st[t]);
+                    assert_eq!(p.gemms[m].offsets(), want, "{what}: strides");
+                }
+            }
+        }
+        assert!(
+            seen.iter().all(|&c| c == 1),
+            "{what}: calls not batched once"
+        );
+        let offs = p.batched_offsets(&batches);
+        let flat: Vec<usize> = batches.iter().flat_map(|b| b.members.clone()).collect();
+        assert_eq!(
+            offs,
+            flat.iter()
+                .map(|&i| p.gemms[i].offsets())
+                .collect::<Vec<_>>(),
+            "{what}: pointer array order"
+        );
+    }
+
     #[test]
     fn plans_match_the_cpu_driver_for_every_pass_and_layout() {
         let cases: &[(usize, usize, usize, &[usize])] = &[
@@ -382,7 +609,10 @@ mod tests {
             (5, 1, 1, &[1, 3]),    // N = K = 1
             (4, 6, 2, &[0, 0]),    // only empty experts: padding/zeros everywhere
             (8, 16, 32, &[3, 8]),
-            (3, 2, 5, &[]), // no experts at all
+            (3, 2, 5, &[]),                 // no experts at all
+            (13, 3, 5, &[3, 6, 9, 12]),     // equal experts: one strided batch
+            (13, 3, 5, &[3, 3, 6, 9, 12]),  // equal with an empty one: not strided
+            (14, 4, 2, &[2, 5, 7, 10, 14]), // two sizes, interleaved
         ];
         for &(rows, n, k, offs) in cases {
             for pass in [GemmPass::Forward, GemmPass::Dgrad, GemmPass::Wgrad] {
@@ -466,5 +696,128 @@ mod tests {
             (wkn.m, wkn.n, wkn.a, wkn.a_off, wkn.lda, wkn.b, wkn.b_off, wkn.ldb, wkn.ldc),
             (3, 4, Src::A, 6, 3, Src::B, 8, 4, 3)
         );
+    }
+
+    #[test]
+    fn equal_experts_are_one_strided_batch() {
+        // Shape d of the benchmark: 128 experts × 256 rows, K = 2048, N = 768.
+        let (e, r, n, k) = (128usize, 256usize, 768usize, 2048usize);
+        let offs: Vec<usize> = (1..=e).map(|i| i * r).collect();
+        let groups = groups_of(&offs);
+        let nk = n * k;
+        // (pass, layout) -> (m, n, k, lda, ldb, ldc, strides [A, B, C])
+        let cases = [
+            (
+                GemmPass::Forward,
+                WeightLayout::Nk,
+                (n, r, k, k, k, n),
+                [nk, r * k, r * n],
+            ),
+            (
+                GemmPass::Forward,
+                WeightLayout::Kn,
+                (n, r, k, n, k, n),
+                [nk, r * k, r * n],
+            ),
+            (
+                GemmPass::Dgrad,
+                WeightLayout::Nk,
+                (k, r, n, k, n, k),
+                [nk, r * n, r * k],
+            ),
+            (
+                GemmPass::Dgrad,
+                WeightLayout::Kn,
+                (k, r, n, n, n, k),
+                [nk, r * n, r * k],
+            ),
+            (
+                GemmPass::Wgrad,
+                WeightLayout::Nk,
+                (k, n, r, k, n, k),
+                [r * k, r * n, nk],
+            ),
+            (
+                GemmPass::Wgrad,
+                WeightLayout::Kn,
+                (n, k, r, n, k, n),
+                [r * n, r * k, nk],
+            ),
+        ];
+        for (pass, layout, dims, strides) in cases {
+            let p = plan(pass, layout, e * r, n, k, &groups);
+            let b = p.batches();
+            assert_eq!(b.len(), 1, "{pass:?} {layout:?}");
+            assert_eq!(b[0].members, (0..e).collect::<Vec<_>>());
+            let s = b[0].shape;
+            assert_eq!(
+                (s.m, s.n, s.k, s.lda, s.ldb, s.ldc),
+                dims,
+                "{pass:?} {layout:?}"
+            );
+            assert_eq!(b[0].strides(&p.gemms), Some(strides), "{pass:?} {layout:?}");
+            assert_eq!(p.gemms[0].offsets(), [0, 0, 0]);
+            check_batches(&p, "shape d");
+        }
+    }
+
+    #[test]
+    fn experts_are_grouped_by_row_count() {
+        // Experts: 2, 3, 0, 2, 3, 2 rows (rows 0..12), then 2 padding rows; N = 4, K = 6.
+        let groups = groups_of(&[2, 5, 5, 7, 10, 12]);
+        let (n, k) = (4, 6);
+        let p = plan(GemmPass::Forward, WeightLayout::Nk, 14, n, k, &groups);
+        let b = p.batches();
+        // Calls are per non-empty expert: experts 0, 1, 3, 4, 5 = calls 0..5.
+        assert_eq!(b.len(), 2);
+        assert_eq!((b[0].shape.n, b[0].members.clone()), (2, vec![0, 2, 4]));
+        assert_eq!((b[1].shape.n, b[1].members.clone()), (3, vec![1, 3]));
+        // Expert 0 at W 0, rows 0; expert 3 at W 3·N·K, rows 5; expert 5 at 5·N·K, row 10.
+        let nk = n * k;
+        assert_eq!(
+            p.batched_offsets(&b),
+            vec![
+                [0, 0, 0],
+                [3 * nk, 5 * k, 5 * n],
+                [5 * nk, 10 * k, 10 * n],
+                [nk, 2 * k, 2 * n],
+                [4 * nk, 7 * k, 7 * n],
+            ]
+        );
+        // Rows 0, 5, 10 are equally spaced, W 0, 3, 5 are not.
+        assert_eq!(b[0].strides(&p.gemms), None);
+        // Experts 1 and 4: W 1 → 4, rows 2 → 7: a two-member progression.
+        assert_eq!(b[1].strides(&p.gemms), Some([3 * nk, 5 * k, 5 * n]));
+        assert_eq!((b[0].shape.lda, b[0].shape.ldb, b[0].shape.ldc), (k, k, n));
+        assert_eq!(p.zero, vec![12 * n..14 * n]);
+
+        // wgrad: the row counts are the reduction length; the empty expert is zeroed.
+        let p = plan(GemmPass::Wgrad, WeightLayout::Kn, 14, n, k, &groups);
+        let b = p.batches();
+        assert_eq!(b.len(), 2);
+        assert_eq!((b[0].shape.k, b[0].members.clone()), (2, vec![0, 2, 4]));
+        assert_eq!((b[1].shape.k, b[1].members.clone()), (3, vec![1, 3]));
+        assert_eq!(p.zero, vec![2 * nk..3 * nk]);
+        // A single call or none: a batch of one, or no batch.
+        let p = plan(
+            GemmPass::Dgrad,
+            WeightLayout::Nk,
+            3,
+            n,
+            k,
+            &groups_of(&[0, 3]),
+        );
+        let b = p.batches();
+        assert_eq!((b.len(), b[0].members.clone()), (1, vec![0]));
+        assert_eq!(b[0].strides(&p.gemms), None);
+        let p = plan(
+            GemmPass::Forward,
+            WeightLayout::Nk,
+            3,
+            n,
+            k,
+            &groups_of(&[0, 0]),
+        );
+        assert!(p.batches().is_empty());
     }
 }
