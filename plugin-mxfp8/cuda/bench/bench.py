@@ -642,6 +642,7 @@ def main():
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--rep", type=int, default=60)
     ap.add_argument("--profile-one", action="store_true", help="run the shape-a forward GEMM once (for ncu) and exit")
+    ap.add_argument("--profile-suffix", default="_v2", help="kernel-name suffix --profile-one runs (default %(default)s, the backend's 32x32 kernel; '' = MODE 0)")
     ap.add_argument("--old", action="store_true", help="check/time the cp.async mx_gemm_* kernels instead of mx_tgemm_*")
     ap.add_argument("--variants", default=",".join(VARIANTS),
                     help="comma-separated experimental tgemm suffixes checked and timed next to the default "
@@ -661,6 +662,7 @@ def main():
     if a.old:
         FAMILY = "mx_gemm"
     if a.profile_one:
+        SUFFIX = a.profile_suffix
         E, Mg, K, N = SHAPES["a"]; M = E * Mg
         offs = torch.tensor([Mg * (i + 1) for i in range(E)], dtype=torch.int32, device=DEV)
         X = torch.randn(M, K, device=DEV, dtype=torch.bfloat16); W = torch.randn(E, N, K, device=DEV, dtype=torch.bfloat16)
