@@ -41,7 +41,7 @@
 //!   offsets, so no device-side offsets and no synchronization are needed).
 
 use super::convert;
-use super::plan::{self, ColGemm, Plan, Src};
+use super::plan::{self, Plan, Shape, Src};
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::DType;
 use mxhost_plugin_common::args::{DequantizeArgs, GemmArgs, OperandArg, QuantizeArgs, TensorArg};
@@ -343,6 +343,71 @@ impl Backend for CudaBackend {
     }
 }
 
+/// How the GEMMs of a request are issued (environment variable [`ISSUE_ENV`], read
+/// once; for A/B measurements — the default is the fastest known choice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Issue {
+    /// `auto` (default): all calls one strided batch (equal-sized experts) → one
+    /// `cublasGemmStridedBatchedEx`; otherwise one `cublasGemmGroupedBatchedEx` (bf16
+    /// output), else one batched call per shape.
+    Auto,
+    /// `grouped`: `cublasGemmGroupedBatchedEx` wherever it applies, even for equal
+    /// experts.
+    Grouped,
+    /// `batched`: one call per shape (strided, pointer-array or single), never grouped.
+    Batched,
+    /// `per-expert`: one `cublasGemmEx` per non-empty expert.
+    PerExpert,
+}
+
+/// Selects [`Issue`]: `auto`, `grouped`, `batched` or `per-expert`.
+pub const ISSUE_ENV: &str = "MXHOST_BF16_CUBLAS";
+
+fn parse_issue(v: Option<&str>) -> Result<Issue, String> {
+    match v.map(str::trim) {
+        None | Some("") | Some("auto") => Ok(Issue::Auto),
+        Some("grouped") => Ok(Issue::Grouped),
+        Some("batched") => Ok(Issue::Batched),
+        Some("per-expert") => Ok(Issue::PerExpert),
+        Some(other) => Err(format!(
+            "{ISSUE_ENV}={other:?}: expected auto, grouped, batched or per-expert"
+        )),
+    }
+}
+
+fn issue_mode() -> PluginResult<Issue> {
+    static M: OnceLock<Result<Issue, String>> = OnceLock::new();
+    M.get_or_init(|| parse_issue(std::env::var(ISSUE_ENV).ok().as_deref()))
+        .clone()
+        .map_err(PluginError::invalid)
+}
+
+/// Which batched entry points the loaded cuBLAS exports (cudarc panics on a missing
+/// symbol, so each is looked up before its first call). `cublasGemmGroupedBatchedEx`
+/// needs cuBLAS 12.5 or newer; the other two are much older.
+struct Api {
+    grouped: bool,
+    batched: bool,
+    strided: bool,
+}
+
+/// Probe once; call only after [`cublas_present`].
+fn api() -> &'static Api {
+    static A: OnceLock<Api> = OnceLock::new();
+    A.get_or_init(|| {
+        // SAFETY: cuBLAS is loadable (checked by the caller); symbols are only looked
+        // up, not called, here.
+        let lib = unsafe { cb::culib() };
+        let has =
+            |name: &str| unsafe { lib.get::<unsafe extern "C" fn()>(name.as_bytes()) }.is_ok();
+        Api {
+            grouped: has("cublasGemmGroupedBatchedEx"),
+            batched: has("cublasGemmBatchedEx"),
+            strided: has("cublasGemmStridedBatchedEx"),
+        }
+    })
+}
+
 /// A cuBLAS handle bound to `stream`, with FP32-only reductions.
 fn create_handle(stream: cu::CUstream) -> PluginResult<Handle> {
     let mut h: cb::cublasHandle_t = std::ptr::null_mut();
@@ -382,6 +447,7 @@ fn run(
     let esz = out.dtype.size_bytes() as usize;
     // Everything that can fail for lack of a library or a handle comes before the first
     // enqueued write, so such a failure leaves the output untouched.
+    let mode = issue_mode()?;
     let needs_convert = !plan.gemms.is_empty() && [a, b].iter().any(|t| t.dtype == DType::F32);
     if needs_convert {
         call.dev.convert_fn()?;
@@ -429,56 +495,385 @@ fn run(
         DType::Bf16 => cb::cudaDataType::CUDA_R_16BF,
         _ => cb::cudaDataType::CUDA_R_32F,
     };
-    let (alpha, beta) = (1f32, 0f32);
-    let ptr_of = |s: Src| if s == Src::A { pa } else { pb };
-    let op = |t: bool| {
-        if t {
-            cb::cublasOperation_t::CUBLAS_OP_T
-        } else {
-            cb::cublasOperation_t::CUBLAS_OP_N
-        }
+    let is = Issuer {
+        h,
+        pa,
+        pb,
+        pc: out.ptr as u64,
+        esz,
+        c_type,
     };
-    for g in &plan.gemms {
-        let ColGemm {
-            m,
-            n,
-            k,
-            lda,
-            ldb,
-            ldc,
-            ..
-        } = *g;
-        let pa = ptr_of(g.a) + (g.a_off * 2) as u64;
-        let pb = ptr_of(g.b) + (g.b_off * 2) as u64;
-        let pc = out.ptr as u64 + (g.c_off * esz) as u64;
+    let gemms = &plan.gemms;
+    if mode == Issue::PerExpert || gemms.len() == 1 {
+        for g in gemms {
+            is.gemm_ex(&g.shape(), g.offsets())?;
+        }
+        return Ok(());
+    }
+    let api = api();
+    let batches = plan.batches();
+    let total = gemms.len();
+    // Equal-sized experts: one strided batch, one call, nothing to upload.
+    if mode == Issue::Auto && batches.len() == 1 && api.strided {
+        let b = &batches[0];
+        if let Some(st) = b.strides(gemms) {
+            let first = gemms[b.members[0]].offsets();
+            match is.strided(&b.shape, first, st, total)? {
+                s if refused(s) => {} // nothing enqueued: the general path below
+                s => return cublas_check("cublasGemmStridedBatchedEx", s),
+            }
+        }
+    }
+    // Device addresses of every call, batch after batch (the pointer arrays' order).
+    let addrs: Vec<[u64; 3]> = batches
+        .iter()
+        .flat_map(|b| {
+            b.members
+                .iter()
+                .map(|&i| is.addrs(&b.shape, gemms[i].offsets()))
+        })
+        .collect();
+    // cuBLAS cannot look at the matrices' addresses inside a device pointer array, so
+    // the pointer-array entry points assume aligned matrices: use them only when every
+    // address is 16-byte aligned (always the case when N and K are multiples of 8 and
+    // the tensors are, as allocations are); otherwise strided or per-expert calls.
+    let aligned = addrs.iter().flatten().all(|p| p % 16 == 0);
+    let mut arrays = None;
+    // cublasGemmGroupedBatchedEx: all batches in one call. cuBLAS supports bf16
+    // operands there only with a bf16 output (no bf16 × bf16 → f32 combination).
+    if mode != Issue::Batched && aligned && api.grouped && out.dtype == DType::Bf16 {
+        let d = *arrays.get_or_insert(upload_ptrs(call, &addrs)?);
+        match is.grouped(&batches, d, total)? {
+            // Nothing was enqueued: fall back to the per-batch calls below.
+            s if refused(s) => {}
+            s => return cublas_check("cublasGemmGroupedBatchedEx", s),
+        }
+    }
+    // One call per batch: strided when the offsets allow, else the batch's slice of
+    // the pointer arrays, else (unaligned, or an entry point missing) per expert.
+    let mut start = 0;
+    for b in &batches {
+        let count = b.members.len();
+        let first = gemms[b.members[0]].offsets();
+        let strides = if api.strided { b.strides(gemms) } else { None };
+        // cuBLAS's answer for the batch, or NOT_SUPPORTED when no batched call applies.
+        let st = if count == 1 {
+            cb::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED
+        } else if let Some(st) = strides {
+            let s = is.strided(&b.shape, first, st, count)?;
+            cublas_check_unless_refused("cublasGemmStridedBatchedEx", s)?
+        } else if aligned && api.batched {
+            let d = match arrays {
+                Some(d) => d,
+                None => *arrays.insert(upload_ptrs(call, &addrs)?),
+            };
+            let s = is.batched(&b.shape, d, total, start, count)?;
+            cublas_check_unless_refused("cublasGemmBatchedEx", s)?
+        } else {
+            cb::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED
+        };
+        if refused(st) {
+            for &i in &b.members {
+                is.gemm_ex(&b.shape, gemms[i].offsets())?;
+            }
+        }
+        start += count;
+    }
+    Ok(())
+}
+
+/// Whether cuBLAS declined a batched call before enqueuing anything (type combination,
+/// architecture or configuration it does not implement): the caller issues the same
+/// GEMMs another way.
+fn refused(st: cb::cublasStatus_t) -> bool {
+    matches!(
+        st,
+        cb::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED
+            | cb::cublasStatus_t::CUBLAS_STATUS_ARCH_MISMATCH
+    )
+}
+
+/// `st` itself when it is success or a refusal ([`refused`]), an error otherwise.
+fn cublas_check_unless_refused(
+    what: &str,
+    st: cb::cublasStatus_t,
+) -> PluginResult<cb::cublasStatus_t> {
+    if refused(st) {
+        return Ok(st);
+    }
+    cublas_check(what, st).map(|()| st)
+}
+
+/// The device pointer arrays of the batched entry points: `3 · P` addresses (all A,
+/// then all B, then all C) in stream-ordered scratch, copied from host memory on the
+/// stream. The copy is from pageable memory, which the driver stages before
+/// `cuMemcpyHtoDAsync` returns (as the host's own uploads rely on), so the host vector
+/// may be dropped right after; the scratch is freed after the GEMMs in stream order.
+fn upload_ptrs(call: &mut Call, addrs: &[[u64; 3]]) -> PluginResult<u64> {
+    let host: Vec<u64> = (0..3)
+        .flat_map(|t| addrs.iter().map(move |a| a[t]))
+        .collect();
+    let d = call.alloc(host.len() * 8)?;
+    // SAFETY: `d` holds host.len() u64 (allocated above on this stream); pageable copies
+    // are staged before returning.
+    unsafe { cr::memcpy_htod_async(d, &host, call.stream) }
+        .map_err(drv("cuMemcpyHtoDAsync (cuBLAS pointer arrays)"))?;
+    Ok(d)
+}
+
+/// Issues the GEMMs of one request: the handle (bound to the stream, under its mutex),
+/// the bf16 operands' and the output's device addresses and the output type. alpha = 1,
+/// beta = 0 (f32 host scalars: default pointer mode), `CUBLAS_COMPUTE_32F`.
+struct Issuer {
+    h: cb::cublasHandle_t,
+    pa: u64,
+    pb: u64,
+    pc: u64,
+    esz: usize,
+    c_type: cb::cudaDataType,
+}
+
+const ALPHA: f32 = 1.0;
+const BETA: f32 = 0.0;
+const BF16: cb::cudaDataType = cb::cudaDataType::CUDA_R_16BF;
+const COMPUTE: cb::cublasComputeType_t = cb::cublasComputeType_t::CUBLAS_COMPUTE_32F;
+const ALGO: cb::cublasGemmAlgo_t = cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
+
+fn op(t: bool) -> cb::cublasOperation_t {
+    if t {
+        cb::cublasOperation_t::CUBLAS_OP_T
+    } else {
+        cb::cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
+fn scalar(v: &f32) -> *const c_void {
+    v as *const f32 as *const c_void
+}
+
+fn count_i32(count: usize) -> PluginResult<i32> {
+    i32::try_from(count).map_err(|_| {
+        PluginError::unsupported(format!(
+            "CUDA backend of the bf16 plugin: {count} GEMMs in one request exceed cuBLAS's 32-bit batch count"
+        ))
+    })
+}
+
+impl Issuer {
+    /// `[A, B, C]` device addresses of a call of shape `s` at element offsets `o`.
+    fn addrs(&self, s: &Shape, o: [usize; 3]) -> [u64; 3] {
+        let base = |src| if src == Src::A { self.pa } else { self.pb };
+        [
+            base(s.a) + (o[0] * 2) as u64,
+            base(s.b) + (o[1] * 2) as u64,
+            self.pc + (o[2] * self.esz) as u64,
+        ]
+    }
+
+    /// One `cublasGemmEx`.
+    fn gemm_ex(&self, s: &Shape, o: [usize; 3]) -> PluginResult<()> {
+        let [a, b, c] = self.addrs(s, o);
         // SAFETY: the handle is bound to this stream and used under the mutex; every
         // matrix lies within its buffer (plan invariants, unit-tested: `a_end`/`b_end`
         // ≤ the converted extent or the tensor's numel, `c_end` ≤ the output's numel);
         // alpha/beta are f32 host scalars (default pointer mode) alive for the call.
         let st = unsafe {
             cb::cublasGemmEx(
-                h,
-                op(g.trans_a),
-                op(g.trans_b),
-                i32_of(m),
-                i32_of(n),
-                i32_of(k),
-                &alpha as *const f32 as *const c_void,
-                pa as *const c_void,
-                cb::cudaDataType::CUDA_R_16BF,
-                i32_of(lda),
-                pb as *const c_void,
-                cb::cudaDataType::CUDA_R_16BF,
-                i32_of(ldb),
-                &beta as *const f32 as *const c_void,
-                pc as *mut c_void,
-                c_type,
-                i32_of(ldc),
-                cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                self.h,
+                op(s.trans_a),
+                op(s.trans_b),
+                i32_of(s.m),
+                i32_of(s.n),
+                i32_of(s.k),
+                scalar(&ALPHA),
+                a as *const c_void,
+                BF16,
+                i32_of(s.lda),
+                b as *const c_void,
+                BF16,
+                i32_of(s.ldb),
+                scalar(&BETA),
+                c as *mut c_void,
+                self.c_type,
+                i32_of(s.ldc),
+                COMPUTE,
+                ALGO,
             )
         };
-        cublas_check("cublasGemmEx", st)?;
+        cublas_check("cublasGemmEx", st)
     }
-    Ok(())
+
+    /// One `cublasGemmStridedBatchedEx`: `count` calls of shape `s`, call `i` at
+    /// `first + i · strides` (elements).
+    fn strided(
+        &self,
+        s: &Shape,
+        first: [usize; 3],
+        strides: [usize; 3],
+        count: usize,
+    ) -> PluginResult<cb::cublasStatus_t> {
+        let [a, b, c] = self.addrs(s, first);
+        let count = count_i32(count)?;
+        // SAFETY: as in `gemm_ex`; call i's matrices are the plan's call i (its offsets
+        // are `first + i · strides`, unit-tested), so each lies within its buffer.
+        Ok(unsafe {
+            cb::cublasGemmStridedBatchedEx(
+                self.h,
+                op(s.trans_a),
+                op(s.trans_b),
+                i32_of(s.m),
+                i32_of(s.n),
+                i32_of(s.k),
+                scalar(&ALPHA),
+                a as *const c_void,
+                BF16,
+                i32_of(s.lda),
+                strides[0] as i64,
+                b as *const c_void,
+                BF16,
+                i32_of(s.ldb),
+                strides[1] as i64,
+                scalar(&BETA),
+                c as *mut c_void,
+                self.c_type,
+                i32_of(s.ldc),
+                strides[2] as i64,
+                count,
+                COMPUTE,
+                ALGO,
+            )
+        })
+    }
+
+    /// One `cublasGemmBatchedEx` over entries `start..start + count` of the pointer
+    /// arrays at `arrays` (`total` entries each, see [`upload_ptrs`]).
+    fn batched(
+        &self,
+        s: &Shape,
+        arrays: u64,
+        total: usize,
+        start: usize,
+        count: usize,
+    ) -> PluginResult<cb::cublasStatus_t> {
+        let at = |t: usize| arrays + ((t * total + start) * 8) as u64;
+        let count = count_i32(count)?;
+        // SAFETY: as in `gemm_ex`; the arrays hold the addresses of the plan's calls of
+        // this shape (uploaded earlier on this stream, freed after the call).
+        Ok(unsafe {
+            cb::cublasGemmBatchedEx(
+                self.h,
+                op(s.trans_a),
+                op(s.trans_b),
+                i32_of(s.m),
+                i32_of(s.n),
+                i32_of(s.k),
+                scalar(&ALPHA),
+                at(0) as *const *const c_void,
+                BF16,
+                i32_of(s.lda),
+                at(1) as *const *const c_void,
+                BF16,
+                i32_of(s.ldb),
+                scalar(&BETA),
+                at(2) as *const *mut c_void,
+                self.c_type,
+                i32_of(s.ldc),
+                count,
+                COMPUTE,
+                ALGO,
+            )
+        })
+    }
+
+    /// One `cublasGemmGroupedBatchedEx`: group `j` = `batches[j]`, pointer arrays at
+    /// `arrays` in [`Plan::batched_offsets`] order. Returns cuBLAS's status (the caller
+    /// falls back on NOT_SUPPORTED).
+    fn grouped(
+        &self,
+        batches: &[plan::Batch],
+        arrays: u64,
+        total: usize,
+    ) -> PluginResult<cb::cublasStatus_t> {
+        let groups = count_i32(batches.len())?;
+        count_i32(total)?;
+        let per = |f: &dyn Fn(&Shape) -> usize| -> Vec<i32> {
+            batches.iter().map(|b| i32_of(f(&b.shape))).collect()
+        };
+        let (m, n, k) = (per(&|s| s.m), per(&|s| s.n), per(&|s| s.k));
+        let (lda, ldb, ldc) = (per(&|s| s.lda), per(&|s| s.ldb), per(&|s| s.ldc));
+        let size: Vec<i32> = batches.iter().map(|b| b.members.len() as i32).collect();
+        let ta: Vec<_> = batches.iter().map(|b| op(b.shape.trans_a)).collect();
+        let tb: Vec<_> = batches.iter().map(|b| op(b.shape.trans_b)).collect();
+        let alpha = vec![ALPHA; batches.len()];
+        let beta = vec![BETA; batches.len()];
+        let at = |t: usize| arrays + (t * total * 8) as u64;
+        // SAFETY: as in `gemm_ex`; the per-group arrays are host vectors of group_count
+        // entries alive for the call, the pointer arrays `total` device addresses each
+        // (uploaded earlier on this stream, freed after the call), the group sizes sum
+        // to `total`.
+        Ok(unsafe {
+            cb::cublasGemmGroupedBatchedEx(
+                self.h,
+                ta.as_ptr(),
+                tb.as_ptr(),
+                m.as_ptr(),
+                n.as_ptr(),
+                k.as_ptr(),
+                alpha.as_ptr() as *const c_void,
+                at(0) as *const *const c_void,
+                BF16,
+                lda.as_ptr(),
+                at(1) as *const *const c_void,
+                BF16,
+                ldb.as_ptr(),
+                beta.as_ptr() as *const c_void,
+                at(2) as *const *mut c_void,
+                self.c_type,
+                ldc.as_ptr(),
+                groups,
+                size.as_ptr(),
+                COMPUTE,
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue_modes_parse() {
+        assert_eq!(parse_issue(None), Ok(Issue::Auto));
+        assert_eq!(parse_issue(Some("")), Ok(Issue::Auto));
+        assert_eq!(parse_issue(Some(" auto ")), Ok(Issue::Auto));
+        assert_eq!(parse_issue(Some("grouped")), Ok(Issue::Grouped));
+        assert_eq!(parse_issue(Some("batched")), Ok(Issue::Batched));
+        assert_eq!(parse_issue(Some("per-expert")), Ok(Issue::PerExpert));
+        let e = parse_issue(Some("loop")).unwrap_err();
+        assert!(e.contains(ISSUE_ENV) && e.contains("per-expert"), "{e}");
+    }
+
+    #[test]
+    fn refusals_fall_back_and_errors_do_not() {
+        use cb::cublasStatus_t::*;
+        assert!(refused(CUBLAS_STATUS_NOT_SUPPORTED) && refused(CUBLAS_STATUS_ARCH_MISMATCH));
+        assert!(!refused(CUBLAS_STATUS_SUCCESS) && !refused(CUBLAS_STATUS_INVALID_VALUE));
+        assert_eq!(
+            cublas_check_unless_refused("x", CUBLAS_STATUS_SUCCESS).ok(),
+            Some(CUBLAS_STATUS_SUCCESS)
+        );
+        assert!(cublas_check_unless_refused("x", CUBLAS_STATUS_EXECUTION_FAILED).is_err());
+    }
+
+    #[test]
+    fn entry_points_are_probed_without_calling_them() {
+        if !cublas_present() {
+            eprintln!("skipped: libcublas not loadable here");
+            return;
+        }
+        let a = api();
+        assert!(a.batched && a.strided, "cuBLAS without the batched GEMMs");
+        eprintln!("cublasGemmGroupedBatchedEx exported: {}", a.grouped);
+    }
 }
