@@ -1,6 +1,6 @@
 //! The CUDA backend: grouped GEMM on tensors in CUDA device memory through cuBLAS
-//! (`cublasGemmEx`, bf16 operands, `CUBLAS_COMPUTE_32F`), the baseline a user would
-//! otherwise pick. Same semantics as the CPU backend (the shared driver of
+//! (batched/grouped `cublasGemm*Ex`, bf16 operands, `CUBLAS_COMPUTE_32F`), the baseline
+//! a user would otherwise pick. Same semantics as the CPU backend (the shared driver of
 //! `mxhost_plugin_common::gemm`); results agree up to f32 summation order.
 //!
 //! - **Context and stream**: the primary context of the device named by the tensors'
@@ -15,12 +15,34 @@
 //!   workspace from being shared between streams. Math mode
 //!   `CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`: split-K
 //!   partial sums stay in f32 even when the output is bf16 (FP32 accumulation
-//!   throughout). Handles are never destroyed (plugins are never unloaded).
-//! - **GEMMs**: one `cublasGemmEx` per non-empty expert, row-major mapped onto cuBLAS's
-//!   column-major convention as [`super::plan`] documents (and its tests check against
-//!   the CPU driver). A/B `CUDA_R_16BF`, C `CUDA_R_32F` or `CUDA_R_16BF` per the output
-//!   dtype (cuBLAS rounds the f32 accumulator to bf16 in its epilogue), alpha = 1,
-//!   beta = 0, `CUBLAS_GEMM_DEFAULT`.
+//!   throughout) — for the batched and grouped calls as for `cublasGemmEx`. Handles are
+//!   never destroyed (plugins are never unloaded).
+//! - **GEMMs**: row-major mapped onto cuBLAS's column-major convention as
+//!   [`super::plan`] documents (and its tests check against the CPU driver). A/B
+//!   `CUDA_R_16BF`, C `CUDA_R_32F` or `CUDA_R_16BF` per the output dtype (cuBLAS rounds
+//!   the f32 accumulator to bf16 in its epilogue), alpha = 1, beta = 0,
+//!   `CUBLAS_COMPUTE_32F`, `CUBLAS_GEMM_DEFAULT`. The per-expert calls are grouped into
+//!   batches of one shape ([`plan::Plan::batches`]; equal-sized experts → one batch) and
+//!   issued in as few calls as cuBLAS allows (default, `MXHOST_BF16_CUBLAS=auto`):
+//!   1. one batch with offsets in arithmetic progression (equal-sized experts, no empty
+//!      expert between them) → one `cublasGemmStridedBatchedEx`, nothing uploaded;
+//!   2. otherwise, bf16 output → one `cublasGemmGroupedBatchedEx` (cuBLAS ≥ 12.5; one
+//!      group per batch) — cuBLAS has no bf16 × bf16 → f32 combination for it, so f32
+//!      outputs skip it;
+//!   3. otherwise (f32 output, grouped call missing or refused) one call per batch:
+//!      `cublasGemmStridedBatchedEx` when its offsets are a progression, else
+//!      `cublasGemmBatchedEx`, and `cublasGemmEx` for a batch of one.
+//!
+//!   The pointer-array calls (2, 3) read the matrices' addresses from device memory:
+//!   `3 · P` u64 in stream-ordered scratch, copied by `cuMemcpyHtoDAsync` from a host
+//!   vector (pageable: staged by the driver before the call returns), freed after the
+//!   GEMMs in stream order. cuBLAS cannot check the alignment of addresses it does not
+//!   see, so those calls are used only when every address is 16-byte aligned. A call
+//!   cuBLAS refuses (`NOT_SUPPORTED`, `ARCH_MISMATCH`: nothing enqueued), an entry
+//!   point the loaded library does not export (looked up once, before any call; cudarc
+//!   would panic) or unaligned addresses fall back to one `cublasGemmEx` per expert.
+//!   `MXHOST_BF16_CUBLAS=grouped|batched|per-expert` forces a path for A/B runs
+//!   (grouped even for equal experts; never grouped; the old per-expert loop).
 //! - **Padding, empty experts, zero reductions**: `cuMemsetD8Async` of the planned
 //!   output ranges (padding rows of forward/dgrad, empty experts' wgrad blocks, the
 //!   whole output when the reduction length is 0).
@@ -35,10 +57,10 @@
 //!   libnvrtc at run time; each is probed with `is_culib_present()` before its first
 //!   call, so a machine without them gets Unsupported naming the library, never a panic.
 //! - **Unsupported**: MX operands (as on the CPU), any `m`/`n`/`k`/leading dimension
-//!   above `i32::MAX` (`cublasGemmEx`'s 32-bit arguments), and GPUs below compute
-//!   capability 8.0 (no bf16 GEMM).
-//! - **Not used**: `offs_device` (the per-expert loop runs on the host copy of the
-//!   offsets, so no device-side offsets and no synchronization are needed).
+//!   above `i32::MAX` (cuBLAS's 32-bit arguments), and GPUs below compute capability 8.0
+//!   (no bf16 GEMM).
+//! - **Not used**: `offs_device` (shapes, strides and pointer arrays come from the host
+//!   copy of the offsets, so no device-side offsets and no synchronization are needed).
 
 use super::convert;
 use super::plan::{self, Plan, Shape, Src};
@@ -360,7 +382,8 @@ enum Issue {
     PerExpert,
 }
 
-/// Selects [`Issue`]: `auto`, `grouped`, `batched` or `per-expert`.
+/// Environment variable selecting how GEMMs are issued: `auto` (default), `grouped`,
+/// `batched` or `per-expert` (see the module doc).
 pub const ISSUE_ENV: &str = "MXHOST_BF16_CUBLAS";
 
 fn parse_issue(v: Option<&str>) -> Result<Issue, String> {

@@ -2,9 +2,11 @@
 //! runs it. CPU is built in; CUDA (cuBLAS) with the `cuda` feature (the default).
 //!
 //! - [`cpu`]: the shared rayon driver on bf16-rounded operands.
-//! - [`cuda`] (feature `cuda`): `cublasGemmEx` per expert on the host's stream.
-//! - [`plan`]: the row-major → column-major mapping the CUDA backend executes (pure
-//!   Rust, unit-tested against the CPU driver without a GPU).
+//! - [`cuda`] (feature `cuda`): cuBLAS on the host's stream, all experts of a pass in one
+//!   strided-batched or grouped-batched call where cuBLAS allows.
+//! - [`plan`]: the row-major → column-major mapping and its grouping into batches of one
+//!   shape that the CUDA backend executes (pure Rust, unit-tested against the CPU driver
+//!   without a GPU).
 //! - [`convert`]: the f32 → bf16 (RNE) conversion kernel source and its Rust mirror.
 
 pub mod convert;
