@@ -39,6 +39,11 @@ for k in ${FAMILIES:-tgemm}; do
     MXHOST_MX_GEMM_KERNEL=$k timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --peers "$out/peer_bench.csv" --json "$out/bench_$k.json" 2>&1
 done
+if [ -n "${WGRAD_FP8_TOO:-}" ]; then
+    echo "== mxhost bench (tgemm), wgrad on the FP8 kernel (MXHOST_MX_WGRAD=fp8) for comparison"
+    MXHOST_MX_WGRAD=fp8 timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        --peers "$out/peer_bench.csv" 2>&1 | grep -E "shape|wgrad|step"
+fi
 echo "== mxhost bench, plugin bf16 (cuBLAS, in process)"
 timeout 120 dist/mxhost bench --device cuda --plugin bf16 --shapes "$shapes" --reps "${REPS:-10}" \
     --peers "$out/peer_bench.csv" 2>&1

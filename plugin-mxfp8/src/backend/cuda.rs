@@ -24,6 +24,7 @@
 //!   wrong axis, more than 1024 experts, ...) return Unsupported with the reason, never a
 //!   wrong result.
 
+use super::cublas;
 use crate::kernels::{self, Unit};
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{DType, GemmPass, MxFormat, ScaleMode, WeightLayout};
@@ -247,6 +248,7 @@ impl Dev {
                 "mx_dequantize".into(),
                 "mx_transpose_u8".into(),
                 "mx_wgrad_relayout".into(),
+                "mx_dequantize_rows_bf16".into(),
             ],
             Unit::Gemm { .. } | Unit::TGemm { .. } => vec![unit.gemm_name().unwrap()],
         };
@@ -1360,7 +1362,17 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
             };
             let dyq = cols_t(dy, n)?;
             let xq = cols_t(x, k)?;
-            wgrad_gemm(call, args, (dyq.0, dyq.1, fmt), (xq.0, xq.1, fmt), mpad, offs, out_bf16)
+            // Expert e's columns in the padded layout: its 128-aligned segment.
+            let segs: Vec<(usize, usize)> = sizes
+                .iter()
+                .scan(0usize, |seg, &m| {
+                    let s = (*seg, m);
+                    *seg += rup(m, 128);
+                    Some(s)
+                })
+                .collect();
+            let ops = ((dyq.0, dyq.1, fmt), (xq.0, xq.1, fmt));
+            wgrad_gemm(call, args, ops, mpad, &segs, offs, out_bf16)
         }
         (OperandArg::Mx(dy), OperandArg::Mx(x)) => {
             for (m, what) in [(dy, "dY"), (x, "X")] {
@@ -1376,11 +1388,13 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
             // Shifted padded layout and the offsets the GEMM sees.
             let mut tbl: Vec<i32> = Vec::with_capacity(4 * e);
             let mut fake_offs: Vec<i32> = Vec::with_capacity(e);
+            let mut segs: Vec<(usize, usize)> = Vec::with_capacity(e);
             let (mut seg, mut cum) = (0usize, 0usize);
             for i in 0..e {
                 let sh = if sizes[i] == 0 { 0 } else { starts[i] % 32 };
                 let m2 = sizes[i] + sh;
                 tbl.extend([seg, sh, starts[i], sizes[i]].map(|v| v as i32));
+                segs.push((seg, m2));
                 cum += m2;
                 fake_offs.push(i32_of("rows", cum)?);
                 seg += rup(m2, 128);
@@ -1421,7 +1435,7 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
             };
             let dyq = relayout(dy, n)?;
             let xq = relayout(x, k)?;
-            wgrad_gemm(call, args, dyq, xq, mpad, offs_d, out_bf16)
+            wgrad_gemm(call, args, (dyq, xq), mpad, &segs, offs_d, out_bf16)
         }
         _ => Err(PluginError::unsupported(
             "CUDA backend: wgrad with one pre-quantized and one dense operand is not supported on the GPU (their M blocks would not line up); pass both dense or both pre-quantized along M",
@@ -1430,18 +1444,59 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
 }
 
 /// The wgrad GEMM on padded transposed operands `(data [P][mpad], scales [P][mpad/32],
-/// format)` for dY (P = N) and X (P = K).
+/// format)` for dY (P = N) and X (P = K); expert e's columns are `segs[e]` (start,
+/// length). Runs on the path [`cublas::wgrad_path`] picks: FP8 + promotion, or both
+/// operands dequantized to bf16 and multiplied by cuBLAS (the faster one measured on
+/// the H200 for 1×32 × 1×32 scales, docs/perf.md).
 fn wgrad_gemm(
     call: &mut Call,
     args: &GemmArgs,
-    dyq: (u64, u64, u8),
-    xq: (u64, u64, u8),
+    (dyq, xq): ((u64, u64, u8), (u64, u64, u8)),
     mpad: usize,
+    segs: &[(usize, usize)],
     offs: u64,
     out_bf16: bool,
 ) -> PluginResult<()> {
     let (n, k, e) = (args.n, args.k, args.offs.len());
     let mp = mpad / 32;
+    if cublas::wgrad_path()? == cublas::WgradPath::DequantBf16 {
+        let mut to_bf16 = |q: (u64, u64, u8), p: usize| -> PluginResult<u64> {
+            let b = call.alloc(p * mpad * 2)?;
+            let (fmt, r, c) = (q.2 as i32, p as i64, mpad as i64);
+            let chunks = p * mpad / 16;
+            call.launch(
+                Unit::Aux,
+                "mx_dequantize_rows_bf16",
+                (cdiv(chunks, 256).min(1 << 20), 1, 1),
+                (256, 1, 1),
+                0,
+                &mut [arg(&q.0), arg(&q.1), arg(&b), arg(&fmt), arg(&r), arg(&c)],
+            )?;
+            Ok(b)
+        };
+        let (dyb, xb) = (to_bf16(dyq, n)?, to_bf16(xq, k)?);
+        if gemm_trace() {
+            eprintln!(
+                "mxhost-mxfp8: wgrad E={e} N={n} K={k} Mpad={mpad}: dequantize to bf16 + cuBLAS (MXHOST_MX_WGRAD=fp8 for the FP8 kernel)"
+            );
+        }
+        // SAFETY: dyb/xb were allocated above for N·mpad and K·mpad bf16 values on this
+        // stream; the output is the host's [E][·][·] buffer; every segment lies within
+        // mpad (built from the same sizes as the padded layout).
+        return unsafe {
+            cublas::wgrad_bf16(
+                call.stream,
+                dyb,
+                xb,
+                mpad,
+                segs,
+                (n, k),
+                args.weight_layout == WeightLayout::Kn,
+                ptr(&args.out),
+                out_bf16,
+            )
+        };
+    }
     // Output [E][N][K] (Nk) or [E][K][N] (Kn). GEMM rows × cols with out_t = 0 needs an
     // even column count; the transposed store has no such rule. Pick the orientation.
     let kn = args.weight_layout == WeightLayout::Kn;

@@ -1,0 +1,256 @@
+//! wgrad by "dequantize to BF16": the MX operands (1×32 blocks along M, in the GEMM's
+//! padded transposed layout `[P][Mpad]`) are expanded to bf16 — exactly: every E4M3/E5M2
+//! value times an E8M0 scale fits bf16's 8 exponent and 7 mantissa bits, except scales
+//! below 2^-126, which round like any bf16 subnormal — and multiplied by cuBLAS with
+//! FP32 accumulation (`CUBLAS_COMPUTE_32F`, reduced-precision reductions disallowed).
+//! The products are the ones the FP8 kernel forms; only the summation order differs.
+//!
+//! Why: with 1×32 scales on *both* operands every k32 step costs an FMUL and an FFMA
+//! per output element (docs/perf.md: the FP8 kernel reaches 0.56–0.63× torch BF16 on
+//! wgrad, the anchor ceiling is ~0.75×), while BF16 tensor cores need no promotion at
+//! all. The issue asks to pick the faster per case: [`wgrad_path`] chooses this path for
+//! wgrad when cuBLAS loads (`MXHOST_MX_WGRAD=fp8` forces the FP8 kernel, `bf16` this
+//! one), and says so in `MXHOST_MX_GEMM_TRACE`.
+//!
+//! Handles: one per (context, stream), created lazily with the stream bound, kept for the
+//! process. Equal, evenly spaced experts go out as one `cublasGemmStridedBatchedEx`,
+//! anything else as one `cublasGemmEx` per expert (the bf16 plugin has the full
+//! grouped/batched issuing logic; wgrad here has few experts or equal ones).
+
+use cudarc::cublas::sys as cb;
+use cudarc::driver::sys as cu;
+use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
+
+/// `MXHOST_MX_WGRAD`: how the CUDA backend runs wgrad.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WgradPath {
+    /// FP8 wgmma with per-32 FP32 promotion (`mx_tgemm_*`).
+    Fp8,
+    /// Dequantize both operands to bf16, cuBLAS BF16 GEMM with FP32 accumulation.
+    DequantBf16,
+}
+
+/// The wgrad path: `MXHOST_MX_WGRAD=fp8|bf16|auto` (default auto = bf16 when cuBLAS
+/// loads, else fp8).
+pub fn wgrad_path() -> PluginResult<WgradPath> {
+    match std::env::var("MXHOST_MX_WGRAD").as_deref().map(str::trim) {
+        Err(_) | Ok("") | Ok("auto") => Ok(if cublas_present() {
+            WgradPath::DequantBf16
+        } else {
+            WgradPath::Fp8
+        }),
+        Ok("fp8") => Ok(WgradPath::Fp8),
+        Ok("bf16") if cublas_present() => Ok(WgradPath::DequantBf16),
+        Ok("bf16") => Err(PluginError::unsupported(
+            "MXHOST_MX_WGRAD=bf16 but cuBLAS (libcublas.so.13) could not be loaded; add the CUDA 13 library directory to LD_LIBRARY_PATH",
+        )),
+        Ok(other) => Err(PluginError::invalid(format!(
+            "MXHOST_MX_WGRAD={other:?}: expected auto, fp8 or bf16"
+        ))),
+    }
+}
+
+/// Whether libcublas can be loaded (probed once; cudarc panics on a missing library).
+pub fn cublas_present() -> bool {
+    static P: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to dlopen the library candidates.
+    *P.get_or_init(|| unsafe { cb::is_culib_present() })
+}
+
+struct Handle(cb::cublasHandle_t);
+// SAFETY: a cuBLAS handle may be used from any thread, one at a time (the mutex).
+unsafe impl Send for Handle {}
+
+fn check(what: &str, st: cb::cublasStatus_t) -> PluginResult<()> {
+    if st == cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(PluginError::backend(format!(
+            "cuBLAS {what} failed: {st:?}"
+        )))
+    }
+}
+
+/// The handle bound to `stream` in the current context (created on first use).
+fn with_handle<T>(
+    stream: cu::CUstream,
+    f: impl FnOnce(cb::cublasHandle_t) -> PluginResult<T>,
+) -> PluginResult<T> {
+    static HANDLES: OnceLock<Mutex<HashMap<(usize, usize), Handle>>> = OnceLock::new();
+    let mut ctx: cu::CUcontext = std::ptr::null_mut();
+    // SAFETY: out-parameter; the backend made the device's primary context current.
+    unsafe { cu::cuCtxGetCurrent(&mut ctx) };
+    let mut map = HANDLES
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let h = match map.entry((ctx as usize, stream as usize)) {
+        Entry::Occupied(o) => o.get().0,
+        Entry::Vacant(v) => {
+            let mut h: cb::cublasHandle_t = std::ptr::null_mut();
+            // SAFETY: out-parameter, current context as above.
+            check("cublasCreate", unsafe { cb::cublasCreate_v2(&mut h) })?;
+            // SAFETY: a live handle; the host's stream.
+            let bound = check("cublasSetStream", unsafe {
+                cb::cublasSetStream_v2(h, stream as cb::cudaStream_t)
+            })
+            .and_then(|()| {
+                // SAFETY: a live handle.
+                check("cublasSetMathMode", unsafe {
+                    cb::cublasSetMathMode(
+                        h,
+                        cb::cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION,
+                    )
+                })
+            });
+            if let Err(e) = bound {
+                // SAFETY: created above, stored nowhere.
+                unsafe { cb::cublasDestroy_v2(h) };
+                return Err(e);
+            }
+            v.insert(Handle(h)).0
+        }
+    };
+    f(h)
+}
+
+/// The wgrad GEMMs on bf16 operands `dyt [N][mpad]`, `xt [K][mpad]` (device pointers),
+/// expert e reading padded columns `segs[e].0 .. segs[e].0 + segs[e].1`, into `out`:
+/// `[E][N][K]` (or `[E][K][N]` with `kn`), f32 or bf16. Empty experts are zeroed.
+///
+/// # Safety
+/// `dyt`/`xt` address `N·mpad`/`K·mpad` bf16 values and `out` `E·N·K` outputs in the
+/// current context's device memory, live until the enqueued work is done; every
+/// segment lies within `mpad`; `stream` is a valid stream of that context.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn wgrad_bf16(
+    stream: cu::CUstream,
+    dyt: u64,
+    xt: u64,
+    mpad: usize,
+    segs: &[(usize, usize)],
+    (n, k): (usize, usize),
+    kn: bool,
+    out: u64,
+    out_bf16: bool,
+) -> PluginResult<()> {
+    let esz = if out_bf16 { 2 } else { 4 };
+    let per = n * k;
+    for (e, &(_, len)) in segs.iter().enumerate() {
+        if len == 0 {
+            // SAFETY: expert e's output block lies within the [E][·][·] output.
+            unsafe {
+                cudarc::driver::result::memset_d8_async(
+                    out + (e * per * esz) as u64,
+                    0,
+                    per * esz,
+                    stream,
+                )
+            }
+            .map_err(|e| PluginError::backend(format!("cuMemsetD8Async failed: {e}")))?;
+        }
+    }
+    let i32_of = |v: usize| -> PluginResult<i32> {
+        i32::try_from(v).map_err(|_| {
+            PluginError::unsupported(format!(
+                "CUDA backend: a wgrad dimension of {v} exceeds cuBLAS's 32-bit limit"
+            ))
+        })
+    };
+    // Column-major view: Nk output C[K×N] = op_T(Xt_e)[K×len] · dYt_e[len×N], ldc K;
+    // Kn output C[N×K] = op_T(dYt_e)[N×len] · Xt_e[len×K], ldc N. Both operands are
+    // column-major [len × P] at column offset seg (leading dimension mpad).
+    let (pa, pb, m, nn) = if kn { (dyt, xt, n, k) } else { (xt, dyt, k, n) };
+    let (m32, n32, ld, ldc) = (i32_of(m)?, i32_of(nn)?, i32_of(mpad)?, i32_of(m)?);
+    let ctype = if out_bf16 {
+        cb::cudaDataType::CUDA_R_16BF
+    } else {
+        cb::cudaDataType::CUDA_R_32F
+    };
+    let bf16 = cb::cudaDataType::CUDA_R_16BF;
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let scal = |v: &f32| v as *const f32 as *const c_void;
+    let live: Vec<(usize, usize, usize)> = segs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.1 > 0)
+        .map(|(e, s)| (e, s.0, s.1))
+        .collect();
+    if live.is_empty() {
+        return Ok(());
+    }
+    // Equal lengths at evenly spaced columns and consecutive experts: one strided batch.
+    let strided = live.len() > 1
+        && live.iter().all(|s| s.2 == live[0].2)
+        && live
+            .windows(2)
+            .all(|w| w[1].0 == w[0].0 + 1 && w[1].1 - w[0].1 == live[1].1 - live[0].1);
+    with_handle(stream, |h| {
+        if strided {
+            let (e0, c0, len) = live[0];
+            let col_stride = (live[1].1 - c0) as i64;
+            // SAFETY: call i reads columns c0 + i·col_stride .. + len of both operands
+            // (within [P][mpad]) and writes expert e0 + i's block of the output.
+            let st = unsafe {
+                cb::cublasGemmStridedBatchedEx(
+                    h,
+                    cb::cublasOperation_t::CUBLAS_OP_T,
+                    cb::cublasOperation_t::CUBLAS_OP_N,
+                    m32,
+                    n32,
+                    i32_of(len)?,
+                    scal(&alpha),
+                    (pa + (c0 * 2) as u64) as *const c_void,
+                    bf16,
+                    ld,
+                    col_stride,
+                    (pb + (c0 * 2) as u64) as *const c_void,
+                    bf16,
+                    ld,
+                    col_stride,
+                    scal(&beta),
+                    (out + (e0 * per * esz) as u64) as *mut c_void,
+                    ctype,
+                    ldc,
+                    per as i64,
+                    i32_of(live.len())?,
+                    cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            };
+            return check("cublasGemmStridedBatchedEx", st);
+        }
+        for &(e, c0, len) in &live {
+            // SAFETY: expert e's columns of both operands and its output block, as above.
+            let st = unsafe {
+                cb::cublasGemmEx(
+                    h,
+                    cb::cublasOperation_t::CUBLAS_OP_T,
+                    cb::cublasOperation_t::CUBLAS_OP_N,
+                    m32,
+                    n32,
+                    i32_of(len)?,
+                    scal(&alpha),
+                    (pa + (c0 * 2) as u64) as *const c_void,
+                    bf16,
+                    ld,
+                    (pb + (c0 * 2) as u64) as *const c_void,
+                    bf16,
+                    ld,
+                    scal(&beta),
+                    (out + (e * per * esz) as u64) as *mut c_void,
+                    ctype,
+                    ldc,
+                    cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            };
+            check("cublasGemmEx", st)?;
+        }
+        Ok(())
+    })
+}
