@@ -29,7 +29,13 @@ class GP(ctypes.Structure):
                 ("M", c_int), ("N", c_int), ("K", c_int), ("batched", c_int), ("out_t", c_int)]
 
 
+class FQP(ctypes.Structure):  # MxFakeQuantParams (mx_quantize.cu): offsets 0, 8, 16, 24, 28, 32, 36; size 40
+    _fields_ = [("inp", c_vp), ("out", c_vp), ("blocks", c_vp), ("R", c_int), ("C", c_int), ("mode", c_int), ("nblocks", c_int)]
+
+
 lib = ctypes.CDLL(os.path.join(HERE, "libmxbench.so"))
+lib.mx_launch_fakequant.argtypes = [c_int, c_int, ctypes.POINTER(FQP), c_int, c_vp]
+lib.mx_launch_dequantize_bf16.argtypes = [c_vp, c_vp, c_vp, c_int, c_i64, c_i64, c_int, c_int, c_i64, c_vp]
 lib.mx_launch_gemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
 lib.mx_launch_tgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
 FAMILY = "mx_tgemm"  # TMA kernels (default); --old selects the cp.async mx_gemm_* kernels
@@ -523,6 +529,107 @@ def check_nan_propagation(results):
     results.append(("NaN in X -> its output row all NaN, other rows finite", ok, ""))
 
 
+# ------------------------------------------------------------------ fake quantization along M
+def fq_table(offs_host):
+    """(row0, nrows) of every 32-row MX block along M, restarting at each expert."""
+    starts = [0] + offs_host[:-1]
+    tbl = []
+    for s0, e0 in zip(starts, offs_host):
+        for k in range(0, max(e0 - s0, 0), 32):
+            tbl.append((s0 + k, min(32, e0 - s0 - k)))
+    return torch.tensor(tbl if tbl else [(0, 0)], dtype=torch.int32, device=DEV).view(-1), len(tbl)
+
+
+def fakequant(x, tbl, nblocks, fmt, mode, gy_cap=0, out=None):
+    R, C = x.shape
+    if out is None:
+        out = torch.empty(R, C, dtype=torch.bfloat16, device=DEV)
+    p = FQP()
+    p.inp, p.out, p.blocks, p.R, p.C, p.mode, p.nblocks = ptr(x), ptr(out), ptr(tbl), R, C, mode, nblocks
+    ck(lib.mx_launch_fakequant(1 if x.dtype == torch.bfloat16 else 0, fmt, ctypes.byref(p), gy_cap, None), "fakequant")
+    return out
+
+
+def fq_gather(deq_t, offs_host, R, C):
+    """[C][Mpad] (padded expert layout) -> [R][C] rows of the experts (other rows 0)."""
+    segs, _ = padded_layout(offs_host)
+    out = torch.zeros(R, C, dtype=deq_t.dtype, device=DEV)
+    starts = [0] + offs_host[:-1]
+    for e, (s0, e0) in enumerate(zip(starts, offs_host)):
+        m = max(e0 - s0, 0)
+        if m:
+            out[s0:e0] = deq_t[:, segs[e]:segs[e] + m].t()
+    return out
+
+
+def fq_torch_deq(qt, st, fmt):
+    """torch dequantize of qt [C][Mpad] with st [C][Mpad/32] to bf16 (E8M0 0xFF NaN, 0 = 2^-127)."""
+    v = qt.view(FMT_T[fmt]).float()
+    b = st.to(torch.int32).repeat_interleave(32, dim=1)
+    sc = (b << 23).view(torch.float32)
+    sc = torch.where(b == 0, torch.tensor(2.0 ** -127, device=DEV), sc)
+    sc = torch.where(b == 255, torch.tensor(float("nan"), device=DEV), sc)
+    return (v * sc).to(torch.bfloat16)
+
+
+def check_fakequant(results):
+    """mx_fakequant_m32_* == grouped COLS quantize + mx_dequantize (bf16), bit for bit (NaN bits
+    included), and == the torch COLS reference + torch dequantize (NaN positions, other bits)."""
+    gen = torch.Generator(device=DEV); gen.manual_seed(4321)
+    sizes = [0, 1, 31, 33, 100, 0, 513]
+    offs_host = list(torch.tensor(sizes).cumsum(0).tolist())
+    R = offs_host[-1] + 21  # padding rows (never written)
+    offs = torch.tensor(offs_host, dtype=torch.int32, device=DEV)
+    tbl, nb = fq_table(offs_host)
+    ok_all, fails = True, []
+    for dtype in (torch.bfloat16, torch.float32):
+        for fmt in (0, 1):
+            for mode in (0, 1, 2):
+                for C in (256, 200, 2880, 37, 76):
+                    x = make_input((R, C), dtype, gen=gen).float()
+                    # whole blocks of specials: NaN, Inf, subnormals (tiny scales: reference path),
+                    # zeros, f32-max (dequantized value overflows to Inf), tiny normals
+                    x[35:40, 3] = float("nan"); x[70, min(9, C - 1)] = float("inf"); x[66, min(10, C - 1)] = -float("inf")
+                    x[165:197, : min(24, C)] = torch.randn(32, min(24, C), device=DEV, generator=gen) * 1e-39
+                    x[197:229, : min(16, C)] = 0.0
+                    x[229:261, min(17, C - 1)] = 3.38e38
+                    x[261:293, min(20, C - 1):] *= 2.0 ** -110
+                    x[600:632, min(30, C - 1):] *= 2.0 ** -125
+                    x = x.to(dtype)
+                    sent = torch.full((R, C), 0x1357, dtype=torch.int16, device=DEV).view(torch.bfloat16)
+                    q = quantize(x, COLS, fmt, mode, offs, offs_host)
+                    _, Mpad = padded_layout(offs_host)
+                    deq_t = torch.empty(C, Mpad, dtype=torch.bfloat16, device=DEV)
+                    ck(lib.mx_launch_dequantize_bf16(ptr(q["qt"]), ptr(q["st"]), ptr(deq_t), fmt, C, Mpad, 1, 32, Mpad // 32, None), "dequantize")
+                    ref_cuda = fq_gather(deq_t, offs_host, R, C).view(torch.int16)
+                    qt_t, st_t = ref_cols_grouped(x, fmt, mode, offs_host)
+                    ref_t = fq_gather(fq_torch_deq(qt_t, st_t, fmt), offs_host, R, C)
+                    cov = offs_host[-1]
+                    for gy in (0, 1, 3):
+                        o = fakequant(x, tbl, nb, fmt, mode, gy, out=sent.clone())
+                        oi = o.view(torch.int16)
+                        ok1 = torch.equal(oi[:cov], ref_cuda[:cov])
+                        nan_o, nan_t = torch.isnan(o[:cov]), torch.isnan(ref_t[:cov])
+                        ok2 = torch.equal(nan_o, nan_t) and torch.equal(torch.where(nan_o, 0, oi[:cov]), torch.where(nan_t, 0, ref_t[:cov].view(torch.int16)))
+                        ok3 = bool((oi[cov:] == 0x1357).all())
+                        if not (ok1 and ok2 and ok3):
+                            d = (oi[:cov] != ref_cuda[:cov]).nonzero()[:3].tolist()
+                            fails.append(f"dtype={dtype} fmt={fmt} mode={mode} C={C} gy={gy}: vs cuda {ok1} vs torch {ok2} untouched {ok3} "
+                                         f"first diffs {d} got {[hex(oi[i][j].item() & 0xFFFF) for i, j in d]} ref {[hex(ref_cuda[i][j].item() & 0xFFFF) for i, j in d]}")
+                            print("FAKEQUANT FAIL " + fails[-1], flush=True)
+                        ok_all &= ok1 and ok2 and ok3
+    results.append(("fakequant M32 bit-exact == COLS quantize + mx_dequantize bf16 (and torch ref); experts 0,1,31,33,100,0,513 + pad rows; 2 dtypes x 2 fmts x 3 modes x 5 C x 3 grid-y", ok_all, f"{len(fails)} failing cases" if fails else ""))
+    return ok_all
+
+
+def time_fakequant(key, rows, rep, X, dY, offs_host, M, K, N):
+    tbl, nb = fq_table(offs_host)
+    for name, t_in, C in (("X", X, K), ("dY", dY, N)):
+        out = torch.empty(M, C, dtype=torch.bfloat16, device=DEV)
+        t = tms(lambda: fakequant(t_in, tbl, nb, 0, 0, out=out), rep)
+        rows.append((key, f"fakequant M32 bf16 [{M} x {C}] ({name})", t * 1e3, float("nan"), M * C * 4 / t / 1e6, float("nan")))
+
+
 # ------------------------------------------------------------------ timing
 def tms(fn, rep_ms):
     from triton.testing import do_bench
@@ -533,6 +640,7 @@ def tms(fn, rep_ms):
 VARIANTS = ["_m1", "_m3", "_v2", "_v3"]  # experimental tgemm variants checked and timed next to the default (--variants)
 GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
 QUANT_ONLY = False  # --quant-only: quantizer checks and timings only
+FAKEQUANT_ONLY = False  # --fakequant: fake-quant (mx_fakequant_m32_*) check and timings only
 SHAPES = {"a": (8, 4096, 4096, 4096), "b": (8, 4096, 2048, 8192), "c": (32, 1024, 2880, 2880), "d": (128, 256, 2048, 768)}
 
 
@@ -545,6 +653,10 @@ def time_shape(key, rows, rep):
     X = torch.randn(M, K, device=DEV, dtype=torch.bfloat16)
     W = torch.randn(E, N, K, device=DEV, dtype=torch.bfloat16) * 0.05
     dY = torch.randn(M, N, device=DEV, dtype=torch.bfloat16)
+    if FAKEQUANT_ONLY or not GEMM_ONLY:
+        time_fakequant(key, rows, rep, X, dY, offs_host, M, K, N)
+    if FAKEQUANT_ONLY:
+        return
     if QUANT_ONLY:
         time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K)
         return
@@ -636,7 +748,7 @@ def copy_bw(rep):
 
 
 def main():
-    global FAMILY, VARIANTS, GEMM_ONLY, QUANT_ONLY, QUANT_GEOMS, SUFFIX
+    global FAMILY, VARIANTS, GEMM_ONLY, QUANT_ONLY, QUANT_GEOMS, SUFFIX, FAKEQUANT_ONLY
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="a,b,c,d")
     ap.add_argument("--skip-check", action="store_true")
@@ -654,7 +766,10 @@ def main():
     ap.add_argument("--quant-geoms", default=",".join(f"{v}:{t}" for v, t in QUANT_GEOMS),
                     help="quantizer launches timed per shape, variant:tpc (variant 0 current, 1 run-7 kernel; "
                          "tpc 0 host rule, n tiles per CTA, -1 grid y 1); default %(default)s")
+    ap.add_argument("--fakequant", action="store_true",
+                    help="only the fake-quant along M check and timings (mx_fakequant_m32_*; also part of the default run)")
     a = ap.parse_args()
+    FAKEQUANT_ONLY = a.fakequant
     QUANT_ONLY = a.quant_only
     QUANT_GEOMS = [tuple(int(u) for u in g.split(":")) for g in a.quant_geoms.split(",") if g]
     VARIANTS = [v for v in a.variants.split(",") if v]
@@ -675,9 +790,11 @@ def main():
     results = []
     if not a.skip_check:
         t0 = time.time()
-        if not GEMM_ONLY:
+        if FAKEQUANT_ONLY or not GEMM_ONLY:
+            check_fakequant(results)
+        if not GEMM_ONLY and not FAKEQUANT_ONLY:
             check_quant(results)
-        if not QUANT_ONLY:
+        if not QUANT_ONLY and not FAKEQUANT_ONLY:
             check_nan_propagation(results)
             check_gemm_case(results, "odd-groups", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
             check_gemm_case(results, "odd-groups", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)

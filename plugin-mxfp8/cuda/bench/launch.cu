@@ -9,6 +9,7 @@
 #define MXT_INSTANTIATE_V2   // v2 (run 8): mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v2
 #define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
 #include "../mx_grouped_gemm.cu"
+#include "../mx_dequantize.cu"  // mx_dequantize: reference for the fake-quant check
 // Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
 MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_bf16_m1, 0, 0, 1, 1, 6, 1)
 MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_f32_m1,  0, 0, 1, 0, 6, 1)
@@ -217,4 +218,29 @@ extern "C" int mx_launch_tgemm(const char* name, const MxGemmParams* p, int grid
     return (int)cudaGetLastError();
   }
   return -1;
+}
+
+// Fake quantization along M (mx_fakequant_m32_*): block 128, grid x = ceil(C/128),
+// y = min(nblocks, 65535) (gy_cap > 0: min(nblocks, gy_cap), to exercise the grid-stride loop).
+extern "C" int mx_launch_fakequant(int in_bf16, int fmt, const MxFakeQuantParams* p, int gy_cap, void* stream) {
+  typedef void (*FqK)(const MxFakeQuantParams);
+  FqK k = in_bf16 ? (fmt ? mx_fakequant_m32_bf16_e5m2 : mx_fakequant_m32_bf16_e4m3)
+                  : (fmt ? mx_fakequant_m32_f32_e5m2 : mx_fakequant_m32_f32_e4m3);
+  if (p->nblocks <= 0 || p->C <= 0) return 0;
+  int gy = p->nblocks < 65535 ? p->nblocks : 65535;
+  if (gy_cap > 0 && gy > gy_cap) gy = gy_cap;
+  k<<<dim3((p->C + 127) / 128, gy), 128, 0, (cudaStream_t)stream>>>(*p);
+  return (int)cudaGetLastError();
+}
+
+// mx_dequantize (mx_dequantize.cu) to bf16, batch 1: out[r][c] = fp8(q[r][c]) * e8m0(s[(r/rdiv)*srs + c/cdiv]).
+extern "C" int mx_launch_dequantize_bf16(const void* q, const void* s, void* out, int fmt, long long R, long long C,
+                                         int rdiv, int cdiv, long long srs, void* stream) {
+  long long n = R * C;
+  if (n == 0) return 0;
+  long long g = (n + 255) / 256;
+  if (g > (1LL << 30)) g = 1LL << 30;
+  mx_dequantize<<<dim3((unsigned)g, 1), 256, 0, (cudaStream_t)stream>>>((const mxd_u8*)q, (const mxd_u8*)s, out, 1, fmt,
+                                                                       R, C, rdiv, cdiv, srs, 0);
+  return (int)cudaGetLastError();
 }

@@ -243,6 +243,10 @@ impl Dev {
                 "mx_quantize_f32_e5m2".into(),
                 "mx_quantize_bf16_e5m2".into(),
                 "mx_scales_to_f32".into(),
+                "mx_fakequant_m32_f32_e4m3".into(),
+                "mx_fakequant_m32_bf16_e4m3".into(),
+                "mx_fakequant_m32_f32_e5m2".into(),
+                "mx_fakequant_m32_bf16_e5m2".into(),
             ],
             Unit::Aux => vec![
                 "mx_dequantize".into(),
