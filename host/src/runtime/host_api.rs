@@ -168,6 +168,29 @@ impl tensors::HostTensor for HostState {
     }
 }
 
+impl HostState {
+    /// What every quantize import does first: the input, the shape checks, room for
+    /// `copies` MX results in the tensor budget, the quantizing plugin, the guard chain.
+    fn quantize_prologue(
+        &mut self,
+        x: &Resource<Tensor>,
+        spec: &types::MxSpec,
+        copies: u64,
+    ) -> OpResult<(Tensor, std::sync::Arc<crate::plugin::LoadedPlugin>)> {
+        let x = self.tensor(x)?.clone();
+        let scales_shape = validate::plan_quantize(&x.shape, x.dtype, block_from_wit(spec.block))?;
+        let (scale_numel, _) = validate::checked_size(&scales_shape, DType::E8m0)?;
+        self.check_room(copies * (x.numel() + scale_numel))?;
+        let plugin = self
+            .shared
+            .plugins
+            .quantizer_for(&self.active)
+            .ok_or_else(|| OpError::unsupported("no loaded plugin can quantize"))?;
+        self.guard(quantize_request(&plugin.name, &x, spec))?;
+        Ok((x, plugin))
+    }
+}
+
 /// What the guard chain sees for a quantization of `x` (with or without a transposed
 /// copy: the guard rules are about the recipe, which is the same).
 fn quantize_request(plugin: &str, x: &Tensor, spec: &types::MxSpec) -> dispatch::DispatchRequest {
@@ -196,24 +219,9 @@ impl mx::Host for HostState {
         x: Resource<Tensor>,
         spec: types::MxSpec,
     ) -> OpResult<Resource<MxTensor>> {
-        let x = self.tensor(&x)?.clone();
-        let block = block_from_wit(spec.block);
-        let scales_shape = validate::plan_quantize(&x.shape, x.dtype, block)?;
-        let (scale_numel, _) = validate::checked_size(&scales_shape, DType::E8m0)?;
-        self.check_room(x.numel() + scale_numel)?;
-        let plugin = self
-            .shared
-            .plugins
-            .quantizer_for(&self.active)
-            .ok_or_else(|| OpError::unsupported("no loaded plugin can quantize"))?;
-        self.guard(quantize_request(&plugin.name, &x, &spec))?;
-        let q = ops::quantize(
-            &plugin,
-            &x,
-            format_from_wit(spec.format),
-            mode_from_wit(spec.mode),
-            block,
-        )?;
+        let (x, plugin) = self.quantize_prologue(&x, &spec, 1)?;
+        let (format, mode) = (format_from_wit(spec.format), mode_from_wit(spec.mode));
+        let q = ops::quantize(&plugin, &x, format, mode, block_from_wit(spec.block))?;
         self.push_mx(q)
     }
 
@@ -222,24 +230,10 @@ impl mx::Host for HostState {
         x: Resource<Tensor>,
         spec: types::MxSpec,
     ) -> OpResult<(Resource<MxTensor>, Resource<MxTensor>)> {
-        let x = self.tensor(&x)?.clone();
+        let (x, plugin) = self.quantize_prologue(&x, &spec, 2)?;
+        let (format, mode) = (format_from_wit(spec.format), mode_from_wit(spec.mode));
         let block = block_from_wit(spec.block);
-        let scales_shape = validate::plan_quantize(&x.shape, x.dtype, block)?;
-        let (scale_numel, _) = validate::checked_size(&scales_shape, DType::E8m0)?;
-        self.check_room(2 * (x.numel() + scale_numel))?;
-        let plugin = self
-            .shared
-            .plugins
-            .quantizer_for(&self.active)
-            .ok_or_else(|| OpError::unsupported("no loaded plugin can quantize"))?;
-        self.guard(quantize_request(&plugin.name, &x, &spec))?;
-        let (q, t) = ops::quantize_with_transpose(
-            &plugin,
-            &x,
-            format_from_wit(spec.format),
-            mode_from_wit(spec.mode),
-            block,
-        )?;
+        let (q, t) = ops::quantize_with_transpose(&plugin, &x, format, mode, block)?;
         let q = self.push_mx(q)?;
         let t = self.push_mx(t)?;
         Ok((q, t))

@@ -118,20 +118,79 @@ fn with_handle<T>(
     f(h)
 }
 
-/// The wgrad GEMMs on bf16 operands `dyt [N][mpad]`, `xt [K][mpad]` (device pointers),
-/// expert e reading padded columns `segs[e].0 .. segs[e].0 + segs[e].1`, into `out`:
-/// `[E][N][K]` (or `[E][K][N]` with `kn`), f32 or bf16. Empty experts are zeroed.
+/// Where a wgrad operand's bf16 values are (device memory, current context).
+#[derive(Debug, Clone, Copy)]
+pub enum WgradLayout {
+    /// The FP8 GEMM's padded transposed layout `[P][mpad]`: expert e's rows are the
+    /// columns `segs[e].0 .. + segs[e].1`.
+    PaddedTransposed { mpad: usize },
+    /// The original row-major `[rows][P]`: expert e's rows are `segs[e].0 .. + segs[e].1`.
+    RowMajor,
+}
+
+/// One operand as a column-major cuBLAS matrix: base pointer, leading dimension,
+/// whether cuBLAS must transpose it to get `[P × len]`, element offset per segment row.
+struct ColOperand {
+    ptr: u64,
+    ld: usize,
+    trans: bool,
+    row_step: usize,
+}
+
+impl ColOperand {
+    fn new(ptr: u64, p: usize, layout: WgradLayout) -> Self {
+        match layout {
+            // [P][mpad] row-major = column-major mpad × P: a segment is len × P → op T.
+            WgradLayout::PaddedTransposed { mpad } => ColOperand {
+                ptr,
+                ld: mpad,
+                trans: true,
+                row_step: 1,
+            },
+            // [rows][P] row-major = column-major P × rows: a segment is P × len → op N.
+            WgradLayout::RowMajor => ColOperand {
+                ptr,
+                ld: p,
+                trans: false,
+                row_step: p,
+            },
+        }
+    }
+    fn at(&self, row0: usize) -> u64 {
+        self.ptr + (row0 * self.row_step * 2) as u64
+    }
+    /// As the left factor `[P × len]` / the right factor `[len × P]`.
+    fn op_left(&self) -> cb::cublasOperation_t {
+        op(self.trans)
+    }
+    fn op_right(&self) -> cb::cublasOperation_t {
+        op(!self.trans)
+    }
+}
+
+fn op(t: bool) -> cb::cublasOperation_t {
+    if t {
+        cb::cublasOperation_t::CUBLAS_OP_T
+    } else {
+        cb::cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
+/// The wgrad GEMMs on bf16 operands `dy` (P = N) and `x` (P = K) in `layout`, expert e
+/// reading rows `segs[e].0 .. segs[e].0 + segs[e].1`, into `out`: `[E][N][K]` (or
+/// `[E][K][N]` with `kn`), f32 or bf16. Empty experts are zeroed.
 ///
 /// # Safety
-/// `dyt`/`xt` address `N·mpad`/`K·mpad` bf16 values and `out` `E·N·K` outputs in the
-/// current context's device memory, live until the enqueued work is done; every
-/// segment lies within `mpad`; `stream` is a valid stream of that context.
+/// `dy`/`x` address the bf16 values of `layout` (`N·mpad`/`K·mpad`, or `rows·N`/`rows·K`)
+/// and `out` `E·N·K` outputs in the current context's device memory, live until the
+/// enqueued work is done; every segment lies within its operand; `stream` is a valid
+/// stream of that context.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn wgrad_bf16(
     stream: cu::CUstream,
-    dyt: u64,
-    xt: u64,
-    mpad: usize,
+    dy: u64,
+    x: u64,
+    layout: WgradLayout,
     segs: &[(usize, usize)],
     (n, k): (usize, usize),
     kn: bool,
@@ -161,11 +220,20 @@ pub unsafe fn wgrad_bf16(
             ))
         })
     };
-    // Column-major view: Nk output C[K×N] = op_T(Xt_e)[K×len] · dYt_e[len×N], ldc K;
-    // Kn output C[N×K] = op_T(dYt_e)[N×len] · Xt_e[len×K], ldc N. Both operands are
-    // column-major [len × P] at column offset seg (leading dimension mpad).
-    let (pa, pb, m, nn) = if kn { (dyt, xt, n, k) } else { (xt, dyt, k, n) };
-    let (m32, n32, ld, ldc) = (i32_of(m)?, i32_of(nn)?, i32_of(mpad)?, i32_of(m)?);
+    // Column-major output: Nk = C[K×N] = X_e[K×len] · dY_e[len×N] (ldc K);
+    // Kn = C[N×K] = dY_e[N×len] · X_e[len×K] (ldc N).
+    let (dyo, xo) = (
+        ColOperand::new(dy, n, layout),
+        ColOperand::new(x, k, layout),
+    );
+    let (a, b, m, nn) = if kn { (dyo, xo, n, k) } else { (xo, dyo, k, n) };
+    let (m32, n32, lda, ldb, ldc) = (
+        i32_of(m)?,
+        i32_of(nn)?,
+        i32_of(a.ld)?,
+        i32_of(b.ld)?,
+        i32_of(m)?,
+    );
     let ctype = if out_bf16 {
         cb::cudaDataType::CUDA_R_16BF
     } else {
@@ -183,7 +251,7 @@ pub unsafe fn wgrad_bf16(
     if live.is_empty() {
         return Ok(());
     }
-    // Equal lengths at evenly spaced columns and consecutive experts: one strided batch.
+    // Equal lengths at evenly spaced rows and consecutive experts: one strided batch.
     let strided = live.len() > 1
         && live.iter().all(|s| s.2 == live[0].2)
         && live
@@ -191,27 +259,27 @@ pub unsafe fn wgrad_bf16(
             .all(|w| w[1].0 == w[0].0 + 1 && w[1].1 - w[0].1 == live[1].1 - live[0].1);
     with_handle(stream, |h| {
         if strided {
-            let (e0, c0, len) = live[0];
-            let col_stride = (live[1].1 - c0) as i64;
-            // SAFETY: call i reads columns c0 + i·col_stride .. + len of both operands
-            // (within [P][mpad]) and writes expert e0 + i's block of the output.
+            let (e0, r0, len) = live[0];
+            let step = live[1].1 - r0;
+            // SAFETY: call i reads rows r0 + i·step .. + len of both operands (within
+            // them) and writes expert e0 + i's block of the output.
             let st = unsafe {
                 cb::cublasGemmStridedBatchedEx(
                     h,
-                    cb::cublasOperation_t::CUBLAS_OP_T,
-                    cb::cublasOperation_t::CUBLAS_OP_N,
+                    a.op_left(),
+                    b.op_right(),
                     m32,
                     n32,
                     i32_of(len)?,
                     scal(&alpha),
-                    (pa + (c0 * 2) as u64) as *const c_void,
+                    a.at(r0) as *const c_void,
                     bf16,
-                    ld,
-                    col_stride,
-                    (pb + (c0 * 2) as u64) as *const c_void,
+                    lda,
+                    (step * a.row_step) as i64,
+                    b.at(r0) as *const c_void,
                     bf16,
-                    ld,
-                    col_stride,
+                    ldb,
+                    (step * b.row_step) as i64,
                     scal(&beta),
                     (out + (e0 * per * esz) as u64) as *mut c_void,
                     ctype,
@@ -224,23 +292,23 @@ pub unsafe fn wgrad_bf16(
             };
             return check("cublasGemmStridedBatchedEx", st);
         }
-        for &(e, c0, len) in &live {
-            // SAFETY: expert e's columns of both operands and its output block, as above.
+        for &(e, r0, len) in &live {
+            // SAFETY: expert e's rows of both operands and its output block, as above.
             let st = unsafe {
                 cb::cublasGemmEx(
                     h,
-                    cb::cublasOperation_t::CUBLAS_OP_T,
-                    cb::cublasOperation_t::CUBLAS_OP_N,
+                    a.op_left(),
+                    b.op_right(),
                     m32,
                     n32,
                     i32_of(len)?,
                     scal(&alpha),
-                    (pa + (c0 * 2) as u64) as *const c_void,
+                    a.at(r0) as *const c_void,
                     bf16,
-                    ld,
-                    (pb + (c0 * 2) as u64) as *const c_void,
+                    lda,
+                    b.at(r0) as *const c_void,
                     bf16,
-                    ld,
+                    ldb,
                     scal(&beta),
                     (out + (e * per * esz) as u64) as *mut c_void,
                     ctype,

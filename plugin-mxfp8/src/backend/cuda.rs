@@ -1333,6 +1333,11 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
         .collect();
     let sizes: Vec<usize> = (0..e).map(|i| args.offs[i] - starts[i]).collect();
     match (&args.a, &args.b) {
+        (OperandArg::Dense(dy), OperandArg::Dense(x))
+            if cublas::wgrad_path()? == cublas::WgradPath::DequantBf16 =>
+        {
+            wgrad_fakequant_bf16(call, args, dy, x, &starts, &sizes, out_bf16)
+        }
         (OperandArg::Dense(dy), OperandArg::Dense(x)) => {
             let mpad: usize = sizes.iter().map(|&m| rup(m, 128)).sum();
             let mp = mpad / 32;
@@ -1447,6 +1452,111 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
     }
 }
 
+/// `MxFakeQuantParams` of mx_quantize.cu (natural C layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FakeQuantParams {
+    inp: u64,
+    out: u64,
+    blocks: u64,
+    r: i32,
+    c: i32,
+    mode: i32,
+    nblocks: i32,
+}
+
+/// Dense wgrad on the dequantize-to-BF16 path: dY and X are fake-quantized in place
+/// layout (`mx_fakequant_m32_*`: 1×32 blocks along M restarting at each expert, each
+/// value replaced by its MX value as bf16 — bit-identical to quantize-then-dequantize)
+/// and multiplied by cuBLAS straight from `[rows][P]`: no transposed or padded copy.
+fn wgrad_fakequant_bf16(
+    call: &mut Call,
+    args: &GemmArgs,
+    dy: &TensorArg,
+    x: &TensorArg,
+    starts: &[usize],
+    sizes: &[usize],
+    out_bf16: bool,
+) -> PluginResult<()> {
+    let (n, k, rows) = (args.n, args.k, args.rows);
+    let fmt = fmt_code(args.format()?);
+    let mode = mode_code(args.mode()?);
+    // (row0, nrows) of every 32-row block of every expert.
+    let mut blocks: Vec<i32> = Vec::new();
+    for (&s0, &m) in starts.iter().zip(sizes) {
+        let mut j = 0;
+        while j < m {
+            blocks.push(i32_of("rows", s0 + j)?);
+            blocks.push((m - j).min(32) as i32);
+            j += 32;
+        }
+    }
+    let nblocks = blocks.len() / 2;
+    let segs: Vec<(usize, usize)> = starts.iter().copied().zip(sizes.iter().copied()).collect();
+    // Every expert empty (no block): no operand is read, the output is zeroed.
+    let (mut dyb, mut xb) = (0, 0);
+    if nblocks > 0 {
+        let tbl = call.alloc(blocks.len() * 4)?;
+        // SAFETY: `tbl` holds the copied i32s; pageable copies are staged.
+        unsafe { cr::memcpy_htod_async(tbl, &blocks, call.stream) }
+            .map_err(drv("cuMemcpyHtoDAsync"))?;
+        let mut fake = |t: &TensorArg, p: usize| -> PluginResult<u64> {
+            let out = call.alloc(rows * p * 2)?;
+            let prm = FakeQuantParams {
+                inp: ptr(t),
+                out,
+                blocks: tbl,
+                r: i32_of("rows", rows)?,
+                c: i32_of("cols", p)?,
+                mode,
+                nblocks: i32_of("blocks", nblocks)?,
+            };
+            let name = format!(
+                "mx_fakequant_m32_{}_{}",
+                if t.dtype == DType::Bf16 {
+                    "bf16"
+                } else {
+                    "f32"
+                },
+                if fmt == 0 { "e4m3" } else { "e5m2" }
+            );
+            call.launch(
+                Unit::Quantize,
+                &name,
+                (cdiv(p, 128), nblocks.min(GRID_YZ_MAX), 1),
+                (128, 1, 1),
+                0,
+                &mut [arg(&prm)],
+            )?;
+            Ok(out)
+        };
+        dyb = fake(dy, n)?;
+        xb = fake(x, k)?;
+    }
+    if gemm_trace() {
+        eprintln!(
+            "mxhost-mxfp8: wgrad E={} N={n} K={k}: fake-quantize along M to bf16 + cuBLAS (MXHOST_MX_WGRAD=fp8 for the FP8 kernel)",
+            sizes.len()
+        );
+    }
+    // SAFETY: dyb/xb hold rows·N and rows·K bf16 values (allocated above on this stream;
+    // rows outside every block are never read) or are unused (no live expert); the
+    // segments are the experts' rows, within `rows`; the output is the host's buffer.
+    unsafe {
+        cublas::wgrad_bf16(
+            call.stream,
+            dyb,
+            xb,
+            cublas::WgradLayout::RowMajor,
+            &segs,
+            (n, k),
+            args.weight_layout == WeightLayout::Kn,
+            ptr(&args.out),
+            out_bf16,
+        )
+    }
+}
+
 /// The wgrad GEMM on padded transposed operands `(data [P][mpad], scales [P][mpad/32],
 /// format)` for dY (P = N) and X (P = K); expert e's columns are `segs[e]` (start,
 /// length). Runs on the path [`cublas::wgrad_path`] picks: FP8 + promotion, or both
@@ -1492,7 +1602,7 @@ fn wgrad_gemm(
                 call.stream,
                 dyb,
                 xb,
-                mpad,
+                cublas::WgradLayout::PaddedTransposed { mpad },
                 segs,
                 (n, k),
                 args.weight_layout == WeightLayout::Kn,
