@@ -300,7 +300,7 @@ pub fn build(script: &Path) -> anyhow::Result<Built> {
     // The directory too: tracebacks name the script's host path.
     h.update(script_dir.to_string_lossy().as_bytes());
     h.update(b"\0");
-    hash_files(&mut h, "script", &script_dir, &[script.clone()])?;
+    hash_files(&mut h, "script", &script_dir, std::slice::from_ref(&script))?;
     let siblings: Vec<PathBuf> = files(&script_dir, &[".py"], false)?
         .into_iter()
         .filter(|p| *p != script)

@@ -29,6 +29,9 @@ impl CpuBuffer {
     pub fn len(&self) -> usize {
         self.len
     }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
     pub fn as_bytes(&self) -> &[u8] {
         // SAFETY: `words` holds at least `len` initialised bytes; u8 has no alignment.
         unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
