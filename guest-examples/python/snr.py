@@ -16,7 +16,7 @@ Gates: forward vs dequantized ≥ 40 dB; forward, dgrad and wgrad vs unquantized
 
 from mxhost_guest import (
     Along, Dense, Dtype, ElementFormat, Failure, MxSpec, Quantized, ScaleMode, Tensor,
-    Tile32x32, gemm, metric, plugin, progress, reference,
+    Tile32x32, WeightLayout, gemm, metric, plugin, progress, reference,
 )
 
 K = 256
@@ -89,10 +89,19 @@ def run(args):
                 exact = reference.forward(deq(qx), deq(qw), offs, r, n, k)
                 table.append(("forward", fname, mname, bname, reference.snr_db(ref_y, y_in),
                               reference.snr_db(ref_y, y), reference.snr_db(exact, y)))
-                # dgrad: dy along N, w along N (or tiles).
+                # dgrad: dy along N, w along N (or tiles: the [E, K, N] copy from
+                # quantize_with_transpose, passed with weight layout kn).
                 dx_in = gemm.dgrad(Dense(dy), Dense(w), offs, ob).to_f32()
-                qdy, qw_n = gemm.quantize(dy, spec(Along(1))), gemm.quantize(w, wspec(1))
-                dx = gemm.dgrad(Quantized(qdy), Quantized(qw_n), offs, ob).to_f32()
+                qdy = gemm.quantize(dy, spec(Along(1)))
+                if blocks_2d:
+                    qw_n, qw_t = gemm.quantize_with_transpose(w, wspec(1))
+                    if list(qw_t.shape()) != [e, k, n]:
+                        raise Failure(f"transposed weight copy has shape {qw_t.shape()}")
+                    ob_d = gemm.with_options(ob, weight_layout=WeightLayout.KN)
+                    dx = gemm.dgrad(Quantized(qdy), Quantized(qw_t), offs, ob_d).to_f32()
+                else:
+                    qw_n = gemm.quantize(w, wspec(1))
+                    dx = gemm.dgrad(Quantized(qdy), Quantized(qw_n), offs, ob).to_f32()
                 exact = reference.dgrad(deq(qdy), deq(qw_n), offs, r, n, k)
                 table.append(("dgrad", fname, mname, bname, reference.snr_db(ref_dx, dx_in),
                               reference.snr_db(ref_dx, dx), reference.snr_db(exact, dx)))

@@ -72,5 +72,12 @@ def quantize(x, spec):
     return _mx.quantize(x, spec)
 
 
+def quantize_with_transpose(x, spec):
+    """x quantized, plus the same MX tensor with its last two axes swapped (the
+    quantization of x transposed) from one pass: for a weight [E, N, K], the forward copy
+    and the dgrad copy [E, K, N] (pass it with weight layout kn)."""
+    return _mx.quantize_with_transpose(x, spec)
+
+
 def dequantize(q):
     return _mx.dequantize(q)
