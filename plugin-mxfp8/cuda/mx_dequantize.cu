@@ -116,33 +116,3 @@ extern "C" __global__ void __launch_bounds__(256) mx_wgrad_relayout(
   }
 }
 
-// Dequantize to bf16 for the wgrad "dequantize to BF16" path: q [R][C] with 1x32 blocks
-// along C (scales s [R][C/32]), C a multiple of 32, out [R][C] bf16. Every MX value is
-// exactly representable in bf16 (3 or 2 mantissa bits; only scales below 2^-126 round),
-// so the BF16 GEMM then multiplies the same values the FP8 kernel would. Thread = 16
-// consecutive elements (one 16-byte load, two 16-byte stores); grid-stride over chunks.
-extern "C" __global__ void __launch_bounds__(256) mx_dequantize_rows_bf16(
-    const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, mxd_u16* __restrict__ out,
-    int fmt, mxd_i64 R, mxd_i64 C) {
-  const mxd_i64 per_row = C >> 4, chunks = R * per_row;
-  for (mxd_i64 i = (mxd_i64)blockIdx.x * 256 + threadIdx.x; i < chunks; i += (mxd_i64)gridDim.x * 256) {
-    const mxd_i64 r = i / per_row, c16 = i - r * per_row;
-    const uint4 w = *reinterpret_cast<const uint4*>(q + r * C + (c16 << 4));
-    const float sc = mxd_e8m0(s[r * (C >> 5) + (c16 >> 1)]);
-    const mxd_u32 words[4] = {w.x, w.y, w.z, w.w};
-    mxd_u32 o[8];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const mxd_u32 v = words[k];
-      const mxd_u16 b0 = mxd_bf16_rne(mxd_fp8_to_f32(v & 0xFFu, fmt) * sc);
-      const mxd_u16 b1 = mxd_bf16_rne(mxd_fp8_to_f32((v >> 8) & 0xFFu, fmt) * sc);
-      const mxd_u16 b2 = mxd_bf16_rne(mxd_fp8_to_f32((v >> 16) & 0xFFu, fmt) * sc);
-      const mxd_u16 b3 = mxd_bf16_rne(mxd_fp8_to_f32(v >> 24, fmt) * sc);
-      o[2 * k] = (mxd_u32)b0 | ((mxd_u32)b1 << 16);
-      o[2 * k + 1] = (mxd_u32)b2 | ((mxd_u32)b3 << 16);
-    }
-    uint4* dst = reinterpret_cast<uint4*>(out + r * C + (c16 << 4));
-    dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
-    dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
-  }
-}

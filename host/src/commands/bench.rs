@@ -319,6 +319,32 @@ fn bench_shape(
         Some(flops),
         gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k),
     );
+    // wgrad with X in 32×32 tiles (one copy serves forward and wgrad) and dY 1×32 along M,
+    // both pre-quantized.
+    let (qdy_m, qx_tile) = (q(&dy, BlockLayout::vector(0))?, q(&x, BlockLayout::tile())?);
+    let wg2 = || {
+        ops::grouped_gemm(
+            plugin,
+            GemmPass::Wgrad,
+            GemmOperand::Mx(&qdy_m),
+            GemmOperand::Mx(&qx_tile),
+            &offs,
+            &cfg,
+        )
+        .map(drop)
+    };
+    match time(device, reps, wg2) {
+        Ok(t) => push(
+            "wgrad dY 1x32 on M · X 32x32 (pre-quantized)",
+            "wgrad",
+            t,
+            Some(flops),
+            gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k),
+        ),
+        // The FP8 kernel (MXHOST_MX_WGRAD=fp8) does not take 32×32 X: say so, go on.
+        Err(e) => eprintln!("mxhost bench: wgrad with X 32x32 skipped: {e:#}"),
+    }
+    drop((qdy_m, qx_tile));
     // One training step of a grouped linear with the default recipe, as a guest would
     // write it: X and dY quantized 1×32 along K/N, the weight once in 32×32 tiles with
     // its transposed copy, then forward, dgrad (transposed copy, layout kn) and wgrad

@@ -433,7 +433,10 @@ impl Ctx {
                     BlockLayout::vector(if red_last { 2 } else { 1 })
                 },
             ),
-            GemmPass::Wgrad => (BlockLayout::vector(0), BlockLayout::vector(0)),
+            GemmPass::Wgrad => (
+                BlockLayout::vector(0),
+                g.wgrad_x_block.unwrap_or(BlockLayout::vector(0)),
+            ),
         };
         let a_cpu_full =
             Tensor::from_bytes_on(Device::Cpu, ag.shape.clone(), DType::Bf16, &bytes_bf16(&a))?;
@@ -452,21 +455,23 @@ impl Ctx {
                     ScaleMode::Rceil,
                     a_blk,
                 )?),
-                Some(ops::quantize(
-                    &self.plugin,
-                    &b_cpu_full,
-                    g.format,
-                    ScaleMode::Rceil,
-                    b_blk,
-                )?),
+                if g.dense_b {
+                    None
+                } else {
+                    Some(ops::quantize(
+                        &self.plugin,
+                        &b_cpu_full,
+                        g.format,
+                        ScaleMode::Rceil,
+                        b_blk,
+                    )?)
+                },
             )
         } else {
             (None, None)
         };
-        let (qa_g, qb_g) = match (&qa_c, &qb_c) {
-            (Some(a), Some(b)) => (Some(mx_to(a, self.gpu)?), Some(mx_to(b, self.gpu)?)),
-            _ => (None, None),
-        };
+        let qa_g = qa_c.as_ref().map(|a| mx_to(a, self.gpu)).transpose()?;
+        let qb_g = qb_c.as_ref().map(|b| mx_to(b, self.gpu)).transpose()?;
         let out_g = ops::grouped_gemm(
             &self.plugin,
             g.pass,
@@ -649,6 +654,10 @@ struct GemmCase {
     sample: bool,
     expect_unsupported: bool,
     seed: u64,
+    /// wgrad with `mx`: X's block layout (default 1×32 along M).
+    wgrad_x_block: Option<BlockLayout>,
+    /// With `mx`: only A pre-quantized, B dense (quantized in the call).
+    dense_b: bool,
 }
 
 impl GemmCase {
@@ -668,6 +677,8 @@ impl GemmCase {
             sample: false,
             expect_unsupported: false,
             seed: 7,
+            wgrad_x_block: None,
+            dense_b: false,
         }
     }
     fn sizes_desc(&self) -> String {
@@ -694,6 +705,12 @@ impl GemmCase {
         }
         if self.nan_row {
             v.push("NaN in A".into());
+        }
+        if self.wgrad_x_block == Some(BlockLayout::tile()) {
+            v.push("X 32x32".into());
+        }
+        if self.dense_b {
+            v.push("B dense".into());
         }
         if v.is_empty() {
             String::new()
@@ -835,6 +852,18 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
     ctx.gemm_case("odd K", &g);
     g.layout = WeightLayout::Kn;
     ctx.gemm_case("odd K", &g);
+    // wgrad on pre-quantized X in 32×32 tiles, and on one pre-quantized and one dense
+    // operand: the dequantize-to-BF16 path takes any layout (the FP8 kernel does not).
+    if std::env::var("MXHOST_MX_WGRAD").as_deref() != Ok("fp8") {
+        let mut g = GemmCase::new(GemmPass::Wgrad, vec![129, 0, 300, 64, 31], 304, 272);
+        g.mx = true;
+        g.pad_rows = 9;
+        g.wgrad_x_block = Some(BlockLayout::tile());
+        ctx.gemm_case("any MX layout", &g);
+        g.wgrad_x_block = None;
+        g.dense_b = true;
+        ctx.gemm_case("mixed operands", &g);
+    }
     let mut g = GemmCase::new(GemmPass::Forward, vec![64, 64], 256, 128);
     g.nan_row = true;
     g.mx = true;

@@ -1,5 +1,5 @@
-//! wgrad by "dequantize to BF16": the MX operands (1×32 blocks along M, in the GEMM's
-//! padded transposed layout `[P][Mpad]`) are expanded to bf16 — exactly: every E4M3/E5M2
+//! wgrad by "dequantize to BF16": the operands' MX values (dense operands fake-quantized
+//! 1×32 along M, pre-quantized ones dequantized, in `[rows][P]`) as bf16 — exact: every E4M3/E5M2
 //! value times an E8M0 scale fits bf16's 8 exponent and 7 mantissa bits, except scales
 //! below 2^-126, which round like any bf16 subnormal — and multiplied by cuBLAS with
 //! FP32 accumulation (`CUBLAS_COMPUTE_32F`, reduced-precision reductions disallowed).
@@ -118,16 +118,6 @@ fn with_handle<T>(
     f(h)
 }
 
-/// Where a wgrad operand's bf16 values are (device memory, current context).
-#[derive(Debug, Clone, Copy)]
-pub enum WgradLayout {
-    /// The FP8 GEMM's padded transposed layout `[P][mpad]`: expert e's rows are the
-    /// columns `segs[e].0 .. + segs[e].1`.
-    PaddedTransposed { mpad: usize },
-    /// The original row-major `[rows][P]`: expert e's rows are `segs[e].0 .. + segs[e].1`.
-    RowMajor,
-}
-
 /// One operand as a column-major cuBLAS matrix: base pointer, leading dimension,
 /// whether cuBLAS must transpose it to get `[P × len]`, element offset per segment row.
 struct ColOperand {
@@ -138,22 +128,13 @@ struct ColOperand {
 }
 
 impl ColOperand {
-    fn new(ptr: u64, p: usize, layout: WgradLayout) -> Self {
-        match layout {
-            // [P][mpad] row-major = column-major mpad × P: a segment is len × P → op T.
-            WgradLayout::PaddedTransposed { mpad } => ColOperand {
-                ptr,
-                ld: mpad,
-                trans: true,
-                row_step: 1,
-            },
-            // [rows][P] row-major = column-major P × rows: a segment is P × len → op N.
-            WgradLayout::RowMajor => ColOperand {
-                ptr,
-                ld: p,
-                trans: false,
-                row_step: p,
-            },
+    /// `[rows][P]` row-major = column-major `P × rows`: a segment is `P × len` (op N).
+    fn row_major(ptr: u64, p: usize) -> Self {
+        ColOperand {
+            ptr,
+            ld: p,
+            trans: false,
+            row_step: p,
         }
     }
     fn at(&self, row0: usize) -> u64 {
@@ -176,13 +157,12 @@ fn op(t: bool) -> cb::cublasOperation_t {
     }
 }
 
-/// The wgrad GEMMs on bf16 operands `dy` (P = N) and `x` (P = K) in `layout`, expert e
+/// The wgrad GEMMs on bf16 operands `dy` `[rows][N]` and `x` `[rows][K]`, expert e
 /// reading rows `segs[e].0 .. segs[e].0 + segs[e].1`, into `out`: `[E][N][K]` (or
 /// `[E][K][N]` with `kn`), f32 or bf16. Empty experts are zeroed.
 ///
 /// # Safety
-/// `dy`/`x` address the bf16 values of `layout` (`N·mpad`/`K·mpad`, or `rows·N`/`rows·K`)
-/// and `out` `E·N·K` outputs in the current context's device memory, live until the
+/// `dy`/`x` address `rows·N`/`rows·K` bf16 values and `out` `E·N·K` outputs in the current context's device memory, live until the
 /// enqueued work is done; every segment lies within its operand; `stream` is a valid
 /// stream of that context.
 #[allow(clippy::too_many_arguments)]
@@ -190,7 +170,6 @@ pub unsafe fn wgrad_bf16(
     stream: cu::CUstream,
     dy: u64,
     x: u64,
-    layout: WgradLayout,
     segs: &[(usize, usize)],
     (n, k): (usize, usize),
     kn: bool,
@@ -222,10 +201,7 @@ pub unsafe fn wgrad_bf16(
     };
     // Column-major output: Nk = C[K×N] = X_e[K×len] · dY_e[len×N] (ldc K);
     // Kn = C[N×K] = dY_e[N×len] · X_e[len×K] (ldc N).
-    let (dyo, xo) = (
-        ColOperand::new(dy, n, layout),
-        ColOperand::new(x, k, layout),
-    );
+    let (dyo, xo) = (ColOperand::row_major(dy, n), ColOperand::row_major(x, k));
     let (a, b, m, nn) = if kn { (dyo, xo, n, k) } else { (xo, dyo, k, n) };
     let (m32, n32, lda, ldb, ldc) = (
         i32_of(m)?,

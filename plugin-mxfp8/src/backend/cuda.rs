@@ -252,7 +252,6 @@ impl Dev {
                 "mx_dequantize".into(),
                 "mx_transpose_u8".into(),
                 "mx_wgrad_relayout".into(),
-                "mx_dequantize_rows_bf16".into(),
             ],
             Unit::Gemm { .. } | Unit::TGemm { .. } => vec![unit.gemm_name().unwrap()],
         };
@@ -676,67 +675,12 @@ impl Backend for CudaBackend {
     }
 
     fn dequantize(&self, args: &DequantizeArgs) -> PluginResult<()> {
-        let i = &args.input;
-        let out = &args.output;
-        if out.numel == 0 {
+        if args.output.numel == 0 {
             return Ok(());
         }
         let call = Call::new(args.ordinal, args.stream)?;
-        let shape = &i.data.shape;
-        let rank = shape.len();
-        let c = shape[rank - 1] as usize;
-        let block = Blocking::from_abi(i.block)
-            .ok_or_else(|| PluginError::invalid("dequantize.input: unknown block layout"))?;
-        let (batch, r, rdiv, cdivv, srs, sbs) = match block {
-            Blocking::Vector { axis } if axis + 1 == rank => {
-                (1, out.numel / c, 1, 32, cdiv(c, 32), 0)
-            }
-            Blocking::Vector { axis } if axis + 2 == rank => {
-                let r = shape[rank - 2] as usize;
-                (leading(shape), r, 32, 1, c, cdiv(r, 32) * c)
-            }
-            Blocking::Tile if rank >= 2 => {
-                let r = shape[rank - 2] as usize;
-                (
-                    leading(shape),
-                    r,
-                    32,
-                    32,
-                    cdiv(c, 32),
-                    cdiv(r, 32) * cdiv(c, 32),
-                )
-            }
-            other => {
-                return Err(PluginError::invalid(format!(
-                    "dequantize: block layout {other:?} is invalid for rank {rank}"
-                )))
-            }
-        };
-        let (q, s, o) = (ptr(&i.data), ptr(&i.scales), ptr(out));
-        let out_bf16: i32 = (out.dtype == DType::Bf16) as i32;
-        let fmt: i32 = fmt_code(i.format) as i32;
-        let (r64, c64, rdiv, cdivv, srs, sbs) =
-            (r as i64, c as i64, rdiv, cdivv, srs as i64, sbs as i64);
-        call.launch(
-            Unit::Aux,
-            "mx_dequantize",
-            (cdiv(r * c, 256).min(1 << 20), batch, 1),
-            (256, 1, 1),
-            0,
-            &mut [
-                arg(&q),
-                arg(&s),
-                arg(&o),
-                arg(&out_bf16),
-                arg(&fmt),
-                arg(&r64),
-                arg(&c64),
-                arg(&rdiv),
-                arg(&cdivv),
-                arg(&srs),
-                arg(&sbs),
-            ],
-        )
+        let out_bf16 = args.output.dtype == DType::Bf16;
+        dequantize_into(&call, &args.input, ptr(&args.output), out_bf16)
     }
 
     fn grouped_gemm(&self, args: &GemmArgs) -> PluginResult<()> {
@@ -1333,10 +1277,8 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
         .collect();
     let sizes: Vec<usize> = (0..e).map(|i| args.offs[i] - starts[i]).collect();
     match (&args.a, &args.b) {
-        (OperandArg::Dense(dy), OperandArg::Dense(x))
-            if cublas::wgrad_path()? == cublas::WgradPath::DequantBf16 =>
-        {
-            wgrad_fakequant_bf16(call, args, dy, x, &starts, &sizes, out_bf16)
+        (dy, x) if cublas::wgrad_path()? == cublas::WgradPath::DequantBf16 => {
+            wgrad_via_bf16(call, args, dy, x, &starts, &sizes, out_bf16)
         }
         (OperandArg::Dense(dy), OperandArg::Dense(x)) => {
             let mpad: usize = sizes.iter().map(|&m| rup(m, 128)).sum();
@@ -1371,17 +1313,8 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
             };
             let dyq = cols_t(dy, n)?;
             let xq = cols_t(x, k)?;
-            // Expert e's columns in the padded layout: its 128-aligned segment.
-            let segs: Vec<(usize, usize)> = sizes
-                .iter()
-                .scan(0usize, |seg, &m| {
-                    let s = (*seg, m);
-                    *seg += rup(m, 128);
-                    Some(s)
-                })
-                .collect();
             let ops = ((dyq.0, dyq.1, fmt), (xq.0, xq.1, fmt));
-            wgrad_gemm(call, args, ops, mpad, &segs, offs, out_bf16)
+            wgrad_gemm(call, args, ops, mpad, offs, out_bf16)
         }
         (OperandArg::Mx(dy), OperandArg::Mx(x)) => {
             for (m, what) in [(dy, "dY"), (x, "X")] {
@@ -1397,13 +1330,11 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
             // Shifted padded layout and the offsets the GEMM sees.
             let mut tbl: Vec<i32> = Vec::with_capacity(4 * e);
             let mut fake_offs: Vec<i32> = Vec::with_capacity(e);
-            let mut segs: Vec<(usize, usize)> = Vec::with_capacity(e);
             let (mut seg, mut cum) = (0usize, 0usize);
             for i in 0..e {
                 let sh = if sizes[i] == 0 { 0 } else { starts[i] % 32 };
                 let m2 = sizes[i] + sh;
                 tbl.extend([seg, sh, starts[i], sizes[i]].map(|v| v as i32));
-                segs.push((seg, m2));
                 cum += m2;
                 fake_offs.push(i32_of("rows", cum)?);
                 seg += rup(m2, 128);
@@ -1444,12 +1375,72 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
             };
             let dyq = relayout(dy, n)?;
             let xq = relayout(x, k)?;
-            wgrad_gemm(call, args, (dyq, xq), mpad, &segs, offs_d, out_bf16)
+            wgrad_gemm(call, args, (dyq, xq), mpad, offs_d, out_bf16)
         }
         _ => Err(PluginError::unsupported(
-            "CUDA backend: wgrad with one pre-quantized and one dense operand is not supported on the GPU (their M blocks would not line up); pass both dense or both pre-quantized along M",
+            "CUDA backend: wgrad with one pre-quantized and one dense operand is not supported by the FP8 kernel (MXHOST_MX_WGRAD=fp8: their M blocks would not line up); the default dequantize-to-BF16 path takes it",
         )),
     }
+}
+
+/// Expand the MX tensor `i` (any block layout) into `out` (f32 or bf16, same shape,
+/// device memory) with `mx_dequantize`.
+fn dequantize_into(call: &Call, i: &MxArg, out: u64, out_bf16: bool) -> PluginResult<()> {
+    let shape = &i.data.shape;
+    let rank = shape.len();
+    let c = shape[rank - 1] as usize;
+    let block = Blocking::from_abi(i.block)
+        .ok_or_else(|| PluginError::invalid("dequantize.input: unknown block layout"))?;
+    let (batch, r, rdiv, cdivv, srs, sbs) = match block {
+        Blocking::Vector { axis } if axis + 1 == rank => {
+            (1, i.data.numel / c.max(1), 1, 32, cdiv(c, 32), 0)
+        }
+        Blocking::Vector { axis } if axis + 2 == rank => {
+            let r = shape[rank - 2] as usize;
+            (leading(shape), r, 32, 1, c, cdiv(r, 32) * c)
+        }
+        Blocking::Tile if rank >= 2 => {
+            let r = shape[rank - 2] as usize;
+            (
+                leading(shape),
+                r,
+                32,
+                32,
+                cdiv(c, 32),
+                cdiv(r, 32) * cdiv(c, 32),
+            )
+        }
+        other => {
+            return Err(PluginError::invalid(format!(
+                "dequantize: block layout {other:?} is invalid for rank {rank}"
+            )))
+        }
+    };
+    let (q, s, o) = (ptr(&i.data), ptr(&i.scales), out);
+    let out_bf16: i32 = out_bf16 as i32;
+    let fmt: i32 = fmt_code(i.format) as i32;
+    let (r64, c64, rdiv, cdivv, srs, sbs) =
+        (r as i64, c as i64, rdiv, cdivv, srs as i64, sbs as i64);
+    call.launch(
+        Unit::Aux,
+        "mx_dequantize",
+        (cdiv(r * c, 256).min(1 << 20), batch, 1),
+        (256, 1, 1),
+        0,
+        &mut [
+            arg(&q),
+            arg(&s),
+            arg(&o),
+            arg(&out_bf16),
+            arg(&fmt),
+            arg(&r64),
+            arg(&c64),
+            arg(&rdiv),
+            arg(&cdivv),
+            arg(&srs),
+            arg(&sbs),
+        ],
+    )
 }
 
 /// `MxFakeQuantParams` of mx_quantize.cu (natural C layout).
@@ -1465,15 +1456,16 @@ struct FakeQuantParams {
     nblocks: i32,
 }
 
-/// Dense wgrad on the dequantize-to-BF16 path: dY and X are fake-quantized in place
-/// layout (`mx_fakequant_m32_*`: 1×32 blocks along M restarting at each expert, each
-/// value replaced by its MX value as bf16 — bit-identical to quantize-then-dequantize)
-/// and multiplied by cuBLAS straight from `[rows][P]`: no transposed or padded copy.
-fn wgrad_fakequant_bf16(
+/// wgrad on the dequantize-to-BF16 path: each operand becomes its MX values as bf16 in
+/// `[rows][P]` — a dense one fake-quantized (`mx_fakequant_m32_*`: 1×32 blocks along M
+/// restarting at each expert, bit-identical to quantize-then-dequantize), a
+/// pre-quantized one dequantized (any block layout, e.g. X in 32×32 tiles) — and cuBLAS
+/// multiplies them in place: no transposed or padded copy.
+fn wgrad_via_bf16(
     call: &mut Call,
     args: &GemmArgs,
-    dy: &TensorArg,
-    x: &TensorArg,
+    dy: &OperandArg,
+    x: &OperandArg,
     starts: &[usize],
     sizes: &[usize],
     out_bf16: bool,
@@ -1500,8 +1492,16 @@ fn wgrad_fakequant_bf16(
         // SAFETY: `tbl` holds the copied i32s; pageable copies are staged.
         unsafe { cr::memcpy_htod_async(tbl, &blocks, call.stream) }
             .map_err(drv("cuMemcpyHtoDAsync"))?;
-        let mut fake = |t: &TensorArg, p: usize| -> PluginResult<u64> {
+        let mut to_bf16 = |op: &OperandArg, p: usize| -> PluginResult<u64> {
             let out = call.alloc(rows * p * 2)?;
+            let t = match op {
+                OperandArg::Dense(t) => t,
+                OperandArg::Mx(m) => {
+                    // Pre-quantized: its own MX values, whatever its block layout.
+                    dequantize_into(call, m, out, true)?;
+                    return Ok(out);
+                }
+            };
             let prm = FakeQuantParams {
                 inp: ptr(t),
                 out,
@@ -1530,8 +1530,8 @@ fn wgrad_fakequant_bf16(
             )?;
             Ok(out)
         };
-        dyb = fake(dy, n)?;
-        xb = fake(x, k)?;
+        dyb = to_bf16(dy, n)?;
+        xb = to_bf16(x, k)?;
     }
     if gemm_trace() {
         eprintln!(
@@ -1547,7 +1547,6 @@ fn wgrad_fakequant_bf16(
             call.stream,
             dyb,
             xb,
-            cublas::WgradLayout::RowMajor,
             &segs,
             (n, k),
             args.weight_layout == WeightLayout::Kn,
@@ -1558,59 +1557,18 @@ fn wgrad_fakequant_bf16(
 }
 
 /// The wgrad GEMM on padded transposed operands `(data [P][mpad], scales [P][mpad/32],
-/// format)` for dY (P = N) and X (P = K); expert e's columns are `segs[e]` (start,
-/// length). Runs on the path [`cublas::wgrad_path`] picks: FP8 + promotion, or both
-/// operands dequantized to bf16 and multiplied by cuBLAS (the faster one measured on
-/// the H200 for 1×32 × 1×32 scales, docs/perf.md).
+/// format)` for dY (P = N) and X (P = K): the FP8 path (`MXHOST_MX_WGRAD=fp8`); the
+/// default dequantize-to-BF16 path is [`wgrad_via_bf16`].
 fn wgrad_gemm(
     call: &mut Call,
     args: &GemmArgs,
     (dyq, xq): ((u64, u64, u8), (u64, u64, u8)),
     mpad: usize,
-    segs: &[(usize, usize)],
     offs: u64,
     out_bf16: bool,
 ) -> PluginResult<()> {
     let (n, k, e) = (args.n, args.k, args.offs.len());
     let mp = mpad / 32;
-    if cublas::wgrad_path()? == cublas::WgradPath::DequantBf16 {
-        let mut to_bf16 = |q: (u64, u64, u8), p: usize| -> PluginResult<u64> {
-            let b = call.alloc(p * mpad * 2)?;
-            let (fmt, r, c) = (q.2 as i32, p as i64, mpad as i64);
-            let chunks = p * mpad / 16;
-            call.launch(
-                Unit::Aux,
-                "mx_dequantize_rows_bf16",
-                (cdiv(chunks, 256).min(1 << 20), 1, 1),
-                (256, 1, 1),
-                0,
-                &mut [arg(&q.0), arg(&q.1), arg(&b), arg(&fmt), arg(&r), arg(&c)],
-            )?;
-            Ok(b)
-        };
-        let (dyb, xb) = (to_bf16(dyq, n)?, to_bf16(xq, k)?);
-        if gemm_trace() {
-            eprintln!(
-                "mxhost-mxfp8: wgrad E={e} N={n} K={k} Mpad={mpad}: dequantize to bf16 + cuBLAS (MXHOST_MX_WGRAD=fp8 for the FP8 kernel)"
-            );
-        }
-        // SAFETY: dyb/xb were allocated above for N·mpad and K·mpad bf16 values on this
-        // stream; the output is the host's [E][·][·] buffer; every segment lies within
-        // mpad (built from the same sizes as the padded layout).
-        return unsafe {
-            cublas::wgrad_bf16(
-                call.stream,
-                dyb,
-                xb,
-                cublas::WgradLayout::PaddedTransposed { mpad },
-                segs,
-                (n, k),
-                args.weight_layout == WeightLayout::Kn,
-                ptr(&args.out),
-                out_bf16,
-            )
-        };
-    }
     // Output [E][N][K] (Nk) or [E][K][N] (Kn). GEMM rows × cols with out_t = 0 needs an
     // even column count; the transposed store has no such rule. Pick the orientation.
     let kn = args.weight_layout == WeightLayout::Kn;
