@@ -116,3 +116,49 @@ extern "C" __global__ void __launch_bounds__(256) mx_wgrad_relayout(
   }
 }
 
+
+// The same expansion, 16 consecutive elements of a row per thread (one 16-byte load of
+// q, one or sixteen scale bytes, 32/64-byte stores): for batch 1, C % 16 == 0,
+// 16-byte-aligned q/s/out, cdiv 1 or 32 (1x32 along R, 32x32 tiles, 1x32 along C). One
+// 64-bit division per 16 elements instead of one per element. grid-stride, block 256.
+extern "C" __global__ void __launch_bounds__(256) mx_dequantize16(
+    const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, void* __restrict__ out,
+    int out_bf16, int fmt, mxd_i64 R, mxd_i64 C, int rdiv, int cdiv, mxd_i64 srs) {
+  const mxd_i64 per_row = C >> 4, chunks = R * per_row;
+  for (mxd_i64 i = (mxd_i64)blockIdx.x * 256 + threadIdx.x; i < chunks; i += (mxd_i64)gridDim.x * 256) {
+    const mxd_i64 r = i / per_row, c0 = (i - r * per_row) << 4;
+    const uint4 w = *reinterpret_cast<const uint4*>(q + r * C + c0);
+    const mxd_u8* srow = s + (r / rdiv) * srs;
+    const mxd_u32 words[4] = {w.x, w.y, w.z, w.w};
+    // cdiv 32: the 16 elements share one scale (c0 is a multiple of 16); cdiv 1: one
+    // scale per column, 16 consecutive bytes (srs = C, 16-byte aligned rows).
+    mxd_u32 sw[4];
+    if (cdiv == 1) {
+      const uint4 t = *reinterpret_cast<const uint4*>(srow + c0);
+      sw[0] = t.x; sw[1] = t.y; sw[2] = t.z; sw[3] = t.w;
+    } else {
+      const mxd_u32 b = srow[c0 >> 5];
+      sw[0] = sw[1] = sw[2] = sw[3] = b * 0x01010101u;
+    }
+    float v[16];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const mxd_u32 b = (words[k >> 2] >> (8 * (k & 3))) & 0xFFu;
+      const float sc = mxd_e8m0((sw[k >> 2] >> (8 * (k & 3))) & 0xFFu);
+      v[k] = mxd_fp8_to_f32(b, fmt) * sc;
+    }
+    if (out_bf16) {
+      mxd_u32 o[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        o[k] = (mxd_u32)mxd_bf16_rne(v[2 * k]) | ((mxd_u32)mxd_bf16_rne(v[2 * k + 1]) << 16);
+      uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<mxd_u16*>(out) + r * C + c0);
+      dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+      dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+    } else {
+      float4* dst = reinterpret_cast<float4*>(reinterpret_cast<float*>(out) + r * C + c0);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) dst[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+    }
+  }
+}

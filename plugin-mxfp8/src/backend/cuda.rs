@@ -252,6 +252,7 @@ impl Dev {
                 "mx_dequantize".into(),
                 "mx_transpose_u8".into(),
                 "mx_wgrad_relayout".into(),
+                "mx_dequantize16".into(),
             ],
             Unit::Gemm { .. } | Unit::TGemm { .. } => vec![unit.gemm_name().unwrap()],
         };
@@ -1421,6 +1422,34 @@ fn dequantize_into(call: &Call, i: &MxArg, out: u64, out_bf16: bool) -> PluginRe
     let fmt: i32 = fmt_code(i.format) as i32;
     let (r64, c64, rdiv, cdivv, srs, sbs) =
         (r as i64, c as i64, rdiv, cdivv, srs as i64, sbs as i64);
+    if batch == 1
+        && c.is_multiple_of(16)
+        && q.is_multiple_of(16)
+        && o.is_multiple_of(16)
+        && (cdivv == 32 || (s.is_multiple_of(16) && srs % 16 == 0))
+    {
+        // 16 elements per thread: the per-element kernel (a 64-bit division per
+        // element) expanded wgrad's operands at ~0.4 TB/s (docs/perf.md, run 12).
+        return call.launch(
+            Unit::Aux,
+            "mx_dequantize16",
+            (cdiv(r * c / 16, 256).min(1 << 20), 1, 1),
+            (256, 1, 1),
+            0,
+            &mut [
+                arg(&q),
+                arg(&s),
+                arg(&o),
+                arg(&out_bf16),
+                arg(&fmt),
+                arg(&r64),
+                arg(&c64),
+                arg(&rdiv),
+                arg(&cdivv),
+                arg(&srs),
+            ],
+        );
+    }
     call.launch(
         Unit::Aux,
         "mx_dequantize",
