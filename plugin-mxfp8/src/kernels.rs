@@ -210,6 +210,16 @@ pub fn nvrtc_version() -> Result<(i32, i32), String> {
 
 /// Compile `unit` for `arch` with NVRTC; returns the cubin, or the log on failure.
 pub fn compile(unit: Unit, arch: &str) -> Result<Vec<u8>, String> {
+    compile_with_log(unit, arch, &[]).map(|(cubin, _)| cubin)
+}
+
+/// [`compile`] with `extra` NVRTC options appended (e.g. `--ptxas-options=-v`, whose
+/// report the spill gate in tests/nvrtc.rs reads); returns the cubin and NVRTC's log.
+pub fn compile_with_log(
+    unit: Unit,
+    arch: &str,
+    extra: &[&str],
+) -> Result<(Vec<u8>, String), String> {
     use cudarc::nvrtc::sys;
     if !nvrtc_present() {
         return Err(
@@ -225,6 +235,7 @@ pub fn compile(unit: Unit, arch: &str) -> Result<Vec<u8>, String> {
     let hdr_name_p: Vec<*const c_char> = hdr_name.iter().map(|c| c.as_ptr()).collect();
     let opts: Vec<CString> = options(arch)
         .into_iter()
+        .chain(extra.iter().map(|o| o.to_string()))
         .map(|o| CString::new(o).unwrap())
         .collect();
     let opts_p: Vec<*const c_char> = opts.iter().map(|c| c.as_ptr()).collect();
@@ -268,7 +279,7 @@ pub fn compile(unit: Unit, arch: &str) -> Result<Vec<u8>, String> {
                 if rc as i32 != 0 {
                     Err(format!("nvrtcGetCUBIN({name}) failed: {rc:?}"))
                 } else {
-                    Ok(cubin)
+                    Ok((cubin, log))
                 }
             }
         };

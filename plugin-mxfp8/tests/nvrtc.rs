@@ -33,7 +33,6 @@
 #![cfg(feature = "cuda")]
 
 use mxhost_plugin_mxfp8::kernels::{self, Unit};
-use std::ffi::{c_char, c_int, CString};
 use std::io::Write;
 use std::process::Command;
 
@@ -408,57 +407,7 @@ fn format_table(rows: &[(bool, KernelReport)]) -> String {
 /// NVRTC-compiles `unit` exactly as [`kernels::compile`] does (same source, headers and
 /// options) plus `--ptxas-options=-v`; returns the program log (ptxas's report).
 fn compile_verbose(unit: Unit, arch: &str) -> Result<String, String> {
-    use cudarc::nvrtc::sys;
-    let (name, src) = unit.source();
-    let c_src = CString::new(src).map_err(|e| e.to_string())?;
-    let c_name = CString::new(name.clone()).unwrap();
-    let hdr_src: Vec<CString> = kernels::HEADERS
-        .iter()
-        .map(|h| CString::new(h.1).unwrap())
-        .collect();
-    let hdr_name: Vec<CString> = kernels::HEADERS
-        .iter()
-        .map(|h| CString::new(h.0).unwrap())
-        .collect();
-    let hdr_src_p: Vec<*const c_char> = hdr_src.iter().map(|c| c.as_ptr()).collect();
-    let hdr_name_p: Vec<*const c_char> = hdr_name.iter().map(|c| c.as_ptr()).collect();
-    let mut opts = kernels::options(arch);
-    opts.push("--ptxas-options=-v".into());
-    let opts: Vec<CString> = opts.into_iter().map(|o| CString::new(o).unwrap()).collect();
-    let opts_p: Vec<*const c_char> = opts.iter().map(|c| c.as_ptr()).collect();
-    let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
-    // SAFETY: every pointer is a live NUL-terminated string for the duration of the
-    // calls; the program is destroyed before returning.
-    unsafe {
-        let rc = sys::nvrtcCreateProgram(
-            &mut prog,
-            c_src.as_ptr(),
-            c_name.as_ptr(),
-            hdr_src_p.len() as c_int,
-            hdr_src_p.as_ptr(),
-            hdr_name_p.as_ptr(),
-        );
-        if rc as i32 != 0 {
-            return Err(format!("nvrtcCreateProgram({name}) failed: {rc:?}"));
-        }
-        let rc = sys::nvrtcCompileProgram(prog, opts_p.len() as c_int, opts_p.as_ptr());
-        let mut log_size = 0usize;
-        sys::nvrtcGetProgramLogSize(prog, &mut log_size);
-        let mut log = vec![0u8; log_size.max(1)];
-        sys::nvrtcGetProgramLog(prog, log.as_mut_ptr() as *mut c_char);
-        sys::nvrtcDestroyProgram(&mut prog);
-        let log = String::from_utf8_lossy(&log)
-            .trim_end_matches('\0')
-            .trim()
-            .to_string();
-        if rc as i32 != 0 {
-            return Err(format!(
-                "NVRTC (with --ptxas-options=-v) failed to compile {} ({name}) for {arch}: {rc:?}\n{log}",
-                unit.label()
-            ));
-        }
-        Ok(log)
-    }
+    kernels::compile_with_log(unit, arch, &["--ptxas-options=-v"]).map(|(_, log)| log)
 }
 
 /// A directory holding `libnvrtc.so.13` that is not already on the search path.
