@@ -497,7 +497,7 @@ def compare_bitwise(results, sfx, base="", E=7, sizes=(0, 37, 200, 1, 513, 0, 13
         ("wgrad X32x32 f32", (E, N, K), lambda o: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o)),
         ("fwd w2d bf16", (M, N), lambda o: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o)),
     ]
-    strict = base == "_v2" and sfx == "_v3"
+    strict = base == "_v2" and sfx in ("_v3", "_v2u")
     for name, shape, fn in cases:
         outs = []
         dt = torch.bfloat16 if name.endswith("bf16") else torch.float32
@@ -637,7 +637,7 @@ def tms(fn, rep_ms):
     return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
 
 
-VARIANTS = ["_m1", "_m3", "_v2", "_v3"]  # experimental tgemm variants checked and timed next to the default (--variants)
+VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u"]  # experimental tgemm variants checked and timed next to the default (--variants)
 GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
 QUANT_ONLY = False  # --quant-only: quantizer checks and timings only
 FAKEQUANT_ONLY = False  # --fakequant: fake-quant (mx_fakequant_m32_*) check and timings only
@@ -698,14 +698,14 @@ def time_shape(key, rows, rep):
             ("dgrad", f"dgrad 1x32 x 32x32 [{sfx}]", lambda: dgrad_call(qdy["qa"], qdy["sa"], WqT, qw["sa"], offs, E, M, N, K, o_dg)),
             ("wgrad", f"wgrad 1x32 x 1x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)),
         ]
-        if sfx in ("_v2", "_v3"):
+        if sfx in ("_v2", "_v3", "_v2u"):
             runs += [
                 ("fwd", f"fwd 1x32 x 1x32 [{sfx}]", lambda: fwd_call(qx["qa"], qx["sa"], qw1["qa"].view(E, N, K), sw1, offs, E, M, N, K, False, o_fwd)),
                 ("wgrad", f"wgrad 1x32 x X32x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)),
             ]
     SUFFIX = ""
     runs.append(("fwd", "fwd 1x32 x 32x32 (repeat, timed last)", runs[0][2]))
-    for v in ("_v2", "_v3"):  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2/v3 last too
+    for v in ("_v2", "_v3", "_v2u"):  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2/v3 last too
         if v in VARIANTS:
             runs.append(("fwd", f"fwd 1x32 x 32x32 [{v}] (repeat, timed last)", next(r[2] for r in runs if r[1] == f"fwd 1x32 x 32x32 [{v}]")))
     for base, name, fn in runs:
@@ -806,7 +806,7 @@ def main():
                 check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
                 check_gemm_case(results, f"odd-groups{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
                 check_gemm_case(results, f"shape-c-like{sfx}", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
-                if sfx in ("_v2", "_v3"):
+                if sfx in ("_v2", "_v3", "_v2u"):
                     check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
                     check_gemm_case(results, f"odd-groups-x2d{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
                 if sfx == "_v3":
@@ -821,18 +821,18 @@ def main():
                             check_gemm_case(results, *args, **kw)
                         except Exception as ex:  # keep going (e.g. a tensor map the driver refuses)
                             results.append((f"case {args[0]}", False, f"{type(ex).__name__}: {ex}"))
-                if sfx in ("_v2", "_v3"):
+                if sfx in ("_v2", "_v3", "_v2u"):
                     SUFFIX = ""
                     compare_bitwise(results, sfx)
-                if sfx == "_v3" and "_v2" in VARIANTS:
+                if sfx in ("_v3", "_v2u") and "_v2" in VARIANTS:
                     for kw in (dict(), dict(E=5, sizes=(129, 0, 300, 64, 31), K=304, N=272, pad_rows=7),
                                dict(E=4, sizes=(1, 0, 3, 130), K=128, N=96, pad_rows=5),
                                dict(E=2, sizes=(256, 384), K=512, N=256, pad_rows=0)):
                         SUFFIX = ""
                         try:
-                            compare_bitwise(results, "_v3", base="_v2", **kw)
+                            compare_bitwise(results, sfx, base="_v2", **kw)
                         except Exception as ex:
-                            results.append((f"bitwise _v3 vs _v2 {kw}", False, f"{type(ex).__name__}: {ex}"))
+                            results.append((f"bitwise {sfx} vs _v2 {kw}", False, f"{type(ex).__name__}: {ex}"))
         SUFFIX = ""
         print(f"\nCORRECTNESS ({time.time() - t0:.1f}s)", flush=True)
         for name, ok, info in results:
@@ -859,11 +859,12 @@ def main():
         for k, n, base in pairs:
             if (k, base) in byname:
                 print(f"{k} | {n} | {byname[(k, base)] / byname[(k, n)]:.3f}")
-    if "_v2" in VARIANTS and "_v3" in VARIANTS:
-        print("\nshape | pass | v2 µs / v3 µs (> 1 = v3 faster)")
-        for k, n, *_ in rows:
-            if " [_v3]" in n and (k, n.replace("[_v3]", "[_v2]")) in byname:
-                print(f"{k} | {n.replace(' [_v3]', '')} | {byname[(k, n.replace('[_v3]', '[_v2]'))] / byname[(k, n)]:.3f}")
+    for other in ("_v3", "_v2u"):
+        if "_v2" in VARIANTS and other in VARIANTS:
+            print(f"\nshape | pass | v2 µs / {other[1:]} µs (> 1 = {other[1:]} faster)")
+            for k, n, *_ in rows:
+                if f" [{other}]" in n and (k, n.replace(f"[{other}]", "[_v2]")) in byname:
+                    print(f"{k} | {n.replace(f' [{other}]', '')} | {byname[(k, n.replace(f'[{other}]', '[_v2]'))] / byname[(k, n)]:.3f}")
     sys.stdout.flush()
 
 
