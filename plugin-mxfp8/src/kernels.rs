@@ -162,9 +162,11 @@ impl Unit {
                 let name = self.gemm_name().unwrap();
                 // 32×32 weight scales run the v2 main loop (one m64n128k32 per k32 step,
                 // next wgmma issued before the previous step is promoted): 1.02–1.17×
-                // faster than MODE 0 on the H200 (docs/perf.md, final run). 1×32 weight
-                // scales keep MODE 0, which v2 made 4–7 % slower.
-                let inst = if w2d { "MXT_INST_V2" } else { "MXT_INST" };
+                // faster than MODE 0 on the H200 (docs/perf.md, final run), in its `v2u`
+                // form (warp-uniform warpgroup index: wgmma descriptors in the uniform
+                // datapath; +1–4 %, bit-identical, run 13). 1×32 weight scales keep
+                // MODE 0, which v2 made 4–7 % slower.
+                let inst = if w2d { "MXT_INST_V2U" } else { "MXT_INST" };
                 let src = format!(
                     "#define MXG_CUSTOM_INSTANTIATIONS 1\n{GEMM_CU}\n\
                      {inst}({name}, {fa}, {fb}, {}, {}, {TGEMM_STAGES})\n",
