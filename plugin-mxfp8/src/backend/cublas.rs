@@ -119,7 +119,8 @@ fn with_handle<T>(
 }
 
 /// One operand as a column-major cuBLAS matrix: base pointer, leading dimension,
-/// whether cuBLAS must transpose it to get `[P × len]`, element offset per segment row.
+/// whether cuBLAS must transpose it to get `[P × len]` (never, for the row-major
+/// operands wgrad uses today), element offset per segment row.
 struct ColOperand {
     ptr: u64,
     ld: usize,
@@ -162,9 +163,9 @@ fn op(t: bool) -> cb::cublasOperation_t {
 /// `[E][K][N]` with `kn`), f32 or bf16. Empty experts are zeroed.
 ///
 /// # Safety
-/// `dy`/`x` address `rows·N`/`rows·K` bf16 values and `out` `E·N·K` outputs in the current context's device memory, live until the
-/// enqueued work is done; every segment lies within its operand; `stream` is a valid
-/// stream of that context.
+/// `dy`/`x` address `rows·N`/`rows·K` bf16 values and `out` `E·N·K` outputs in the
+/// current context's device memory, live until the enqueued work is done; every segment
+/// lies within its operand; `stream` is a valid stream of that context.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn wgrad_bf16(
     stream: cu::CUstream,
