@@ -1422,53 +1422,43 @@ fn dequantize_into(call: &Call, i: &MxArg, out: u64, out_bf16: bool) -> PluginRe
     let fmt: i32 = fmt_code(i.format) as i32;
     let (r64, c64, rdiv, cdivv, srs, sbs) =
         (r as i64, c as i64, rdiv, cdivv, srs as i64, sbs as i64);
-    if batch == 1
+    // 16 elements per thread where the layout allows (the per-element kernel, a 64-bit
+    // division per element, expanded wgrad's operands at ~0.4 TB/s, docs/perf.md run 12).
+    // Same parameters; `mx_dequantize16` has no batch stride (batch 1).
+    let by16 = batch == 1
         && c.is_multiple_of(16)
         && q.is_multiple_of(16)
         && o.is_multiple_of(16)
-        && (cdivv == 32 || (s.is_multiple_of(16) && srs % 16 == 0))
-    {
-        // 16 elements per thread: the per-element kernel (a 64-bit division per
-        // element) expanded wgrad's operands at ~0.4 TB/s (docs/perf.md, run 12).
-        return call.launch(
-            Unit::Aux,
+        && (cdivv == 32 || (s.is_multiple_of(16) && srs % 16 == 0));
+    let (name, grid) = if by16 {
+        (
             "mx_dequantize16",
             (cdiv(r * c / 16, 256).min(1 << 20), 1, 1),
-            (256, 1, 1),
-            0,
-            &mut [
-                arg(&q),
-                arg(&s),
-                arg(&o),
-                arg(&out_bf16),
-                arg(&fmt),
-                arg(&r64),
-                arg(&c64),
-                arg(&rdiv),
-                arg(&cdivv),
-                arg(&srs),
-            ],
-        );
-    }
+        )
+    } else {
+        ("mx_dequantize", (cdiv(r * c, 256).min(1 << 20), batch, 1))
+    };
+    let mut params = [
+        arg(&q),
+        arg(&s),
+        arg(&o),
+        arg(&out_bf16),
+        arg(&fmt),
+        arg(&r64),
+        arg(&c64),
+        arg(&rdiv),
+        arg(&cdivv),
+        arg(&srs),
+        arg(&sbs),
+    ];
+    let n_params = if by16 { 10 } else { 11 };
     call.launch(
         Unit::Aux,
-        "mx_dequantize",
-        (cdiv(r * c, 256).min(1 << 20), batch, 1),
+        name,
+        grid,
         (256, 1, 1),
         0,
-        &mut [
-            arg(&q),
-            arg(&s),
-            arg(&o),
-            arg(&out_bf16),
-            arg(&fmt),
-            arg(&r64),
-            arg(&c64),
-            arg(&rdiv),
-            arg(&cdivv),
-            arg(&srs),
-            arg(&sbs),
-        ],
+        &mut params[..n_params],
     )
 }
 
