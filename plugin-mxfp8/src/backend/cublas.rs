@@ -118,43 +118,17 @@ fn with_handle<T>(
     f(h)
 }
 
-/// One operand as a column-major cuBLAS matrix: base pointer, leading dimension,
-/// whether cuBLAS must transpose it to get `[P × len]` (never, for the row-major
-/// operands wgrad uses today), element offset per segment row.
-struct ColOperand {
+/// A row-major bf16 operand `[rows][P]`, i.e. the column-major `P × rows` matrix with
+/// leading dimension P: a segment of `len` rows is `P × len` as it stands (the left
+/// factor, op N) and `len × P` transposed (the right factor, op T).
+struct RowMajor {
     ptr: u64,
-    ld: usize,
-    trans: bool,
-    row_step: usize,
+    p: usize,
 }
 
-impl ColOperand {
-    /// `[rows][P]` row-major = column-major `P × rows`: a segment is `P × len` (op N).
-    fn row_major(ptr: u64, p: usize) -> Self {
-        ColOperand {
-            ptr,
-            ld: p,
-            trans: false,
-            row_step: p,
-        }
-    }
+impl RowMajor {
     fn at(&self, row0: usize) -> u64 {
-        self.ptr + (row0 * self.row_step * 2) as u64
-    }
-    /// As the left factor `[P × len]` / the right factor `[len × P]`.
-    fn op_left(&self) -> cb::cublasOperation_t {
-        op(self.trans)
-    }
-    fn op_right(&self) -> cb::cublasOperation_t {
-        op(!self.trans)
-    }
-}
-
-fn op(t: bool) -> cb::cublasOperation_t {
-    if t {
-        cb::cublasOperation_t::CUBLAS_OP_T
-    } else {
-        cb::cublasOperation_t::CUBLAS_OP_N
+        self.ptr + (row0 * self.p * 2) as u64
     }
 }
 
@@ -202,13 +176,13 @@ pub unsafe fn wgrad_bf16(
     };
     // Column-major output: Nk = C[K×N] = X_e[K×len] · dY_e[len×N] (ldc K);
     // Kn = C[N×K] = dY_e[N×len] · X_e[len×K] (ldc N).
-    let (dyo, xo) = (ColOperand::row_major(dy, n), ColOperand::row_major(x, k));
+    let (dyo, xo) = (RowMajor { ptr: dy, p: n }, RowMajor { ptr: x, p: k });
     let (a, b, m, nn) = if kn { (dyo, xo, n, k) } else { (xo, dyo, k, n) };
     let (m32, n32, lda, ldb, ldc) = (
         i32_of(m)?,
         i32_of(nn)?,
-        i32_of(a.ld)?,
-        i32_of(b.ld)?,
+        i32_of(a.p)?,
+        i32_of(b.p)?,
         i32_of(m)?,
     );
     let ctype = if out_bf16 {
@@ -243,8 +217,8 @@ pub unsafe fn wgrad_bf16(
             let st = unsafe {
                 cb::cublasGemmStridedBatchedEx(
                     h,
-                    a.op_left(),
-                    b.op_right(),
+                    cb::cublasOperation_t::CUBLAS_OP_N,
+                    cb::cublasOperation_t::CUBLAS_OP_T,
                     m32,
                     n32,
                     i32_of(len)?,
@@ -252,11 +226,11 @@ pub unsafe fn wgrad_bf16(
                     a.at(r0) as *const c_void,
                     bf16,
                     lda,
-                    (step * a.row_step) as i64,
+                    (step * a.p) as i64,
                     b.at(r0) as *const c_void,
                     bf16,
                     ldb,
-                    (step * b.row_step) as i64,
+                    (step * b.p) as i64,
                     scal(&beta),
                     (out + (e0 * per * esz) as u64) as *mut c_void,
                     ctype,
@@ -274,8 +248,8 @@ pub unsafe fn wgrad_bf16(
             let st = unsafe {
                 cb::cublasGemmEx(
                     h,
-                    a.op_left(),
-                    b.op_right(),
+                    cb::cublasOperation_t::CUBLAS_OP_N,
+                    cb::cublasOperation_t::CUBLAS_OP_T,
                     m32,
                     n32,
                     i32_of(len)?,
