@@ -1507,10 +1507,17 @@ fn wgrad_via_bf16(
     // Every expert empty (no block): no operand is read, the output is zeroed.
     let (mut dyb, mut xb) = (0, 0);
     if nblocks > 0 {
-        let tbl = call.alloc(blocks.len() * 4)?;
-        // SAFETY: `tbl` holds the copied i32s; pageable copies are staged.
-        unsafe { cr::memcpy_htod_async(tbl, &blocks, call.stream) }
-            .map_err(drv("cuMemcpyHtoDAsync"))?;
+        // The block table is only read by the fake-quantizer (dense operands).
+        let any_dense = [dy, x].iter().any(|o| matches!(o, OperandArg::Dense(_)));
+        let tbl = if any_dense {
+            let tbl = call.alloc(blocks.len() * 4)?;
+            // SAFETY: `tbl` holds the copied i32s; pageable copies are staged.
+            unsafe { cr::memcpy_htod_async(tbl, &blocks, call.stream) }
+                .map_err(drv("cuMemcpyHtoDAsync"))?;
+            tbl
+        } else {
+            0
+        };
         let mut to_bf16 = |op: &OperandArg, p: usize| -> PluginResult<u64> {
             let out = call.alloc(rows * p * 2)?;
             let t = match op {
@@ -1554,7 +1561,7 @@ fn wgrad_via_bf16(
     }
     if gemm_trace() {
         eprintln!(
-            "mxhost-mxfp8: wgrad E={} N={n} K={k}: fake-quantize along M to bf16 + cuBLAS (MXHOST_MX_WGRAD=fp8 for the FP8 kernel)",
+            "mxhost-mxfp8: wgrad E={} N={n} K={k}: MX values as bf16 (dense operands fake-quantized along M, pre-quantized ones dequantized) + cuBLAS (MXHOST_MX_WGRAD=fp8 for the FP8 kernel)",
             sizes.len()
         );
     }
