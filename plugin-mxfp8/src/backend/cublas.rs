@@ -35,9 +35,15 @@ pub enum WgradPath {
 }
 
 /// The wgrad path: `MXHOST_MX_WGRAD=fp8|bf16|auto` (default auto = bf16 when cuBLAS
-/// loads, else fp8).
+/// loads, else fp8). Read once per process, like `MXHOST_MX_GEMM_TRACE`.
 pub fn wgrad_path() -> PluginResult<WgradPath> {
-    match std::env::var("MXHOST_MX_WGRAD").as_deref().map(str::trim) {
+    static P: OnceLock<PluginResult<WgradPath>> = OnceLock::new();
+    P.get_or_init(|| parse_wgrad_path(std::env::var("MXHOST_MX_WGRAD").ok().as_deref()))
+        .clone()
+}
+
+fn parse_wgrad_path(v: Option<&str>) -> PluginResult<WgradPath> {
+    match v.map(str::trim).ok_or(()) {
         Err(_) | Ok("") | Ok("auto") => Ok(if cublas_present() {
             WgradPath::DequantBf16
         } else {
