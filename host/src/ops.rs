@@ -22,14 +22,18 @@ pub fn alloc(shape: &[u64], dtype: DType) -> OpResult<Tensor> {
 
 /// Allocate a zeroed tensor on `device`.
 pub fn alloc_on(device: Device, shape: &[u64], dtype: DType) -> OpResult<Tensor> {
-    let (_, bytes) = validate::checked_size(shape, dtype)?;
-    let bytes =
-        usize::try_from(bytes).map_err(|_| OpError::invalid("tensor too large for this host"))?;
+    let bytes = byte_len(shape, dtype)?;
     Ok(Tensor::new(
         shape.to_vec(),
         dtype,
         Storage::zeroed_on(device, bytes)?,
     ))
+}
+
+/// Bytes of a `shape` × `dtype` tensor, checked against overflow and this host's `usize`.
+fn byte_len(shape: &[u64], dtype: DType) -> OpResult<usize> {
+    let (_, bytes) = validate::checked_size(shape, dtype)?;
+    usize::try_from(bytes).map_err(|_| OpError::invalid("tensor too large for this host"))
 }
 
 /// Storage for a plugin's output. On the CPU it is zeroed. On CUDA it is left
@@ -43,9 +47,7 @@ fn output_on(device: Device, shape: &[u64], dtype: DType) -> OpResult<Tensor> {
         Device::Cpu => alloc_on(device, shape, dtype),
         #[cfg(feature = "cuda")]
         Device::Cuda(_) => {
-            let (_, bytes) = validate::checked_size(shape, dtype)?;
-            let bytes = usize::try_from(bytes)
-                .map_err(|_| OpError::invalid("tensor too large for this host"))?;
+            let bytes = byte_len(shape, dtype)?;
             let dev = crate::cuda::device()?;
             let buf = if poison_outputs() {
                 dev.filled(bytes, 0xFF)?
