@@ -175,11 +175,7 @@ fn quantize_impl(
         block,
     };
     let mut out_t = if transposed {
-        let swap = |s: &[u64]| {
-            let mut s = s.to_vec();
-            s.swap(rank - 1, rank - 2);
-            s
-        };
+        let swap = mxhost_plugin_abi::transposed_shape;
         Some(MxTensor {
             data: output_on(dev, &swap(&x.shape), format.dtype())?,
             scales: output_on(dev, &swap(&scales_shape), DType::E8m0)?,

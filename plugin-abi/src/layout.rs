@@ -350,6 +350,17 @@ impl MxTensorView {
     }
 }
 
+/// `shape` with its last two axes swapped (the shape of a `transposed` copy and of its
+/// scales). Shapes of rank < 2 come back unchanged.
+pub fn transposed_shape(shape: &[u64]) -> Vec<u64> {
+    let mut s = shape.to_vec();
+    let rank = s.len();
+    if rank >= 2 {
+        s.swap(rank - 1, rank - 2);
+    }
+    s
+}
+
 /// The block layout of `x`'s quantization seen with the last two axes of a rank-`rank`
 /// tensor swapped: 32×32 tiles stay tiles, 1×32 blocks along one of the last two axes
 /// move to the other one, blocks along an earlier axis stay.

@@ -315,9 +315,8 @@ impl QuantizeArgs {
                     "quantize.transposed: the input needs at least two axes",
                 ));
             }
-            let mut shape_t = input.shape.clone();
-            shape_t.swap(rank - 1, rank - 2);
-            t.data.expect_shape(&shape_t)?;
+            t.data
+                .expect_shape(&mxhost_plugin_abi::transposed_shape(&input.shape))?;
             let block_t = mxhost_plugin_abi::transposed_block(output.block, rank);
             if t.block != block_t || t.format != output.format || t.mode != output.mode {
                 return Err(PluginError::invalid(
