@@ -358,6 +358,19 @@ struct MxGemmTmaParams {
 #define MXT_SB_OFF 34816
 template <int SB2D> struct MxtLayout { static constexpr int STAGE = SB2D ? 35840 : 36864; };
 
+// Where things sit in one pipeline stage, per CTA shape (the producer's fill and the v2
+// main loop are written against these). Lay128: one 128 x 128 tile shared by both consumer
+// warpgroups (warpgroup w's A rows at +w * A_WG). Lay64: v4, one 64-row tile per warpgroup
+// in its own ring (A 64 rows x 128 B | B 128 x 128 B | SA 64 rows x 16 B | SB).
+template <int SB2D> struct MxtLay128 {
+  static constexpr int BM = 128, STAGE = MxtLayout<SB2D>::STAGE;
+  static constexpr int A_WG = 8192, B_OFF = 16384, SA_OFF = MXT_SA_OFF, SB_OFF = MXT_SB_OFF;
+};
+template <int SB2D> struct MxtLay64 {
+  static constexpr int BM = 64, STAGE = SB2D ? 26624 : 27648;
+  static constexpr int A_WG = 0, B_OFF = 8192, SA_OFF = 24576, SB_OFF = 25600;
+};
+
 // Promotion of one 64-column half H of a k32 step into acc[32H .. 32H+31].
 template <int SB2D, int H>
 MX_DEV void mxt_promote(float* acc, const float* tmp, float s0, float s1, const float2 sb2,
@@ -398,6 +411,7 @@ struct MxtProd {
   int stage; mx_u32 phase;
   int pc;                // stages issued so far (0x7fffffff once the sequence is done)
   int nreal;             // PAD2 (v3) only: real stages of the tile (nst = nreal rounded up to even)
+  int step;              // tile stride of this producer's sequence (gridDim.x; v4: 2 * gridDim.x)
 };
 struct MxtCtx { int ntn, tiles_m, total, brows_e; const int* g_start; const int* g_pre; };
 
@@ -414,16 +428,17 @@ MX_DEV int mxt_tile_stages(const MxGemmParams& p, const MxgTile& T, const int* g
 // with zeros by this thread. Its k32 partials are +0 (all products +0 * +0), promoted as
 // fmaf(+0, 0 * s, acc) = acc exactly (acc is never -0: it starts at +0 and x + (+0) is +0
 // for x = -0 in round-to-nearest), so results equal the unpadded v2 kernel bit for bit.
-template <int SB2D, int STAGES, int PAD2 = 0>
+template <int SB2D, int STAGES, int PAD2 = 0, class LAY = MxtLay128<SB2D>>
 MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtCtx& c,
                      mx_u32 sbase, mx_u64* full, mx_u64* empty) {
-  constexpr int STAGE = MxtLayout<SB2D>::STAGE;
+  constexpr int STAGE = LAY::STAGE;
+  constexpr int ABYTES = LAY::BM * 128;
   const MxGemmParams& p = P.g;
   while (s.pc < limit) {
     while (s.ks >= s.nst) {
-      s.t += gridDim.x;
+      s.t += s.step;
       if (s.t >= c.total) { s.pc = 0x7fffffff; return; }
-      const MxgTile T = mxg_decode(p, s.t, MXT_BM, c.ntn, c.tiles_m, c.g_start, c.g_pre);
+      const MxgTile T = mxg_decode(p, s.t, LAY::BM, c.ntn, c.tiles_m, c.g_start, c.g_pre);
       s.nst = mxt_tile_stages(p, T, c.g_pre);
       if (PAD2) { s.nreal = s.nst; s.nst = (s.nst + 1) & ~1; }
       s.ks = 0;
@@ -437,12 +452,12 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
       // mbarrier arrive's release; the proxy fence orders them before later bulk copies
       // into the same bytes), data zero-filled by out-of-bounds TMA boxes.
 #pragma unroll 1
-      for (mx_u32 o = MXT_SA_OFF; o < (mx_u32)STAGE; o += 16)
+      for (mx_u32 o = LAY::SA_OFF; o < (mx_u32)STAGE; o += 16)
         asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" :: "r"(dst + o), "r"(0) : "memory");
       fence_proxy_async_smem();
-      mbar_arrive_expect_tx(&full[s.stage], 32768);
+      mbar_arrive_expect_tx(&full[s.stage], ABYTES + 16384);
       tma_load_2d(dst, &P.tmA, p.batched ? (int)p.lda : p.K, s.row0, &full[s.stage]);
-      tma_load_2d(dst + 16384, &P.tmB, p.batched ? (int)p.ldb : p.K, s.brow, &full[s.stage]);
+      tma_load_2d(dst + LAY::B_OFF, &P.tmB, p.batched ? (int)p.ldb : p.K, s.brow, &full[s.stage]);
       ++s.ks; ++s.pc;
       if (++s.stage == STAGES) { s.stage = 0; s.phase ^= 1; }
       continue;
@@ -450,17 +465,17 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
     const int k0 = s.kbeg + s.ks * MXG_BK;
     const int kb0 = k0 >> 5;
     int sa_rows = p.M - s.row0;
-    sa_rows = sa_rows < MXT_BM ? sa_rows : MXT_BM;       // never read past the SA table
+    sa_rows = sa_rows < LAY::BM ? sa_rows : LAY::BM;       // never read past the SA table
     const mx_u32 sb_bytes = SB2D ? 64 : 2048;
-    mbar_arrive_expect_tx(&full[s.stage], 32768 + sa_rows * 16 + sb_bytes);
+    mbar_arrive_expect_tx(&full[s.stage], ABYTES + 16384 + sa_rows * 16 + sb_bytes);
     tma_load_2d(dst, &P.tmA, k0, s.row0, &full[s.stage]);
-    tma_load_2d(dst + 16384, &P.tmB, k0, s.brow, &full[s.stage]);
-    bulk_load(dst + MXT_SA_OFF, p.SA + (mx_i64)(kb0 >> 2) * p.ldsa + (mx_i64)s.row0 * 4, sa_rows * 16, &full[s.stage]);
+    tma_load_2d(dst + LAY::B_OFF, &P.tmB, k0, s.brow, &full[s.stage]);
+    bulk_load(dst + LAY::SA_OFF, p.SA + (mx_i64)(kb0 >> 2) * p.ldsa + (mx_i64)s.row0 * 4, sa_rows * 16, &full[s.stage]);
     const float* SBexp = p.SB + (mx_i64)s.e * p.sb_es;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      if (SB2D) bulk_load(dst + MXT_SB_OFF + 16 * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + (s.n0 >> 5), 16, &full[s.stage]);
-      else      bulk_load(dst + MXT_SB_OFF + 512 * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + s.n0, 512, &full[s.stage]);
+      if (SB2D) bulk_load(dst + LAY::SB_OFF + 16 * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + (s.n0 >> 5), 16, &full[s.stage]);
+      else      bulk_load(dst + LAY::SB_OFF + 512 * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + s.n0, 512, &full[s.stage]);
     }
     ++s.ks; ++s.pc;
     if (++s.stage == STAGES) { s.stage = 0; s.phase ^= 1; }
@@ -563,10 +578,10 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
 // s_a * s_b, the same FFMAs in the same k order, so the results equal MODE 0's bit for bit
 // as long as the tensor core's k32 partial of an output does not depend on the wgmma N
 // (n128 here, n64 in MODE 0); bench.py reports the bitwise comparison.
-template <int FA, int FB, int SB2D, int NS, int STAGES>
+template <int FA, int FB, int SB2D, int NS, int STAGES, class LAY = MxtLay128<SB2D>>
 MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u8* sgen,
                          mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane) {
-  constexpr int STAGE = MxtLayout<SB2D>::STAGE;
+  constexpr int STAGE = LAY::STAGE;
   constexpr int NQ = 4 * NS;
   const int st0 = stage;
   const int st1 = (stage + 1 == STAGES) ? 0 : stage + 1;
@@ -581,7 +596,7 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
       float* cur = (q & 1) ? tb : ta;
       reg_pin<64>(cur);
       wgmma_fence();
-      wgmma_m64n128k32_inplace<FA, FB>(cur, make_smem_desc_sw128(bb + wg * 8192), make_smem_desc_sw128(bb + 16384));
+      wgmma_m64n128k32_inplace<FA, FB>(cur, make_smem_desc_sw128(bb + wg * LAY::A_WG), make_smem_desc_sw128(bb + LAY::B_OFF));
       wgmma_commit();
     }
     if (q >= 1) {
@@ -589,14 +604,14 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
       const mx_u32 bs = ip < 4 ? b0 : b1;
       if (j == 0) {
         // This stage's A-row scales, kb 0..3 (stage-major: row*4 + kb, 16 bytes per row).
-        sa0 = lds_f32x4(bs + MXT_SA_OFF + 16 * wrow);
-        sa1 = lds_f32x4(bs + MXT_SA_OFF + 16 * (wrow + 8));
+        sa0 = lds_f32x4(bs + LAY::SA_OFF + 16 * wrow);
+        sa1 = lds_f32x4(bs + LAY::SA_OFF + 16 * (wrow + 8));
       }
       const float s0 = j == 0 ? sa0.x : (j == 1 ? sa0.y : (j == 2 ? sa0.z : sa0.w));
       const float s1 = j == 0 ? sa1.x : (j == 1 ? sa1.y : (j == 2 ? sa1.z : sa1.w));
       float4 sb4 = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (SB2D) sb4 = lds_f32x4(bs + MXT_SB_OFF + 16 * j);
-      const float* sBg = reinterpret_cast<const float*>(sgen + (ip < 4 ? st0 : st1) * STAGE + MXT_SB_OFF);
+      if (SB2D) sb4 = lds_f32x4(bs + LAY::SB_OFF + 16 * j);
+      const float* sBg = reinterpret_cast<const float*>(sgen + (ip < 4 ? st0 : st1) * STAGE + LAY::SB_OFF);
       if (q < NQ) wgmma_wait<1>(); else wgmma_wait<0>();
       float* prv = (ip & 1) ? tb : ta;
       reg_pin<64>(prv);
@@ -661,10 +676,10 @@ MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* a
   }
 }
 
-MX_DEV MxtCtx mxt_ctx(const MxGemmParams& p, const int* g_start, const int* g_pre) {
+MX_DEV MxtCtx mxt_ctx(const MxGemmParams& p, const int* g_start, const int* g_pre, int bm = MXT_BM) {
   MxtCtx c;
   c.ntn = (p.N + MXG_BN - 1) / MXG_BN;
-  c.tiles_m = p.batched ? (p.M + MXT_BM - 1) / MXT_BM : g_pre[p.E];
+  c.tiles_m = p.batched ? (p.M + bm - 1) / bm : g_pre[p.E];
   c.total = p.batched ? p.E * c.tiles_m * c.ntn : c.tiles_m * c.ntn;
   c.brows_e = p.batched ? 0 : (int)(p.b_es / p.ldb);
   c.g_start = g_start; c.g_pre = g_pre;
@@ -705,7 +720,7 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
       MxtProd prod;
       prod.t = (int)blockIdx.x - (int)gridDim.x; prod.ks = 0; prod.nst = 0;
       prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
-      prod.stage = 0; prod.phase = 0; prod.pc = 0; prod.nreal = 0;
+      prod.stage = 0; prod.phase = 0; prod.pc = 0; prod.nreal = 0; prod.step = gridDim.x;
       mxt_fill<SB2D, STAGES>(prod, 0x7ffffffe, P, c, sbase, full, empty);
     }
     return;
@@ -804,7 +819,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
       prod.t = (int)blockIdx.x - (int)gridDim.x; prod.ks = 0; prod.nst = 0;
       prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
       prod.stage = 0; prod.phase = 0; prod.pc = 0;
-      prod.nreal = 0;
+      prod.nreal = 0; prod.step = gridDim.x;
       mxt_fill<SB2D, STAGES, NSG == 2>(prod, 0x7ffffffe, P, c, sbase, full, empty);
     }
     return;
@@ -849,6 +864,110 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
     }
   }
 }
+
+// ---- v4 kernel: two independent 64-row rings, one per consumer warpgroup ----
+// Same 384-thread CTA, parameter struct and main loop (mxt_group_v2) as v2u, but the two
+// consumer warpgroups no longer share a stage: warpgroup w owns ring w (MXT4_STAGES stages
+// of MxtLay64: A 64 rows, B 128 columns), fed by its own producer thread (lane 0 of warp
+// 8 + w), and walks its own sequence of 64 x 128 tiles (virtual worker 2 * blockIdx.x + w,
+// stride 2 * gridDim.x). Why: in v2 both warpgroups wait on the same stages and finish
+// their tiles together, so every epilogue and pipeline restart leaves the tensor core
+// idle; decoupled, one warpgroup's epilogue overlaps the other's main loop. Cost: B is
+// loaded once per 64 rows instead of 128 (1.5x the L2 -> shared bytes per FLOP). The A
+// tensor map's box is 128 B x 64 rows (B's stays 128 x 128). Per-output arithmetic is
+// v2's (same wgmma shape, same promotion order), so results are bitwise v2's.
+#ifndef MXT4_STAGES
+#define MXT4_STAGES 4
+#endif
+template <int SB2D> constexpr int mxt4_smem_bytes() { return 2 * MXT4_STAGES * MxtLay64<SB2D>::STAGE + 1024; }
+
+template <int FA, int FB, int SB2D, int OUT_BF16>
+MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
+  typedef MxtLay64<SB2D> LAY;
+  constexpr int ST = MXT4_STAGES;
+  constexpr int RING = ST * LAY::STAGE;
+  const MxGemmParams& p = P.g;
+  extern __shared__ __align__(1024) mx_u8 mxt_smem[];
+  __shared__ __align__(8) mx_u64 full[2 * ST], empty[2 * ST];
+  __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
+
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < 2 * ST; ++s) { mbar_init(&full[s], 1); mbar_init(&empty[s], 4); }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    tma_prefetch_desc(&P.tmA); tma_prefetch_desc(&P.tmB);
+  }
+  if (tid >= 32 && tid < 64) {
+    if (!p.batched) warp_group_tables(p.offs, p.E, LAY::BM, 1, g_start, g_pre);
+    else warp_group_tables(p.offs, p.E, 128, 128, g_start, g_pre);
+  }
+  __syncthreads();
+
+  if (tid >= 256) {
+    // ---- producers: lane 0 of warp 8 fills ring 0, lane 0 of warp 9 ring 1 ----
+    setmaxnreg_dec<MXT_V2_PREG>();
+    if (tid == 256 || tid == 288) {
+      const int ring = (tid - 256) >> 5;
+      const mx_u32 sraw = smem_u32(mxt_smem);
+      const mx_u32 sbase = ((sraw + 1023u) & ~1023u) + ring * RING;
+      const MxtCtx c = mxt_ctx(p, g_start, g_pre, LAY::BM);
+      MxtProd prod;
+      prod.step = 2 * (int)gridDim.x;
+      prod.t = 2 * (int)blockIdx.x + ring - prod.step; prod.ks = 0; prod.nst = 0;
+      prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
+      prod.stage = 0; prod.phase = 0; prod.pc = 0; prod.nreal = 0;
+      mxt_fill<SB2D, ST, 0, LAY>(prod, 0x7ffffffe, P, c, sbase, full + ring * ST, empty + ring * ST);
+    }
+    return;
+  }
+  // ---- consumers: warpgroup wg works ring wg only ----
+  setmaxnreg_inc<(504 - MXT_V2_PREG) / 2>();
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+  const mx_u32 sraw = smem_u32(mxt_smem);
+  const mx_u32 sbase = ((sraw + 1023u) & ~1023u) + wg * RING;
+  const mx_u8* sgen = mxt_smem + (sbase - sraw);
+  const MxtCtx c = mxt_ctx(p, g_start, g_pre, LAY::BM);
+  const int lt = tid & 127;
+  const int warp = lt >> 5, lane = lt & 31;
+  const int wrow = 16 * warp + (lane >> 2);
+  mx_u64* fullr = full + wg * ST;
+  mx_u64* emptyr = empty + wg * ST;
+  int stage = 0; mx_u32 phase = 0;
+  float acc[64], t0[64], t1[64];
+  const int tstep = 2 * (int)gridDim.x;
+  for (int t = 2 * (int)blockIdx.x + wg; t < c.total; t += tstep) {
+    int nst;
+    {
+      const MxgTile T = mxg_decode(p, t, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre);
+      nst = mxt_tile_stages(p, T, g_pre);
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    for (; nst >= 1; --nst)
+      mxt_group_v2<FA, FB, SB2D, 1, ST, LAY>(acc, t0, t1, sbase, sgen, fullr, emptyr, stage, phase, 0, wrow, lane);
+    int te = t;
+    asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
+    const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre);
+    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
+  }
+
+  // ---- grouped mode: zero the padding rows (rows >= offs[E-1]), consumer threads only ----
+  if (!p.batched) {
+    const mx_i64 r_begin = g_start[p.E];
+    const mx_i64 cnt = ((mx_i64)p.M - r_begin) * p.N;
+    for (mx_i64 i = (mx_i64)blockIdx.x * 256 + tid; i < cnt; i += (mx_i64)gridDim.x * 256) {
+      const mx_i64 r = r_begin + i / p.N, c2 = i % p.N;
+      if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c2] = 0;
+      else reinterpret_cast<float*>(p.out)[r * p.ldo + c2] = 0.f;
+    }
+  }
+}
+
+// mx_tgemm_<...>_v4 (see mx_tgemm_v4_impl): launch with 384 threads, mxt4_smem_bytes<SB2D>()
+// bytes of dynamic shared memory and an A tensor map whose box is 128 B x 64 rows.
+#define MXT_INST_V4(NAME, FA, FB, SB2D, OBF) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v4_impl<FA, FB, SB2D, OBF>(p); }
 
 // mx_tgemm_<...>_v2: MODE 4 main loop (see mxt_group_v2 / mx_tgemm_v2_impl). Same launch
 // and parameters as the corresponding mx_tgemm_* kernel.
@@ -919,4 +1038,10 @@ MXT_INST_V3(mx_tgemm_e4m3e4m3_w2d_bf16_v3, 0, 0, 1, 1, 6)
 MXT_INST_V3(mx_tgemm_e4m3e4m3_w2d_f32_v3,  0, 0, 1, 0, 6)
 MXT_INST_V3(mx_tgemm_e4m3e4m3_w1d_bf16_v3, 0, 0, 0, 1, 6)
 MXT_INST_V3(mx_tgemm_e4m3e4m3_w1d_f32_v3,  0, 0, 0, 0, 6)
+#endif
+
+// v4 kernels, opt-in: define MXT_INSTANTIATE_V4 (bench/launch.cu does).
+#ifdef MXT_INSTANTIATE_V4
+MXT_INST_V4(mx_tgemm_e4m3e4m3_w2d_bf16_v4, 0, 0, 1, 1)
+MXT_INST_V4(mx_tgemm_e4m3e4m3_w2d_f32_v4,  0, 0, 1, 0)
 #endif

@@ -338,7 +338,7 @@ def kname(w2d, out_bf16, fa=0, fb=0, bm64=False, family=None):
     f = {0: "e4m3", 1: "e5m2"}
     fam = "mx_gemm" if bm64 else (family or FAMILY)
     n = f"{fam}_{f[fa]}{f[fb]}_{'w2d' if w2d else 'w1d'}_{'bf16' if out_bf16 else 'f32'}"
-    if fam == "mx_tgemm" and fa == 0 and fb == 0:
+    if fam == "mx_tgemm" and fa == 0 and fb == 0 and (w2d or SUFFIX not in W2D_ONLY):
         n += SUFFIX
     return n + ("_bm64" if bm64 else "")
 
@@ -497,8 +497,10 @@ def compare_bitwise(results, sfx, base="", E=7, sizes=(0, 37, 200, 1, 513, 0, 13
         ("wgrad X32x32 f32", (E, N, K), lambda o: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o)),
         ("fwd w2d bf16", (M, N), lambda o: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o)),
     ]
-    strict = base == "_v2" and sfx in ("_v3", "_v2u")
+    strict = (base == "_v2" and sfx in ("_v3", "_v2u")) or (base == "_v2u" and sfx == "_v4")
     for name, shape, fn in cases:
+        if sfx in W2D_ONLY and ("w1d" in name or "1x32" in name):
+            continue
         outs = []
         dt = torch.bfloat16 if name.endswith("bf16") else torch.float32
         for s in (base, sfx):
@@ -637,7 +639,8 @@ def tms(fn, rep_ms):
     return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
 
 
-VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u"]  # experimental tgemm variants checked and timed next to the default (--variants)
+W2D_ONLY = ("_v4",)  # variants built for 32x32 weight scales only (a 1x32 pass under them runs the default kernel)
+VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u", "_v4"]  # experimental tgemm variants checked and timed next to the default (--variants)
 GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
 QUANT_ONLY = False  # --quant-only: quantizer checks and timings only
 FAKEQUANT_ONLY = False  # --fakequant: fake-quant (mx_fakequant_m32_*) check and timings only
@@ -696,8 +699,11 @@ def time_shape(key, rows, rep):
         runs += [
             ("fwd", f"fwd 1x32 x 32x32 [{sfx}]", lambda: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o_fwd)),
             ("dgrad", f"dgrad 1x32 x 32x32 [{sfx}]", lambda: dgrad_call(qdy["qa"], qdy["sa"], WqT, qw["sa"], offs, E, M, N, K, o_dg)),
-            ("wgrad", f"wgrad 1x32 x 1x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)),
         ]
+        if sfx in W2D_ONLY:
+            runs.append(("wgrad", f"wgrad 1x32 x X32x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)))
+            continue
+        runs.append(("wgrad", f"wgrad 1x32 x 1x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)))
         if sfx in ("_v2", "_v3", "_v2u"):
             runs += [
                 ("fwd", f"fwd 1x32 x 1x32 [{sfx}]", lambda: fwd_call(qx["qa"], qx["sa"], qw1["qa"].view(E, N, K), sw1, offs, E, M, N, K, False, o_fwd)),
@@ -705,7 +711,7 @@ def time_shape(key, rows, rep):
             ]
     SUFFIX = ""
     runs.append(("fwd", "fwd 1x32 x 32x32 (repeat, timed last)", runs[0][2]))
-    for v in ("_v2", "_v3", "_v2u"):  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2/v3 last too
+    for v in ("_v2", "_v3", "_v2u", "_v4"):  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2/v3 last too
         if v in VARIANTS:
             runs.append(("fwd", f"fwd 1x32 x 32x32 [{v}] (repeat, timed last)", next(r[2] for r in runs if r[1] == f"fwd 1x32 x 32x32 [{v}]")))
     for base, name, fn in runs:
@@ -804,9 +810,10 @@ def main():
             for sfx in VARIANTS:
                 SUFFIX = sfx
                 check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32)
-                check_gemm_case(results, f"odd-groups{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
+                if sfx not in W2D_ONLY:
+                    check_gemm_case(results, f"odd-groups{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
                 check_gemm_case(results, f"shape-c-like{sfx}", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
-                if sfx in ("_v2", "_v3", "_v2u"):
+                if sfx in ("_v2", "_v3", "_v2u", "_v4"):
                     check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
                     check_gemm_case(results, f"odd-groups-x2d{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
                 if sfx == "_v3":
@@ -821,9 +828,26 @@ def main():
                             check_gemm_case(results, *args, **kw)
                         except Exception as ex:  # keep going (e.g. a tensor map the driver refuses)
                             results.append((f"case {args[0]}", False, f"{type(ex).__name__}: {ex}"))
-                if sfx in ("_v2", "_v3", "_v2u"):
+                if sfx in ("_v2", "_v3", "_v2u", "_v4"):
                     SUFFIX = ""
                     compare_bitwise(results, sfx)
+                if sfx == "_v4":
+                    SUFFIX = sfx
+                    # 64-row tiles: expert sizes around 64, a tile ending mid-expert, tiny K
+                    for args, kw in (((f"rows64{sfx}", 5, [64, 65, 63, 0, 1], 256, 136, torch.float32), dict(pad_rows=3)),
+                                     ((f"tiny-k32{sfx}", 4, [1, 0, 3, 130], 32, 64, torch.bfloat16), dict(pad_rows=5))):
+                        try:
+                            check_gemm_case(results, *args, **kw)
+                        except Exception as ex:
+                            results.append((f"case {args[0]}", False, f"{type(ex).__name__}: {ex}"))
+                    base4 = "_v2u" if "_v2u" in VARIANTS else ""
+                    for kw in (dict(), dict(E=5, sizes=(129, 0, 300, 64, 31), K=304, N=272, pad_rows=7),
+                               dict(E=4, sizes=(1, 0, 3, 130), K=128, N=96, pad_rows=5)):
+                        SUFFIX = ""
+                        try:
+                            compare_bitwise(results, sfx, base=base4, **kw)
+                        except Exception as ex:
+                            results.append((f"bitwise {sfx} vs {base4} {kw}", False, f"{type(ex).__name__}: {ex}"))
                 if sfx in ("_v3", "_v2u") and "_v2" in VARIANTS:
                     for kw in (dict(), dict(E=5, sizes=(129, 0, 300, 64, 31), K=304, N=272, pad_rows=7),
                                dict(E=4, sizes=(1, 0, 3, 130), K=128, N=96, pad_rows=5),
@@ -859,12 +883,12 @@ def main():
         for k, n, base in pairs:
             if (k, base) in byname:
                 print(f"{k} | {n} | {byname[(k, base)] / byname[(k, n)]:.3f}")
-    for other in ("_v3", "_v2u"):
-        if "_v2" in VARIANTS and other in VARIANTS:
-            print(f"\nshape | pass | v2 µs / {other[1:]} µs (> 1 = {other[1:]} faster)")
+    for ref, other in (("_v2", "_v3"), ("_v2", "_v2u"), ("_v2u", "_v4")):
+        if ref in VARIANTS and other in VARIANTS:
+            print(f"\nshape | pass | {ref[1:]} µs / {other[1:]} µs (> 1 = {other[1:]} faster)")
             for k, n, *_ in rows:
-                if f" [{other}]" in n and (k, n.replace(f"[{other}]", "[_v2]")) in byname:
-                    print(f"{k} | {n.replace(f' [{other}]', '')} | {byname[(k, n.replace(f'[{other}]', '[_v2]'))] / byname[(k, n)]:.3f}")
+                if f" [{other}]" in n and (k, n.replace(f"[{other}]", f"[{ref}]")) in byname:
+                    print(f"{k} | {n.replace(f' [{other}]', '')} | {byname[(k, n.replace(f'[{other}]', f'[{ref}]'))] / byname[(k, n)]:.3f}")
     sys.stdout.flush()
 
 

@@ -8,6 +8,7 @@
 #include "../mx_quantize.cu"
 #define MXT_INSTANTIATE_V2   // v2 (run 8): mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v2
 #define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
+#define MXT_INSTANTIATE_V4   // v4: two independent 64-row rings: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v4
 #include "../mx_grouped_gemm.cu"
 #include "../mx_dequantize.cu"  // mx_dequantize: reference for the fake-quant check
 // Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
@@ -135,7 +136,8 @@ typedef CUresult (*EncodeFn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void
                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 static EncodeFn g_encode = nullptr;
 
-static int encode_2d(MxTmap* out, const void* ptr, unsigned long long inner, unsigned long long rows, unsigned long long ld) {
+static int encode_2d(MxTmap* out, const void* ptr, unsigned long long inner, unsigned long long rows, unsigned long long ld,
+                     unsigned box_rows = 128) {
   if (!g_encode) {
     cudaDriverEntryPointQueryResult q;
     void* fn = nullptr;
@@ -144,7 +146,7 @@ static int encode_2d(MxTmap* out, const void* ptr, unsigned long long inner, uns
   }
   cuuint64_t dims[2] = {inner, rows > 0 ? rows : 1};
   cuuint64_t strides[1] = {ld};
-  cuuint32_t box[2] = {128, 128};
+  cuuint32_t box[2] = {128, box_rows};
   cuuint32_t es[2] = {1, 1};
   CUresult r = g_encode(reinterpret_cast<CUtensorMap*>(out), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box, es,
                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -153,7 +155,7 @@ static int encode_2d(MxTmap* out, const void* ptr, unsigned long long inner, uns
 }
 
 typedef void (*TGemmK)(const MxGemmTmaParams);
-struct TVariant { const char* name; TGemmK k; int sb2d; int stages; };
+struct TVariant { const char* name; TGemmK k; int sb2d; int stages; int abox = 128; };  // abox: A box rows (v4: 64)
 static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_bf16", mx_tgemm_e4m3e4m3_w2d_bf16, 1, 6},
   {"mx_tgemm_e4m3e4m3_w2d_f32",  mx_tgemm_e4m3e4m3_w2d_f32,  1, 6},
@@ -182,6 +184,8 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_f32_v3",  mx_tgemm_e4m3e4m3_w2d_f32_v3,  1, 6},
   {"mx_tgemm_e4m3e4m3_w1d_bf16_v3", mx_tgemm_e4m3e4m3_w1d_bf16_v3, 0, 6},
   {"mx_tgemm_e4m3e4m3_w1d_f32_v3",  mx_tgemm_e4m3e4m3_w1d_f32_v3,  0, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v4", mx_tgemm_e4m3e4m3_w2d_bf16_v4, 1, MXT4_STAGES, 64},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v4",  mx_tgemm_e4m3e4m3_w2d_f32_v4,  1, MXT4_STAGES, 64},
 };
 
 extern "C" int mx_tgemm_smem(int sb2d, int stages) {
@@ -197,14 +201,14 @@ extern "C" int mx_launch_tgemm(const char* name, const MxGemmParams* p, int grid
     int rc;
     if (!p->batched) {
       long long brows = p->E * (p->b_es / p->ldb);
-      rc = encode_2d(&P.tmA, p->A, (unsigned long long)p->K, (unsigned long long)p->M, (unsigned long long)p->lda);
+      rc = encode_2d(&P.tmA, p->A, (unsigned long long)p->K, (unsigned long long)p->M, (unsigned long long)p->lda, v.abox);
       if (!rc) rc = encode_2d(&P.tmB, p->B, (unsigned long long)p->K, (unsigned long long)brows, (unsigned long long)p->ldb);
     } else {
-      rc = encode_2d(&P.tmA, p->A, (unsigned long long)p->lda, (unsigned long long)p->M, (unsigned long long)p->lda);
+      rc = encode_2d(&P.tmA, p->A, (unsigned long long)p->lda, (unsigned long long)p->M, (unsigned long long)p->lda, v.abox);
       if (!rc) rc = encode_2d(&P.tmB, p->B, (unsigned long long)p->ldb, (unsigned long long)p->N, (unsigned long long)p->ldb);
     }
     if (rc) return rc;
-    int smem = mx_tgemm_smem(v.sb2d, v.stages);
+    int smem = v.abox == 64 ? (v.sb2d ? mxt4_smem_bytes<1>() : mxt4_smem_bytes<0>()) : mx_tgemm_smem(v.sb2d, v.stages);
     static bool done[sizeof(g_tvariants) / sizeof(g_tvariants[0])] = {false};
     int idx = (int)(&v - g_tvariants);
     if (!done[idx]) {
