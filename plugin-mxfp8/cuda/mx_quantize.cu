@@ -512,51 +512,7 @@ MX_DEV void mxq_loop(const MxQuantParams& p, MxqSmem& s, int nt, int flags) {
   }
 }
 
-// ROWS only, loads issued two tiles ahead (PFD = 2): twice the bytes in flight per thread
-// of mxq_loop's one-tile prefetch (bf16: 64 instead of 32 bytes), for the memory-bound 1x32
-// path; same tiles, same mxq_process, so the same output bytes.
 template <int IN_BF16, int FMT>
-MX_DEV void mxq_loop_rows_pf2(const MxQuantParams& p, MxqSmem& s, int nt, int flags) {
-  constexpr int NCH = MxqG<IN_BF16>::NCH;
-  const int t = threadIdx.x;
-  const int c0 = blockIdx.x * 128;
-  const int b = blockIdx.z;
-  const int gy = (int)gridDim.y;
-  int ty = blockIdx.y;
-  const int r = 4 * (t >> 5) + ((t & 31) >> 3), j = t & 7;
-  const void* base = IN_BF16 ? (const void*)(reinterpret_cast<const mx_u16*>(p.in) + b * p.in_bs)
-                             : (const void*)(reinterpret_cast<const float*>(p.in) + b * p.in_bs);
-  MxqTile tl = mxq_map_tile(p, s, ty), tl1 = tl;
-  mx_u32 cur[NCH][4], nx1[NCH][4];
-  mxq_load<IN_BF16>(p, base, tl, c0, r, j, cur);
-  if (ty + gy < nt) {
-    tl1 = mxq_map_tile(p, s, ty + gy);
-    mxq_load<IN_BF16>(p, base, tl1, c0, r, j, nx1);
-  }
-  while (true) {
-    const int fty = ty + 2 * gy;
-    MxqTile ftl = tl1;
-    mx_u32 nx2[NCH][4];
-    if (fty < nt) {
-      ftl = mxq_map_tile(p, s, fty);
-      mxq_load<IN_BF16>(p, base, ftl, c0, r, j, nx2);
-    }
-    mxq_process<IN_BF16, FMT, MXQ_ROWS>(p, s, tl, c0, b, 0, flags, cur);
-    if (ty + gy >= nt) break;
-    ty += gy;
-    tl = tl1; tl1 = ftl;
-#pragma unroll
-    for (int k = 0; k < NCH; ++k)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) { cur[k][i] = nx1[k][i]; nx1[k][i] = nx2[k][i]; }
-  }
-}
-
-#ifndef MXQ_ROWS_PFD
-#define MXQ_ROWS_PFD 1   // prefetch depth of the 1x32 rows path (2: mxq_loop_rows_pf2)
-#endif
-
-template <int IN_BF16, int FMT, int PFD = MXQ_ROWS_PFD>
 MX_DEV void mx_quant_tile(const MxQuantParams& p) {
   __shared__ MxqSmem s;
   if (p.offs != nullptr) {
@@ -570,8 +526,7 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
   const bool cols = (flags & MXQ_COLS) && !(flags & MXQ_TILE_T);  // with TILE_T, COLS is ignored (as before)
   const bool two = cols && (flags & MXQ_TILE);                      // TILE | COLS: two passes
   if ((flags & ~MXQ_ROWS) == 0) {
-    if (PFD == 2) mxq_loop_rows_pf2<IN_BF16, FMT>(p, s, nt, flags);                 // 1x32 rows
-    else mxq_loop<IN_BF16, FMT, MXQ_ROWS>(p, s, nt, flags);
+    mxq_loop<IN_BF16, FMT, MXQ_ROWS>(p, s, nt, flags);                             // 1x32 rows
   } else {
     if (!cols || two) mxq_loop<IN_BF16, FMT, MXQ_ROWS | MXQ_TILE | MXQ_TILE_T>(p, s, nt, flags);  // 32x32 (+T)
     if (cols) mxq_loop<IN_BF16, FMT, MXQ_ROWS | MXQ_COLS>(p, s, nt, two ? MXQ_COLS : flags);     // (rows +) cols
@@ -591,16 +546,6 @@ MXQ_INST(mx_quantize_f32_e4m3, 0, 0)
 MXQ_INST(mx_quantize_bf16_e4m3, 1, 0)
 MXQ_INST(mx_quantize_f32_e5m2, 0, 1)
 MXQ_INST(mx_quantize_bf16_e5m2, 1, 1)
-
-// Rows prefetch depth 2 (mxq_loop_rows_pf2), opt-in for A/B timing: define MXQ_INSTANTIATE_PF2.
-#ifdef MXQ_INSTANTIATE_PF2
-#define MXQ_INST_PF2(NAME, BF, F) \
-  extern "C" __global__ void __launch_bounds__(256, (BF) ? 4 : 3) NAME(const MxQuantParams p) { mx_quant_tile<BF, F, 2>(p); }
-MXQ_INST_PF2(mx_quantize_f32_e4m3_pf2, 0, 0)
-MXQ_INST_PF2(mx_quantize_bf16_e4m3_pf2, 1, 0)
-MXQ_INST_PF2(mx_quantize_f32_e5m2_pf2, 0, 1)
-MXQ_INST_PF2(mx_quantize_bf16_e5m2_pf2, 1, 1)
-#endif
 
 #ifdef MXQ_INSTANTIATE_LEGACY
 // The run-7 kernel (one tile per CTA, f32 tile in shared memory), for A/B timing and

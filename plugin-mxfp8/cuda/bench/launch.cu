@@ -5,7 +5,6 @@
 #include <cuda.h>
 #include <cstring>
 #define MXQ_INSTANTIATE_LEGACY  // run-7 quantizer, mx_quantize_*_legacy (A/B timing only)
-#define MXQ_INSTANTIATE_PF2     // rows prefetch depth 2, mx_quantize_*_pf2 (A/B timing only)
 #include "../mx_quantize.cu"
 #define MXT_INSTANTIATE_V2   // v2 (run 8): mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v2
 #define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
@@ -45,8 +44,7 @@ extern "C" int mx_quant_grid_y(int tiles, int gx, int gz, int sms) {
   return (int)(gy < 1 ? 1 : gy);
 }
 
-// variant 0: current kernels, 1: run-7 kernels (mx_quantize_*_legacy; always grid y = tiles),
-// 2: rows prefetch depth 2 (mx_quantize_*_pf2).
+// variant 0: current kernels, 1: run-7 kernels (mx_quantize_*_legacy; always grid y = tiles).
 // tpc 0: host rule above; tpc > 0: grid y = ceil(tiles / tpc); tpc < 0: grid y = 1.
 extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz,
                                     int tpc, void* stream) {
@@ -54,9 +52,6 @@ extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQ
   if (variant == 1)
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2_legacy : mx_quantize_bf16_e4m3_legacy)
                 : (fmt ? mx_quantize_f32_e5m2_legacy : mx_quantize_f32_e4m3_legacy);
-  else if (variant == 2)
-    k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2_pf2 : mx_quantize_bf16_e4m3_pf2)
-                : (fmt ? mx_quantize_f32_e5m2_pf2 : mx_quantize_f32_e4m3_pf2);
   else
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2 : mx_quantize_bf16_e4m3)
                 : (fmt ? mx_quantize_f32_e5m2 : mx_quantize_f32_e4m3);
