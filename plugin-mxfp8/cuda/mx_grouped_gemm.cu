@@ -578,7 +578,16 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
 // s_a * s_b, the same FFMAs in the same k order, so the results equal MODE 0's bit for bit
 // as long as the tensor core's k32 partial of an output does not depend on the wgmma N
 // (n128 here, n64 in MODE 0); bench.py reports the bitwise comparison.
-template <int FA, int FB, int SB2D, int NS, int STAGES, class LAY = MxtLay128<SB2D>>
+// DINC = 1: each operand's wgmma descriptor is built once per stage and stepped by adding
+// 2 (= 32 bytes >> 4) to its 32-bit address word per k32 step, instead of being rebuilt
+// from the byte address (mask, shift, or) before every wgmma: the same descriptors (a
+// stage lies below 2^18 bytes, so the 14-bit address field never carries), one uniform
+// add per operand and step instead of ~5 dependent uniform ops (ncu run 16: "wait"
+// stalls on that chain just before each QGMMA).
+MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
+MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
+
+template <int FA, int FB, int SB2D, int NS, int STAGES, class LAY = MxtLay128<SB2D>, int DINC = 0>
 MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u8* sgen,
                          mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane) {
   constexpr int STAGE = LAY::STAGE;
@@ -588,6 +597,11 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
   mbar_wait(&full[st0], phase);
   if (NS == 2) mbar_wait(&full[st1], st1 == 0 ? (phase ^ 1) : phase);
   const mx_u32 b0 = sbase + st0 * STAGE, b1 = sbase + st1 * STAGE;
+  mx_u32 dA0 = 0, dB0 = 0, dA1 = 0, dB1 = 0;
+  if (DINC) {
+    dA0 = mxt_desc_lo(b0 + wg * LAY::A_WG); dB0 = mxt_desc_lo(b0 + LAY::B_OFF);
+    if (NS == 2) { dA1 = mxt_desc_lo(b1 + wg * LAY::A_WG); dB1 = mxt_desc_lo(b1 + LAY::B_OFF); }
+  }
   float4 sa0 = make_float4(0.f, 0.f, 0.f, 0.f), sa1 = sa0;
 #pragma unroll
   for (int q = 0; q < NQ + 1; ++q) {
@@ -596,7 +610,11 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
       float* cur = (q & 1) ? tb : ta;
       reg_pin<64>(cur);
       wgmma_fence();
-      wgmma_m64n128k32_inplace<FA, FB>(cur, make_smem_desc_sw128(bb + wg * LAY::A_WG), make_smem_desc_sw128(bb + LAY::B_OFF));
+      if (DINC)
+        wgmma_m64n128k32_inplace<FA, FB>(cur, mxt_desc_from_lo((q < 4 ? dA0 : dA1) + 2 * (q & 3)),
+                                         mxt_desc_from_lo((q < 4 ? dB0 : dB1) + 2 * (q & 3)));
+      else
+        wgmma_m64n128k32_inplace<FA, FB>(cur, make_smem_desc_sw128(bb + wg * LAY::A_WG), make_smem_desc_sw128(bb + LAY::B_OFF));
       wgmma_commit();
     }
     if (q >= 1) {
@@ -785,6 +803,7 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
 #endif                   // (pool: 168 x 384 = 504 x 128; 24 -> 240 spills in the producer)
 // NSG = stages per straight-line group: 1 = v2; 2 = v3 (8 k32 steps per group, tiles padded
 // to an even stage count with a zero stage by the producer, see mxt_fill PAD2).
+// UWG = 2: as 1, plus wgmma descriptors stepped per k32 step (mxt_group_v2 DINC = 1).
 // UWG = 1: the warpgroup index is broadcast with a shuffle so the compiler knows it is
 // warp-uniform and builds the A-operand wgmma descriptor in the uniform datapath (no
 // per-step LEA/SHF/LOP3 + R2UR right before each QGMMA; ncu run 9: 11 % of stall samples
@@ -846,7 +865,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
     if (NSG == 2) nst = (nst + 1) & ~1;   // the producer appends a zero stage to odd tiles
     for (; nst >= NSG; nst -= NSG)
-      mxt_group_v2<FA, FB, SB2D, NSG, STAGES>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+      mxt_group_v2<FA, FB, SB2D, NSG, STAGES, MxtLay128<SB2D>, UWG == 2>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
     int te = t;
     asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
     const MxgTile T = mxg_decode(p, te, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
@@ -981,6 +1000,10 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, 1>(p); }
 
+#define MXT_INST_V2D(NAME, FA, FB, SB2D, OBF, ST) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, 2>(p); }
+
 #define MXT_INST_V3(NAME, FA, FB, SB2D, OBF, ST) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 2>(p); }
@@ -1030,6 +1053,10 @@ MXT_INST_V2U(mx_tgemm_e4m3e4m3_w2d_bf16_v2u, 0, 0, 1, 1, 6)
 MXT_INST_V2U(mx_tgemm_e4m3e4m3_w2d_f32_v2u,  0, 0, 1, 0, 6)
 MXT_INST_V2U(mx_tgemm_e4m3e4m3_w1d_bf16_v2u, 0, 0, 0, 1, 6)
 MXT_INST_V2U(mx_tgemm_e4m3e4m3_w1d_f32_v2u,  0, 0, 0, 0, 6)
+MXT_INST_V2D(mx_tgemm_e4m3e4m3_w2d_bf16_v2d, 0, 0, 1, 1, 6)
+MXT_INST_V2D(mx_tgemm_e4m3e4m3_w2d_f32_v2d,  0, 0, 1, 0, 6)
+MXT_INST_V2D(mx_tgemm_e4m3e4m3_w1d_bf16_v2d, 0, 0, 0, 1, 6)
+MXT_INST_V2D(mx_tgemm_e4m3e4m3_w1d_f32_v2d,  0, 0, 0, 0, 6)
 #endif
 
 // v3 kernels, opt-in: define MXT_INSTANTIATE_V3 (bench/launch.cu does).
