@@ -694,6 +694,21 @@ MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* a
   }
 }
 
+// Grouped mode: zero the output's padding rows (rows >= offs[E-1]); called by the 256
+// consumer threads of the TMA kernels after their last tile (never by the producer, whose
+// registers are too few).
+template <int OUT_BF16>
+MX_DEV void mxt_zero_padding_rows(const MxGemmParams& p, const int* g_start, int tid) {
+  if (p.batched) return;
+  const mx_i64 r_begin = g_start[p.E];
+  const mx_i64 cnt = ((mx_i64)p.M - r_begin) * p.N;
+  for (mx_i64 i = (mx_i64)blockIdx.x * 256 + tid; i < cnt; i += (mx_i64)gridDim.x * 256) {
+    const mx_i64 r = r_begin + i / p.N, c2 = i % p.N;
+    if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c2] = 0;
+    else reinterpret_cast<float*>(p.out)[r * p.ldo + c2] = 0.f;
+  }
+}
+
 MX_DEV MxtCtx mxt_ctx(const MxGemmParams& p, const int* g_start, const int* g_pre, int bm = MXT_BM) {
   MxtCtx c;
   c.ntn = (p.N + MXG_BN - 1) / MXG_BN;
@@ -773,16 +788,7 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
     mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
   }
 
-  // ---- grouped mode: zero the padding rows (rows >= offs[E-1]), consumer threads only ----
-  if (!p.batched) {
-    const mx_i64 r_begin = g_start[p.E];
-    const mx_i64 cnt = ((mx_i64)p.M - r_begin) * p.N;
-    for (mx_i64 i = (mx_i64)blockIdx.x * 256 + tid; i < cnt; i += (mx_i64)gridDim.x * 256) {
-      const mx_i64 r = r_begin + i / p.N, c2 = i % p.N;
-      if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c2] = 0;
-      else reinterpret_cast<float*>(p.out)[r * p.ldo + c2] = 0.f;
-    }
-  }
+  mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
 }
 
 // ---- v2 kernel (run 8) ----
@@ -872,16 +878,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
     mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
   }
 
-  // ---- grouped mode: zero the padding rows (rows >= offs[E-1]), consumer threads only ----
-  if (!p.batched) {
-    const mx_i64 r_begin = g_start[p.E];
-    const mx_i64 cnt = ((mx_i64)p.M - r_begin) * p.N;
-    for (mx_i64 i = (mx_i64)blockIdx.x * 256 + tid; i < cnt; i += (mx_i64)gridDim.x * 256) {
-      const mx_i64 r = r_begin + i / p.N, c2 = i % p.N;
-      if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c2] = 0;
-      else reinterpret_cast<float*>(p.out)[r * p.ldo + c2] = 0.f;
-    }
-  }
+  mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
 }
 
 // ---- v4 kernel: two independent 64-row rings, one per consumer warpgroup ----
@@ -970,16 +967,7 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
     mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
   }
 
-  // ---- grouped mode: zero the padding rows (rows >= offs[E-1]), consumer threads only ----
-  if (!p.batched) {
-    const mx_i64 r_begin = g_start[p.E];
-    const mx_i64 cnt = ((mx_i64)p.M - r_begin) * p.N;
-    for (mx_i64 i = (mx_i64)blockIdx.x * 256 + tid; i < cnt; i += (mx_i64)gridDim.x * 256) {
-      const mx_i64 r = r_begin + i / p.N, c2 = i % p.N;
-      if (OUT_BF16) reinterpret_cast<mx_u16*>(p.out)[r * p.ldo + c2] = 0;
-      else reinterpret_cast<float*>(p.out)[r * p.ldo + c2] = 0.f;
-    }
-  }
+  mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
 }
 
 // mx_tgemm_<...>_v4 (see mx_tgemm_v4_impl): launch with 384 threads, mxt4_smem_bytes<SB2D>()
