@@ -99,29 +99,6 @@ template <int IN_BF16> struct MxqG {
   static constexpr int QW = CW / 4;            // output words per chunk
 };
 
-// mx_scale_byte without the IEEE division: rceil's v = amax / elem_max is replaced by
-// amax * RN(1 / elem_max) (0x3B124925 for 448, 0x37924925 for 57344). Checked exhaustively
-// on the CPU (IEEE binary32, no flush): for every finite amax (0 .. 0x7F7FFFFF) both give
-// the same scale byte for both formats. The division's slow-path call cost ~60 registers.
-template <int FMT> MX_DEV mx_u32 mxq_scale_byte(mx_u32 amax_bits, int mode) {
-  if (amax_bits >= 0x7F800000u) return 0xFFu;
-  if (mode == MX_MODE_FLOOR) {
-    int e = (int)(amax_bits >> 23) - MxFmt<FMT>::emax;
-    return (mx_u32)(e < 0 ? 0 : e);
-  }
-  if (mode == MX_MODE_EVEN) {
-    mx_u32 r = (amax_bits + (1u << (23 - MxFmt<FMT>::mbits - 1))) & 0x7F800000u;
-    int e = (int)(r >> 23) - MxFmt<FMT>::emax;
-    return (mx_u32)(e < 1 ? 1 : e);
-  }
-  const float rcp = __int_as_float(FMT == 0 ? 0x3B124925 : 0x37924925);
-  mx_u32 vb = (mx_u32)__float_as_int(__fmul_rn(__int_as_float((int)amax_bits), rcp));
-  if (vb == 0) return 0;
-  mx_u32 E = vb >> 23, M = vb & 0x7FFFFFu;
-  if (M > 0 && E != 0xFEu && !(E == 0 && M <= 0x400000u)) E += 1;
-  return E;
-}
-
 struct MxqTile { int src0, nvalid, p0; bool cols_ok; };
 
 struct MxqSmem {
@@ -295,7 +272,7 @@ MX_DEV void mxq_process(const MxQuantParams& p, MxqSmem& s, const MxqTile& tl, i
     v = max(v, __shfl_xor_sync(0xffffffffu, v, 1));
     v = max(v, __shfl_xor_sync(0xffffffffu, v, 2));
     v = max(v, __shfl_xor_sync(0xffffffffu, v, 4));
-    const mx_u32 vsb = mxq_scale_byte<FMT>(v, p.mode);  // lane 8b: scale byte of block b
+    const mx_u32 vsb = mx_scale_byte<FMT, true>(v, p.mode);  // lane 8b: scale byte of block b
 #pragma unroll
     for (int k = 0; k < NCH; ++k) tb[k] = __shfl_sync(0xffffffffu, vsb, 8 * (IN_BF16 ? 2 * k + (j >> 2) : k));
     tsb4 = __shfl_sync(0xffffffffu, vsb, 8 * (lane & 3));  // lanes 0..3: blocks 0..3
@@ -317,7 +294,7 @@ MX_DEV void mxq_process(const MxQuantParams& p, MxqSmem& s, const MxqTile& tl, i
     mx_u32 q[NCH][QW];
 #pragma unroll
     for (int k = 0; k < NCH; ++k) {
-      sbk[k] = (flags & MXQ_TILE) ? tb[k] : mxq_scale_byte<FMT>(am[k], p.mode);
+      sbk[k] = (flags & MXQ_TILE) ? tb[k] : mx_scale_byte<FMT, true>(am[k], p.mode);
       mxq_quant_chunk<IN_BF16, FMT>(raw[k], sbk[k], q[k]);
 #pragma unroll
       for (int i = 0; i < QW; ++i) qtile[k][i] = q[k][i];
@@ -403,7 +380,7 @@ MX_DEV void mxq_process(const MxQuantParams& p, MxqSmem& s, const MxqTile& tl, i
         mx_u32 m = 0;
 #pragma unroll
         for (int ww = 0; ww < 8; ++ww) m = max(m, s.colmax[ww][t]);
-        const mx_u32 sb = mxq_scale_byte<FMT>(m, p.mode);
+        const mx_u32 sb = mx_scale_byte<FMT, true>(m, p.mode);
         s.csb[t] = (mx_u8)sb;
         const int gcol = c0 + t;
         if (gcol < C && p.st != nullptr) p.st[b * p.st_bs + (mx_i64)gcol * p.ldst + (tl.p0 >> 5)] = (mx_u8)sb;
@@ -873,7 +850,7 @@ MX_DEV void mx_fakequant_m32(const MxFakeQuantParams& p) {
       }
       am = max(b0 ? g[1] : g[0], __shfl_xor_sync(0xffffffffu, b0 ? g[0] : g[1], 4));
     }
-    const mx_u32 sb = mxq_scale_byte<FMT>(am, p.mode);  // column 8cg + rg's scale byte
+    const mx_u32 sb = mx_scale_byte<FMT, true>(am, p.mode);  // column 8cg + rg's scale byte
     // ---- all-gather of the 8 scale bytes of this lane's columns ----
     const mx_u32 x = __shfl_xor_sync(0xffffffffu, sb, 4);
     const mx_u32 pr = b0 ? (x | (sb << 8)) : (sb | (x << 8));
