@@ -719,6 +719,64 @@ MX_DEV MxtCtx mxt_ctx(const MxGemmParams& p, const int* g_start, const int* g_pr
   return c;
 }
 
+// ---- pieces shared by the TMA kernels (MODE 0-3, v2/v2u/v3, v4) ----
+// 1024-aligned base of the dynamic shared memory (TMA SWIZZLE_128B needs it).
+MX_DEV mx_u32 mxt_smem_base(const mx_u8* smem) { return (smem_u32(smem) + 1023u) & ~1023u; }
+
+// Barrier init (full: 1 arrival, the producer's expect-tx; empty: one per consumer warp
+// that reads the stage), tensor-map prefetch and the expert tables for BM-row tiles.
+MX_DEV void mxt_setup(const MxGemmTmaParams& P, mx_u64* full, mx_u64* empty, int nbar, int empty_arrivals,
+                      int bm, int* g_start, int* g_pre) {
+  const MxGemmParams& p = P.g;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < nbar; ++s) { mbar_init(&full[s], 1); mbar_init(&empty[s], empty_arrivals); }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    tma_prefetch_desc(&P.tmA); tma_prefetch_desc(&P.tmB);
+  }
+  if (tid >= 32 && tid < 64) {
+    if (!p.batched) warp_group_tables(p.offs, p.E, bm, 1, g_start, g_pre);
+    else warp_group_tables(p.offs, p.E, 128, 128, g_start, g_pre);
+  }
+  __syncthreads();
+}
+
+// One producer thread: fills the STAGES-stage ring at sbase for the tiles first,
+// first + step, ... of this CTA's sequence until the sequence ends.
+template <int SB2D, int STAGES, int PAD2, class LAY>
+MX_DEV void mxt_produce(const MxGemmTmaParams& P, const int* g_start, const int* g_pre, mx_u32 sbase,
+                        int first, int step, mx_u64* full, mx_u64* empty) {
+  const MxtCtx c = mxt_ctx(P.g, g_start, g_pre, LAY::BM);
+  MxtProd prod;
+  prod.step = step;
+  prod.t = first - step; prod.ks = 0; prod.nst = 0;
+  prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
+  prod.stage = 0; prod.phase = 0; prod.pc = 0; prod.nreal = 0;
+  mxt_fill<SB2D, STAGES, PAD2, LAY>(prod, 0x7ffffffe, P, c, sbase, full, empty);
+}
+
+// The consumers' tile loop: for each tile of the sequence, zero acc, run_groups(nst) (the
+// main loop over the tile's nst stages), then the epilogue. The tile is decoded again after
+// the main loop so that nothing of it is live across it (register fit, see mx_tgemm_impl).
+template <int OUT_BF16, class RunGroups>
+MX_DEV void mxt_consume(const MxGemmParams& p, const MxtCtx& c, const int* g_start, const int* g_pre, int bm,
+                        int first, int step, float* acc, int wrow, int lane, RunGroups run_groups) {
+  for (int t = first; t < c.total; t += step) {
+    int nst;
+    {
+      const MxgTile T = mxg_decode(p, t, bm, c.ntn, c.tiles_m, g_start, g_pre);
+      nst = mxt_tile_stages(p, T, g_pre);
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    run_groups(nst);
+    int te = t;
+    asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
+    const MxgTile T = mxg_decode(p, te, bm, c.ntn, c.tiles_m, g_start, g_pre);
+    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
+  }
+}
+
 // MODE 0/1/3 kernels (the default mx_tgemm_*). Register fit: like v2, everything a role
 // needs is computed inside its branch after setmaxnreg and the padding rows are zeroed by
 // the consumers only; before (tile context and tid computed ahead of the role split, live
@@ -732,37 +790,19 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
 
   const int tid = threadIdx.x;
-  if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) { mbar_init(&full[s], 1); mbar_init(&empty[s], 8); }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    tma_prefetch_desc(&P.tmA); tma_prefetch_desc(&P.tmB);
-  }
-  if (tid >= 32 && tid < 64) {
-    if (!p.batched) warp_group_tables(p.offs, p.E, MXT_BM, 1, g_start, g_pre);
-    else warp_group_tables(p.offs, p.E, 128, 128, g_start, g_pre);
-  }
-  __syncthreads();
+  mxt_setup(P, full, empty, STAGES, 8, MXT_BM, g_start, g_pre);
 
   if (tid >= 256) {
     // ---- producer warpgroup: one thread issues every TMA / bulk copy ----
     setmaxnreg_dec<MODE == 2 ? 24 : 40>();
-    if (tid == 256) {
-      const mx_u32 sraw = smem_u32(mxt_smem);
-      const mx_u32 sbase = (sraw + 1023u) & ~1023u;
-      const MxtCtx c = mxt_ctx(p, g_start, g_pre);
-      MxtProd prod;
-      prod.t = (int)blockIdx.x - (int)gridDim.x; prod.ks = 0; prod.nst = 0;
-      prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
-      prod.stage = 0; prod.phase = 0; prod.pc = 0; prod.nreal = 0; prod.step = gridDim.x;
-      mxt_fill<SB2D, STAGES>(prod, 0x7ffffffe, P, c, sbase, full, empty);
-    }
+    if (tid == 256)
+      mxt_produce<SB2D, STAGES, 0, MxtLay128<SB2D>>(P, g_start, g_pre, mxt_smem_base(mxt_smem), blockIdx.x, gridDim.x, full, empty);
     return;
   }
   // ---- consumers ----
   setmaxnreg_inc<MODE == 2 ? 240 : 232>();
-  const mx_u32 sraw = smem_u32(mxt_smem);
-  const mx_u32 sbase = (sraw + 1023u) & ~1023u;           // TMA SWIZZLE_128B needs 1024-B alignment
-  const mx_u8* sgen = mxt_smem + (sbase - sraw);
+  const mx_u32 sbase = mxt_smem_base(mxt_smem);
+  const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
   const MxtCtx c = mxt_ctx(p, g_start, g_pre);
   const int wg = tid >> 7;
   const int lt = tid & 127;
@@ -770,23 +810,12 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   const int wrow = 64 * wg + 16 * warp + (lane >> 2);
   int stage = 0; mx_u32 phase = 0;
   float acc[64], t0[MODE >= 2 ? 64 : 32], t1[MODE == 3 ? 1 : (MODE == 2 ? 64 : 32)], t2[MODE == 1 ? 32 : 1];
-  for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
-    int nst;
-    {
-      const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
-      nst = mxt_tile_stages(p, T, g_pre);
-    }
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  mxt_consume<OUT_BF16>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst) {
     for (; nst >= 2; nst -= 2)
       mxt_group<FA, FB, SB2D, 2, STAGES, MODE>(acc, t0, t1, t2, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
     if (nst == 1)
       mxt_group<FA, FB, SB2D, 1, STAGES, MODE>(acc, t0, t1, t2, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
-    int te = t;
-    asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
-    const MxgTile T = mxg_decode(p, te, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
-    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
-  }
+  });
 
   mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
 }
@@ -822,38 +851,19 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
   __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
 
   const int tid = threadIdx.x;
-  if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) { mbar_init(&full[s], 1); mbar_init(&empty[s], 8); }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    tma_prefetch_desc(&P.tmA); tma_prefetch_desc(&P.tmB);
-  }
-  if (tid >= 32 && tid < 64) {
-    if (!p.batched) warp_group_tables(p.offs, p.E, MXT_BM, 1, g_start, g_pre);
-    else warp_group_tables(p.offs, p.E, 128, 128, g_start, g_pre);
-  }
-  __syncthreads();
+  mxt_setup(P, full, empty, STAGES, 8, MXT_BM, g_start, g_pre);
 
   if (tid >= 256) {
     // ---- producer warpgroup: one thread issues every TMA / bulk copy ----
     setmaxnreg_dec<MXT_V2_PREG>();
-    if (tid == 256) {
-      const mx_u32 sraw = smem_u32(mxt_smem);
-      const mx_u32 sbase = (sraw + 1023u) & ~1023u;
-      const MxtCtx c = mxt_ctx(p, g_start, g_pre);
-      MxtProd prod;
-      prod.t = (int)blockIdx.x - (int)gridDim.x; prod.ks = 0; prod.nst = 0;
-      prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
-      prod.stage = 0; prod.phase = 0; prod.pc = 0;
-      prod.nreal = 0; prod.step = gridDim.x;
-      mxt_fill<SB2D, STAGES, NSG == 2>(prod, 0x7ffffffe, P, c, sbase, full, empty);
-    }
+    if (tid == 256)
+      mxt_produce<SB2D, STAGES, NSG == 2, MxtLay128<SB2D>>(P, g_start, g_pre, mxt_smem_base(mxt_smem), blockIdx.x, gridDim.x, full, empty);
     return;
   }
   // ---- consumers ----
   setmaxnreg_inc<(504 - MXT_V2_PREG) / 2>();
-  const mx_u32 sraw = smem_u32(mxt_smem);
-  const mx_u32 sbase = (sraw + 1023u) & ~1023u;           // TMA SWIZZLE_128B needs 1024-B alignment
-  const mx_u8* sgen = mxt_smem + (sbase - sraw);
+  const mx_u32 sbase = mxt_smem_base(mxt_smem);
+  const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
   const MxtCtx c = mxt_ctx(p, g_start, g_pre);
   const int wg = UWG ? __shfl_sync(0xffffffffu, tid >> 7, 0) : tid >> 7;
   const int lt = tid & 127;
@@ -861,22 +871,11 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
   const int wrow = 64 * wg + 16 * warp + (lane >> 2);
   int stage = 0; mx_u32 phase = 0;
   float acc[64], t0[64], t1[64];
-  for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
-    int nst;
-    {
-      const MxgTile T = mxg_decode(p, t, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
-      nst = mxt_tile_stages(p, T, g_pre);
-    }
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  mxt_consume<OUT_BF16>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst) {
     if (NSG == 2) nst = (nst + 1) & ~1;   // the producer appends a zero stage to odd tiles
     for (; nst >= NSG; nst -= NSG)
       mxt_group_v2<FA, FB, SB2D, NSG, STAGES, MxtLay128<SB2D>, UWG == 2>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
-    int te = t;
-    asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
-    const MxgTile T = mxg_decode(p, te, MXT_BM, c.ntn, c.tiles_m, g_start, g_pre);
-    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
-  }
+  });
 
   mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
 }
@@ -908,40 +907,23 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
   __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
 
   const int tid = threadIdx.x;
-  if (tid == 0) {
-    for (int s = 0; s < 2 * ST; ++s) { mbar_init(&full[s], 1); mbar_init(&empty[s], 4); }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    tma_prefetch_desc(&P.tmA); tma_prefetch_desc(&P.tmB);
-  }
-  if (tid >= 32 && tid < 64) {
-    if (!p.batched) warp_group_tables(p.offs, p.E, LAY::BM, 1, g_start, g_pre);
-    else warp_group_tables(p.offs, p.E, 128, 128, g_start, g_pre);
-  }
-  __syncthreads();
+  mxt_setup(P, full, empty, 2 * ST, 4, LAY::BM, g_start, g_pre);
 
   if (tid >= 256) {
     // ---- producers: lane 0 of warp 8 fills ring 0, lane 0 of warp 9 ring 1 ----
     setmaxnreg_dec<MXT_V2_PREG>();
     if (tid == 256 || tid == 288) {
       const int ring = (tid - 256) >> 5;
-      const mx_u32 sraw = smem_u32(mxt_smem);
-      const mx_u32 sbase = ((sraw + 1023u) & ~1023u) + ring * RING;
-      const MxtCtx c = mxt_ctx(p, g_start, g_pre, LAY::BM);
-      MxtProd prod;
-      prod.step = 2 * (int)gridDim.x;
-      prod.t = 2 * (int)blockIdx.x + ring - prod.step; prod.ks = 0; prod.nst = 0;
-      prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
-      prod.stage = 0; prod.phase = 0; prod.pc = 0; prod.nreal = 0;
-      mxt_fill<SB2D, ST, 0, LAY>(prod, 0x7ffffffe, P, c, sbase, full + ring * ST, empty + ring * ST);
+      mxt_produce<SB2D, ST, 0, LAY>(P, g_start, g_pre, mxt_smem_base(mxt_smem) + ring * RING,
+                                    2 * (int)blockIdx.x + ring, 2 * (int)gridDim.x, full + ring * ST, empty + ring * ST);
     }
     return;
   }
   // ---- consumers: warpgroup wg works ring wg only ----
   setmaxnreg_inc<(504 - MXT_V2_PREG) / 2>();
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
-  const mx_u32 sraw = smem_u32(mxt_smem);
-  const mx_u32 sbase = ((sraw + 1023u) & ~1023u) + wg * RING;
-  const mx_u8* sgen = mxt_smem + (sbase - sraw);
+  const mx_u32 sbase = mxt_smem_base(mxt_smem) + wg * RING;
+  const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
   const MxtCtx c = mxt_ctx(p, g_start, g_pre, LAY::BM);
   const int lt = tid & 127;
   const int warp = lt >> 5, lane = lt & 31;
@@ -950,22 +932,11 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
   mx_u64* emptyr = empty + wg * ST;
   int stage = 0; mx_u32 phase = 0;
   float acc[64], t0[64], t1[64];
-  const int tstep = 2 * (int)gridDim.x;
-  for (int t = 2 * (int)blockIdx.x + wg; t < c.total; t += tstep) {
-    int nst;
-    {
-      const MxgTile T = mxg_decode(p, t, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre);
-      nst = mxt_tile_stages(p, T, g_pre);
-    }
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  mxt_consume<OUT_BF16>(p, c, g_start, g_pre, LAY::BM, 2 * (int)blockIdx.x + wg, 2 * (int)gridDim.x, acc, wrow, lane,
+                        [&](int nst) {
     for (; nst >= 1; --nst)
       mxt_group_v2<FA, FB, SB2D, 1, ST, LAY>(acc, t0, t1, sbase, sgen, fullr, emptyr, stage, phase, 0, wrow, lane);
-    int te = t;
-    asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
-    const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre);
-    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
-  }
+  });
 
   mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
 }
