@@ -13,9 +13,12 @@
 //! - [`dense`]: f32/bf16 element handling (bf16 round-to-nearest-even).
 //! - [`gemm`]: the CPU grouped-GEMM driver (rayon + `matrixmultiply`).
 //! - [`entry`]: the [`entry::Backend`] trait and the panic-safe ABI entry helpers.
+//! - `cuda` (feature `cuda`): library probes, the primary context, cuBLAS handles.
 //! - `testing` (feature `testing`): RNG and f64 references for the plugins' tests.
 
 pub mod args;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod dense;
 pub mod entry;
 pub mod gemm;

@@ -189,10 +189,7 @@ pub fn options(arch: &str) -> Vec<String> {
 
 /// Whether `libnvrtc` can be loaded (probe before any NVRTC call: a missing library
 /// panics inside cudarc).
-pub fn nvrtc_present() -> bool {
-    // SAFETY: only tries to dlopen the library candidates.
-    unsafe { cudarc::nvrtc::sys::is_culib_present() }
-}
+pub use mxhost_plugin_common::cuda::nvrtc_present;
 
 /// NVRTC's version as (major, minor).
 pub fn nvrtc_version() -> Result<(i32, i32), String> {

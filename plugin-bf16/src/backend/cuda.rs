@@ -10,8 +10,9 @@
 //!   `cublasSetStream`, memsets and the conversion kernel directly. Scratch memory is
 //!   stream-ordered (`cuMemAllocAsync`/`cuMemFreeAsync` on that stream), so a call never
 //!   synchronizes; the host synchronizes before it reads results back.
-//! - **cuBLAS handles**: created lazily, one per (device, stream) pair and used under a
-//!   mutex (a handle is not thread-safe). One handle per stream keeps cuBLAS's default
+//! - **cuBLAS handles**: created lazily, one per (context, stream) pair and used under a
+//!   mutex (a handle is not thread-safe), by `mxhost_plugin_common::cuda::with_cublas_handle`,
+//!   which the mxfp8 plugin's wgrad path shares. One handle per stream keeps cuBLAS's default
 //!   workspace from being shared between streams. Math mode
 //!   `CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`: split-K
 //!   partial sums stay in f32 even when the output is bf16 (FP32 accumulation
@@ -67,8 +68,10 @@ use super::plan::{self, Plan, Shape, Src};
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::DType;
 use mxhost_plugin_common::args::{DequantizeArgs, GemmArgs, OperandArg, QuantizeArgs, TensorArg};
+use mxhost_plugin_common::cuda::{
+    cublas_check, drv, retain_primary_context, with_cublas_handle, RetainedContext,
+};
 use mxhost_plugin_common::entry::Backend;
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::{Mutex, OnceLock};
@@ -82,31 +85,7 @@ pub struct CudaBackend;
 /// Message for MX operands (the CPU backend says the same through `Bf16Prep`).
 const NO_MX: &str = "the bf16 plugin does not accept MX (pre-quantized) operands; pass dense f32/bf16 operands or select the mxfp8 plugin";
 
-fn drv(what: &str) -> impl Fn(cr::DriverError) -> PluginError + '_ {
-    move |e| PluginError::backend(format!("CUDA {what} failed: {e}"))
-}
-
-/// Whether the CUDA driver library (libcuda) can be loaded.
-pub fn driver_present() -> bool {
-    static P: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries to dlopen the library candidates.
-    *P.get_or_init(|| unsafe { cu::is_culib_present() })
-}
-
-/// Whether cuBLAS can be loaded (cudarc tries `libcublas.so`, then `libcublas.so.13`,
-/// `.12`, ...; loading it also loads its dependency `libcublasLt.so.<major>`).
-pub fn cublas_present() -> bool {
-    static P: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries to dlopen the library candidates.
-    *P.get_or_init(|| unsafe { cb::is_culib_present() })
-}
-
-/// Whether NVRTC (`libnvrtc.so.13`, ...) can be loaded.
-pub fn nvrtc_present() -> bool {
-    static P: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries to dlopen the library candidates.
-    *P.get_or_init(|| unsafe { cudarc::nvrtc::sys::is_culib_present() })
-}
+pub use mxhost_plugin_common::cuda::{cublas_present, driver_present, nvrtc_present};
 
 const NO_CUBLAS: &str = "CUDA backend of the bf16 plugin: cuBLAS could not be loaded (looked for libcublas.so / libcublas.so.13 and its dependency libcublasLt.so.13 on the library path; add the CUDA 13 library directory, e.g. /usr/local/cuda/lib64, to LD_LIBRARY_PATH) — use --device cpu otherwise";
 
@@ -119,19 +98,12 @@ struct Func(cu::CUfunction);
 unsafe impl Send for Func {}
 unsafe impl Sync for Func {}
 
-/// A cuBLAS handle, used only under its device's `handles` mutex.
-struct Handle(cb::cublasHandle_t);
-// SAFETY: a cuBLAS handle may be used from any thread, one at a time (the mutex).
-unsafe impl Send for Handle {}
-
 struct Dev {
     ordinal: i32,
-    ctx: cu::CUcontext,
+    ctx: RetainedContext,
     cc: (i32, i32),
     sms: u32,
     convert: OnceLock<Result<Func, String>>,
-    /// Handles keyed by the stream they are bound to.
-    handles: Mutex<HashMap<usize, Handle>>,
 }
 // SAFETY: the context is process-wide and usable from any thread once made current;
 // the other fields are synchronized.
@@ -150,45 +122,19 @@ fn device(ordinal: i32) -> PluginResult<&'static Dev> {
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     if let Some(d) = map.get(&ordinal) {
-        // SAFETY: the primary context stays retained for the life of the process.
-        unsafe { cr::ctx::set_current(d.ctx) }.map_err(drv("cuCtxSetCurrent"))?;
+        d.ctx.make_current()?;
         return Ok(d);
     }
-    cr::init().map_err(drv("cuInit"))?;
-    let dev = cr::device::get(ordinal).map_err(drv("cuDeviceGet"))?;
-    // SAFETY: `dev` came from cuDeviceGet. Retaining the primary context shares the
-    // host's context (it allocated the tensors in it); it is never released.
-    let ctx = unsafe { cr::primary_ctx::retain(dev) }.map_err(drv("cuDevicePrimaryCtxRetain"))?;
-    // SAFETY: a context retained above.
-    unsafe { cr::ctx::set_current(ctx) }.map_err(drv("cuCtxSetCurrent"))?;
-    // SAFETY: valid device handle; plain attribute queries.
-    let attr = |a| unsafe { cr::device::get_attribute(dev, a) };
-    use cu::CUdevice_attribute::*;
-    let major =
-        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(drv("cuDeviceGetAttribute"))?;
-    let minor =
-        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(drv("cuDeviceGetAttribute"))?;
-    let sms =
-        attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(drv("cuDeviceGetAttribute"))?;
+    let pc = retain_primary_context(ordinal)?;
     let d: &'static Dev = Box::leak(Box::new(Dev {
         ordinal,
-        ctx,
-        cc: (major, minor),
-        sms: sms.max(1) as u32,
+        ctx: pc.ctx,
+        cc: pc.cc,
+        sms: pc.sms,
         convert: OnceLock::new(),
-        handles: Mutex::new(HashMap::new()),
     }));
     map.insert(ordinal, d);
     Ok(d)
-}
-
-fn cublas_check(what: &str, st: cb::cublasStatus_t) -> PluginResult<()> {
-    if st == cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-        return Ok(());
-    }
-    Err(PluginError::backend(format!(
-        "cuBLAS {what} failed: {st:?}"
-    )))
 }
 
 impl Dev {
@@ -431,35 +377,6 @@ fn api() -> &'static Api {
     })
 }
 
-/// A cuBLAS handle bound to `stream`, with FP32-only reductions.
-fn create_handle(stream: cu::CUstream) -> PluginResult<Handle> {
-    let mut h: cb::cublasHandle_t = std::ptr::null_mut();
-    // SAFETY: out-parameter; the device's primary context is current (set by `device`).
-    cublas_check("cublasCreate", unsafe { cb::cublasCreate_v2(&mut h) })?;
-    let bind = || -> PluginResult<()> {
-        // SAFETY: a live handle; the host's stream (or null).
-        cublas_check("cublasSetStream", unsafe {
-            cb::cublasSetStream_v2(h, stream as cb::cudaStream_t)
-        })?;
-        // DEFAULT_MATH (0) | DISALLOW_REDUCED_PRECISION_REDUCTION (16).
-        // SAFETY: a live handle.
-        cublas_check("cublasSetMathMode", unsafe {
-            cb::cublasSetMathMode(
-                h,
-                cb::cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION,
-            )
-        })
-    };
-    match bind() {
-        Ok(()) => Ok(Handle(h)),
-        Err(e) => {
-            // SAFETY: created above, not stored anywhere.
-            unsafe { cb::cublasDestroy_v2(h) };
-            Err(e)
-        }
-    }
-}
-
 fn run(
     call: &mut Call,
     plan: &Plan,
@@ -467,7 +384,6 @@ fn run(
     b: &TensorArg,
     out: &TensorArg,
 ) -> PluginResult<()> {
-    let esz = out.dtype.size_bytes() as usize;
     // Everything that can fail for lack of a library or a handle comes before the first
     // enqueued write, so such a failure leaves the output untouched.
     let mode = issue_mode()?;
@@ -475,11 +391,21 @@ fn run(
     if needs_convert {
         call.dev.convert_fn()?;
     }
-    let mut handles = call.dev.handles.lock().unwrap_or_else(|e| e.into_inner());
-    let h = match handles.entry(call.stream as usize) {
-        Entry::Occupied(o) => o.get().0,
-        Entry::Vacant(v) => v.insert(create_handle(call.stream)?).0,
-    };
+    let stream = call.stream;
+    with_cublas_handle(stream, |h| issue(call, plan, a, b, out, mode, h))
+}
+
+/// Zero-fills and issues the plan's GEMMs with handle `h` (see [`run`]).
+fn issue(
+    call: &mut Call,
+    plan: &Plan,
+    a: &TensorArg,
+    b: &TensorArg,
+    out: &TensorArg,
+    mode: Issue,
+    h: cb::cublasHandle_t,
+) -> PluginResult<()> {
+    let esz = out.dtype.size_bytes() as usize;
     for z in &plan.zero {
         if z.is_empty() {
             continue;

@@ -20,10 +20,9 @@
 use cudarc::cublas::sys as cb;
 use cudarc::driver::sys as cu;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use mxhost_plugin_common::cuda::{cublas_check as check, with_cublas_handle};
 use std::ffi::c_void;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// `MXHOST_MX_WGRAD`: how the CUDA backend runs wgrad.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,69 +59,7 @@ fn parse_wgrad_path(v: Option<&str>) -> PluginResult<WgradPath> {
     }
 }
 
-/// Whether libcublas can be loaded (probed once; cudarc panics on a missing library).
-pub fn cublas_present() -> bool {
-    static P: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries to dlopen the library candidates.
-    *P.get_or_init(|| unsafe { cb::is_culib_present() })
-}
-
-struct Handle(cb::cublasHandle_t);
-// SAFETY: a cuBLAS handle may be used from any thread, one at a time (the mutex).
-unsafe impl Send for Handle {}
-
-fn check(what: &str, st: cb::cublasStatus_t) -> PluginResult<()> {
-    if st == cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-        Ok(())
-    } else {
-        Err(PluginError::backend(format!(
-            "cuBLAS {what} failed: {st:?}"
-        )))
-    }
-}
-
-/// The handle bound to `stream` in the current context (created on first use).
-fn with_handle<T>(
-    stream: cu::CUstream,
-    f: impl FnOnce(cb::cublasHandle_t) -> PluginResult<T>,
-) -> PluginResult<T> {
-    static HANDLES: OnceLock<Mutex<HashMap<(usize, usize), Handle>>> = OnceLock::new();
-    let mut ctx: cu::CUcontext = std::ptr::null_mut();
-    // SAFETY: out-parameter; the backend made the device's primary context current.
-    unsafe { cu::cuCtxGetCurrent(&mut ctx) };
-    let mut map = HANDLES
-        .get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let h = match map.entry((ctx as usize, stream as usize)) {
-        Entry::Occupied(o) => o.get().0,
-        Entry::Vacant(v) => {
-            let mut h: cb::cublasHandle_t = std::ptr::null_mut();
-            // SAFETY: out-parameter, current context as above.
-            check("cublasCreate", unsafe { cb::cublasCreate_v2(&mut h) })?;
-            // SAFETY: a live handle; the host's stream.
-            let bound = check("cublasSetStream", unsafe {
-                cb::cublasSetStream_v2(h, stream as cb::cudaStream_t)
-            })
-            .and_then(|()| {
-                // SAFETY: a live handle.
-                check("cublasSetMathMode", unsafe {
-                    cb::cublasSetMathMode(
-                        h,
-                        cb::cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION,
-                    )
-                })
-            });
-            if let Err(e) = bound {
-                // SAFETY: created above, stored nowhere.
-                unsafe { cb::cublasDestroy_v2(h) };
-                return Err(e);
-            }
-            v.insert(Handle(h)).0
-        }
-    };
-    f(h)
-}
+pub use mxhost_plugin_common::cuda::cublas_present;
 
 /// A row-major bf16 operand `[rows][P]`, i.e. the column-major `P × rows` matrix with
 /// leading dimension P: a segment of `len` rows is `P × len` as it stands (the left
@@ -214,7 +151,7 @@ pub unsafe fn wgrad_bf16(
         && live
             .windows(2)
             .all(|w| w[1].0 == w[0].0 + 1 && w[1].1 - w[0].1 == live[1].1 - live[0].1);
-    with_handle(stream, |h| {
+    with_cublas_handle(stream, |h| {
         if strided {
             let (e0, r0, len) = live[0];
             let step = live[1].1 - r0;

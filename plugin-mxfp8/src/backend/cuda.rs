@@ -31,6 +31,7 @@ use mxhost_plugin_abi::{DType, GemmPass, MxFormat, ScaleMode, WeightLayout};
 use mxhost_plugin_common::args::{
     Blocking, DequantizeArgs, GemmArgs, MxArg, OperandArg, QuantizeArgs, TensorArg,
 };
+use mxhost_plugin_common::cuda::{drv, retain_primary_context, RetainedContext};
 use mxhost_plugin_common::entry::Backend;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
@@ -121,7 +122,7 @@ const _: () = {
 };
 
 struct Dev {
-    ctx: cu::CUcontext,
+    ctx: RetainedContext,
     arch: String,
     sms: u32,
     driver: i32,
@@ -141,15 +142,7 @@ unsafe impl Send for FuncHandle {}
 unsafe impl Send for Dev {}
 unsafe impl Sync for Dev {}
 
-fn drv(what: &str) -> impl Fn(cr::DriverError) -> PluginError + '_ {
-    move |e| PluginError::backend(format!("CUDA {what} failed: {e}"))
-}
-
-/// Whether the CUDA driver library can be loaded (cudarc panics on a missing library).
-pub fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen the library candidates.
-    unsafe { cu::is_culib_present() }
-}
+pub use mxhost_plugin_common::cuda::driver_present;
 
 fn devices() -> &'static Mutex<HashMap<i32, &'static Dev>> {
     static D: OnceLock<Mutex<HashMap<i32, &'static Dev>>> = OnceLock::new();
@@ -164,26 +157,11 @@ fn device(ordinal: i32) -> PluginResult<&'static Dev> {
     }
     let mut map = devices().lock().unwrap_or_else(|e| e.into_inner());
     if let Some(d) = map.get(&ordinal) {
-        // SAFETY: the primary context stays retained for the life of the process.
-        unsafe { cr::ctx::set_current(d.ctx) }.map_err(drv("cuCtxSetCurrent"))?;
+        d.ctx.make_current()?;
         return Ok(d);
     }
-    cr::init().map_err(drv("cuInit"))?;
-    let dev = cr::device::get(ordinal).map_err(drv("cuDeviceGet"))?;
-    // SAFETY: `dev` came from cuDeviceGet. Retaining the primary context shares the
-    // host's context (it allocated the tensors in it); it is never released.
-    let ctx = unsafe { cr::primary_ctx::retain(dev) }.map_err(drv("cuDevicePrimaryCtxRetain"))?;
-    unsafe { cr::ctx::set_current(ctx) }.map_err(drv("cuCtxSetCurrent"))?;
-    let attr = |a| unsafe { cr::device::get_attribute(dev, a) };
-    use cu::CUdevice_attribute::*;
-    let major =
-        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(drv("cuDeviceGetAttribute"))?;
-    let minor =
-        attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(drv("cuDeviceGetAttribute"))?;
-    let sms =
-        attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(drv("cuDeviceGetAttribute"))?;
-    let smem_optin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-        .map_err(drv("cuDeviceGetAttribute"))?;
+    let pc = retain_primary_context(ordinal)?;
+    let (major, minor) = pc.cc;
     if (major, minor) != (9, 0) {
         return Err(PluginError::unsupported(format!(
             "CUDA backend: the MXFP8 kernels need a Hopper GPU (sm_90a); device {ordinal} is sm_{major}{minor}"
@@ -193,11 +171,11 @@ fn device(ordinal: i32) -> PluginResult<&'static Dev> {
     // SAFETY: plain out-parameter.
     unsafe { cu::cuDriverGetVersion(&mut driver) };
     let d: &'static Dev = Box::leak(Box::new(Dev {
-        ctx,
+        ctx: pc.ctx,
         arch: "sm_90a".into(),
-        sms: sms.max(1) as u32,
+        sms: pc.sms,
         driver,
-        smem_optin,
+        smem_optin: pc.smem_optin,
         funcs: Mutex::new(HashMap::new()),
         loaded: Mutex::new(Vec::new()),
     }));
