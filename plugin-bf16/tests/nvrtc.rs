@@ -11,6 +11,7 @@
 #![cfg(feature = "cuda")]
 
 use mxhost_plugin_bf16::backend::{convert, cuda};
+use mxhost_plugin_common::testing::{ld_library_path_with, nvrtc_lib_dir};
 use std::process::Command;
 
 const CHILD_ENV: &str = "MXHOST_NVRTC_CHILD";
@@ -33,7 +34,7 @@ fn the_conversion_kernel_compiles_with_nvrtc() {
         }
         return;
     }
-    let extra_dir = nvrtc_dir();
+    let extra_dir = nvrtc_lib_dir();
     if !cuda::nvrtc_present() && extra_dir.is_none() {
         let msg = "SKIPPED: libnvrtc.so.13 not found (set LD_LIBRARY_PATH to a CUDA 13 NVRTC); the bf16 conversion kernel was NOT compile-checked";
         if std::env::var("MXHOST_REQUIRE_NVRTC").as_deref() == Ok("1") {
@@ -42,12 +43,7 @@ fn the_conversion_kernel_compiles_with_nvrtc() {
         eprintln!("{msg}");
         return;
     }
-    let mut ld_path = std::ffi::OsString::new();
-    if let Some(d) = &extra_dir {
-        ld_path.push(d);
-        ld_path.push(":");
-    }
-    ld_path.push(std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default());
+    let ld_path = ld_library_path_with(extra_dir.as_deref());
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, "1")
@@ -64,19 +60,4 @@ fn the_conversion_kernel_compiles_with_nvrtc() {
     for line in stdout.lines().filter(|l| l.contains("NVRTC-OK")) {
         eprintln!("{line}");
     }
-}
-
-/// A directory holding `libnvrtc.so.13`.
-fn nvrtc_dir() -> Option<std::path::PathBuf> {
-    let mut dirs: Vec<std::path::PathBuf> = Vec::new();
-    if let Some(d) = std::env::var_os("MXHOST_NVRTC_LIB_DIR") {
-        dirs.push(d.into());
-    }
-    if let Some(d) = std::env::var_os("CUDA_HOME") {
-        dirs.push(std::path::PathBuf::from(d).join("lib64"));
-    }
-    dirs.push("/usr/local/cuda/lib64".into());
-    dirs.push("/work/cuda-venv/lib/python3.11/site-packages/nvidia/cu13/lib".into());
-    dirs.into_iter()
-        .find(|d| d.join("libnvrtc.so.13").is_file())
 }

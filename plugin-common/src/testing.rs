@@ -1,5 +1,6 @@
-//! Test support shared by the plugins' test suites (feature `testing`): a seeded RNG
-//! and an obviously-correct f64 grouped GEMM with the matching error bound.
+//! Test support shared by the plugins' test suites (feature `testing`): a seeded RNG,
+//! an obviously-correct f64 grouped GEMM with the matching error bound, and where the
+//! NVRTC compile tests find `libnvrtc`.
 
 use mxhost_plugin_abi::{GemmPass, WeightLayout};
 
@@ -171,4 +172,33 @@ pub fn call_entry(
         mxhost_plugin_abi::Status::from_raw(raw).expect("known status"),
         String::from_utf8(storage[..eb.len].to_vec()).unwrap(),
     )
+}
+
+/// The first directory holding `libnvrtc.so.13` among `$MXHOST_NVRTC_LIB_DIR`,
+/// `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64` and the development machine's CUDA 13.0
+/// wheels: the plugins' NVRTC tests re-run themselves with it on `LD_LIBRARY_PATH`
+/// (cudarc dlopens the library, so it must be on the path when the process starts).
+pub fn nvrtc_lib_dir() -> Option<std::path::PathBuf> {
+    let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os("MXHOST_NVRTC_LIB_DIR") {
+        dirs.push(d.into());
+    }
+    if let Some(d) = std::env::var_os("CUDA_HOME") {
+        dirs.push(std::path::PathBuf::from(d).join("lib64"));
+    }
+    dirs.push("/usr/local/cuda/lib64".into());
+    dirs.push("/work/cuda-venv/lib/python3.11/site-packages/nvidia/cu13/lib".into());
+    dirs.into_iter()
+        .find(|d| d.join("libnvrtc.so.13").is_file())
+}
+
+/// `LD_LIBRARY_PATH` for a child process: `dir` (when given) in front of this process's.
+pub fn ld_library_path_with(dir: Option<&std::path::Path>) -> std::ffi::OsString {
+    let mut p = std::ffi::OsString::new();
+    if let Some(d) = dir {
+        p.push(d);
+        p.push(":");
+    }
+    p.push(std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default());
+    p
 }

@@ -32,6 +32,7 @@
 //! A unit whose log holds no report for its kernels (an NVRTC that ignored `-v`) fails.
 #![cfg(feature = "cuda")]
 
+use mxhost_plugin_common::testing::{ld_library_path_with, nvrtc_lib_dir};
 use mxhost_plugin_mxfp8::kernels::{self, Unit};
 use std::io::Write;
 use std::process::Command;
@@ -72,7 +73,7 @@ fn every_kernel_compiles_with_nvrtc_for_sm_90a() {
         );
         return;
     }
-    let extra_dir = nvrtc_dir();
+    let extra_dir = nvrtc_lib_dir();
     if !kernels::nvrtc_present() && extra_dir.is_none() {
         let msg = "SKIPPED: libnvrtc.so.13 not found (set LD_LIBRARY_PATH to a CUDA 13 NVRTC, e.g. <venv>/site-packages/nvidia/cu13/lib); the CUDA kernels were NOT compile-checked";
         if std::env::var("MXHOST_REQUIRE_NVRTC").as_deref() == Ok("1") {
@@ -84,13 +85,10 @@ fn every_kernel_compiles_with_nvrtc_for_sm_90a() {
     }
     let t_all = std::time::Instant::now();
     let exe = std::env::current_exe().unwrap();
-    let mut ld_path = std::ffi::OsString::new();
     if let Some(d) = &extra_dir {
         eprintln!("NVRTC from {}", d.display());
-        ld_path.push(d);
-        ld_path.push(":");
     }
-    ld_path.push(std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default());
+    let ld_path = ld_library_path_with(extra_dir.as_deref());
 
     // Children, a few at a time (each is one NVRTC compile, ~0.2–1 s).
     let jobs = std::env::var("MXHOST_NVRTC_JOBS")
@@ -408,21 +406,6 @@ fn format_table(rows: &[(bool, KernelReport)]) -> String {
 /// options) plus `--ptxas-options=-v`; returns the program log (ptxas's report).
 fn compile_verbose(unit: Unit, arch: &str) -> Result<String, String> {
     kernels::compile_with_log(unit, arch, &["--ptxas-options=-v"]).map(|(_, log)| log)
-}
-
-/// A directory holding `libnvrtc.so.13` that is not already on the search path.
-fn nvrtc_dir() -> Option<std::path::PathBuf> {
-    let mut dirs: Vec<std::path::PathBuf> = Vec::new();
-    if let Some(d) = std::env::var_os("MXHOST_NVRTC_LIB_DIR") {
-        dirs.push(d.into());
-    }
-    if let Some(d) = std::env::var_os("CUDA_HOME") {
-        dirs.push(std::path::PathBuf::from(d).join("lib64"));
-    }
-    dirs.push("/usr/local/cuda/lib64".into());
-    dirs.push("/work/cuda-venv/lib/python3.11/site-packages/nvidia/cu13/lib".into());
-    dirs.into_iter()
-        .find(|d| d.join("libnvrtc.so.13").is_file())
 }
 
 /// Real NVRTC 13.0 logs (sm_90a, `--ptxas-options=-v`), captured on the development
