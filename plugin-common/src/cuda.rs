@@ -158,3 +158,41 @@ fn create_handle(stream: cu::CUstream) -> PluginResult<Handle> {
         }
     }
 }
+
+/// Device memory one plugin call allocates on the host's stream (`cuMemAllocAsync`),
+/// freed stream-ordered when dropped, i.e. after the work enqueued with it: a call never
+/// synchronizes for its scratch.
+pub struct StreamScratch {
+    stream: cu::CUstream,
+    bufs: Vec<u64>,
+}
+
+impl StreamScratch {
+    pub fn new(stream: cu::CUstream) -> Self {
+        StreamScratch {
+            stream,
+            bufs: Vec::new(),
+        }
+    }
+
+    /// `bytes` (at least 16) of device memory; `what` names the buffer in errors.
+    pub fn alloc(&mut self, bytes: usize, what: &str) -> PluginResult<u64> {
+        // SAFETY: stream-ordered allocation on the host's stream (valid or null).
+        let p = unsafe { cr::malloc_async(self.stream, bytes.max(16)) }.map_err(|e| {
+            PluginError::backend(format!("CUDA cuMemAllocAsync ({what}) failed: {e}"))
+        })?;
+        self.bufs.push(p);
+        Ok(p)
+    }
+}
+
+impl Drop for StreamScratch {
+    fn drop(&mut self) {
+        for &p in &self.bufs {
+            // SAFETY: allocated on this stream by `alloc`; freed after the enqueued work.
+            unsafe {
+                let _ = cr::free_async(p, self.stream);
+            }
+        }
+    }
+}

@@ -69,7 +69,7 @@ use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::DType;
 use mxhost_plugin_common::args::{DequantizeArgs, GemmArgs, OperandArg, QuantizeArgs, TensorArg};
 use mxhost_plugin_common::cuda::{
-    cublas_check, drv, retain_primary_context, with_cublas_handle, RetainedContext,
+    cublas_check, drv, retain_primary_context, with_cublas_handle, RetainedContext, StreamScratch,
 };
 use mxhost_plugin_common::entry::Backend;
 use std::collections::HashMap;
@@ -185,27 +185,12 @@ pub fn compile_convert(major: i32, minor: i32) -> Result<String, String> {
 struct Call {
     dev: &'static Dev,
     stream: cu::CUstream,
-    scratch: Vec<u64>,
-}
-
-impl Drop for Call {
-    fn drop(&mut self) {
-        for &p in &self.scratch {
-            // SAFETY: allocated on this stream by `alloc`; freed after the enqueued work.
-            unsafe {
-                let _ = cr::free_async(p, self.stream);
-            }
-        }
-    }
+    scratch: StreamScratch,
 }
 
 impl Call {
     fn alloc(&mut self, bytes: usize) -> PluginResult<u64> {
-        // SAFETY: stream-ordered allocation on the host's stream (valid or null).
-        let p = unsafe { cr::malloc_async(self.stream, bytes.max(16)) }
-            .map_err(drv("cuMemAllocAsync (bf16 operand scratch)"))?;
-        self.scratch.push(p);
-        Ok(p)
+        self.scratch.alloc(bytes, "bf16 operand scratch")
     }
 
     /// bf16 copy of the first `count` elements of the f32 tensor at `src`.
@@ -305,7 +290,7 @@ impl Backend for CudaBackend {
         let mut call = Call {
             dev,
             stream: args.stream as cu::CUstream,
-            scratch: Vec::new(),
+            scratch: StreamScratch::new(args.stream as cu::CUstream),
         };
         run(&mut call, &plan, a, b, out)
     }

@@ -31,7 +31,7 @@ use mxhost_plugin_abi::{DType, GemmPass, MxFormat, ScaleMode, WeightLayout};
 use mxhost_plugin_common::args::{
     Blocking, DequantizeArgs, GemmArgs, MxArg, OperandArg, QuantizeArgs, TensorArg,
 };
-use mxhost_plugin_common::cuda::{drv, retain_primary_context, RetainedContext};
+use mxhost_plugin_common::cuda::{drv, retain_primary_context, RetainedContext, StreamScratch};
 use mxhost_plugin_common::entry::Backend;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
@@ -307,18 +307,7 @@ fn tgemm_smem(w2d: bool) -> u32 {
 struct Call {
     dev: &'static Dev,
     stream: cu::CUstream,
-    scratch: Vec<u64>,
-}
-
-impl Drop for Call {
-    fn drop(&mut self) {
-        for &p in &self.scratch {
-            // SAFETY: allocated on this stream by `alloc`; freed after the enqueued work.
-            unsafe {
-                let _ = cr::free_async(p, self.stream);
-            }
-        }
-    }
+    scratch: StreamScratch,
 }
 
 fn cdiv(a: usize, b: usize) -> usize {
@@ -360,16 +349,12 @@ impl Call {
         Ok(Call {
             dev: device(ordinal)?,
             stream: stream as cu::CUstream,
-            scratch: Vec::new(),
+            scratch: StreamScratch::new(stream as cu::CUstream),
         })
     }
 
     fn alloc(&mut self, bytes: usize) -> PluginResult<u64> {
-        // SAFETY: stream-ordered allocation on the host's stream (valid or null).
-        let p = unsafe { cr::malloc_async(self.stream, bytes.max(16)) }
-            .map_err(drv("cuMemAllocAsync (workspace)"))?;
-        self.scratch.push(p);
-        Ok(p)
+        self.scratch.alloc(bytes, "workspace")
     }
 
     fn zero(&self, p: u64, bytes: usize) -> PluginResult<()> {
