@@ -6,22 +6,8 @@
 //! quantize and grouped GEMM; a rejection reaches the experiment as error kind
 //! `rejected-by-guard` with the message naming the rule.
 
+#[macro_use]
 #[path = "rules.rs"]
 mod rules;
 
-use mxhost_guest::guard_bindings::mxhost::runtime::dispatch::DispatchRequest;
-
-/// Compile-time configuration: a guard sees only the request.
-const ALLOW_E5M2: bool = true;
-
-struct AltoGuard;
-
-impl mxhost_guest::guard_bindings::Guest for AltoGuard {
-    fn check(request: DispatchRequest) -> Result<(), String> {
-        rules::check(&request, ALLOW_E5M2)
-    }
-}
-
-mxhost_guest::guard_bindings::export_guard!(AltoGuard);
-
-fn main() {}
+alto_guard!(true);

@@ -18,6 +18,27 @@ use mxhost_guest::guard_bindings::mxhost::runtime::types::ElementFormat;
 
 pub const BLOCK: u64 = 32;
 
+/// The guard component of one build: `alto_guard!(allow_e5m2)` at the crate root of
+/// each binary (`src/main.rs`: E4M3 only, `src/e5m2.rs`: E5M2 allowed too). The format
+/// choice is compile-time configuration: a guard sees only the request.
+macro_rules! alto_guard {
+    ($allow_e5m2:expr) => {
+        struct AltoGuard;
+
+        impl mxhost_guest::guard_bindings::Guest for AltoGuard {
+            fn check(
+                request: mxhost_guest::guard_bindings::mxhost::runtime::dispatch::DispatchRequest,
+            ) -> Result<(), String> {
+                rules::check(&request, $allow_e5m2)
+            }
+        }
+
+        mxhost_guest::guard_bindings::export_guard!(AltoGuard);
+
+        fn main() {}
+    };
+}
+
 fn reject(rule: &str, why: String) -> Result<(), String> {
     Err(format!("rule `{rule}`: {why}"))
 }
