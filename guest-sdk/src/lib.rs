@@ -15,13 +15,15 @@
 //! mxhost_guest::export_experiment!(Hello);
 //! ```
 //!
-//! The [`reference`] module (plain Rust, no host calls) holds FP64 reference grouped
+//! [`args::flag`] parses a guest's command-line flags. The [`reference`] module (plain
+//! Rust, no host calls) holds FP64 reference grouped
 //! GEMMs and SNR helpers for checking results inside a guest; [`topk`] the top-k
 //! routing algorithm, a plan checker and the router-softmax backward.
 //!
 //! For training (world `experiment`): [`ops`] wraps the host's dense `tensor-ops`, and
 //! [`nn`] has `GroupedLinear`, `MoeLayer` and the `Sgd`/`AdamW` optimizers.
 
+pub mod args;
 pub mod reference;
 /// Top-k routing (the `mxhost-routing` crate, shared with the host's built-in router).
 pub use mxhost_routing as topk;

@@ -14,21 +14,11 @@
 //!   central differences of the loss along each parameter's gradient direction (router,
 //!   up, down, and the input), on plugin `bf16`; prints `grad <param> analytic numeric ratio`.
 
+use mxhost_guest::args::flag;
 use mxhost_guest::prelude::*;
 use mxhost_guest::{gemm::*, kind_name, Error, ErrorKind, RouteRequest};
 
 struct MoeChecks;
-
-fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> Result<T, String> {
-    match args.iter().position(|a| a == name) {
-        None => Ok(default),
-        Some(i) => args
-            .get(i + 1)
-            .ok_or(format!("{name} needs a value"))?
-            .parse()
-            .map_err(|_| format!("bad value for {name}")),
-    }
-}
 
 fn route_mode(args: &[String]) -> Result<String, String> {
     let tokens: u32 = flag(args, "--tokens", 1000)?;

@@ -22,6 +22,7 @@
 // `!(v >= gate)` on purpose: a NaN must fail a gate.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
+use mxhost_guest::args::flag;
 use mxhost_guest::nn::Param;
 use mxhost_guest::prelude::*;
 use std::time::Instant;
@@ -38,17 +39,6 @@ struct Cfg {
     sgd: bool,
     target_scale: f32,
     latent: u32,
-}
-
-fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> Result<T, String> {
-    match args.iter().position(|a| a == name) {
-        None => Ok(default),
-        Some(i) => args
-            .get(i + 1)
-            .ok_or(format!("{name} needs a value"))?
-            .parse()
-            .map_err(|_| format!("bad value for {name}: {:?}", args.get(i + 1))),
-    }
 }
 
 fn parse(args: &[String]) -> Result<Cfg, String> {
