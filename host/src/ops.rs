@@ -87,16 +87,6 @@ fn needs_staging(plugin: &LoadedPlugin, device: Device) -> bool {
     matches!(device, Device::Cuda(_)) && !plugin.has(caps::DEVICE_CUDA)
 }
 
-fn mx_on(q: &MxTensor, device: Device) -> OpResult<MxTensor> {
-    Ok(MxTensor {
-        data: q.data.to_device(device)?,
-        scales: q.scales.to_device(device)?,
-        format: q.format,
-        mode: q.mode,
-        block: q.block,
-    })
-}
-
 /// Quantize `x` with the given recipe.
 pub fn quantize(
     plugin: &LoadedPlugin,
@@ -164,8 +154,8 @@ fn quantize_impl(
             block,
             transposed,
         )?;
-        let t = t.map(|t| mx_on(&t, dev)).transpose()?;
-        return Ok((mx_on(&q, dev)?, t));
+        let t = t.map(|t| t.to_device(dev)).transpose()?;
+        return Ok((q.to_device(dev)?, t));
     }
     let mut out = MxTensor {
         data: output_on(dev, &x.shape, format.dtype())?,
@@ -214,7 +204,7 @@ pub fn dequantize(plugin: &LoadedPlugin, q: &MxTensor) -> OpResult<Tensor> {
     }
     let dev = q.data.location();
     if needs_staging(plugin, dev) {
-        return dequantize(plugin, &mx_on(q, Device::Cpu)?)?.to_device(dev);
+        return dequantize(plugin, &q.to_device(Device::Cpu)?)?.to_device(dev);
     }
     let mut out = output_on(dev, &q.data.shape, DType::F32)?;
     let desc = DequantizeDesc {
@@ -368,7 +358,7 @@ pub fn grouped_gemm(
     let stage = |op: &GemmOperand<'_>, to: Device| -> OpResult<Staged> {
         Ok(match op {
             GemmOperand::Dense(t) => Staged::Dense(t.to_device(to)?),
-            GemmOperand::Mx(q) => Staged::Mx(mx_on(q, to)?),
+            GemmOperand::Mx(q) => Staged::Mx(q.to_device(to)?),
         })
     };
     // Operands on two devices (e.g. a CPU-made tensor in a GPU run): bring both to the

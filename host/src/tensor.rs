@@ -301,6 +301,18 @@ impl MxTensor {
         }
     }
 
+    /// The same quantized tensor on `device` (data and scales copied; see
+    /// [`Tensor::to_device`]).
+    pub fn to_device(&self, device: Device) -> OpResult<MxTensor> {
+        Ok(MxTensor {
+            data: self.data.to_device(device)?,
+            scales: self.scales.to_device(device)?,
+            format: self.format,
+            mode: self.mode,
+            block: self.block,
+        })
+    }
+
     /// A writable view for a quantizer's output (see [`Tensor::view_mut`]).
     pub fn view_mut(&mut self) -> Option<mxhost_plugin_abi::MxTensorView> {
         let mut v = self.view();

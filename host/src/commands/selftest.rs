@@ -157,16 +157,6 @@ fn pair(ctx: &Ctx, shape: &[u64], dtype: DType, v: &[f32]) -> OpResult<(Tensor, 
     ))
 }
 
-fn mx_to(q: &MxTensor, dev: Device) -> OpResult<MxTensor> {
-    Ok(MxTensor {
-        data: q.data.to_device(dev)?,
-        scales: q.scales.to_device(dev)?,
-        format: q.format,
-        mode: q.mode,
-        block: q.block,
-    })
-}
-
 fn block_name(b: BlockLayout, rank: usize) -> String {
     if b.kind == mxhost_plugin_abi::BlockKind::Tile32x32 as u32 {
         "32x32".into()
@@ -470,8 +460,8 @@ impl Ctx {
         } else {
             (None, None)
         };
-        let qa_g = qa_c.as_ref().map(|a| mx_to(a, self.gpu)).transpose()?;
-        let qb_g = qb_c.as_ref().map(|b| mx_to(b, self.gpu)).transpose()?;
+        let qa_g = qa_c.as_ref().map(|a| a.to_device(self.gpu)).transpose()?;
+        let qb_g = qb_c.as_ref().map(|b| b.to_device(self.gpu)).transpose()?;
         let out_g = ops::grouped_gemm(
             &self.plugin,
             g.pass,
