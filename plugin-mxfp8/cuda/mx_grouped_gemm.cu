@@ -578,16 +578,25 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
 // s_a * s_b, the same FFMAs in the same k order, so the results equal MODE 0's bit for bit
 // as long as the tensor core's k32 partial of an output does not depend on the wgmma N
 // (n128 here, n64 in MODE 0); bench.py reports the bitwise comparison.
-// DINC = 1: each operand's wgmma descriptor is built once per stage and stepped by adding
-// 2 (= 32 bytes >> 4) to its 32-bit address word per k32 step, instead of being rebuilt
-// from the byte address (mask, shift, or) before every wgmma: the same descriptors (a
-// stage lies below 2^18 bytes, so the 14-bit address field never carries), one uniform
-// add per operand and step instead of ~5 dependent uniform ops (ncu run 16: "wait"
-// stalls on that chain just before each QGMMA).
+// Options (OPT bits; mx_tgemm_v2_impl passes its own, see there):
+// MXT_OPT_DINC: each operand's wgmma descriptor is built once per stage and stepped by
+//   adding 2 (= 32 bytes >> 4) to its 32-bit address word per k32 step, instead of being
+//   rebuilt from the byte address (mask, shift, or) before every wgmma: the same
+//   descriptors (a stage lies below 2^18 bytes, so the 14-bit address field never
+//   carries), one uniform add per operand and step instead of ~5 dependent uniform ops
+//   (ncu run 16: "wait" stalls on that chain just before each QGMMA). Run 17: no gain.
+// MXT_OPT_PRESCALE (32x32 weights): the stage's scales (A rows kb 0..3 and the four
+//   steps' weight-column-block scales, 6 x 16 bytes) are loaded into registers before the
+//   group's first wgmma, instead of each step's weight scales right before its promotion
+//   (ncu run 16: short-scoreboard stalls on the first FMUL after that load). 12 more live
+//   registers; same values, same arithmetic.
+#define MXT_OPT_UWG 1
+#define MXT_OPT_DINC 2
+#define MXT_OPT_PRESCALE 4
 MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
 MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
 
-template <int FA, int FB, int SB2D, int NS, int STAGES, class LAY = MxtLay128<SB2D>, int DINC = 0>
+template <int FA, int FB, int SB2D, int NS, int STAGES, class LAY = MxtLay128<SB2D>, int OPT = 0>
 MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u8* sgen,
                          mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane) {
   constexpr int STAGE = LAY::STAGE;
@@ -597,12 +606,21 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
   mbar_wait(&full[st0], phase);
   if (NS == 2) mbar_wait(&full[st1], st1 == 0 ? (phase ^ 1) : phase);
   const mx_u32 b0 = sbase + st0 * STAGE, b1 = sbase + st1 * STAGE;
+  constexpr bool DINC = (OPT & MXT_OPT_DINC) != 0;
+  constexpr bool PRE = SB2D && NS == 1 && (OPT & MXT_OPT_PRESCALE) != 0;
   mx_u32 dA0 = 0, dB0 = 0, dA1 = 0, dB1 = 0;
   if (DINC) {
     dA0 = mxt_desc_lo(b0 + wg * LAY::A_WG); dB0 = mxt_desc_lo(b0 + LAY::B_OFF);
     if (NS == 2) { dA1 = mxt_desc_lo(b1 + wg * LAY::A_WG); dB1 = mxt_desc_lo(b1 + LAY::B_OFF); }
   }
   float4 sa0 = make_float4(0.f, 0.f, 0.f, 0.f), sa1 = sa0;
+  float4 sbp[4] = {sa0, sa0, sa0, sa0};
+  if (PRE) {
+    sa0 = lds_f32x4(b0 + LAY::SA_OFF + 16 * wrow);
+    sa1 = lds_f32x4(b0 + LAY::SA_OFF + 16 * (wrow + 8));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sbp[j] = lds_f32x4(b0 + LAY::SB_OFF + 16 * j);
+  }
 #pragma unroll
   for (int q = 0; q < NQ + 1; ++q) {
     if (q < NQ) {
@@ -620,7 +638,7 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
     if (q >= 1) {
       const int ip = q - 1, j = ip & 3;
       const mx_u32 bs = ip < 4 ? b0 : b1;
-      if (j == 0) {
+      if (j == 0 && !PRE) {
         // This stage's A-row scales, kb 0..3 (stage-major: row*4 + kb, 16 bytes per row).
         sa0 = lds_f32x4(bs + LAY::SA_OFF + 16 * wrow);
         sa1 = lds_f32x4(bs + LAY::SA_OFF + 16 * (wrow + 8));
@@ -628,7 +646,8 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
       const float s0 = j == 0 ? sa0.x : (j == 1 ? sa0.y : (j == 2 ? sa0.z : sa0.w));
       const float s1 = j == 0 ? sa1.x : (j == 1 ? sa1.y : (j == 2 ? sa1.z : sa1.w));
       float4 sb4 = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (SB2D) sb4 = lds_f32x4(bs + LAY::SB_OFF + 16 * j);
+      if (PRE) sb4 = sbp[j];
+      else if (SB2D) sb4 = lds_f32x4(bs + LAY::SB_OFF + 16 * j);
       const float* sBg = reinterpret_cast<const float*>(sgen + (ip < 4 ? st0 : st1) * STAGE + LAY::SB_OFF);
       if (q < NQ) wgmma_wait<1>(); else wgmma_wait<0>();
       float* prv = (ip & 1) ? tb : ta;
@@ -838,12 +857,12 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
 #endif                   // (pool: 168 x 384 = 504 x 128; 24 -> 240 spills in the producer)
 // NSG = stages per straight-line group: 1 = v2; 2 = v3 (8 k32 steps per group, tiles padded
 // to an even stage count with a zero stage by the producer, see mxt_fill PAD2).
-// UWG = 2: as 1, plus wgmma descriptors stepped per k32 step (mxt_group_v2 DINC = 1).
-// UWG = 1: the warpgroup index is broadcast with a shuffle so the compiler knows it is
+// OPT bits (MXT_OPT_*): DINC and PRESCALE are mxt_group_v2's (see there); with
+// MXT_OPT_UWG the warpgroup index is broadcast with a shuffle so the compiler knows it is
 // warp-uniform and builds the A-operand wgmma descriptor in the uniform datapath (no
 // per-step LEA/SHF/LOP3 + R2UR right before each QGMMA; ncu run 9: 11 % of stall samples
 // were "wait" on the QGMMA). Same arithmetic, bit-identical results.
-template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES, int NSG = 1, int UWG = 0>
+template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES, int NSG = 1, int OPT = 0>
 MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
   const MxGemmParams& p = P.g;
   extern __shared__ __align__(1024) mx_u8 mxt_smem[];
@@ -865,7 +884,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
   const mx_u32 sbase = mxt_smem_base(mxt_smem);
   const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
   const MxtCtx c = mxt_ctx(p, g_start, g_pre);
-  const int wg = UWG ? __shfl_sync(0xffffffffu, tid >> 7, 0) : tid >> 7;
+  const int wg = (OPT & MXT_OPT_UWG) ? __shfl_sync(0xffffffffu, tid >> 7, 0) : tid >> 7;
   const int lt = tid & 127;
   const int warp = lt >> 5, lane = lt & 31;
   const int wrow = 64 * wg + 16 * warp + (lane >> 2);
@@ -874,7 +893,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
   mxt_consume<OUT_BF16>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst) {
     if (NSG == 2) nst = (nst + 1) & ~1;   // the producer appends a zero stage to odd tiles
     for (; nst >= NSG; nst -= NSG)
-      mxt_group_v2<FA, FB, SB2D, NSG, STAGES, MxtLay128<SB2D>, UWG == 2>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+      mxt_group_v2<FA, FB, SB2D, NSG, STAGES, MxtLay128<SB2D>, OPT>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
   });
 
   mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
@@ -957,11 +976,16 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
 // bitwise-identical results to v2. Same launch and parameters as the mx_tgemm_* kernel.
 #define MXT_INST_V2U(NAME, FA, FB, SB2D, OBF, ST) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, 1>(p); }
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG>(p); }
 
 #define MXT_INST_V2D(NAME, FA, FB, SB2D, OBF, ST) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, 2>(p); }
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_DINC>(p); }
+
+// mx_tgemm_<...>_v2p: v2u with the stage's scales preloaded (MXT_OPT_PRESCALE).
+#define MXT_INST_V2P(NAME, FA, FB, SB2D, OBF, ST) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_PRESCALE>(p); }
 
 #define MXT_INST_V3(NAME, FA, FB, SB2D, OBF, ST) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
@@ -1016,6 +1040,8 @@ MXT_INST_V2D(mx_tgemm_e4m3e4m3_w2d_bf16_v2d, 0, 0, 1, 1, 6)
 MXT_INST_V2D(mx_tgemm_e4m3e4m3_w2d_f32_v2d,  0, 0, 1, 0, 6)
 MXT_INST_V2D(mx_tgemm_e4m3e4m3_w1d_bf16_v2d, 0, 0, 0, 1, 6)
 MXT_INST_V2D(mx_tgemm_e4m3e4m3_w1d_f32_v2d,  0, 0, 0, 0, 6)
+MXT_INST_V2P(mx_tgemm_e4m3e4m3_w2d_bf16_v2p, 0, 0, 1, 1, 6)
+MXT_INST_V2P(mx_tgemm_e4m3e4m3_w2d_f32_v2p,  0, 0, 1, 0, 6)
 #endif
 
 // v3 kernels, opt-in: define MXT_INSTANTIATE_V3 (bench/launch.cu does).

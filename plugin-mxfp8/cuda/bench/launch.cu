@@ -184,6 +184,8 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_f32_v2d",  mx_tgemm_e4m3e4m3_w2d_f32_v2d,  1, 6},
   {"mx_tgemm_e4m3e4m3_w1d_bf16_v2d", mx_tgemm_e4m3e4m3_w1d_bf16_v2d, 0, 6},
   {"mx_tgemm_e4m3e4m3_w1d_f32_v2d",  mx_tgemm_e4m3e4m3_w1d_f32_v2d,  0, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v2p", mx_tgemm_e4m3e4m3_w2d_bf16_v2p, 1, 6},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v2p",  mx_tgemm_e4m3e4m3_w2d_f32_v2p,  1, 6},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v3", mx_tgemm_e4m3e4m3_w2d_bf16_v3, 1, 6},
   {"mx_tgemm_e4m3e4m3_w2d_f32_v3",  mx_tgemm_e4m3e4m3_w2d_f32_v3,  1, 6},
   {"mx_tgemm_e4m3e4m3_w1d_bf16_v3", mx_tgemm_e4m3e4m3_w1d_bf16_v3, 0, 6},
