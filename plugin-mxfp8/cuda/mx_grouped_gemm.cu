@@ -593,25 +593,38 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
 #define MXT_OPT_UWG 1
 #define MXT_OPT_DINC 2
 #define MXT_OPT_PRESCALE 4
+// MXT_OPT_SKEW (NSG = 1): consumer warpgroup 1 runs its straight-line groups two k32 steps
+//   out of phase with warpgroup 0 (a 2-step head group, 4-step groups straddling two
+//   stages, a 2-step tail), so the two warpgroups no longer drain (promote a step with no
+//   wgmma of their own in flight) at the same moment at every stage end. Same steps, same
+//   promotion order per output: bit-identical results.
+#define MXT_OPT_SKEW 8
 MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
 MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
 
-template <int FA, int FB, int SB2D, int NS, int STAGES, class LAY = MxtLay128<SB2D>, int OPT = 0>
+// Skewed groups (Q0, NQ; MXT_OPT_SKEW): a group is the NQ k32 steps at positions
+// Q0 .. Q0+NQ-1 of the two-stage window st0 (positions 0-3), st1 (4-7). The default
+// (Q0 = 0, NQ = 4 * NS) is the v2/v3 group above. A stage is released (empty[] arrive)
+// after the promotion of its last step, and `stage` advances by the stages completed.
+template <int FA, int FB, int SB2D, int NS, int STAGES, class LAY = MxtLay128<SB2D>, int OPT = 0,
+          int Q0 = 0, int NQ = 4 * NS>
 MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u8* sgen,
                          mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane) {
   constexpr int STAGE = LAY::STAGE;
-  constexpr int NQ = 4 * NS;
+  constexpr int PEND = Q0 + NQ;                  // one past the group's last position
+  static_assert(Q0 >= 0 && Q0 < 4 && NQ >= 1 && PEND <= 8, "a group lies in a two-stage window");
+  constexpr bool TWO = PEND > 4;                 // the group reaches into st1
   const int st0 = stage;
   const int st1 = (stage + 1 == STAGES) ? 0 : stage + 1;
   mbar_wait(&full[st0], phase);
-  if (NS == 2) mbar_wait(&full[st1], st1 == 0 ? (phase ^ 1) : phase);
+  if (TWO) mbar_wait(&full[st1], st1 == 0 ? (phase ^ 1) : phase);
   const mx_u32 b0 = sbase + st0 * STAGE, b1 = sbase + st1 * STAGE;
   constexpr bool DINC = (OPT & MXT_OPT_DINC) != 0;
-  constexpr bool PRE = SB2D && NS == 1 && (OPT & MXT_OPT_PRESCALE) != 0;
+  constexpr bool PRE = SB2D && Q0 == 0 && PEND == 4 && (OPT & MXT_OPT_PRESCALE) != 0;
   mx_u32 dA0 = 0, dB0 = 0, dA1 = 0, dB1 = 0;
   if (DINC) {
     dA0 = mxt_desc_lo(b0 + wg * LAY::A_WG); dB0 = mxt_desc_lo(b0 + LAY::B_OFF);
-    if (NS == 2) { dA1 = mxt_desc_lo(b1 + wg * LAY::A_WG); dB1 = mxt_desc_lo(b1 + LAY::B_OFF); }
+    if (TWO) { dA1 = mxt_desc_lo(b1 + wg * LAY::A_WG); dB1 = mxt_desc_lo(b1 + LAY::B_OFF); }
   }
   float4 sa0 = make_float4(0.f, 0.f, 0.f, 0.f), sa1 = sa0;
   float4 sbp[4] = {sa0, sa0, sa0, sa0};
@@ -624,21 +637,22 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
 #pragma unroll
   for (int q = 0; q < NQ + 1; ++q) {
     if (q < NQ) {
-      const mx_u32 bb = (q < 4 ? b0 : b1) + 32 * (q & 3);
+      const int pq = Q0 + q;                     // position of step q in the window
+      const mx_u32 bb = (pq < 4 ? b0 : b1) + 32 * (pq & 3);
       float* cur = (q & 1) ? tb : ta;
       reg_pin<64>(cur);
       wgmma_fence();
       if (DINC)
-        wgmma_m64n128k32_inplace<FA, FB>(cur, mxt_desc_from_lo((q < 4 ? dA0 : dA1) + 2 * (q & 3)),
-                                         mxt_desc_from_lo((q < 4 ? dB0 : dB1) + 2 * (q & 3)));
+        wgmma_m64n128k32_inplace<FA, FB>(cur, mxt_desc_from_lo((pq < 4 ? dA0 : dA1) + 2 * (pq & 3)),
+                                         mxt_desc_from_lo((pq < 4 ? dB0 : dB1) + 2 * (pq & 3)));
       else
         wgmma_m64n128k32_inplace<FA, FB>(cur, make_smem_desc_sw128(bb + wg * LAY::A_WG), make_smem_desc_sw128(bb + LAY::B_OFF));
       wgmma_commit();
     }
     if (q >= 1) {
-      const int ip = q - 1, j = ip & 3;
-      const mx_u32 bs = ip < 4 ? b0 : b1;
-      if (j == 0 && !PRE) {
+      const int ip = q - 1, pp = Q0 + ip, j = pp & 3;
+      const mx_u32 bs = pp < 4 ? b0 : b1;
+      if ((j == 0 || ip == 0) && !PRE) {
         // This stage's A-row scales, kb 0..3 (stage-major: row*4 + kb, 16 bytes per row).
         sa0 = lds_f32x4(bs + LAY::SA_OFF + 16 * wrow);
         sa1 = lds_f32x4(bs + LAY::SA_OFF + 16 * (wrow + 8));
@@ -648,18 +662,18 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
       float4 sb4 = make_float4(0.f, 0.f, 0.f, 0.f);
       if (PRE) sb4 = sbp[j];
       else if (SB2D) sb4 = lds_f32x4(bs + LAY::SB_OFF + 16 * j);
-      const float* sBg = reinterpret_cast<const float*>(sgen + (ip < 4 ? st0 : st1) * STAGE + LAY::SB_OFF);
+      const float* sBg = reinterpret_cast<const float*>(sgen + (pp < 4 ? st0 : st1) * STAGE + LAY::SB_OFF);
       if (q < NQ) wgmma_wait<1>(); else wgmma_wait<0>();
       float* prv = (ip & 1) ? tb : ta;
       reg_pin<64>(prv);
       mxt_promote<SB2D, 0>(acc, prv, s0, s1, make_float2(sb4.x, sb4.y), sBg + 128 * j, lane);
       mxt_promote<SB2D, 1>(acc, prv + 32, s0, s1, make_float2(sb4.z, sb4.w), sBg + 128 * j, lane);
-      if (NS == 2 && ip == 3 && lane == 0) mbar_arrive(&empty[st0]);
+      if (TWO && pp == 3 && lane == 0) mbar_arrive(&empty[st0]);
     }
   }
-  if (lane == 0) mbar_arrive(&empty[NS == 2 ? st1 : st0]);
+  if ((PEND == 4 || PEND == 8) && lane == 0) mbar_arrive(&empty[PEND == 8 ? st1 : st0]);
 #pragma unroll
-  for (int g = 0; g < NS; ++g) {
+  for (int g = 0; g < PEND / 4; ++g) {
     if (++stage == STAGES) { stage = 0; phase ^= 1; }
   }
 }
@@ -892,6 +906,15 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
   float acc[64], t0[64], t1[64];
   mxt_consume<OUT_BF16>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst) {
     if (NSG == 2) nst = (nst + 1) & ~1;   // the producer appends a zero stage to odd tiles
+    if ((OPT & MXT_OPT_SKEW) && NSG == 1 && wg == 1) {
+      if (nst <= 0) return;
+      typedef MxtLay128<SB2D> L;
+      mxt_group_v2<FA, FB, SB2D, 1, STAGES, L, OPT, 0, 2>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+      for (; nst > 1; --nst)
+        mxt_group_v2<FA, FB, SB2D, 1, STAGES, L, OPT, 2, 4>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+      mxt_group_v2<FA, FB, SB2D, 1, STAGES, L, OPT, 2, 2>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+      return;
+    }
     for (; nst >= NSG; nst -= NSG)
       mxt_group_v2<FA, FB, SB2D, NSG, STAGES, MxtLay128<SB2D>, OPT>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
   });
@@ -987,6 +1010,11 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_PRESCALE>(p); }
 
+// mx_tgemm_<...>_v2o: v2u with warpgroup 1's groups skewed by two k32 steps (MXT_OPT_SKEW).
+#define MXT_INST_V2O(NAME, FA, FB, SB2D, OBF, ST) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_SKEW>(p); }
+
 #define MXT_INST_V3(NAME, FA, FB, SB2D, OBF, ST) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 2>(p); }
@@ -1042,6 +1070,10 @@ MXT_INST_V2D(mx_tgemm_e4m3e4m3_w1d_bf16_v2d, 0, 0, 0, 1, 6)
 MXT_INST_V2D(mx_tgemm_e4m3e4m3_w1d_f32_v2d,  0, 0, 0, 0, 6)
 MXT_INST_V2P(mx_tgemm_e4m3e4m3_w2d_bf16_v2p, 0, 0, 1, 1, 6)
 MXT_INST_V2P(mx_tgemm_e4m3e4m3_w2d_f32_v2p,  0, 0, 1, 0, 6)
+MXT_INST_V2O(mx_tgemm_e4m3e4m3_w2d_bf16_v2o, 0, 0, 1, 1, 6)
+MXT_INST_V2O(mx_tgemm_e4m3e4m3_w2d_f32_v2o,  0, 0, 1, 0, 6)
+MXT_INST_V2O(mx_tgemm_e4m3e4m3_w1d_bf16_v2o, 0, 0, 0, 1, 6)
+MXT_INST_V2O(mx_tgemm_e4m3e4m3_w1d_f32_v2o,  0, 0, 0, 0, 6)
 #endif
 
 // v3 kernels, opt-in: define MXT_INSTANTIATE_V3 (bench/launch.cu does).

@@ -497,7 +497,7 @@ def compare_bitwise(results, sfx, base="", E=7, sizes=(0, 37, 200, 1, 513, 0, 13
         ("wgrad X32x32 f32", (E, N, K), lambda o: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o)),
         ("fwd w2d bf16", (M, N), lambda o: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o)),
     ]
-    strict = (base == "_v2" and sfx in ("_v3", "_v2u")) or (base == "_v2u" and sfx in ("_v4", "_v2d", "_v2p"))
+    strict = (base == "_v2" and sfx in ("_v3", "_v2u")) or (base == "_v2u" and sfx in ("_v4", "_v2d", "_v2p", "_v2o"))
     for name, shape, fn in cases:
         if sfx in W2D_ONLY and ("w1d" in name or "1x32" in name):
             continue
@@ -633,6 +633,32 @@ def time_fakequant(key, rows, rep, X, dY, offs_host, M, K, N):
 
 
 # ------------------------------------------------------------------ timing
+AB = None  # --ab A,B: interleaved A/B timing of two tgemm suffixes per pass (ratios robust to clock drift)
+AB_ROWS = []
+
+
+def ab_interleaved(fn, sa, sb, rounds=10, iters=5):
+    """Median per-launch ms of fn under suffix sa and sb, timed in alternating rounds
+    (order flipped every round) so that clock and thermal drift hit both alike."""
+    global SUFFIX
+    ts = {sa: [], sb: []}
+    for s in (sa, sb):
+        SUFFIX = s; fn()
+    torch.cuda.synchronize()
+    for r in range(rounds):
+        for s in ((sa, sb) if r % 2 == 0 else (sb, sa)):
+            SUFFIX = s
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(iters):
+                fn()
+            e1.record(); e1.synchronize()
+            ts[s].append(e0.elapsed_time(e1) / iters)
+    SUFFIX = ""
+    med = lambda v: sorted(v)[len(v) // 2]
+    return med(ts[sa]), med(ts[sb]), min(ts[sa]), min(ts[sb])
+
+
 def tms(fn, rep_ms):
     from triton.testing import do_bench
     fn(); torch.cuda.synchronize()
@@ -640,7 +666,7 @@ def tms(fn, rep_ms):
 
 
 W2D_ONLY = ("_v4", "_v2p")  # variants built for 32x32 weight scales only (a 1x32 pass under them runs the default kernel)
-VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v4"]  # experimental tgemm variants checked and timed next to the default (--variants)
+VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v4"]  # experimental tgemm variants checked and timed next to the default (--variants)
 GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
 QUANT_ONLY = False  # --quant-only: quantizer checks and timings only
 FAKEQUANT_ONLY = False  # --fakequant: fake-quant (mx_fakequant_m32_*) check and timings only
@@ -704,14 +730,24 @@ def time_shape(key, rows, rep):
             runs.append(("wgrad", f"wgrad 1x32 x X32x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)))
             continue
         runs.append(("wgrad", f"wgrad 1x32 x 1x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)))
-        if sfx in ("_v2", "_v3", "_v2u", "_v2d"):
+        if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2o"):
             runs += [
                 ("fwd", f"fwd 1x32 x 1x32 [{sfx}]", lambda: fwd_call(qx["qa"], qx["sa"], qw1["qa"].view(E, N, K), sw1, offs, E, M, N, K, False, o_fwd)),
                 ("wgrad", f"wgrad 1x32 x X32x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)),
             ]
     SUFFIX = ""
+    if AB:
+        sa, sb = AB
+        for label in ("fwd 1x32 x 32x32", "dgrad 1x32 x 32x32", "wgrad 1x32 x X32x32", "fwd 1x32 x 1x32"):
+            fn = next(r[2] for r in runs if r[1] == label)
+            if ("1x32 x 1x32" in label) and (sa in W2D_ONLY or sb in W2D_ONLY):
+                continue
+            ta, tb, ma, mb = ab_interleaved(fn, sa, sb)
+            AB_ROWS.append((key, label, ta * 1e3, tb * 1e3, ta / tb, ma / mb, fl / tb / 1e9))
+        if AB_ONLY:
+            return
     runs.append(("fwd", "fwd 1x32 x 32x32 (repeat, timed last)", runs[0][2]))
-    for v in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v4"):  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2/v3 last too
+    for v in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v4"):  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2/v3 last too
         if v in VARIANTS:
             runs.append(("fwd", f"fwd 1x32 x 32x32 [{v}] (repeat, timed last)", next(r[2] for r in runs if r[1] == f"fwd 1x32 x 32x32 [{v}]")))
     for base, name, fn in runs:
@@ -746,6 +782,9 @@ def time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K):
     del Xf
 
 
+AB_ONLY = False  # --ab-only
+
+
 def copy_bw(rep):
     x = torch.empty(1 << 30, dtype=torch.bfloat16, device=DEV)
     y = torch.empty_like(x)
@@ -774,7 +813,15 @@ def main():
                          "tpc 0 host rule, n tiles per CTA, -1 grid y 1); default %(default)s")
     ap.add_argument("--fakequant", action="store_true",
                     help="only the fake-quant along M check and timings (mx_fakequant_m32_*; also part of the default run)")
+    ap.add_argument("--ab", default=None,
+                    help="A,B: also time these two tgemm suffixes per pass in interleaved rounds "
+                         "('-' = the unsuffixed kernel), e.g. _v2u,_v2o")
+    ap.add_argument("--ab-only", action="store_true", help="with --ab: skip the ordinary timing rows")
     a = ap.parse_args()
+    global AB, AB_ONLY
+    if a.ab:
+        AB = tuple("" if x == "-" else x for x in a.ab.split(","))
+        AB_ONLY = a.ab_only
     FAKEQUANT_ONLY = a.fakequant
     QUANT_ONLY = a.quant_only
     QUANT_GEOMS = [tuple(int(u) for u in g.split(":")) for g in a.quant_geoms.split(",") if g]
@@ -813,7 +860,7 @@ def main():
                 if sfx not in W2D_ONLY:
                     check_gemm_case(results, f"odd-groups{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
                 check_gemm_case(results, f"shape-c-like{sfx}", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
-                if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v4"):
+                if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v4"):
                     check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
                     check_gemm_case(results, f"odd-groups-x2d{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
                 if sfx == "_v3":
@@ -828,10 +875,10 @@ def main():
                             check_gemm_case(results, *args, **kw)
                         except Exception as ex:  # keep going (e.g. a tensor map the driver refuses)
                             results.append((f"case {args[0]}", False, f"{type(ex).__name__}: {ex}"))
-                if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v4"):
+                if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v4"):
                     SUFFIX = ""
                     compare_bitwise(results, sfx)
-                if sfx in ("_v4", "_v2d", "_v2p"):
+                if sfx in ("_v4", "_v2d", "_v2p", "_v2o"):
                     SUFFIX = sfx
                     # 64-row tiles: expert sizes around 64, a tile ending mid-expert, tiny K
                     for args, kw in (((f"rows64{sfx}", 5, [64, 65, 63, 0, 1], 256, 144, torch.float32), dict(pad_rows=3)),
@@ -875,6 +922,11 @@ def main():
         f = lambda v, fmt: (fmt % v) if v == v else "-"
         extra = f" ({gbs / bw * 100:.0f}% of copy)" if gbs == gbs else ""
         print(f"{key} | {name} | {us:.1f} | {f(tf, '%.0f')} | {f(gbs, '%.0f')}{extra} | {f(ratio, '%.2f')}")
+    if AB_ROWS:
+        print(f"\ninterleaved A/B (10 alternating rounds x 5 launches): A = {AB[0] or 'default'}, B = {AB[1] or 'default'}")
+        print("shape | pass | A µs (median) | B µs (median) | A/B median | A/B best | B TFLOP/s")
+        for k, n, ta, tb, r, rb, tf in AB_ROWS:
+            print(f"{k} | {n} | {ta:.1f} | {tb:.1f} | {r:.3f} | {rb:.3f} | {tf:.0f}")
     # variant / default speed for the same pass (same process; > 1 = variant faster)
     byname = {(k, n): us for k, n, us, _, _, _ in rows}
     pairs = [(k, n, n.replace(f" [{v}]", "")) for k, n, *_ in rows for v in VARIANTS if f" [{v}]" in n]
@@ -883,7 +935,7 @@ def main():
         for k, n, base in pairs:
             if (k, base) in byname:
                 print(f"{k} | {n} | {byname[(k, base)] / byname[(k, n)]:.3f}")
-    for ref, other in (("_v2", "_v3"), ("_v2", "_v2u"), ("_v2u", "_v2d"), ("_v2u", "_v2p"), ("_v2u", "_v4")):
+    for ref, other in (("_v2", "_v3"), ("_v2", "_v2u"), ("_v2u", "_v2d"), ("_v2u", "_v2p"), ("_v2u", "_v2o"), ("_v2u", "_v4")):
         if ref in VARIANTS and other in VARIANTS:
             print(f"\nshape | pass | {ref[1:]} µs / {other[1:]} µs (> 1 = {other[1:]} faster)")
             for k, n, *_ in rows:
