@@ -51,7 +51,7 @@ struct MxgLayout {
 struct MxgTile { int e, row0, rows, n0, kbeg, klen; };
 
 MX_DEV MxgTile mxg_decode(const MxGemmParams& p, int t, int BM, int ntn, int tiles_m,
-                          const int* g_start, const int* g_pre) {
+                          const int* g_start, const int* g_pre, int BN = MXG_BN) {
   MxgTile T;
   if (!p.batched) {
     int mt = t / ntn, nt = t - mt * ntn;
@@ -59,7 +59,7 @@ MX_DEV MxgTile mxg_decode(const MxGemmParams& p, int t, int BM, int ntn, int til
     T.e = e;
     T.row0 = g_start[e] + (mt - g_pre[e]) * BM;
     T.rows = min(BM, g_start[e + 1] - T.row0);
-    T.n0 = nt * MXG_BN;
+    T.n0 = nt * BN;
     T.kbeg = 0;
     T.klen = p.K;
   } else {
@@ -70,7 +70,7 @@ MX_DEV MxgTile mxg_decode(const MxGemmParams& p, int t, int BM, int ntn, int til
     T.e = e;
     T.row0 = mt * BM;
     T.rows = min(BM, p.M - T.row0);
-    T.n0 = nt * MXG_BN;
+    T.n0 = nt * BN;
     T.kbeg = g_pre[e];
     T.klen = g_start[e + 1] - g_start[e];
   }
@@ -363,12 +363,21 @@ template <int SB2D> struct MxtLayout { static constexpr int STAGE = SB2D ? 35840
 // warpgroups (warpgroup w's A rows at +w * A_WG). Lay64: v4, one 64-row tile per warpgroup
 // in its own ring (A 64 rows x 128 B | B 128 x 128 B | SA 64 rows x 16 B | SB).
 template <int SB2D> struct MxtLay128 {
-  static constexpr int BM = 128, STAGE = MxtLayout<SB2D>::STAGE;
+  static constexpr int BM = 128, BN = 128, STAGE = MxtLayout<SB2D>::STAGE;
   static constexpr int A_WG = 8192, B_OFF = 16384, SA_OFF = MXT_SA_OFF, SB_OFF = MXT_SB_OFF;
 };
 template <int SB2D> struct MxtLay64 {
-  static constexpr int BM = 64, STAGE = SB2D ? 26624 : 27648;
+  static constexpr int BM = 64, BN = 128, STAGE = SB2D ? 26624 : 27648;
   static constexpr int A_WG = 0, B_OFF = 8192, SA_OFF = 24576, SB_OFF = 25600;
+};
+// v5: 128 x 192 tiles, 32x32 weight scales only. A 128 rows x 128 B | B 192 x 128 B |
+// SA 128 rows x 16 B | SB 4 kb x 8 FP32 (a 32-byte window of the weight-scale row starting at
+// the 16-byte-aligned column block (n0/32) & ~3; the tile's first block sits at +0 or +2:
+// the SB table needs ldsb >= roundup(NB, 4) + 4 so that no window reads past a row).
+template <int SB2D> struct MxtLay192 {
+  static_assert(SB2D == 1, "the 128 x 192 tile kernels take 32x32 weight scales only");
+  static constexpr int BM = 128, BN = 192, STAGE = 44032;
+  static constexpr int A_WG = 8192, B_OFF = 16384, SA_OFF = 40960, SB_OFF = 43008;
 };
 
 // Promotion of one 64-column half H of a k32 step into acc[32H .. 32H+31].
@@ -438,7 +447,7 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
     while (s.ks >= s.nst) {
       s.t += s.step;
       if (s.t >= c.total) { s.pc = 0x7fffffff; return; }
-      const MxgTile T = mxg_decode(p, s.t, LAY::BM, c.ntn, c.tiles_m, c.g_start, c.g_pre);
+      const MxgTile T = mxg_decode(p, s.t, LAY::BM, c.ntn, c.tiles_m, c.g_start, c.g_pre, LAY::BN);
       s.nst = mxt_tile_stages(p, T, c.g_pre);
       if (PAD2) { s.nreal = s.nst; s.nst = (s.nst + 1) & ~1; }
       s.ks = 0;
@@ -455,7 +464,7 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
       for (mx_u32 o = LAY::SA_OFF; o < (mx_u32)STAGE; o += 16)
         asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" :: "r"(dst + o), "r"(0) : "memory");
       fence_proxy_async_smem();
-      mbar_arrive_expect_tx(&full[s.stage], ABYTES + 16384);
+      mbar_arrive_expect_tx(&full[s.stage], ABYTES + LAY::BN * 128);
       tma_load_2d(dst, &P.tmA, p.batched ? (int)p.lda : p.K, s.row0, &full[s.stage]);
       tma_load_2d(dst + LAY::B_OFF, &P.tmB, p.batched ? (int)p.ldb : p.K, s.brow, &full[s.stage]);
       ++s.ks; ++s.pc;
@@ -466,15 +475,16 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
     const int kb0 = k0 >> 5;
     int sa_rows = p.M - s.row0;
     sa_rows = sa_rows < LAY::BM ? sa_rows : LAY::BM;       // never read past the SA table
-    const mx_u32 sb_bytes = SB2D ? 64 : 2048;
-    mbar_arrive_expect_tx(&full[s.stage], ABYTES + 16384 + sa_rows * 16 + sb_bytes);
+    constexpr mx_u32 SBW = LAY::BN == 192 ? 32 : 16;      // 2D: bytes of weight scales per kb
+    const mx_u32 sb_bytes = SB2D ? 4 * SBW : 2048;
+    mbar_arrive_expect_tx(&full[s.stage], ABYTES + LAY::BN * 128 + sa_rows * 16 + sb_bytes);
     tma_load_2d(dst, &P.tmA, k0, s.row0, &full[s.stage]);
     tma_load_2d(dst + LAY::B_OFF, &P.tmB, k0, s.brow, &full[s.stage]);
     bulk_load(dst + LAY::SA_OFF, p.SA + (mx_i64)(kb0 >> 2) * p.ldsa + (mx_i64)s.row0 * 4, sa_rows * 16, &full[s.stage]);
     const float* SBexp = p.SB + (mx_i64)s.e * p.sb_es;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      if (SB2D) bulk_load(dst + LAY::SB_OFF + 16 * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + (s.n0 >> 5), 16, &full[s.stage]);
+      if (SB2D) bulk_load(dst + LAY::SB_OFF + SBW * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + ((s.n0 >> 5) & (SBW == 32 ? ~3 : ~0)), SBW, &full[s.stage]);
       else      bulk_load(dst + LAY::SB_OFF + 512 * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + s.n0, 512, &full[s.stage]);
     }
     ++s.ks; ++s.pc;
@@ -678,7 +688,7 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
   }
 }
 
-template <int OUT_BF16>
+template <int OUT_BF16, int NACC = 64>
 MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* acc, int wrow, int lane) {
   const int r0 = wrow, r1 = wrow + 8;
   const int cofs = 2 * (lane & 3);
@@ -690,7 +700,7 @@ MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* a
       if (r < T.rows) {
         const mx_i64 rowoff = ob + (mx_i64)(T.row0 + r) * p.ldo;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < NACC / 4; ++j) {
           const int col = T.n0 + 8 * j + cofs;
           if (col < p.N) {
             const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
@@ -710,7 +720,7 @@ MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* a
       const int r = h ? r1 : r0;
       if (r < T.rows) {
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < NACC / 4; ++j) {
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const int col = T.n0 + 8 * j + cofs + c;
@@ -742,9 +752,9 @@ MX_DEV void mxt_zero_padding_rows(const MxGemmParams& p, const int* g_start, int
   }
 }
 
-MX_DEV MxtCtx mxt_ctx(const MxGemmParams& p, const int* g_start, const int* g_pre, int bm = MXT_BM) {
+MX_DEV MxtCtx mxt_ctx(const MxGemmParams& p, const int* g_start, const int* g_pre, int bm = MXT_BM, int bn = MXG_BN) {
   MxtCtx c;
-  c.ntn = (p.N + MXG_BN - 1) / MXG_BN;
+  c.ntn = (p.N + bn - 1) / bn;
   c.tiles_m = p.batched ? (p.M + bm - 1) / bm : g_pre[p.E];
   c.total = p.batched ? p.E * c.tiles_m * c.ntn : c.tiles_m * c.ntn;
   c.brows_e = p.batched ? 0 : (int)(p.b_es / p.ldb);
@@ -791,22 +801,25 @@ MX_DEV void mxt_produce(const MxGemmTmaParams& P, const int* g_start, const int*
 // The consumers' tile loop: for each tile of the sequence, zero acc, run_groups(nst) (the
 // main loop over the tile's nst stages), then the epilogue. The tile is decoded again after
 // the main loop so that nothing of it is live across it (register fit, see mx_tgemm_impl).
-template <int OUT_BF16, class RunGroups>
+// NACC accumulators per thread (BN / 2); run_groups(nst, sbsh) gets the tile's stage count and
+// (n0 / 32) & 3, where its first weight-scale column block sits in a v5 scale window.
+template <int OUT_BF16, int NACC = 64, int BN = MXG_BN, class RunGroups>
 MX_DEV void mxt_consume(const MxGemmParams& p, const MxtCtx& c, const int* g_start, const int* g_pre, int bm,
                         int first, int step, float* acc, int wrow, int lane, RunGroups run_groups) {
   for (int t = first; t < c.total; t += step) {
-    int nst;
+    int nst, sbsh;
     {
-      const MxgTile T = mxg_decode(p, t, bm, c.ntn, c.tiles_m, g_start, g_pre);
+      const MxgTile T = mxg_decode(p, t, bm, c.ntn, c.tiles_m, g_start, g_pre, BN);
       nst = mxt_tile_stages(p, T, g_pre);
+      sbsh = (T.n0 >> 5) & 3;
     }
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    run_groups(nst);
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+    run_groups(nst, sbsh);
     int te = t;
     asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
-    const MxgTile T = mxg_decode(p, te, bm, c.ntn, c.tiles_m, g_start, g_pre);
-    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
+    const MxgTile T = mxg_decode(p, te, bm, c.ntn, c.tiles_m, g_start, g_pre, BN);
+    mxt_epilogue<OUT_BF16, NACC>(p, T, acc, wrow, lane);
   }
 }
 
@@ -843,7 +856,7 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   const int wrow = 64 * wg + 16 * warp + (lane >> 2);
   int stage = 0; mx_u32 phase = 0;
   float acc[64], t0[MODE >= 2 ? 64 : 32], t1[MODE == 3 ? 1 : (MODE == 2 ? 64 : 32)], t2[MODE == 1 ? 32 : 1];
-  mxt_consume<OUT_BF16>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst) {
+  mxt_consume<OUT_BF16>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst, int) {
     for (; nst >= 2; nst -= 2)
       mxt_group<FA, FB, SB2D, 2, STAGES, MODE>(acc, t0, t1, t2, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
     if (nst == 1)
@@ -904,7 +917,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
   const int wrow = 64 * wg + 16 * warp + (lane >> 2);
   int stage = 0; mx_u32 phase = 0;
   float acc[64], t0[64], t1[64];
-  mxt_consume<OUT_BF16>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst) {
+  mxt_consume<OUT_BF16>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst, int) {
     if (NSG == 2) nst = (nst + 1) & ~1;   // the producer appends a zero stage to odd tiles
     if ((OPT & MXT_OPT_SKEW) && NSG == 1 && wg == 1) {
       if (nst <= 0) return;
@@ -921,6 +934,106 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
 
   mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
 }
+
+// ---- v5 kernel: 128 x 192 tiles, one m64n192k32 per k32 step, promotion serialized ----
+// Why: per k32 step and warpgroup, v2u issues ~100 instructions (64 FFMA) for 64 tensor-core
+// cycles and one warpgroup-collective QGMMA per 64 x 128 x 32 (ncu run 16: the QGMMA's
+// warpgroup_arrive is the largest stall). An n192 step has 96 FFMA + 12 FMUL for 96 tensor
+// cycles and 1.5x the work per QGMMA, stage barrier and epilogue, and the 128 x 192 tile
+// moves 17 % fewer L2 -> shared bytes per FLOP. 96 accumulators + 96 partials leave no room
+// for a second partial buffer, so each warpgroup waits for its own wgmma (wait<0>) and the
+// other warpgroup's wgmma keeps the tensor core busy meanwhile (the anchors' tile sweep:
+// n192 serialized 865 TFLOP/s vs n128 serialized 701, operands in shared memory).
+// Promotion order per output is v2u's (per k32 step, acc += partial * (s_a * s_b)), so
+// results equal v2u's bit for bit as long as the tensor core's k32 partial does not depend
+// on the wgmma N.
+template <int FA, int FB, int STAGES>
+MX_DEV void mxt_group_n192(float* acc, float* tp, mx_u32 sbase, mx_u64* full, mx_u64* empty, int& stage,
+                           mx_u32& phase, int wg, int wrow, int sbsh, int lane) {
+  typedef MxtLay192<1> L;
+  mbar_wait(&full[stage], phase);
+  const mx_u32 b0 = sbase + stage * L::STAGE;
+  const float4 sa0 = lds_f32x4(b0 + L::SA_OFF + 16 * wrow);
+  const float4 sa1 = lds_f32x4(b0 + L::SA_OFF + 16 * (wrow + 8));
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    reg_pin<96>(tp);
+    wgmma_fence();
+    wgmma_m64n192k32_inplace<FA, FB>(tp, make_smem_desc_sw128(b0 + 32 * j + wg * L::A_WG),
+                                     make_smem_desc_sw128(b0 + 32 * j + L::B_OFF));
+    wgmma_commit();
+    // this step's six column-block scales (the window starts sbsh blocks before the tile)
+    const mx_u32 sw = b0 + L::SB_OFF + 32 * j + 4 * sbsh;
+    const float2 w01 = lds_f32x2(sw), w23 = lds_f32x2(sw + 8), w45 = lds_f32x2(sw + 16);
+    const float sbv[6] = {w01.x, w01.y, w23.x, w23.y, w45.x, w45.y};
+    const float s0 = j == 0 ? sa0.x : (j == 1 ? sa0.y : (j == 2 ? sa0.z : sa0.w));
+    const float s1 = j == 0 ? sa1.x : (j == 1 ? sa1.y : (j == 2 ? sa1.z : sa1.w));
+    wgmma_wait<0>();
+    reg_pin<96>(tp);
+#pragma unroll
+    for (int cb = 0; cb < 6; ++cb) {
+      const float p0 = s0 * sbv[cb], p1 = s1 * sbv[cb];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int q = (cb * 4 + jj) * 4;
+        acc[q + 0] = fmaf(tp[q + 0], p0, acc[q + 0]);
+        acc[q + 1] = fmaf(tp[q + 1], p0, acc[q + 1]);
+        acc[q + 2] = fmaf(tp[q + 2], p1, acc[q + 2]);
+        acc[q + 3] = fmaf(tp[q + 3], p1, acc[q + 3]);
+      }
+    }
+  }
+  if (lane == 0) mbar_arrive(&empty[stage]);
+  if (++stage == STAGES) { stage = 0; phase ^= 1; }
+}
+
+// Launch: 384 threads, mxt5_smem_bytes() of dynamic shared memory, and a B tensor map whose
+// box is 128 B x 192 rows (A's stays 128 x 128); the weight-scale table needs
+// ldsb >= roundup(NB, 4) + 4 (MxtLay192). Same parameters as mx_tgemm_*.
+#ifndef MXT5_STAGES
+#define MXT5_STAGES 5
+#endif
+constexpr int mxt5_smem_bytes() { return MXT5_STAGES * MxtLay192<1>::STAGE + 1024; }
+
+template <int FA, int FB, int OUT_BF16>
+MX_DEV void mx_tgemm_v5_impl(const MxGemmTmaParams& P) {
+  typedef MxtLay192<1> L;
+  constexpr int STAGES = MXT5_STAGES;
+  const MxGemmParams& p = P.g;
+  extern __shared__ __align__(1024) mx_u8 mxt_smem[];
+  __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
+  __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
+
+  const int tid = threadIdx.x;
+  mxt_setup(P, full, empty, STAGES, 8, L::BM, g_start, g_pre);
+
+  if (tid >= 256) {
+    setmaxnreg_dec<MXT_V2_PREG>();
+    if (tid == 256)
+      mxt_produce<1, STAGES, 0, L>(P, g_start, g_pre, mxt_smem_base(mxt_smem), blockIdx.x, gridDim.x, full, empty);
+    return;
+  }
+  setmaxnreg_inc<(504 - MXT_V2_PREG) / 2>();
+  const mx_u32 sbase = mxt_smem_base(mxt_smem);
+  const MxtCtx c = mxt_ctx(p, g_start, g_pre, L::BM, L::BN);
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+  const int lt = tid & 127;
+  const int warp = lt >> 5, lane = lt & 31;
+  const int wrow = 64 * wg + 16 * warp + (lane >> 2);
+  int stage = 0; mx_u32 phase = 0;
+  float acc[96], tp[96];
+  mxt_consume<OUT_BF16, 96, 192>(p, c, g_start, g_pre, L::BM, blockIdx.x, gridDim.x, acc, wrow, lane,
+                                 [&](int nst, int sbsh) {
+    for (; nst >= 1; --nst)
+      mxt_group_n192<FA, FB, STAGES>(acc, tp, sbase, full, empty, stage, phase, wg, wrow, sbsh, lane);
+  });
+
+  mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
+}
+
+#define MXT_INST_V5(NAME, FA, FB, OBF) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v5_impl<FA, FB, OBF>(p); }
 
 // ---- v4 kernel: two independent 64-row rings, one per consumer warpgroup ----
 // Same 384-thread CTA, parameter struct and main loop (mxt_group_v2) as v2u, but the two
@@ -975,7 +1088,7 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
   int stage = 0; mx_u32 phase = 0;
   float acc[64], t0[64], t1[64];
   mxt_consume<OUT_BF16>(p, c, g_start, g_pre, LAY::BM, 2 * (int)blockIdx.x + wg, 2 * (int)gridDim.x, acc, wrow, lane,
-                        [&](int nst) {
+                        [&](int nst, int) {
     for (; nst >= 1; --nst)
       mxt_group_v2<FA, FB, SB2D, 1, ST, LAY>(acc, t0, t1, sbase, sgen, fullr, emptyr, stage, phase, 0, wrow, lane);
   });
@@ -1082,6 +1195,12 @@ MXT_INST_V3(mx_tgemm_e4m3e4m3_w2d_bf16_v3, 0, 0, 1, 1, 6)
 MXT_INST_V3(mx_tgemm_e4m3e4m3_w2d_f32_v3,  0, 0, 1, 0, 6)
 MXT_INST_V3(mx_tgemm_e4m3e4m3_w1d_bf16_v3, 0, 0, 0, 1, 6)
 MXT_INST_V3(mx_tgemm_e4m3e4m3_w1d_f32_v3,  0, 0, 0, 0, 6)
+#endif
+
+// v5 kernels (128 x 192 tiles), opt-in: define MXT_INSTANTIATE_V5 (bench/launch.cu does).
+#ifdef MXT_INSTANTIATE_V5
+MXT_INST_V5(mx_tgemm_e4m3e4m3_w2d_bf16_v5, 0, 0, 1)
+MXT_INST_V5(mx_tgemm_e4m3e4m3_w2d_f32_v5,  0, 0, 0)
 #endif
 
 // v4 kernels, opt-in: define MXT_INSTANTIATE_V4 (bench/launch.cu does).

@@ -9,6 +9,7 @@
 #define MXT_INSTANTIATE_V2   // v2 (run 8): mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v2
 #define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
 #define MXT_INSTANTIATE_V4   // v4: two independent 64-row rings: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v4
+#define MXT_INSTANTIATE_V5   // v5: 128 x 192 tiles: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v5
 #include "../mx_grouped_gemm.cu"
 #include "../mx_dequantize.cu"  // mx_dequantize: reference for the fake-quant check
 // Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
@@ -155,7 +156,7 @@ static int encode_2d(MxTmap* out, const void* ptr, unsigned long long inner, uns
 }
 
 typedef void (*TGemmK)(const MxGemmTmaParams);
-struct TVariant { const char* name; TGemmK k; int sb2d; int stages; int abox = 128; };  // abox: A box rows (v4: 64)
+struct TVariant { const char* name; TGemmK k; int sb2d; int stages; int abox = 128; int bbox = 128; };  // A / B box rows (v4: A 64; v5: B 192)
 static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_bf16", mx_tgemm_e4m3e4m3_w2d_bf16, 1, 6},
   {"mx_tgemm_e4m3e4m3_w2d_f32",  mx_tgemm_e4m3e4m3_w2d_f32,  1, 6},
@@ -196,6 +197,8 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w1d_f32_v3",  mx_tgemm_e4m3e4m3_w1d_f32_v3,  0, 6},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v4", mx_tgemm_e4m3e4m3_w2d_bf16_v4, 1, MXT4_STAGES, 64},
   {"mx_tgemm_e4m3e4m3_w2d_f32_v4",  mx_tgemm_e4m3e4m3_w2d_f32_v4,  1, MXT4_STAGES, 64},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v5", mx_tgemm_e4m3e4m3_w2d_bf16_v5, 1, MXT5_STAGES, 128, 192},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v5",  mx_tgemm_e4m3e4m3_w2d_f32_v5,  1, MXT5_STAGES, 128, 192},
 };
 
 extern "C" int mx_tgemm_smem(int sb2d, int stages) {
@@ -212,13 +215,14 @@ extern "C" int mx_launch_tgemm(const char* name, const MxGemmParams* p, int grid
     if (!p->batched) {
       long long brows = p->E * (p->b_es / p->ldb);
       rc = encode_2d(&P.tmA, p->A, (unsigned long long)p->K, (unsigned long long)p->M, (unsigned long long)p->lda, v.abox);
-      if (!rc) rc = encode_2d(&P.tmB, p->B, (unsigned long long)p->K, (unsigned long long)brows, (unsigned long long)p->ldb);
+      if (!rc) rc = encode_2d(&P.tmB, p->B, (unsigned long long)p->K, (unsigned long long)brows, (unsigned long long)p->ldb, v.bbox);
     } else {
       rc = encode_2d(&P.tmA, p->A, (unsigned long long)p->lda, (unsigned long long)p->M, (unsigned long long)p->lda, v.abox);
-      if (!rc) rc = encode_2d(&P.tmB, p->B, (unsigned long long)p->ldb, (unsigned long long)p->N, (unsigned long long)p->ldb);
+      if (!rc) rc = encode_2d(&P.tmB, p->B, (unsigned long long)p->ldb, (unsigned long long)p->N, (unsigned long long)p->ldb, v.bbox);
     }
     if (rc) return rc;
-    int smem = v.abox == 64 ? (v.sb2d ? mxt4_smem_bytes<1>() : mxt4_smem_bytes<0>()) : mx_tgemm_smem(v.sb2d, v.stages);
+    int smem = v.abox == 64 ? (v.sb2d ? mxt4_smem_bytes<1>() : mxt4_smem_bytes<0>())
+             : v.bbox == 192 ? mxt5_smem_bytes() : mx_tgemm_smem(v.sb2d, v.stages);
     static bool done[sizeof(g_tvariants) / sizeof(g_tvariants[0])] = {false};
     int idx = (int)(&v - g_tvariants);
     if (!done[idx]) {
