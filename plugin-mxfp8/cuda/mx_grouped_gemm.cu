@@ -789,7 +789,7 @@ MX_DEV void mxt_setup(const MxGemmTmaParams& P, mx_u64* full, mx_u64* empty, int
 template <int SB2D, int STAGES, int PAD2, class LAY>
 MX_DEV void mxt_produce(const MxGemmTmaParams& P, const int* g_start, const int* g_pre, mx_u32 sbase,
                         int first, int step, mx_u64* full, mx_u64* empty) {
-  const MxtCtx c = mxt_ctx(P.g, g_start, g_pre, LAY::BM);
+  const MxtCtx c = mxt_ctx(P.g, g_start, g_pre, LAY::BM, LAY::BN);
   MxtProd prod;
   prod.step = step;
   prod.t = first - step; prod.ks = 0; prod.nst = 0;
