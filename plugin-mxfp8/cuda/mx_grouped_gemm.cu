@@ -609,6 +609,10 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
 //   wgmma of their own in flight) at the same moment at every stage end. Same steps, same
 //   promotion order per output: bit-identical results.
 #define MXT_OPT_SKEW 8
+// MXT_OPT_NO_PROMOTE (diagnostic only, WRONG results: acc stays 0): the same wgmmas, waits,
+//   scale loads and barriers, without the promotion FFMAs, to measure what the promotion
+//   costs in time and power (bench/power.py, run 24).
+#define MXT_OPT_NO_PROMOTE 16
 MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
 MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
 
@@ -676,8 +680,14 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
       if (q < NQ) wgmma_wait<1>(); else wgmma_wait<0>();
       float* prv = (ip & 1) ? tb : ta;
       reg_pin<64>(prv);
-      mxt_promote<SB2D, 0>(acc, prv, s0, s1, make_float2(sb4.x, sb4.y), sBg + 128 * j, lane);
-      mxt_promote<SB2D, 1>(acc, prv + 32, s0, s1, make_float2(sb4.z, sb4.w), sBg + 128 * j, lane);
+      if (!(OPT & MXT_OPT_NO_PROMOTE)) {
+        mxt_promote<SB2D, 0>(acc, prv, s0, s1, make_float2(sb4.x, sb4.y), sBg + 128 * j, lane);
+        mxt_promote<SB2D, 1>(acc, prv + 32, s0, s1, make_float2(sb4.z, sb4.w), sBg + 128 * j, lane);
+      } else {
+        // keep the scale loads and one output of each wgmma live (with none read, ptxas
+        // replaces the wgmma by an empty HGMMA.64x8x16)
+        acc[0] += (s0 + s1 + sb4.x + sb4.y + sb4.z + sb4.w) * prv[0];
+      }
       if (TWO && pp == 3 && lane == 0) mbar_arrive(&empty[st0]);
     }
   }
@@ -1128,6 +1138,11 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_SKEW>(p); }
 
+// mx_tgemm_<...>_v2n: DIAGNOSTIC, wrong results: v2u without the promotion (MXT_OPT_NO_PROMOTE).
+#define MXT_INST_V2N(NAME, FA, FB, SB2D, OBF, ST) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_NO_PROMOTE>(p); }
+
 #define MXT_INST_V3(NAME, FA, FB, SB2D, OBF, ST) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 2>(p); }
@@ -1187,6 +1202,7 @@ MXT_INST_V2O(mx_tgemm_e4m3e4m3_w2d_bf16_v2o, 0, 0, 1, 1, 6)
 MXT_INST_V2O(mx_tgemm_e4m3e4m3_w2d_f32_v2o,  0, 0, 1, 0, 6)
 MXT_INST_V2O(mx_tgemm_e4m3e4m3_w1d_bf16_v2o, 0, 0, 0, 1, 6)
 MXT_INST_V2O(mx_tgemm_e4m3e4m3_w1d_f32_v2o,  0, 0, 0, 0, 6)
+MXT_INST_V2N(mx_tgemm_e4m3e4m3_w2d_bf16_v2n, 0, 0, 1, 1, 6)
 #endif
 
 // v3 kernels, opt-in: define MXT_INSTANTIATE_V3 (bench/launch.cu does).
