@@ -613,6 +613,9 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
 //   scale loads and barriers, without the promotion FFMAs, to measure what the promotion
 //   costs in time and power (bench/power.py, run 24).
 #define MXT_OPT_NO_PROMOTE 16
+// MXT_OPT_NO_STORE (diagnostic only, WRONG results: the output is never written): v2u with
+//   the epilogue's stores skipped (kept in the code behind a run-time false condition).
+#define MXT_OPT_NO_STORE 32
 MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
 MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
 
@@ -813,7 +816,7 @@ MX_DEV void mxt_produce(const MxGemmTmaParams& P, const int* g_start, const int*
 // the main loop so that nothing of it is live across it (register fit, see mx_tgemm_impl).
 // NACC accumulators per thread (BN / 2); run_groups(nst, sbsh) gets the tile's stage count and
 // (n0 / 32) & 3, where its first weight-scale column block sits in a v5 scale window.
-template <int OUT_BF16, int NACC = 64, int BN = MXG_BN, class RunGroups>
+template <int OUT_BF16, int NACC = 64, int BN = MXG_BN, bool STORE = true, class RunGroups>
 MX_DEV void mxt_consume(const MxGemmParams& p, const MxtCtx& c, const int* g_start, const int* g_pre, int bm,
                         int first, int step, float* acc, int wrow, int lane, RunGroups run_groups) {
   for (int t = first; t < c.total; t += step) {
@@ -829,7 +832,7 @@ MX_DEV void mxt_consume(const MxGemmParams& p, const MxtCtx& c, const int* g_sta
     int te = t;
     asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
     const MxgTile T = mxg_decode(p, te, bm, c.ntn, c.tiles_m, g_start, g_pre, BN);
-    mxt_epilogue<OUT_BF16, NACC>(p, T, acc, wrow, lane);
+    if (STORE || p.N < 0) mxt_epilogue<OUT_BF16, NACC>(p, T, acc, wrow, lane);  // !STORE: diagnostic, no stores
   }
 }
 
@@ -927,7 +930,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
   const int wrow = 64 * wg + 16 * warp + (lane >> 2);
   int stage = 0; mx_u32 phase = 0;
   float acc[64], t0[64], t1[64];
-  mxt_consume<OUT_BF16>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst, int) {
+  mxt_consume<OUT_BF16, 64, MXG_BN, !(OPT & MXT_OPT_NO_STORE)>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst, int) {
     if (NSG == 2) nst = (nst + 1) & ~1;   // the producer appends a zero stage to odd tiles
     if ((OPT & MXT_OPT_SKEW) && NSG == 1 && wg == 1) {
       if (nst <= 0) return;
@@ -1143,6 +1146,11 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_NO_PROMOTE>(p); }
 
+// mx_tgemm_<...>_v2e: DIAGNOSTIC, wrong results: v2u without the output stores (MXT_OPT_NO_STORE).
+#define MXT_INST_V2E(NAME, FA, FB, SB2D, OBF, ST) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_NO_STORE>(p); }
+
 #define MXT_INST_V3(NAME, FA, FB, SB2D, OBF, ST) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 2>(p); }
@@ -1203,6 +1211,7 @@ MXT_INST_V2O(mx_tgemm_e4m3e4m3_w2d_f32_v2o,  0, 0, 1, 0, 6)
 MXT_INST_V2O(mx_tgemm_e4m3e4m3_w1d_bf16_v2o, 0, 0, 0, 1, 6)
 MXT_INST_V2O(mx_tgemm_e4m3e4m3_w1d_f32_v2o,  0, 0, 0, 0, 6)
 MXT_INST_V2N(mx_tgemm_e4m3e4m3_w2d_bf16_v2n, 0, 0, 1, 1, 6)
+MXT_INST_V2E(mx_tgemm_e4m3e4m3_w2d_bf16_v2e, 0, 0, 1, 1, 6)
 #endif
 
 // v3 kernels, opt-in: define MXT_INSTANTIATE_V3 (bench/launch.cu does).

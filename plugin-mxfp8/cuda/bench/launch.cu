@@ -192,6 +192,7 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w1d_bf16_v2o", mx_tgemm_e4m3e4m3_w1d_bf16_v2o, 0, 6},
   {"mx_tgemm_e4m3e4m3_w1d_f32_v2o",  mx_tgemm_e4m3e4m3_w1d_f32_v2o,  0, 6},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v2n", mx_tgemm_e4m3e4m3_w2d_bf16_v2n, 1, 6},  // diagnostic: no promotion, wrong results
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v2e", mx_tgemm_e4m3e4m3_w2d_bf16_v2e, 1, 6},  // diagnostic: no output stores
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v3", mx_tgemm_e4m3e4m3_w2d_bf16_v3, 1, 6},
   {"mx_tgemm_e4m3e4m3_w2d_f32_v3",  mx_tgemm_e4m3e4m3_w2d_f32_v3,  1, 6},
   {"mx_tgemm_e4m3e4m3_w1d_bf16_v3", mx_tgemm_e4m3e4m3_w1d_bf16_v3, 0, 6},
