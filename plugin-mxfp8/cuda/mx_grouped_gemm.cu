@@ -351,6 +351,14 @@ struct MxGemmTmaParams {
   MxTmap tmB;       // B operand
   MxGemmParams g;   // exactly as for mx_gemm_*
 };
+// The TMA-store kernels (v2t) take the output tensor map too: bf16 [rows][N] (batched:
+// rows = E * M, which needs o_es == M * ldo and out_t == 0), box 64 x 64 elements,
+// SWIZZLE_128B. o_tma = 0 makes every tile take the register epilogue.
+struct MxGemmTmaParamsO {
+  MxGemmTmaParams b;
+  MxTmap tmO;
+  int o_tma;
+};
 
 #define MXT_BM 128
 #define MXT_THREADS 384
@@ -616,6 +624,10 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
 // MXT_OPT_NO_STORE (diagnostic only, WRONG results: the output is never written): v2u with
 //   the epilogue's stores skipped (kept in the code behind a run-time false condition).
 #define MXT_OPT_NO_STORE 32
+// MXT_OPT_TMA_STORE (v2t): full 128-row tiles of a bf16 output are stored through shared
+//   memory and TMA (mxt_epilogue_tma), overlapping the next tile's main loop. Needs the
+//   MxGemmTmaParamsO parameters, 5 stages and 32 KB of staging after them (mxt_v2t_smem_bytes).
+#define MXT_OPT_TMA_STORE 64
 MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
 MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
 
@@ -750,6 +762,36 @@ MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* a
   }
 }
 
+// Epilogue through shared memory and TMA (bf16 output, full 128-row tiles): each consumer
+// warpgroup writes its 64 x 128 half as two 64 x 64 boxes in the 128B-swizzled layout (16-byte
+// chunk index XOR row % 8: the eight rows a warp writes per store hit distinct banks) and
+// one thread issues two TMA stores; the warpgroup goes on to its next tile while they run,
+// so the stores overlap the next main loop instead of stalling the tensor core (run 25: the
+// register epilogue costs v2u 6-7 %). The staging buffer is reused one tile later, after
+// bulk_wait_read. Columns past N are clipped by the tensor map (rows are full by the caller).
+struct MxtStore { const MxTmap* tm; mx_u32 sbuf; int wg; int lt; };
+MX_DEV void mxt_epilogue_tma(const MxGemmParams& p, const MxgTile& T, const float* acc, const MxtStore& st, int lane) {
+  if (st.lt == 0) bulk_wait_read<0>();
+  named_bar_sync(1 + st.wg, 128);
+  const int rl = 16 * (st.lt >> 5) + (lane >> 2);   // row in the warpgroup's 64 (and rl + 8)
+  const mx_u32 sw = (mx_u32)(rl & 7);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const mx_u32 box = st.sbuf + (j >> 3) * 8192;
+    const mx_u32 off = ((((mx_u32)j & 7) ^ sw) << 4) + 4 * (lane & 3);
+    st_shared_b32(box + rl * 128 + off, pack_bf16x2(acc[4 * j], acc[4 * j + 1]));
+    st_shared_b32(box + (rl + 8) * 128 + off, pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
+  }
+  fence_proxy_async_smem();
+  named_bar_sync(1 + st.wg, 128);
+  if (st.lt == 0) {
+    const int r = (p.batched ? T.e * p.M : 0) + T.row0 + 64 * st.wg;
+    tma_store_2d(st.tm, st.sbuf, T.n0, r);
+    tma_store_2d(st.tm, st.sbuf + 8192, T.n0 + 64, r);
+    bulk_commit();
+  }
+}
+
 // Grouped mode: zero the output's padding rows (rows >= offs[E-1]); called by the 256
 // consumer threads of the TMA kernels after their last tile (never by the producer, whose
 // registers are too few).
@@ -816,9 +858,11 @@ MX_DEV void mxt_produce(const MxGemmTmaParams& P, const int* g_start, const int*
 // the main loop so that nothing of it is live across it (register fit, see mx_tgemm_impl).
 // NACC accumulators per thread (BN / 2); run_groups(nst, sbsh) gets the tile's stage count and
 // (n0 / 32) & 3, where its first weight-scale column block sits in a v5 scale window.
-template <int OUT_BF16, int NACC = 64, int BN = MXG_BN, bool STORE = true, class RunGroups>
+// With TMA (v2t), full 128-row tiles of a bf16 output leave through mxt_epilogue_tma.
+template <int OUT_BF16, int NACC = 64, int BN = MXG_BN, bool STORE = true, bool TMA = false, class RunGroups>
 MX_DEV void mxt_consume(const MxGemmParams& p, const MxtCtx& c, const int* g_start, const int* g_pre, int bm,
-                        int first, int step, float* acc, int wrow, int lane, RunGroups run_groups) {
+                        int first, int step, float* acc, int wrow, int lane, RunGroups run_groups,
+                        const MxtStore* tst = nullptr) {
   for (int t = first; t < c.total; t += step) {
     int nst, sbsh;
     {
@@ -832,7 +876,13 @@ MX_DEV void mxt_consume(const MxGemmParams& p, const MxtCtx& c, const int* g_sta
     int te = t;
     asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
     const MxgTile T = mxg_decode(p, te, bm, c.ntn, c.tiles_m, g_start, g_pre, BN);
+    if constexpr (TMA && OUT_BF16 && NACC == 64) {
+      if (tst->tm != nullptr && T.rows == 128) { mxt_epilogue_tma(p, T, acc, *tst, lane); continue; }
+    }
     if (STORE || p.N < 0) mxt_epilogue<OUT_BF16, NACC>(p, T, acc, wrow, lane);  // !STORE: diagnostic, no stores
+  }
+  if constexpr (TMA) {
+    if (tst->lt == 0) bulk_wait<0>();
   }
 }
 
@@ -903,7 +953,7 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
 // per-step LEA/SHF/LOP3 + R2UR right before each QGMMA; ncu run 9: 11 % of stall samples
 // were "wait" on the QGMMA). Same arithmetic, bit-identical results.
 template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES, int NSG = 1, int OPT = 0>
-MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
+MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P, const MxTmap* tmO = nullptr) {
   const MxGemmParams& p = P.g;
   extern __shared__ __align__(1024) mx_u8 mxt_smem[];
   __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
@@ -930,7 +980,9 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
   const int wrow = 64 * wg + 16 * warp + (lane >> 2);
   int stage = 0; mx_u32 phase = 0;
   float acc[64], t0[64], t1[64];
-  mxt_consume<OUT_BF16, 64, MXG_BN, !(OPT & MXT_OPT_NO_STORE)>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst, int) {
+  constexpr bool TMA = (OPT & MXT_OPT_TMA_STORE) != 0;
+  const MxtStore tst{tmO, sbase + STAGES * MxtLay128<SB2D>::STAGE + wg * 16384, wg, lt};
+  mxt_consume<OUT_BF16, 64, MXG_BN, !(OPT & MXT_OPT_NO_STORE), TMA>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst, int) {
     if (NSG == 2) nst = (nst + 1) & ~1;   // the producer appends a zero stage to odd tiles
     if ((OPT & MXT_OPT_SKEW) && NSG == 1 && wg == 1) {
       if (nst <= 0) return;
@@ -943,7 +995,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P) {
     }
     for (; nst >= NSG; nst -= NSG)
       mxt_group_v2<FA, FB, SB2D, NSG, STAGES, MxtLay128<SB2D>, OPT>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
-  });
+  }, TMA ? &tst : nullptr);
 
   mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
 }
@@ -1151,6 +1203,15 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_NO_STORE>(p); }
 
+// mx_tgemm_<...>_v2t: v2u with the TMA-store epilogue (MXT_OPT_TMA_STORE); parameters
+// MxGemmTmaParamsO, 384 threads, mxt_v2t_smem_bytes<SB2D>() of dynamic shared memory.
+#define MXT_V2T_STAGES 5
+template <int SB2D> constexpr int mxt_v2t_smem_bytes() { return MXT_V2T_STAGES * MxtLayout<SB2D>::STAGE + 2 * 16384 + 1024; }
+#define MXT_INST_V2T(NAME, FA, FB, SB2D, OBF) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParamsO p) { \
+    mx_tgemm_v2_impl<FA, FB, SB2D, OBF, MXT_V2T_STAGES, 1, MXT_OPT_UWG | MXT_OPT_TMA_STORE>(p.b, p.o_tma ? &p.tmO : nullptr); }
+
 #define MXT_INST_V3(NAME, FA, FB, SB2D, OBF, ST) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 2>(p); }
@@ -1212,6 +1273,10 @@ MXT_INST_V2O(mx_tgemm_e4m3e4m3_w1d_bf16_v2o, 0, 0, 0, 1, 6)
 MXT_INST_V2O(mx_tgemm_e4m3e4m3_w1d_f32_v2o,  0, 0, 0, 0, 6)
 MXT_INST_V2N(mx_tgemm_e4m3e4m3_w2d_bf16_v2n, 0, 0, 1, 1, 6)
 MXT_INST_V2E(mx_tgemm_e4m3e4m3_w2d_bf16_v2e, 0, 0, 1, 1, 6)
+MXT_INST_V2T(mx_tgemm_e4m3e4m3_w2d_bf16_v2t, 0, 0, 1, 1)
+MXT_INST_V2T(mx_tgemm_e4m3e4m3_w2d_f32_v2t,  0, 0, 1, 0)
+MXT_INST_V2T(mx_tgemm_e4m3e4m3_w1d_bf16_v2t, 0, 0, 0, 1)
+MXT_INST_V2T(mx_tgemm_e4m3e4m3_w1d_f32_v2t,  0, 0, 0, 0)
 #endif
 
 // v3 kernels, opt-in: define MXT_INSTANTIATE_V3 (bench/launch.cu does).

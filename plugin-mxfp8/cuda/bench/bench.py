@@ -497,7 +497,7 @@ def compare_bitwise(results, sfx, base="", E=7, sizes=(0, 37, 200, 1, 513, 0, 13
         ("wgrad X32x32 f32", (E, N, K), lambda o: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o)),
         ("fwd w2d bf16", (M, N), lambda o: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o)),
     ]
-    strict = (base == "_v2" and sfx in ("_v3", "_v2u")) or (base == "_v2u" and sfx in ("_v4", "_v2d", "_v2p", "_v2o", "_v5"))
+    strict = (base == "_v2" and sfx in ("_v3", "_v2u")) or (base == "_v2u" and sfx in ("_v4", "_v2d", "_v2p", "_v2o", "_v2t", "_v5"))
     for name, shape, fn in cases:
         if sfx in W2D_ONLY and ("w1d" in name or "1x32" in name):
             continue
@@ -666,7 +666,7 @@ def tms(fn, rep_ms):
 
 
 W2D_ONLY = ("_v4", "_v2p", "_v5")  # variants built for 32x32 weight scales only (a 1x32 pass under them runs the default kernel)
-VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v4", "_v5"]  # experimental tgemm variants checked and timed next to the default (--variants)
+VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v4", "_v5"]  # experimental tgemm variants checked and timed next to the default (--variants)
 GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
 QUANT_ONLY = False  # --quant-only: quantizer checks and timings only
 FAKEQUANT_ONLY = False  # --fakequant: fake-quant (mx_fakequant_m32_*) check and timings only
@@ -730,7 +730,7 @@ def time_shape(key, rows, rep):
             runs.append(("wgrad", f"wgrad 1x32 x X32x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)))
             continue
         runs.append(("wgrad", f"wgrad 1x32 x 1x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)))
-        if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2o"):
+        if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2o", "_v2t"):
             runs += [
                 ("fwd", f"fwd 1x32 x 1x32 [{sfx}]", lambda: fwd_call(qx["qa"], qx["sa"], qw1["qa"].view(E, N, K), sw1, offs, E, M, N, K, False, o_fwd)),
                 ("wgrad", f"wgrad 1x32 x X32x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)),
@@ -747,7 +747,7 @@ def time_shape(key, rows, rep):
         if AB_ONLY:
             return
     runs.append(("fwd", "fwd 1x32 x 32x32 (repeat, timed last)", runs[0][2]))
-    for v in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v4", "_v5"):  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2/v3 last too
+    for v in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v4", "_v5"):  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2/v3 last too
         if v in VARIANTS:
             runs.append(("fwd", f"fwd 1x32 x 32x32 [{v}] (repeat, timed last)", next(r[2] for r in runs if r[1] == f"fwd 1x32 x 32x32 [{v}]")))
     for base, name, fn in runs:
@@ -860,7 +860,7 @@ def main():
                 if sfx not in W2D_ONLY:
                     check_gemm_case(results, f"odd-groups{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
                 check_gemm_case(results, f"shape-c-like{sfx}", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
-                if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v4", "_v5"):
+                if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v4", "_v5"):
                     check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
                     check_gemm_case(results, f"odd-groups-x2d{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
                 if sfx == "_v3":
@@ -875,10 +875,10 @@ def main():
                             check_gemm_case(results, *args, **kw)
                         except Exception as ex:  # keep going (e.g. a tensor map the driver refuses)
                             results.append((f"case {args[0]}", False, f"{type(ex).__name__}: {ex}"))
-                if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v4", "_v5"):
+                if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v4", "_v5"):
                     SUFFIX = ""
                     compare_bitwise(results, sfx)
-                if sfx in ("_v4", "_v2d", "_v2p", "_v2o", "_v5"):
+                if sfx in ("_v4", "_v2d", "_v2p", "_v2o", "_v2t", "_v5"):
                     SUFFIX = sfx
                     # 64-row tiles: expert sizes around 64, a tile ending mid-expert, tiny K
                     for args, kw in (((f"rows64{sfx}", 5, [64, 65, 63, 0, 1], 256, 144, torch.float32), dict(pad_rows=3)),
@@ -935,7 +935,7 @@ def main():
         for k, n, base in pairs:
             if (k, base) in byname:
                 print(f"{k} | {n} | {byname[(k, base)] / byname[(k, n)]:.3f}")
-    for ref, other in (("_v2", "_v3"), ("_v2", "_v2u"), ("_v2u", "_v2d"), ("_v2u", "_v2p"), ("_v2u", "_v2o"), ("_v2u", "_v4"), ("_v2u", "_v5")):
+    for ref, other in (("_v2", "_v3"), ("_v2", "_v2u"), ("_v2u", "_v2d"), ("_v2u", "_v2p"), ("_v2u", "_v2o"), ("_v2u", "_v2t"), ("_v2u", "_v4"), ("_v2u", "_v5")):
         if ref in VARIANTS and other in VARIANTS:
             print(f"\nshape | pass | {ref[1:]} µs / {other[1:]} µs (> 1 = {other[1:]} faster)")
             for k, n, *_ in rows:

@@ -138,7 +138,7 @@ typedef CUresult (*EncodeFn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void
 static EncodeFn g_encode = nullptr;
 
 static int encode_2d(MxTmap* out, const void* ptr, unsigned long long inner, unsigned long long rows, unsigned long long ld,
-                     unsigned box_rows = 128) {
+                     unsigned box_rows = 128, int bf16 = 0, unsigned box_inner = 128) {
   if (!g_encode) {
     cudaDriverEntryPointQueryResult q;
     void* fn = nullptr;
@@ -147,16 +147,17 @@ static int encode_2d(MxTmap* out, const void* ptr, unsigned long long inner, uns
   }
   cuuint64_t dims[2] = {inner, rows > 0 ? rows : 1};
   cuuint64_t strides[1] = {ld};
-  cuuint32_t box[2] = {128, box_rows};
+  cuuint32_t box[2] = {box_inner, box_rows};
   cuuint32_t es[2] = {1, 1};
-  CUresult r = g_encode(reinterpret_cast<CUtensorMap*>(out), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box, es,
+  CUresult r = g_encode(reinterpret_cast<CUtensorMap*>(out), bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box, es,
                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? 0 : -3;
 }
 
 typedef void (*TGemmK)(const MxGemmTmaParams);
-struct TVariant { const char* name; TGemmK k; int sb2d; int stages; int abox = 128; int bbox = 128; };  // A / B box rows (v4: A 64; v5: B 192)
+typedef void (*TGemmKO)(const MxGemmTmaParamsO);
+struct TVariant { const char* name; TGemmK k; int sb2d; int stages; int abox = 128; int bbox = 128; TGemmKO ko = nullptr; };  // A / B box rows (v4: A 64; v5: B 192); ko: v2t (output map)
 static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_bf16", mx_tgemm_e4m3e4m3_w2d_bf16, 1, 6},
   {"mx_tgemm_e4m3e4m3_w2d_f32",  mx_tgemm_e4m3e4m3_w2d_f32,  1, 6},
@@ -193,6 +194,10 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w1d_f32_v2o",  mx_tgemm_e4m3e4m3_w1d_f32_v2o,  0, 6},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v2n", mx_tgemm_e4m3e4m3_w2d_bf16_v2n, 1, 6},  // diagnostic: no promotion, wrong results
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v2e", mx_tgemm_e4m3e4m3_w2d_bf16_v2e, 1, 6},  // diagnostic: no output stores
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v2t", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_bf16_v2t},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v2t",  nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_f32_v2t},
+  {"mx_tgemm_e4m3e4m3_w1d_bf16_v2t", nullptr, 0, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w1d_bf16_v2t},
+  {"mx_tgemm_e4m3e4m3_w1d_f32_v2t",  nullptr, 0, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w1d_f32_v2t},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v3", mx_tgemm_e4m3e4m3_w2d_bf16_v3, 1, 6},
   {"mx_tgemm_e4m3e4m3_w2d_f32_v3",  mx_tgemm_e4m3e4m3_w2d_f32_v3,  1, 6},
   {"mx_tgemm_e4m3e4m3_w1d_bf16_v3", mx_tgemm_e4m3e4m3_w1d_bf16_v3, 0, 6},
@@ -224,11 +229,13 @@ extern "C" int mx_launch_tgemm(const char* name, const MxGemmParams* p, int grid
     }
     if (rc) return rc;
     int smem = v.abox == 64 ? (v.sb2d ? mxt4_smem_bytes<1>() : mxt4_smem_bytes<0>())
-             : v.bbox == 192 ? mxt5_smem_bytes() : mx_tgemm_smem(v.sb2d, v.stages);
+             : v.bbox == 192 ? mxt5_smem_bytes()
+             : v.ko ? (v.sb2d ? mxt_v2t_smem_bytes<1>() : mxt_v2t_smem_bytes<0>()) : mx_tgemm_smem(v.sb2d, v.stages);
     static bool done[sizeof(g_tvariants) / sizeof(g_tvariants[0])] = {false};
     int idx = (int)(&v - g_tvariants);
     if (!done[idx]) {
-      cudaError_t e = cudaFuncSetAttribute(v.k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      cudaError_t e = v.ko ? cudaFuncSetAttribute(v.ko, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
+                           : cudaFuncSetAttribute(v.k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       if (e != cudaSuccess) return (int)e;
       done[idx] = true;
     }
@@ -237,6 +244,24 @@ extern "C" int mx_launch_tgemm(const char* name, const MxGemmParams* p, int grid
       cudaGetDevice(&dev);
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
       grid = sms;
+    }
+    if (v.ko) {
+      // Output map (bf16 only): [rows][N], rows = M (grouped) or E * M (batched, needs
+      // o_es == M * ldo and out_t == 0); box 64 x 64, 128B swizzle; else o_tma = 0.
+      MxGemmTmaParamsO PO;
+      memset(&PO, 0, sizeof(PO));
+      PO.b = P;
+      const bool bf = strstr(v.name, "_bf16") != nullptr;
+      const bool ok = bf && (p->ldo % 8) == 0 && ((unsigned long long)p->out % 16) == 0 &&
+                      (!p->batched || (!p->out_t && p->o_es == (long long)p->M * p->ldo));
+      if (ok) {
+        unsigned long long orows = p->batched ? (unsigned long long)p->E * p->M : (unsigned long long)p->M;
+        rc = encode_2d(&PO.tmO, p->out, (unsigned long long)p->N, orows, (unsigned long long)p->ldo * 2, 64, 1, 64);
+        if (rc) return rc;
+        PO.o_tma = 1;
+      }
+      v.ko<<<grid, MXT_THREADS, smem, (cudaStream_t)stream>>>(PO);
+      return (int)cudaGetLastError();
     }
     v.k<<<grid, MXT_THREADS, smem, (cudaStream_t)stream>>>(P);
     return (int)cudaGetLastError();

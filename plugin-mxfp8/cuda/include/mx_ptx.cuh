@@ -164,3 +164,16 @@ MX_DEV float2 lds_f32x2(mx_u32 a) {
 MX_DEV float4 lds_f32x4(mx_u32 a) {
   float4 v; asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a)); return v;
 }
+
+// ---- TMA store (shared -> global, bulk async-group) ----
+MX_DEV void st_shared_b32(mx_u32 a, mx_u32 v) { asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(a), "r"(v) : "memory"); }
+// 2D tile store from shared memory; elements outside the tensor map's extent are not written.
+MX_DEV void tma_store_2d(const MxTmap* map, mx_u32 src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+               :: "l"((mx_u64)map), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+MX_DEV void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Wait until at most N committed bulk groups still read their shared-memory source.
+template <int N> MX_DEV void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory"); }
+// Wait until at most N committed bulk groups are incomplete (writes done).
+template <int N> MX_DEV void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory"); }
