@@ -42,6 +42,9 @@ pub const GEMM_NC: u32 = 2;
 pub const TGEMM_STAGES: u32 = 6;
 /// Threads per block of the TMA GEMM (`MXT_THREADS`).
 pub const TGEMM_THREADS: u32 = 384;
+/// Pipeline stages of the TMA-store GEMMs (`MXT_V2T_STAGES`: 5 stages + 32 KB of output
+/// staging fit where 6 stages did).
+pub const TGEMM_STORE_STAGES: u32 = 5;
 
 /// One NVRTC compilation unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -125,6 +128,21 @@ impl Unit {
         }
     }
 
+    /// Whether this TMA GEMM unit stores its output through shared memory and TMA (the
+    /// `v2t` instantiation: 32×32 weight scales, bf16 output). Such a kernel takes
+    /// `MxGemmTmaParamsO` (the parameters plus the output's tensor map) and
+    /// [`TGEMM_STORE_STAGES`] stages plus 32 KB of staging.
+    pub fn tma_store(&self) -> bool {
+        matches!(
+            self,
+            Unit::TGemm {
+                w2d: true,
+                out_bf16: true,
+                ..
+            }
+        )
+    }
+
     /// A short label for messages and cache file names.
     pub fn label(&self) -> String {
         match self {
@@ -164,14 +182,23 @@ impl Unit {
                 // next wgmma issued before the previous step is promoted): 1.02–1.17×
                 // faster than MODE 0 on the H200 (docs/perf.md, final run), in its `v2u`
                 // form (warp-uniform warpgroup index: wgmma descriptors in the uniform
-                // datapath; +1–4 %, bit-identical, run 13). 1×32 weight scales keep
-                // MODE 0, which v2 made 4–7 % slower.
-                let inst = if w2d { "MXT_INST_V2U" } else { "MXT_INST" };
-                let src = format!(
-                    "#define MXG_CUSTOM_INSTANTIATIONS 1\n{GEMM_CU}\n\
-                     {inst}({name}, {fa}, {fb}, {}, {}, {TGEMM_STAGES})\n",
-                    w2d as u8, out_bf16 as u8
-                );
+                // datapath; +1–4 %, bit-identical, run 13); with bf16 output as `v2t`,
+                // whose full tiles leave through shared memory and TMA stores that overlap
+                // the next tile (bit-identical, 1.02–1.26× on a–d, run 26). 1×32 weight
+                // scales keep MODE 0, which v2 made 4–7 % slower.
+                let src = if self.tma_store() {
+                    format!(
+                        "#define MXG_CUSTOM_INSTANTIATIONS 1\n{GEMM_CU}\n\
+                         MXT_INST_V2T({name}, {fa}, {fb}, 1, 1)\n"
+                    )
+                } else {
+                    let inst = if w2d { "MXT_INST_V2U" } else { "MXT_INST" };
+                    format!(
+                        "#define MXG_CUSTOM_INSTANTIATIONS 1\n{GEMM_CU}\n\
+                         {inst}({name}, {fa}, {fb}, {}, {}, {TGEMM_STAGES})\n",
+                        w2d as u8, out_bf16 as u8
+                    )
+                };
                 ("mx_grouped_gemm.cu".into(), src)
             }
         }

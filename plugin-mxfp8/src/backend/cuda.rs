@@ -112,7 +112,23 @@ struct TGemmParams {
     _pad: [u8; 56],
 }
 
+/// `MxGemmTmaParamsO` of mx_grouped_gemm.cu (the parameter of the TMA-store `v2t`
+/// kernels, [`Unit::tma_store`]): the parameters above, the output's tensor map (bf16,
+/// box 64 × 64, SWIZZLE_128B) and whether to use it (`o_tma = 0`: every tile takes the
+/// register epilogue), 640 B.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct TGemmParamsO {
+    b: TGemmParams,
+    tm_o: [u64; 16],
+    o_tma: i32,
+    _pad: [u8; 60],
+}
+
 const _: () = {
+    assert!(std::mem::size_of::<TGemmParamsO>() == 640);
+    assert!(std::mem::offset_of!(TGemmParamsO, tm_o) == 448);
+    assert!(std::mem::offset_of!(TGemmParamsO, o_tma) == 576);
     assert!(std::mem::size_of::<GemmParams>() == 136);
     assert!(std::mem::size_of::<TGemmParams>() == 448);
     assert!(std::mem::align_of::<TGemmParams>() == 64);
@@ -256,9 +272,9 @@ impl Dev {
                 .map_err(drv("cuFuncSetAttribute(max dynamic shared memory)"))?;
             }
             if let Unit::TGemm { w2d, .. } = unit {
-                // 216064 / 222208 B dynamic + ~9.2 KB static: fits Hopper's 227 KB opt-in;
-                // a device that cannot give it leaves the kernel unusable (→ mx_gemm_*).
-                let smem = tgemm_smem(w2d) as i32;
+                // 212992 / 216064 / 222208 B dynamic + ~9.2 KB static: fits Hopper's 227 KB
+                // opt-in; a device that cannot give it leaves the kernel unusable (→ mx_gemm_*).
+                let smem = tgemm_smem(w2d, unit.tma_store()) as i32;
                 let mut stat: i32 = 0;
                 // SAFETY: valid function handle, plain out-parameter.
                 unsafe {
@@ -298,8 +314,12 @@ fn gemm_smem(w2d: bool) -> u32 {
 
 /// Dynamic shared memory of our TMA GEMM instantiations: 6 stages of 35840 (w2d) /
 /// 36864 (w1d) bytes + 1024 B slack for the 1024-byte alignment of SWIZZLE_128B tiles
-/// (216064 / 222208 B, README).
-fn tgemm_smem(w2d: bool) -> u32 {
+/// (216064 / 222208 B, README); the TMA-store kernels (`tma_store`, w2d only) 5 stages
+/// + 2 × 16 KB of output staging (212992 B, `mxt_v2t_smem_bytes`).
+fn tgemm_smem(w2d: bool, tma_store: bool) -> u32 {
+    if tma_store {
+        return kernels::TGEMM_STORE_STAGES * 35840 + 2 * 16384 + 1024;
+    }
     kernels::TGEMM_STAGES * if w2d { 35840 } else { 36864 } + 1024
 }
 
@@ -1031,7 +1051,20 @@ fn gemm_trace() -> bool {
 /// promotion 256 B, OOB zero fill): `rows` rows of `inner` bytes, `ld` bytes apart.
 /// `Err(reason)` where TMA cannot describe the operand.
 fn encode_2d(addr: u64, inner: u64, rows: u64, ld: u64) -> Result<[u64; 16], String> {
-    use cu::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    encode_2d_box(addr, inner, rows, ld, false, [128, 128])
+}
+
+/// [`encode_2d`] with the element type (bf16 or bytes) and the box (elements) as
+/// arguments: `inner` counts elements, `ld` bytes.
+fn encode_2d_box(
+    addr: u64,
+    inner: u64,
+    rows: u64,
+    ld: u64,
+    bf16: bool,
+    boxd: [u32; 2],
+) -> Result<[u64; 16], String> {
+    use cu::CUtensorMapDataType::{CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_DATA_TYPE_UINT8};
     use cu::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
     use cu::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE;
     use cu::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
@@ -1057,7 +1090,6 @@ fn encode_2d(addr: u64, inner: u64, rows: u64, ld: u64) -> Result<[u64; 16], Str
     }
     let dims: [u64; 2] = [inner, rows];
     let strides: [u64; 1] = [ld];
-    let boxd: [u32; 2] = [128, 128];
     let estr: [u32; 2] = [1, 1];
     let mut tm = cu::CUtensorMap { opaque: [0; 16] };
     // SAFETY: all arrays are live for the call and sized for rank 2; encoding is a pure
@@ -1065,7 +1097,11 @@ fn encode_2d(addr: u64, inner: u64, rows: u64, ld: u64) -> Result<[u64; 16], Str
     let rc = unsafe {
         cu::cuTensorMapEncodeTiled(
             &mut tm,
-            CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            if bf16 {
+                CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+            } else {
+                CU_TENSOR_MAP_DATA_TYPE_UINT8
+            },
             2,
             addr as *mut c_void,
             dims.as_ptr(),
@@ -1153,6 +1189,21 @@ fn tgemm_params(dev: &Dev, p: &GemmParams) -> Result<TGemmParams, String> {
     })
 }
 
+/// The output's tensor map for a TMA-store kernel (bf16 `[rows][N]`, box 64 × 64,
+/// SWIZZLE_128B; batched: rows = E · M, which needs `o_es == M · ldo` and no transposed
+/// store), or `None`: then every tile takes the register epilogue (same results).
+fn out_map(p: &GemmParams) -> Option<[u64; 16]> {
+    if p.batched != 0 && (p.out_t != 0 || p.o_es != p.m as i64 * p.ldo) {
+        return None;
+    }
+    let rows = if p.batched != 0 {
+        p.e as u64 * p.m as u64
+    } else {
+        p.m as u64
+    };
+    encode_2d_box(p.out, p.n as u64, rows, p.ldo as u64 * 2, true, [64, 64]).ok()
+}
+
 /// One grouped-GEMM launch: `mx_tgemm_*` unless `MXHOST_MX_GEMM_KERNEL=gemm` or the TMA
 /// kernels cannot take `p` ([`tgemm_params`]), else `mx_gemm_*` (same math, same results).
 fn launch_gemm(
@@ -1182,17 +1233,26 @@ fn launch_gemm(
         match tgemm_params(call.dev, p) {
             Ok(tp) => {
                 if call.dev.func_opt(unit, &name)?.is_some() {
+                    let smem = tgemm_smem(w2d, unit.tma_store());
+                    let block = (kernels::TGEMM_THREADS, 1, 1);
+                    if unit.tma_store() {
+                        let tm_o = out_map(p);
+                        if trace {
+                            let how = if tm_o.is_some() { "TMA store" } else { "register epilogue" };
+                            eprintln!("mxhost-plugin-mxfp8: GEMM {name} ({shape}, {how})");
+                        }
+                        let tpo = TGemmParamsO {
+                            b: tp,
+                            tm_o: tm_o.unwrap_or([0; 16]),
+                            o_tma: tm_o.is_some() as i32,
+                            _pad: [0; 60],
+                        };
+                        return call.launch(unit, &name, (grid, 1, 1), block, smem, &mut [arg(&tpo)]);
+                    }
                     if trace {
                         eprintln!("mxhost-plugin-mxfp8: GEMM {name} ({shape})");
                     }
-                    return call.launch(
-                        unit,
-                        &name,
-                        (grid, 1, 1),
-                        (kernels::TGEMM_THREADS, 1, 1),
-                        tgemm_smem(w2d),
-                        &mut [arg(&tp)],
-                    );
+                    return call.launch(unit, &name, (grid, 1, 1), block, smem, &mut [arg(&tp)]);
                 }
                 fallback = Some(format!(
                     "{name} needs more shared memory than the device gives a block"
