@@ -1167,41 +1167,22 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v4_impl<FA, FB, SB2D, OBF>(p); }
 
-// mx_tgemm_<...>_v2: MODE 4 main loop (see mxt_group_v2 / mx_tgemm_v2_impl). Same launch
-// and parameters as the corresponding mx_tgemm_* kernel.
-#define MXT_INST_V2(NAME, FA, FB, SB2D, OBF, ST) \
+// mx_tgemm_<...>_v2*: the v2 main loop (see mxt_group_v2 / mx_tgemm_v2_impl) with the OPT
+// bits MXT_OPT_*. Same launch and parameters as the corresponding mx_tgemm_* kernel.
+#define MXT_INST_V2_OPT(NAME, FA, FB, SB2D, OBF, ST, OPT) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST>(p); }
-
-// mx_tgemm_<...>_v3: the v2 main loop with two stages (8 k32 steps) per straight-line group;
-// bitwise-identical results to v2. Same launch and parameters as the mx_tgemm_* kernel.
-#define MXT_INST_V2U(NAME, FA, FB, SB2D, OBF, ST) \
-  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG>(p); }
-
-#define MXT_INST_V2D(NAME, FA, FB, SB2D, OBF, ST) \
-  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_DINC>(p); }
-
-// mx_tgemm_<...>_v2p: v2u with the stage's scales preloaded (MXT_OPT_PRESCALE).
-#define MXT_INST_V2P(NAME, FA, FB, SB2D, OBF, ST) \
-  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_PRESCALE>(p); }
-
-// mx_tgemm_<...>_v2o: v2u with warpgroup 1's groups skewed by two k32 steps (MXT_OPT_SKEW).
-#define MXT_INST_V2O(NAME, FA, FB, SB2D, OBF, ST) \
-  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_SKEW>(p); }
-
-// mx_tgemm_<...>_v2n: DIAGNOSTIC, wrong results: v2u without the promotion (MXT_OPT_NO_PROMOTE).
-#define MXT_INST_V2N(NAME, FA, FB, SB2D, OBF, ST) \
-  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_NO_PROMOTE>(p); }
-
-// mx_tgemm_<...>_v2e: DIAGNOSTIC, wrong results: v2u without the output stores (MXT_OPT_NO_STORE).
-#define MXT_INST_V2E(NAME, FA, FB, SB2D, OBF, ST) \
-  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, MXT_OPT_UWG | MXT_OPT_NO_STORE>(p); }
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 1, OPT>(p); }
+// v2: plain; v2u: warp-uniform warpgroup index (the backend's f32-output 32x32 kernel);
+// v2d: stepped descriptors; v2p: the stage's scales preloaded; v2o: warpgroup 1's groups
+// skewed by two k32 steps; v2n / v2e: DIAGNOSTICS with wrong results (no promotion / no
+// output stores), for bench/power.py.
+#define MXT_INST_V2(NAME, FA, FB, SB2D, OBF, ST)  MXT_INST_V2_OPT(NAME, FA, FB, SB2D, OBF, ST, 0)
+#define MXT_INST_V2U(NAME, FA, FB, SB2D, OBF, ST) MXT_INST_V2_OPT(NAME, FA, FB, SB2D, OBF, ST, MXT_OPT_UWG)
+#define MXT_INST_V2D(NAME, FA, FB, SB2D, OBF, ST) MXT_INST_V2_OPT(NAME, FA, FB, SB2D, OBF, ST, MXT_OPT_UWG | MXT_OPT_DINC)
+#define MXT_INST_V2P(NAME, FA, FB, SB2D, OBF, ST) MXT_INST_V2_OPT(NAME, FA, FB, SB2D, OBF, ST, MXT_OPT_UWG | MXT_OPT_PRESCALE)
+#define MXT_INST_V2O(NAME, FA, FB, SB2D, OBF, ST) MXT_INST_V2_OPT(NAME, FA, FB, SB2D, OBF, ST, MXT_OPT_UWG | MXT_OPT_SKEW)
+#define MXT_INST_V2N(NAME, FA, FB, SB2D, OBF, ST) MXT_INST_V2_OPT(NAME, FA, FB, SB2D, OBF, ST, MXT_OPT_UWG | MXT_OPT_NO_PROMOTE)
+#define MXT_INST_V2E(NAME, FA, FB, SB2D, OBF, ST) MXT_INST_V2_OPT(NAME, FA, FB, SB2D, OBF, ST, MXT_OPT_UWG | MXT_OPT_NO_STORE)
 
 // mx_tgemm_<...>_v2t: v2u with the TMA-store epilogue (MXT_OPT_TMA_STORE); parameters
 // MxGemmTmaParamsO, 384 threads, mxt_v2t_smem_bytes<SB2D>() of dynamic shared memory.
@@ -1212,6 +1193,8 @@ template <int SB2D> constexpr int mxt_v2t_smem_bytes() { return MXT_V2T_STAGES *
   NAME(const __grid_constant__ MxGemmTmaParamsO p) { \
     mx_tgemm_v2_impl<FA, FB, SB2D, OBF, MXT_V2T_STAGES, 1, MXT_OPT_UWG | MXT_OPT_TMA_STORE>(p.b, p.o_tma ? &p.tmO : nullptr); }
 
+// mx_tgemm_<...>_v3: the v2 main loop with two stages (8 k32 steps) per straight-line group;
+// bitwise-identical results to v2. Same launch and parameters as the mx_tgemm_* kernel.
 #define MXT_INST_V3(NAME, FA, FB, SB2D, OBF, ST) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v2_impl<FA, FB, SB2D, OBF, ST, 2>(p); }

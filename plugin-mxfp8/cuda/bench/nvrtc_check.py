@@ -42,9 +42,9 @@ if __name__ == "__main__":
         sys.exit(compile_one(sys.argv[1], sys.argv[2], sys.argv[3:]))
     lib = sys.argv[1] if len(sys.argv) > 1 else "libnvrtc.so.13"
     bad = 0
-    # The second grouped-GEMM compile adds the opt-in v2 and v3 kernels (MXT_INSTANTIATE_V2/_V3).
+    # The second grouped-GEMM compile adds the opt-in harness kernels (MXT_INSTANTIATE_V2/_V3/_V4/_V5).
     for f, defs in (("mx_quantize.cu", []), ("mx_grouped_gemm.cu", []),
-                    ("mx_grouped_gemm.cu", ["MXT_INSTANTIATE_V2", "MXT_INSTANTIATE_V3"])):
+                    ("mx_grouped_gemm.cu", ["MXT_INSTANTIATE_V2", "MXT_INSTANTIATE_V3", "MXT_INSTANTIATE_V4", "MXT_INSTANTIATE_V5"])):
         r = subprocess.run([sys.executable, __file__, lib, f] + defs)
         bad |= r.returncode != 0
     sys.exit(1 if bad else 0)
