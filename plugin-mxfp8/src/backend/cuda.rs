@@ -1064,7 +1064,9 @@ fn encode_2d_box(
     bf16: bool,
     boxd: [u32; 2],
 ) -> Result<[u64; 16], String> {
-    use cu::CUtensorMapDataType::{CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_DATA_TYPE_UINT8};
+    use cu::CUtensorMapDataType::{
+        CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_DATA_TYPE_UINT8,
+    };
     use cu::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
     use cu::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE;
     use cu::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
@@ -1238,7 +1240,11 @@ fn launch_gemm(
                     if unit.tma_store() {
                         let tm_o = out_map(p);
                         if trace {
-                            let how = if tm_o.is_some() { "TMA store" } else { "register epilogue" };
+                            let how = if tm_o.is_some() {
+                                "TMA store"
+                            } else {
+                                "register epilogue"
+                            };
                             eprintln!("mxhost-plugin-mxfp8: GEMM {name} ({shape}, {how})");
                         }
                         let tpo = TGemmParamsO {
@@ -1247,7 +1253,14 @@ fn launch_gemm(
                             o_tma: tm_o.is_some() as i32,
                             _pad: [0; 60],
                         };
-                        return call.launch(unit, &name, (grid, 1, 1), block, smem, &mut [arg(&tpo)]);
+                        return call.launch(
+                            unit,
+                            &name,
+                            (grid, 1, 1),
+                            block,
+                            smem,
+                            &mut [arg(&tpo)],
+                        );
                     }
                     if trace {
                         eprintln!("mxhost-plugin-mxfp8: GEMM {name} ({shape})");
