@@ -388,3 +388,40 @@ pub fn cubin(unit: Unit, arch: &str, driver_version: i32) -> Result<(Vec<u8>, bo
     }
     Ok((bin, false))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Unit;
+
+    fn tgemm(w2d: bool, out_bf16: bool) -> Unit {
+        Unit::TGemm {
+            fa: 0,
+            fb: 0,
+            w2d,
+            out_bf16,
+        }
+    }
+
+    /// Which main loop and epilogue each TMA unit instantiates: the TMA-store v2t for 32×32
+    /// weights with bf16 output only (it needs `TGemmParamsO` and its own shared-memory size,
+    /// so the launch side must agree with `tma_store`).
+    #[test]
+    fn tma_units_pick_their_instantiation() {
+        let inst = |u: Unit| u.source().1;
+        assert!(tgemm(true, true).tma_store());
+        assert!(inst(tgemm(true, true))
+            .contains("MXT_INST_V2T(mx_tgemm_e4m3e4m3_w2d_bf16, 0, 0, 1, 1)"));
+        for (w2d, bf, want) in [
+            (true, false, "MXT_INST_V2U("),
+            (false, true, "MXT_INST("),
+            (false, false, "MXT_INST("),
+        ] {
+            let u = tgemm(w2d, bf);
+            assert!(!u.tma_store(), "{u:?}");
+            let src = inst(u);
+            let last = src.lines().rev().find(|l| !l.is_empty()).unwrap();
+            assert!(last.starts_with(want), "{u:?}: {last}");
+        }
+        assert!(!Unit::Quantize.tma_store());
+    }
+}
