@@ -497,7 +497,7 @@ def compare_bitwise(results, sfx, base="", E=7, sizes=(0, 37, 200, 1, 513, 0, 13
         ("wgrad X32x32 f32", (E, N, K), lambda o: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o)),
         ("fwd w2d bf16", (M, N), lambda o: fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o)),
     ]
-    strict = (base == "_v2" and sfx in ("_v3", "_v2u")) or (base == "_v2u" and sfx in ("_v4", "_v2d", "_v2p", "_v2o", "_v2t", "_v5"))
+    strict = (base == "_v2" and sfx in ("_v3", "_v2u")) or (base == "_v2u" and sfx in EQUAL_TO_V2U)
     for name, shape, fn in cases:
         if sfx in W2D_ONLY and ("w1d" in name or "1x32" in name):
             continue
@@ -665,6 +665,8 @@ def tms(fn, rep_ms):
     return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
 
 
+V2_FAMILY = ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v4", "_v5")  # the v2 main loop and its relatives (extra bitwise checks, repeats timed last)
+EQUAL_TO_V2U = ("_v4", "_v2d", "_v2p", "_v2o", "_v2t", "_v5")  # must equal v2u bit for bit (strict checks, extra edge cases)
 W2D_ONLY = ("_v4", "_v2p", "_v5")  # variants built for 32x32 weight scales only (a 1x32 pass under them runs the default kernel)
 VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v4", "_v5"]  # experimental tgemm variants checked and timed next to the default (--variants)
 GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
@@ -747,7 +749,7 @@ def time_shape(key, rows, rep):
         if AB_ONLY:
             return
     runs.append(("fwd", "fwd 1x32 x 32x32 (repeat, timed last)", runs[0][2]))
-    for v in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v4", "_v5"):  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2/v3 last too
+    for v in V2_FAMILY:  # the forward timed first after torch runs ~8 % slow (run 5): repeat v2/v3 last too
         if v in VARIANTS:
             runs.append(("fwd", f"fwd 1x32 x 32x32 [{v}] (repeat, timed last)", next(r[2] for r in runs if r[1] == f"fwd 1x32 x 32x32 [{v}]")))
     for base, name, fn in runs:
@@ -860,7 +862,7 @@ def main():
                 if sfx not in W2D_ONLY:
                     check_gemm_case(results, f"odd-groups{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, w2d=False)
                 check_gemm_case(results, f"shape-c-like{sfx}", 32, [1024] * 32, 2880, 2880, torch.bfloat16, pad_rows=0)
-                if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v4", "_v5"):
+                if sfx in V2_FAMILY:
                     check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
                     check_gemm_case(results, f"odd-groups-x2d{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
                 if sfx == "_v3":
@@ -875,10 +877,10 @@ def main():
                             check_gemm_case(results, *args, **kw)
                         except Exception as ex:  # keep going (e.g. a tensor map the driver refuses)
                             results.append((f"case {args[0]}", False, f"{type(ex).__name__}: {ex}"))
-                if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v4", "_v5"):
+                if sfx in V2_FAMILY:
                     SUFFIX = ""
                     compare_bitwise(results, sfx)
-                if sfx in ("_v4", "_v2d", "_v2p", "_v2o", "_v2t", "_v5"):
+                if sfx in EQUAL_TO_V2U:
                     SUFFIX = sfx
                     # 64-row tiles: expert sizes around 64, a tile ending mid-expert, tiny K
                     for args, kw in (((f"rows64{sfx}", 5, [64, 65, 63, 0, 1], 256, 144, torch.float32), dict(pad_rows=3)),
