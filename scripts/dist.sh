@@ -19,5 +19,16 @@ cp target/wasm32-wasip2/release/{hello-gemm,toy-moe,snr}.wasm dist/
 # travel with the working tree.
 if [ -f ../shared/anchors/bench_peers.py ]; then cp ../shared/anchors/bench_peers.py dist/; fi
 strip dist/mxhost dist/*.so
+# The kernel harness library (plugin-mxfp8/cuda/bench), prebuilt when this machine has
+# nvcc from the CUDA 13.0 wheels in .venv-cuda (scripts/common.sh installs NVRTC there;
+# nvcc is `pip install nvidia-cuda-nvcc==13.0.*` into it): saves ~40 s of nvcc on the GPU
+# machine; run.sh uses dist/libmxbench.so when it is there.
+cu13="$(ls -d .venv-cuda/lib/python3*/site-packages/nvidia/cu13 2>/dev/null | head -1 || true)"
+if [ -n "$cu13" ] && [ -x "$cu13/bin/nvcc" ]; then
+    (cd plugin-mxfp8/cuda/bench && PATH="$PWD/../../../$cu13/bin:$PATH" nvcc -shared -Xcompiler -fPIC \
+        -gencode arch=compute_90a,code=sm_90a -O3 -I../include -L"$PWD/../../../$cu13/lib" -Xptxas -v \
+        -o ../../../dist/libmxbench.so launch.cu > ../../../dist/libmxbench.ptxas.log 2>&1) \
+        || { echo "harness library build failed: dist/libmxbench.ptxas.log"; rm -f dist/libmxbench.so; }
+fi
 du -sh dist
 ls -l dist

@@ -524,6 +524,79 @@ MXQ_INST(mx_quantize_bf16_e4m3, 1, 0)
 MXQ_INST(mx_quantize_f32_e5m2, 0, 1)
 MXQ_INST(mx_quantize_bf16_e5m2, 1, 1)
 
+// ============================================================================================
+// Flat 1x32 quantizer (ROWS only, C % 32 == 0): the row-major input is then one contiguous
+// run of 32-element blocks, block b = elements 32b .. 32b+31 and scale byte b, so rows
+// and columns do not matter. Same bytes as mx_quantize_* with MXQ_ROWS (same helpers).
+// Why a second kernel: the tiled one reads 256 contiguous bytes per row per CTA (bf16)
+// and holds 32 bytes per thread in flight; it ran at 77-85 % of copy bandwidth (docs/
+// perf.md runs 9, 15). Here a warp reads 512 contiguous bytes per load and every thread
+// has MXQF_U 16-byte loads in flight (64 bytes), as the fake quantizer (86-95 %) does.
+// Thread layout: 16-byte chunk c (bf16: 8 elements, 4 chunks per block; f32: 4 elements,
+// 8 per block) goes to global thread c % (grid threads); a thread takes its MXQF_U chunks
+// c, c + S, ..., c + (MXQF_U-1)S (S = grid threads, a multiple of 32) in one round, then
+// advances by MXQF_U * S. The lanes of one block are consecutive and aligned, so a block is
+// wholly inside or outside the tensor and its amax is 2 (bf16) or 3 (f32) xor-shuffles.
+// Requires: in 16-byte aligned, q 8-byte (bf16) / 4-byte (f32) aligned. nblocks = R*C/32.
+// Launch: block 256, any grid x >= 1 (host: ~16 CTAs per SM, fewer for small tensors).
+// ============================================================================================
+#define MXQF_U 4
+#ifndef MXQF_CTAS_PER_SM
+#define MXQF_CTAS_PER_SM 8
+#endif
+struct MxQuantFlatParams {
+  const void* in;   // nblocks * 32 elements, f32 or bf16
+  mx_u8* q;         // nblocks * 32 bytes
+  mx_u8* s;         // nblocks scale bytes
+  mx_i64 nblocks;
+  int mode;
+};
+
+static_assert(sizeof(MxQuantFlatParams) == 40, "QuantFlatParams in src/backend/cuda.rs hard-codes 40 bytes");
+
+template <int IN_BF16, int FMT>
+MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
+  constexpr int CPB = IN_BF16 ? 4 : 8;  // chunks per block
+  constexpr int QW = MxqG<IN_BF16>::QW;
+  const mx_i64 nchunks = p.nblocks * CPB;
+  const mx_i64 stride = (mx_i64)gridDim.x * blockDim.x;
+  const int lane = threadIdx.x & 31;
+  const uint4* in = reinterpret_cast<const uint4*>(p.in);
+  for (mx_i64 c0 = (mx_i64)blockIdx.x * blockDim.x + threadIdx.x; c0 - lane < nchunks; c0 += MXQF_U * stride) {
+    mx_u32 raw[MXQF_U][4];
+#pragma unroll
+    for (int u = 0; u < MXQF_U; ++u) {
+      const mx_i64 c = c0 + u * stride;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (c < nchunks) v = __ldg(in + c);
+      raw[u][0] = v.x; raw[u][1] = v.y; raw[u][2] = v.z; raw[u][3] = v.w;
+    }
+#pragma unroll
+    for (int u = 0; u < MXQF_U; ++u) {
+      const mx_i64 c = c0 + u * stride;
+      mx_u32 am = mxq_chunk_amax<IN_BF16>(raw[u]);
+      am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
+      am = max(am, __shfl_xor_sync(0xffffffffu, am, 2));
+      if (!IN_BF16) am = max(am, __shfl_xor_sync(0xffffffffu, am, 4));
+      if (c < nchunks) {
+        const mx_u32 sb = mx_scale_byte<FMT, true>(am, p.mode);
+        mx_u32 q[QW];
+        mxq_quant_chunk<IN_BF16, FMT>(raw[u], sb, q);
+        if (IN_BF16) *reinterpret_cast<uint2*>(p.q + 8 * c) = make_uint2(q[0], q[QW - 1]);
+        else *reinterpret_cast<mx_u32*>(p.q + 4 * c) = q[0];
+        if ((lane & (CPB - 1)) == 0) p.s[c / CPB] = (mx_u8)sb;
+      }
+    }
+  }
+}
+
+#define MXQF_INST(NAME, BF, F) \
+  extern "C" __global__ void __launch_bounds__(256) NAME(const MxQuantFlatParams p) { mx_quant_flat<BF, F>(p); }
+MXQF_INST(mx_quantize_rows_f32_e4m3, 0, 0)
+MXQF_INST(mx_quantize_rows_bf16_e4m3, 1, 0)
+MXQF_INST(mx_quantize_rows_f32_e5m2, 0, 1)
+MXQF_INST(mx_quantize_rows_bf16_e5m2, 1, 1)
+
 #ifdef MXQ_INSTANTIATE_LEGACY
 // The run-7 kernel (one tile per CTA, f32 tile in shared memory), for A/B timing and
 // bit-for-bit comparison in bench/ only. Launch: grid y = T exactly.

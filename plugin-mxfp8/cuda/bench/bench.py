@@ -42,7 +42,8 @@ FAMILY = "mx_tgemm"  # TMA kernels (default); --old selects the cp.async mx_gemm
 SUFFIX = ""          # kernel-name suffix of an experimental variant (e.g. "_m1")
 lib.mx_launch_quantize.argtypes = [c_int, c_int, ctypes.POINTER(QP), c_int, c_int, c_int, c_vp]
 lib.mx_launch_quantize_v.argtypes = [c_int, c_int, c_int, ctypes.POINTER(QP), c_int, c_int, c_int, c_int, c_vp]
-# quantizer launch: variant 0 = current kernels, 1 = run-7 kernels (*_legacy, one tile per CTA);
+# quantizer launch: variant 0 = current kernels, 1 = run-7 kernels (*_legacy, one tile per CTA),
+# 2 = flat 1x32 rows kernel (mx_quantize_rows_*; tpc = CTAs per SM, 0 = host rule);
 # tpc 0 = host rule (mx_quant_grid_y, as the Rust backend), n > 0 = ceil(tiles/n) CTAs in y, -1 = grid y 1
 QUANT_GEOMS = [(0, 0), (0, 1), (0, 2), (0, 8), (1, 0)]  # timed per shape (--quant-geoms)
 lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
@@ -314,9 +315,22 @@ def check_quant_more(results):
             if not same:
                 fails.append(f"legacy differs {dtype} flags={flags}")
             ok_all &= same
+    # flat 1x32 kernel (variant 2; C % 32 == 0): against the reference and the tiled kernel
+    for dtype in (torch.bfloat16, torch.float32):
+        for fmt in (0, 1):
+            for mode in (0, 1, 2):
+                for (Bt, R, C) in ((1, 70, 256), (3, 33, 96), (1, 1000, 2880), (2, 513, 32), (1, 4096, 4096)):
+                    x = make_input((Bt, R, C), dtype, gen=gen)
+                    qr = [ref_rows(x[i], fmt, mode) for i in range(Bt)]
+                    for tpc in (0, 1, 5):
+                        o = quantize(x, ROWS, fmt, mode, variant=2, tpc=tpc)
+                        ok = all(torch.equal(o["qa"][i], qr[i][0]) and torch.equal(o["sa"][i], qr[i][1]) for i in range(Bt))
+                        if not ok:
+                            fails.append(f"flat rows {dtype} fmt={fmt} mode={mode} shape={(Bt, R, C)} tpc={tpc}")
+                        ok_all &= ok
     for f_ in fails[:20]:
         print(f"QUANT FAIL (more) {f_}", flush=True)
-    results.append(("quantize bit-exact, more: ungrouped/batched COLS, ROWS|COLS, TILE, TILE_T+st, tails C=37/200/1000, tall grouped (many tiles per CTA), == run-7 kernels", ok_all, f"{len(fails)} failing cases" if fails else ""))
+    results.append(("quantize bit-exact, more: ungrouped/batched COLS, ROWS|COLS, TILE, TILE_T+st, tails C=37/200/1000, tall grouped (many tiles per CTA), == run-7 kernels, flat 1x32 kernel", ok_all, f"{len(fails)} failing cases" if fails else ""))
 
 
 # ------------------------------------------------------------------ GEMM plumbing
@@ -778,7 +792,12 @@ def time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K):
     ]
     for name, fn, nbytes in qruns:
         for variant, tpc in QUANT_GEOMS:
-            tag = "run-7 kernel" if variant == 1 else ("host rule" if tpc == 0 else (f"{tpc} tiles/CTA" if tpc > 0 else "grid y 1"))
+            if variant == 2 and "rows" not in name or variant == 2 and "colsT" in name:
+                continue  # the flat kernel is 1x32 rows only
+            if variant == 2:
+                tag = "flat, host rule" if tpc == 0 else f"flat, {tpc} CTAs/SM"
+            else:
+                tag = "run-7 kernel" if variant == 1 else ("host rule" if tpc == 0 else (f"{tpc} tiles/CTA" if tpc > 0 else "grid y 1"))
             t = tms(lambda: fn(variant, tpc), rep)
             rows.append((key, f"{name} [{tag}]", t * 1e3, float("nan"), nbytes / t / 1e6, float("nan")))
     del Xf

@@ -47,8 +47,39 @@ extern "C" int mx_quant_grid_y(int tiles, int gx, int gz, int sms) {
 
 // variant 0: current kernels, 1: run-7 kernels (mx_quantize_*_legacy; always grid y = tiles).
 // tpc 0: host rule above; tpc > 0: grid y = ceil(tiles / tpc); tpc < 0: grid y = 1.
+typedef void (*QuantFlatK)(const MxQuantFlatParams);
+
+// Host rule for the flat 1x32 quantizer's grid (mx_quantize.cu; same as `fn quant_rows` in
+// the Rust backend): one round of MXQF_U chunks per thread, at most MXQF_CTAS_PER_SM CTAs
+// per SM (grid-stride beyond that).
+extern "C" int mx_quant_flat_grid(long long nblocks, int in_bf16, int ctas_per_sm, int sms) {
+  const long long nchunks = nblocks * (in_bf16 ? 4 : 8);
+  long long g = (nchunks + 256LL * MXQF_U - 1) / (256LL * MXQF_U);
+  const long long cap = (long long)ctas_per_sm * sms;
+  if (g > cap) g = cap;
+  return (int)(g < 1 ? 1 : g);
+}
+
+// variant 2: the flat 1x32 kernel (ROWS only, C % 32 == 0, contiguous batches);
+// tpc 0: MXQF_CTAS_PER_SM CTAs per SM at most, tpc > 0: tpc CTAs per SM at most.
+static int launch_quant_flat(int in_bf16, int fmt, const MxQuantParams* p, int gz, int tpc, void* stream) {
+  if (p->flags != MXQ_ROWS || (p->C & 31) != 0) return 1;
+  if (gz > 1 && (p->in_bs != (long long)p->R * p->C || p->qa_bs != (long long)p->R * p->C || p->sa_bs != (long long)p->R * p->C / 32))
+    return 1;
+  MxQuantFlatParams f;
+  f.in = p->in; f.q = p->qa; f.s = p->sa; f.mode = p->mode;
+  f.nblocks = (long long)gz * p->R * (p->C / 32);
+  if (f.nblocks == 0) return 0;
+  QuantFlatK k = in_bf16 ? (fmt ? mx_quantize_rows_bf16_e5m2 : mx_quantize_rows_bf16_e4m3)
+                         : (fmt ? mx_quantize_rows_f32_e5m2 : mx_quantize_rows_f32_e4m3);
+  const int g = mx_quant_flat_grid(f.nblocks, in_bf16, tpc > 0 ? tpc : MXQF_CTAS_PER_SM, num_sms());
+  k<<<g, 256, 0, (cudaStream_t)stream>>>(f);
+  return (int)cudaGetLastError();
+}
+
 extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz,
                                     int tpc, void* stream) {
+  if (variant == 2) return launch_quant_flat(in_bf16, fmt, p, gz, tpc, stream);
   QuantK k;
   if (variant == 1)
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2_legacy : mx_quantize_bf16_e4m3_legacy)

@@ -75,6 +75,24 @@ struct QuantParams {
     grouped_tiles: i32,
 }
 
+/// `MxQuantFlatParams` of mx_quantize.cu (natural C layout, 40 bytes: the CUDA side
+/// static_asserts the size).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct QuantFlatParams {
+    inp: u64,
+    q: u64,
+    s: u64,
+    nblocks: i64,
+    mode: i32,
+}
+const _: () = assert!(std::mem::size_of::<QuantFlatParams>() == 40);
+
+/// The flat 1×32 quantizer's round: 16-byte loads per thread (`MXQF_U`) and its CTA cap
+/// per SM (`MXQF_CTAS_PER_SM`), as in mx_quantize.cu.
+const QUANT_FLAT_U: usize = 4;
+const QUANT_FLAT_CTAS_PER_SM: usize = 8;
+
 /// `MxGemmParams` of mx_grouped_gemm.cu (natural C layout).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -529,8 +547,40 @@ impl Call {
         q: u64,
         s: u64,
     ) -> PluginResult<()> {
-        let chunk = GRID_YZ_MAX * 32;
         let esize = if in_bf16 { 2 } else { 4 };
+        // C % 32 == 0: the tensor is one run of whole blocks; the flat kernel reads it in
+        // 512-byte warp loads (docs/perf.md run 28). Otherwise the tiled kernel.
+        if cols.is_multiple_of(32) && x.is_multiple_of(16) && q.is_multiple_of(8) {
+            let nblocks = rows * (cols / 32);
+            if nblocks == 0 {
+                return Ok(());
+            }
+            let p = QuantFlatParams {
+                inp: x,
+                q,
+                s,
+                nblocks: nblocks as i64,
+                mode,
+            };
+            let chunks = nblocks * if in_bf16 { 4 } else { 8 };
+            let grid = cdiv(chunks, 256 * QUANT_FLAT_U)
+                .min(QUANT_FLAT_CTAS_PER_SM * self.dev.sms as usize)
+                .max(1);
+            let name = format!(
+                "mx_quantize_rows_{}_{}",
+                if in_bf16 { "bf16" } else { "f32" },
+                if fmt == 0 { "e4m3" } else { "e5m2" }
+            );
+            return self.launch(
+                Unit::Quantize,
+                &name,
+                (grid, 1, 1),
+                (256, 1, 1),
+                0,
+                &mut [arg(&p)],
+            );
+        }
+        let chunk = GRID_YZ_MAX * 32;
         let cb = cdiv(cols, 32);
         let mut r0 = 0;
         while r0 < rows {

@@ -1,0 +1,20 @@
+"""Quantizer launches for an ncu profile (one of each, shape b of the anchors, bf16 input).
+
+    ncu -k regex:mx_quantize --section SpeedOfLight --section MemoryWorkloadAnalysis \\
+        --section WarpStateStats --section Occupancy python3 ncu_quant.py
+
+Launch order: W 32x32 + transposed copy (tiled kernel), X 1x32 rows (tiled kernel),
+X 1x32 rows (flat kernel, mx_quantize_rows_*). Needs libmxbench.so (run.sh builds it).
+"""
+import torch
+
+import bench
+
+E, Mg, K, N = bench.SHAPES["b"]
+X = torch.randn(E * Mg, K, device=bench.DEV, dtype=torch.bfloat16)
+W = torch.randn(E, N, K, device=bench.DEV, dtype=torch.bfloat16) * 0.05
+bench.quantize(W, bench.TILE | bench.TILE_T)
+bench.quantize(X, bench.ROWS)
+bench.quantize(X, bench.ROWS, variant=2)
+torch.cuda.synchronize()
+print("ncu_quant: 3 launches done")
