@@ -538,11 +538,12 @@ MXQ_INST(mx_quantize_bf16_e5m2, 1, 1)
 // advances by MXQF_U * S. The lanes of one block are consecutive and aligned, so a block is
 // wholly inside or outside the tensor and its amax is 2 (bf16) or 3 (f32) xor-shuffles.
 // Requires: in 16-byte aligned, q 8-byte (bf16) / 4-byte (f32) aligned. nblocks = R*C/32.
-// Launch: block 256, any grid x >= 1 (host: ~16 CTAs per SM, fewer for small tensors).
+// Launch: block 256, any grid x >= 1 (host rule: one round per thread, at most
+// MXQF_CTAS_PER_SM CTAs per SM; fn quant_rows in src/backend/cuda.rs, bench/launch.cu).
 // ============================================================================================
 #define MXQF_U 4
 #ifndef MXQF_CTAS_PER_SM
-#define MXQF_CTAS_PER_SM 8
+#define MXQF_CTAS_PER_SM 4
 #endif
 struct MxQuantFlatParams {
   const void* in;   // nblocks * 32 elements, f32 or bf16
@@ -551,10 +552,11 @@ struct MxQuantFlatParams {
   mx_i64 nblocks;
   int mode;
 };
-
 static_assert(sizeof(MxQuantFlatParams) == 40, "QuantFlatParams in src/backend/cuda.rs hard-codes 40 bytes");
 
-template <int IN_BF16, int FMT>
+// U: 16-byte loads in flight per thread; CS: streaming cache hints (ld.global.cs /
+// st.global.cs: evict-first in L2) instead of the read-only path and plain stores.
+template <int IN_BF16, int FMT, int U, int CS>
 MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
   constexpr int CPB = IN_BF16 ? 4 : 8;  // chunks per block
   constexpr int QW = MxqG<IN_BF16>::QW;
@@ -562,17 +564,18 @@ MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
   const mx_i64 stride = (mx_i64)gridDim.x * blockDim.x;
   const int lane = threadIdx.x & 31;
   const uint4* in = reinterpret_cast<const uint4*>(p.in);
-  for (mx_i64 c0 = (mx_i64)blockIdx.x * blockDim.x + threadIdx.x; c0 - lane < nchunks; c0 += MXQF_U * stride) {
-    mx_u32 raw[MXQF_U][4];
+  // c0 - lane is the warp's first chunk: the loop condition is warp-uniform (shuffles).
+  for (mx_i64 c0 = (mx_i64)blockIdx.x * blockDim.x + threadIdx.x; c0 - lane < nchunks; c0 += U * stride) {
+    mx_u32 raw[U][4];
 #pragma unroll
-    for (int u = 0; u < MXQF_U; ++u) {
+    for (int u = 0; u < U; ++u) {
       const mx_i64 c = c0 + u * stride;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (c < nchunks) v = __ldg(in + c);
+      if (c < nchunks) v = CS ? __ldcs(in + c) : __ldg(in + c);
       raw[u][0] = v.x; raw[u][1] = v.y; raw[u][2] = v.z; raw[u][3] = v.w;
     }
 #pragma unroll
-    for (int u = 0; u < MXQF_U; ++u) {
+    for (int u = 0; u < U; ++u) {
       const mx_i64 c = c0 + u * stride;
       mx_u32 am = mxq_chunk_amax<IN_BF16>(raw[u]);
       am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
@@ -582,20 +585,130 @@ MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
         const mx_u32 sb = mx_scale_byte<FMT, true>(am, p.mode);
         mx_u32 q[QW];
         mxq_quant_chunk<IN_BF16, FMT>(raw[u], sb, q);
-        if (IN_BF16) *reinterpret_cast<uint2*>(p.q + 8 * c) = make_uint2(q[0], q[QW - 1]);
-        else *reinterpret_cast<mx_u32*>(p.q + 4 * c) = q[0];
+        if (IN_BF16) {
+          uint2* dst = reinterpret_cast<uint2*>(p.q + 8 * c);
+          if (CS) __stcs(dst, make_uint2(q[0], q[QW - 1])); else *dst = make_uint2(q[0], q[QW - 1]);
+        } else {
+          unsigned int* dst = reinterpret_cast<unsigned int*>(p.q + 4 * c);
+          if (CS) __stcs(dst, q[0]); else *dst = q[0];
+        }
         if ((lane & (CPB - 1)) == 0) p.s[c / CPB] = (mx_u8)sb;
       }
     }
   }
 }
 
-#define MXQF_INST(NAME, BF, F) \
-  extern "C" __global__ void __launch_bounds__(256) NAME(const MxQuantFlatParams p) { mx_quant_flat<BF, F>(p); }
-MXQF_INST(mx_quantize_rows_f32_e4m3, 0, 0)
-MXQF_INST(mx_quantize_rows_bf16_e4m3, 1, 0)
-MXQF_INST(mx_quantize_rows_f32_e5m2, 0, 1)
-MXQF_INST(mx_quantize_rows_bf16_e5m2, 1, 1)
+// The grid is at most MXQF_CTAS_PER_SM CTAs per SM, all resident at once (launch bounds):
+// a grid larger than what fits ran a second partial wave of CTAs that each did a full
+// share of the grid-stride loop (run 28: 8 CTAs/SM, 5 resident, 80 % vs 83 % of copy).
+#define MXQF_INST(NAME, BF, F, U, CS) \
+  extern "C" __global__ void __launch_bounds__(256, MXQF_CTAS_PER_SM) NAME(const MxQuantFlatParams p) { mx_quant_flat<BF, F, U, CS>(p); }
+MXQF_INST(mx_quantize_rows_f32_e4m3, 0, 0, MXQF_U, 0)
+MXQF_INST(mx_quantize_rows_bf16_e4m3, 1, 0, MXQF_U, 0)
+MXQF_INST(mx_quantize_rows_f32_e5m2, 0, 1, MXQF_U, 0)
+MXQF_INST(mx_quantize_rows_bf16_e5m2, 1, 1, MXQF_U, 0)
+#ifdef MXQF_INSTANTIATE_VARIANTS  // harness A/B only (bench/launch.cu)
+MXQF_INST(mx_quantize_rows_u8_bf16_e4m3, 1, 0, 8, 0)
+MXQF_INST(mx_quantize_rows_u8_f32_e4m3, 0, 0, 8, 0)
+MXQF_INST(mx_quantize_rows_cs_bf16_e4m3, 1, 0, MXQF_U, 1)
+MXQF_INST(mx_quantize_rows_cs_f32_e4m3, 0, 0, MXQF_U, 1)
+MXQF_INST(mx_quantize_rows_u8cs_bf16_e4m3, 1, 0, 8, 1)
+MXQF_INST(mx_quantize_rows_u8cs_f32_e4m3, 0, 0, 8, 1)
+#endif
+
+// ============================================================================================
+// Warp-per-block 32x32 quantizer (TILE, optionally with TILE_T), R % 32 == 0 and C % 32 == 0:
+// same bytes as mx_quantize_* with MXQ_TILE | MXQ_TILE_T (same helpers). Each warp owns
+// whole 32x32 blocks (grid-stride over blocks, column block fastest), so no CTA barrier:
+// lane l loads row l of the block (bf16 64 B, f32 128 B: 16-byte loads), the block amax is
+// 5 xor-shuffles, lane l stores its 32 quantized bytes to qa, and the transposed copy goes
+// through the warp's own 1 KB of shared memory (32 rows x 9 words, conflict-free) and two
+// PRMT 4x4 transposes per lane into full 32-byte sectors of qt.
+// Why: the tiled kernel's 32x32 path (3 CTA barriers per tile, half the threads idle in the
+// transposed store) ran at 75-81 % of copy (runs 9, 27, 28); ncu (run 28): DRAM 55 %,
+// warps issuing every 11 cycles.
+// Layouts per batch b (batch = nblocks / (R/32 * C/32)): qa [R][C], sa [R/32][C/32],
+// qt [C][R], st [C/32][R/32] (qt / st may be null). Launch: block 256, any grid x >= 1
+// (host rule: at most MXQT_CTAS_PER_SM CTAs per SM, all resident).
+// ============================================================================================
+#ifndef MXQT_CTAS_PER_SM
+#define MXQT_CTAS_PER_SM 4
+#endif
+struct MxQuantTilesParams {
+  const void* in;   // [batch][R][C] f32 or bf16
+  mx_u8* qa; mx_u8* sa; mx_u8* qt; mx_u8* st;
+  mx_i64 nblocks;   // batch * (R/32) * (C/32)
+  int R, C, mode, pad_;
+};
+static_assert(sizeof(MxQuantTilesParams) == 64, "QuantTilesParams in src/backend/cuda.rs hard-codes 64 bytes");
+
+template <int IN_BF16, int FMT>
+MX_DEV void mx_quant_tiles(const MxQuantTilesParams& p) {
+  __shared__ mx_u32 tsm[8][32 * 9];
+  constexpr int NCH = IN_BF16 ? 4 : 8;  // 16-byte chunks per block row
+  constexpr int QW = MxqG<IN_BF16>::QW;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int RB = p.R >> 5, CB = p.C >> 5;
+  const mx_i64 nwarps = (mx_i64)gridDim.x * (blockDim.x >> 5);
+  mx_u32* tw = tsm[w];
+  for (mx_i64 blk = (mx_i64)blockIdx.x * (blockDim.x >> 5) + w; blk < p.nblocks; blk += nwarps) {
+    const int cb = (int)(blk % CB);
+    const mx_i64 t = blk / CB;
+    const int rb = (int)(t % RB);
+    const mx_i64 b = t / RB;
+    const mx_i64 row = b * p.R + rb * 32 + lane;  // row of [batch * R]
+    const mx_i64 off = row * p.C + cb * 32;
+    const uint4* src = IN_BF16 ? reinterpret_cast<const uint4*>(reinterpret_cast<const mx_u16*>(p.in) + off)
+                               : reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(p.in) + off);
+    mx_u32 raw[NCH][4];
+#pragma unroll
+    for (int k = 0; k < NCH; ++k) {
+      const uint4 v = __ldg(src + k);
+      raw[k][0] = v.x; raw[k][1] = v.y; raw[k][2] = v.z; raw[k][3] = v.w;
+    }
+    mx_u32 am = 0;
+#pragma unroll
+    for (int k = 0; k < NCH; ++k) am = max(am, mxq_chunk_amax<IN_BF16>(raw[k]));
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) am = max(am, __shfl_xor_sync(0xffffffffu, am, o));
+    const mx_u32 sb = mx_scale_byte<FMT, true>(am, p.mode);
+    mx_u32 q[8];
+#pragma unroll
+    for (int k = 0; k < NCH; ++k) mxq_quant_chunk<IN_BF16, FMT>(raw[k], sb, q + k * QW);
+    uint4* dst = reinterpret_cast<uint4*>(p.qa + off);
+    dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+    dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+    if (lane == 0) p.sa[(b * RB + rb) * CB + cb] = (mx_u8)sb;
+    if (p.qt != nullptr) {  // uniform
+#pragma unroll
+      for (int i = 0; i < 8; ++i) tw[lane * 9 + i] = q[i];
+      __syncwarp();
+      // lane (cw, h): columns 4cw..4cw+3, rows 8h..8h+7 of the block
+      const int cw = lane & 7, h = lane >> 3;
+      mx_u32 o[4][2];
+#pragma unroll
+      for (int g = 0; g < 2; ++g) {
+        const int rr = 8 * h + 4 * g;
+        mxq_transpose4x4(tw[rr * 9 + cw], tw[(rr + 1) * 9 + cw], tw[(rr + 2) * 9 + cw], tw[(rr + 3) * 9 + cw],
+                         o[0][g], o[1][g], o[2][g], o[3][g]);
+      }
+      __syncwarp();  // the next block rewrites tw
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const mx_i64 col = b * p.C + cb * 32 + 4 * cw + m;  // row of [batch * C]
+        *reinterpret_cast<uint2*>(p.qt + col * p.R + rb * 32 + 8 * h) = make_uint2(o[m][0], o[m][1]);
+      }
+      if (lane == 0 && p.st != nullptr) p.st[(b * CB + cb) * RB + rb] = (mx_u8)sb;
+    }
+  }
+}
+
+#define MXQT_INST(NAME, BF, F) \
+  extern "C" __global__ void __launch_bounds__(256, MXQT_CTAS_PER_SM) NAME(const MxQuantTilesParams p) { mx_quant_tiles<BF, F>(p); }
+MXQT_INST(mx_quantize_tiles_f32_e4m3, 0, 0)
+MXQT_INST(mx_quantize_tiles_bf16_e4m3, 1, 0)
+MXQT_INST(mx_quantize_tiles_f32_e5m2, 0, 1)
+MXQT_INST(mx_quantize_tiles_bf16_e5m2, 1, 1)
 
 #ifdef MXQ_INSTANTIATE_LEGACY
 // The run-7 kernel (one tile per CTA, f32 tile in shared memory), for A/B timing and

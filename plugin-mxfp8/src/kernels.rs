@@ -49,7 +49,8 @@ pub const TGEMM_STORE_STAGES: u32 = 5;
 /// One NVRTC compilation unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
-    /// `mx_quantize_{f32,bf16}_{e4m3,e5m2}`, `mx_quantize_rows_*` (flat 1×32) and `mx_scales_to_f32`.
+    /// `mx_quantize_{f32,bf16}_{e4m3,e5m2}`, `mx_quantize_rows_*` (flat 1×32), `mx_quantize_tiles_*` (warp-per-block 32×32) and
+    /// `mx_scales_to_f32`.
     Quantize,
     /// `mx_dequantize` and `mx_transpose_u8`.
     Aux,
@@ -125,6 +126,38 @@ impl Unit {
                 out_bf16,
             } => Some(gemm_kernel_name("mx_tgemm", fa, fb, w2d, out_bf16)),
             _ => None,
+        }
+    }
+
+    /// Every kernel the backend looks up in this unit's module (`cuModuleGetFunction` at
+    /// load time; a name missing here is a "not in module" error at launch). The NVRTC
+    /// test requires each of them in the compiled unit.
+    pub fn kernel_names(&self) -> Vec<String> {
+        let fmts = ["e4m3", "e5m2"];
+        let ins = ["f32", "bf16"];
+        match self {
+            Unit::Quantize => {
+                let mut v = Vec::new();
+                for f in fmts {
+                    for i in ins {
+                        v.push(format!("mx_quantize_{i}_{f}"));
+                        v.push(format!("mx_quantize_rows_{i}_{f}"));
+                        v.push(format!("mx_quantize_tiles_{i}_{f}"));
+                        v.push(format!("mx_fakequant_m32_{i}_{f}"));
+                    }
+                }
+                v.push("mx_scales_to_f32".into());
+                v
+            }
+            Unit::Aux => [
+                "mx_dequantize",
+                "mx_transpose_u8",
+                "mx_wgrad_relayout",
+                "mx_dequantize16",
+            ]
+            .map(String::from)
+            .to_vec(),
+            Unit::Gemm { .. } | Unit::TGemm { .. } => vec![self.gemm_name().unwrap()],
         }
     }
 

@@ -199,28 +199,12 @@ fn missing_report(unit: Unit, reports: &[KernelReport]) -> Option<String> {
             .iter()
             .any(|r| r.name == name && r.registers.is_some() && r.has_properties)
     };
-    let has_prefix = |p: &str| {
-        reports
-            .iter()
-            .any(|r| r.name.starts_with(p) && r.registers.is_some() && r.has_properties)
-    };
-    let missing: Vec<String> = match unit {
-        Unit::Quantize => [
-            (!has_prefix("mx_quantize_")).then(|| "mx_quantize_*".to_string()),
-            (!has("mx_scales_to_f32")).then(|| "mx_scales_to_f32".to_string()),
-        ]
+    // Every kernel the backend looks up (`Unit::kernel_names`) must be in the unit.
+    let missing: Vec<String> = unit
+        .kernel_names()
         .into_iter()
-        .flatten()
-        .collect(),
-        Unit::Aux => (!has("mx_dequantize"))
-            .then(|| "mx_dequantize".to_string())
-            .into_iter()
-            .collect(),
-        Unit::Gemm { .. } | Unit::TGemm { .. } => {
-            let name = unit.gemm_name().unwrap();
-            (!has(&name)).then_some(name).into_iter().collect()
-        }
-    };
+        .filter(|n| !has(n))
+        .collect();
     (!missing.is_empty()).then(|| missing.join(", "))
 }
 

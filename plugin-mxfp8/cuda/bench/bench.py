@@ -43,7 +43,8 @@ SUFFIX = ""          # kernel-name suffix of an experimental variant (e.g. "_m1"
 lib.mx_launch_quantize.argtypes = [c_int, c_int, ctypes.POINTER(QP), c_int, c_int, c_int, c_vp]
 lib.mx_launch_quantize_v.argtypes = [c_int, c_int, c_int, ctypes.POINTER(QP), c_int, c_int, c_int, c_int, c_vp]
 # quantizer launch: variant 0 = current kernels, 1 = run-7 kernels (*_legacy, one tile per CTA),
-# 2 = flat 1x32 rows kernel (mx_quantize_rows_*; tpc = CTAs per SM, 0 = host rule);
+# 2 = flat 1x32 rows kernel (mx_quantize_rows_*), 3/4/5 = its u8/cs/u8cs variants (e4m3 only),
+# 6 = warp-per-block 32x32 kernel (mx_quantize_tiles_*) (2..6: tpc = CTAs per SM, 0 = host rule);
 # tpc 0 = host rule (mx_quant_grid_y, as the Rust backend), n > 0 = ceil(tiles/n) CTAs in y, -1 = grid y 1
 QUANT_GEOMS = [(0, 0), (0, 1), (0, 2), (0, 8), (1, 0)]  # timed per shape (--quant-geoms)
 lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
@@ -322,15 +323,31 @@ def check_quant_more(results):
                 for (Bt, R, C) in ((1, 70, 256), (3, 33, 96), (1, 1000, 2880), (2, 513, 32), (1, 4096, 4096)):
                     x = make_input((Bt, R, C), dtype, gen=gen)
                     qr = [ref_rows(x[i], fmt, mode) for i in range(Bt)]
-                    for tpc in (0, 1, 5):
-                        o = quantize(x, ROWS, fmt, mode, variant=2, tpc=tpc)
-                        ok = all(torch.equal(o["qa"][i], qr[i][0]) and torch.equal(o["sa"][i], qr[i][1]) for i in range(Bt))
+                    for variant in ((2, 3, 4, 5) if fmt == 0 else (2,)):
+                        for tpc in (0, 1, 5):
+                            o = quantize(x, ROWS, fmt, mode, variant=variant, tpc=tpc)
+                            ok = all(torch.equal(o["qa"][i], qr[i][0]) and torch.equal(o["sa"][i], qr[i][1]) for i in range(Bt))
+                            if not ok:
+                                fails.append(f"flat rows v{variant} {dtype} fmt={fmt} mode={mode} shape={(Bt, R, C)} tpc={tpc}")
+                            ok_all &= ok
+    # warp-per-block 32x32 kernel (variant 6; R, C % 32 == 0): TILE and TILE | TILE_T
+    for dtype in (torch.bfloat16, torch.float32):
+        for fmt in (0, 1):
+            for mode in (0, 1, 2):
+                for (Bt, R, C) in ((1, 64, 256), (3, 96, 32), (2, 2880, 288), (8, 512, 2048)):
+                    x = make_input((Bt, R, C), dtype, gen=gen)
+                    qw, sw = ref_tiles(x, fmt, mode)
+                    for tpc in (0, 1, 3):
+                        o = quantize(x, TILE | TILE_T, fmt, mode, variant=6, tpc=tpc)
+                        ok = torch.equal(o["qa"], qw) and torch.equal(o["sa"], sw) and torch.equal(o["qt"], qw.transpose(1, 2))
+                        o = quantize(x, TILE, fmt, mode, variant=6, tpc=tpc)
+                        ok &= torch.equal(o["qa"], qw) and torch.equal(o["sa"], sw)
                         if not ok:
-                            fails.append(f"flat rows {dtype} fmt={fmt} mode={mode} shape={(Bt, R, C)} tpc={tpc}")
+                            fails.append(f"warp/block tiles {dtype} fmt={fmt} mode={mode} shape={(Bt, R, C)} tpc={tpc}")
                         ok_all &= ok
     for f_ in fails[:20]:
         print(f"QUANT FAIL (more) {f_}", flush=True)
-    results.append(("quantize bit-exact, more: ungrouped/batched COLS, ROWS|COLS, TILE, TILE_T+st, tails C=37/200/1000, tall grouped (many tiles per CTA), == run-7 kernels, flat 1x32 kernel", ok_all, f"{len(fails)} failing cases" if fails else ""))
+    results.append(("quantize bit-exact, more: ungrouped/batched COLS, ROWS|COLS, TILE, TILE_T+st, tails C=37/200/1000, tall grouped (many tiles per CTA), == run-7 kernels, flat 1x32 kernel, warp-per-block 32x32 kernel", ok_all, f"{len(fails)} failing cases" if fails else ""))
 
 
 # ------------------------------------------------------------------ GEMM plumbing
@@ -792,10 +809,15 @@ def time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K):
     ]
     for name, fn, nbytes in qruns:
         for variant, tpc in QUANT_GEOMS:
-            if variant == 2 and "rows" not in name or variant == 2 and "colsT" in name:
-                continue  # the flat kernel is 1x32 rows only
-            if variant == 2:
-                tag = "flat, host rule" if tpc == 0 else f"flat, {tpc} CTAs/SM"
+            if variant == 6:
+                if "32x32" not in name:
+                    continue  # the warp-per-block kernel is 32x32 only
+                tag = "warp/block, host rule" if tpc == 0 else f"warp/block, {tpc} CTAs/SM"
+            elif variant >= 2 and ("rows" not in name or "colsT" in name):
+                continue  # the flat kernels are 1x32 rows only
+            elif variant >= 2:
+                fv = {2: "flat", 3: "flat u8", 4: "flat cs", 5: "flat u8cs"}[variant]
+                tag = f"{fv}, host rule" if tpc == 0 else f"{fv}, {tpc} CTAs/SM"
             else:
                 tag = "run-7 kernel" if variant == 1 else ("host rule" if tpc == 0 else (f"{tpc} tiles/CTA" if tpc > 0 else "grid y 1"))
             t = tms(lambda: fn(variant, tpc), rep)

@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <cstring>
 #define MXQ_INSTANTIATE_LEGACY  // run-7 quantizer, mx_quantize_*_legacy (A/B timing only)
+#define MXQF_INSTANTIATE_VARIANTS  // flat 1x32 quantizer variants (u8, cs, u8cs; e4m3 only)
 #include "../mx_quantize.cu"
 #define MXT_INSTANTIATE_V2   // v2 (run 8): mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v2
 #define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
@@ -50,36 +51,72 @@ extern "C" int mx_quant_grid_y(int tiles, int gx, int gz, int sms) {
 typedef void (*QuantFlatK)(const MxQuantFlatParams);
 
 // Host rule for the flat 1x32 quantizer's grid (mx_quantize.cu; same as `fn quant_rows` in
-// the Rust backend): one round of MXQF_U chunks per thread, at most MXQF_CTAS_PER_SM CTAs
-// per SM (grid-stride beyond that).
-extern "C" int mx_quant_flat_grid(long long nblocks, int in_bf16, int ctas_per_sm, int sms) {
+// the Rust backend): one round of U chunks per thread, at most ctas_per_sm CTAs per SM.
+extern "C" int mx_quant_flat_grid(long long nblocks, int in_bf16, int u, int ctas_per_sm, int sms) {
   const long long nchunks = nblocks * (in_bf16 ? 4 : 8);
-  long long g = (nchunks + 256LL * MXQF_U - 1) / (256LL * MXQF_U);
+  long long g = (nchunks + 256LL * u - 1) / (256LL * u);
   const long long cap = (long long)ctas_per_sm * sms;
   if (g > cap) g = cap;
   return (int)(g < 1 ? 1 : g);
 }
 
-// variant 2: the flat 1x32 kernel (ROWS only, C % 32 == 0, contiguous batches);
-// tpc 0: MXQF_CTAS_PER_SM CTAs per SM at most, tpc > 0: tpc CTAs per SM at most.
-static int launch_quant_flat(int in_bf16, int fmt, const MxQuantParams* p, int gz, int tpc, void* stream) {
-  if (p->flags != MXQ_ROWS || (p->C & 31) != 0) return 1;
+// variants 2..5: the flat 1x32 kernel (ROWS only, C % 32 == 0, contiguous batches):
+// 2 = mx_quantize_rows_* (the backend's), 3 = u8 (8 loads in flight), 4 = cs (streaming
+// hints), 5 = u8cs; 3..5 exist for e4m3 only. tpc 0: MXQF_CTAS_PER_SM CTAs per SM at most,
+// tpc > 0: tpc CTAs per SM at most (more than fit at once run a second partial wave).
+static int launch_quant_flat(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gz, int tpc, void* stream) {
+  if (p->flags != MXQ_ROWS || (p->C & 31) != 0 || (variant > 2 && fmt != 0)) return 1;
   if (gz > 1 && (p->in_bs != (long long)p->R * p->C || p->qa_bs != (long long)p->R * p->C || p->sa_bs != (long long)p->R * p->C / 32))
     return 1;
   MxQuantFlatParams f;
   f.in = p->in; f.q = p->qa; f.s = p->sa; f.mode = p->mode;
   f.nblocks = (long long)gz * p->R * (p->C / 32);
   if (f.nblocks == 0) return 0;
-  QuantFlatK k = in_bf16 ? (fmt ? mx_quantize_rows_bf16_e5m2 : mx_quantize_rows_bf16_e4m3)
-                         : (fmt ? mx_quantize_rows_f32_e5m2 : mx_quantize_rows_f32_e4m3);
-  const int g = mx_quant_flat_grid(f.nblocks, in_bf16, tpc > 0 ? tpc : MXQF_CTAS_PER_SM, num_sms());
+  QuantFlatK k;
+  int u = MXQF_U;
+  switch (variant) {
+    case 3: k = in_bf16 ? mx_quantize_rows_u8_bf16_e4m3 : mx_quantize_rows_u8_f32_e4m3; u = 8; break;
+    case 4: k = in_bf16 ? mx_quantize_rows_cs_bf16_e4m3 : mx_quantize_rows_cs_f32_e4m3; break;
+    case 5: k = in_bf16 ? mx_quantize_rows_u8cs_bf16_e4m3 : mx_quantize_rows_u8cs_f32_e4m3; u = 8; break;
+    default:
+      k = in_bf16 ? (fmt ? mx_quantize_rows_bf16_e5m2 : mx_quantize_rows_bf16_e4m3)
+                  : (fmt ? mx_quantize_rows_f32_e5m2 : mx_quantize_rows_f32_e4m3);
+  }
+  const int g = mx_quant_flat_grid(f.nblocks, in_bf16, u, tpc > 0 ? tpc : MXQF_CTAS_PER_SM, num_sms());
   k<<<g, 256, 0, (cudaStream_t)stream>>>(f);
+  return (int)cudaGetLastError();
+}
+
+typedef void (*QuantTilesK)(const MxQuantTilesParams);
+
+// variant 6: the warp-per-block 32x32 kernel (flags TILE or TILE|TILE_T, R and C multiples
+// of 32, contiguous batches); tpc 0: MXQT_CTAS_PER_SM CTAs per SM at most, tpc > 0: tpc.
+static int launch_quant_tiles(int in_bf16, int fmt, const MxQuantParams* p, int gz, int tpc, void* stream) {
+  if ((p->flags != MXQ_TILE && p->flags != (MXQ_TILE | MXQ_TILE_T)) || (p->R & 31) || (p->C & 31)) return 1;
+  const long long rc = (long long)p->R * p->C;
+  if (gz > 1 && (p->in_bs != rc || p->qa_bs != rc || p->sa_bs != rc / 1024 ||
+                 ((p->flags & MXQ_TILE_T) && (p->qt_bs != rc || (p->st && p->st_bs != rc / 1024)))))
+    return 1;
+  if ((p->flags & MXQ_TILE_T) && (p->ldt != p->R || (p->st && p->ldst != p->R / 32))) return 1;
+  MxQuantTilesParams f;
+  f.in = p->in; f.qa = p->qa; f.sa = p->sa; f.mode = p->mode; f.R = p->R; f.C = p->C; f.pad_ = 0;
+  f.qt = (p->flags & MXQ_TILE_T) ? p->qt : nullptr;
+  f.st = (p->flags & MXQ_TILE_T) ? p->st : nullptr;
+  f.nblocks = (long long)gz * (p->R / 32) * (p->C / 32);
+  if (f.nblocks == 0) return 0;
+  QuantTilesK k = in_bf16 ? (fmt ? mx_quantize_tiles_bf16_e5m2 : mx_quantize_tiles_bf16_e4m3)
+                          : (fmt ? mx_quantize_tiles_f32_e5m2 : mx_quantize_tiles_f32_e4m3);
+  long long g = (f.nblocks + 7) / 8;
+  const long long cap = (long long)(tpc > 0 ? tpc : MXQT_CTAS_PER_SM) * num_sms();
+  if (g > cap) g = cap;
+  k<<<(int)g, 256, 0, (cudaStream_t)stream>>>(f);
   return (int)cudaGetLastError();
 }
 
 extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz,
                                     int tpc, void* stream) {
-  if (variant == 2) return launch_quant_flat(in_bf16, fmt, p, gz, tpc, stream);
+  if (variant == 6) return launch_quant_tiles(in_bf16, fmt, p, gz, tpc, stream);
+  if (variant >= 2) return launch_quant_flat(variant, in_bf16, fmt, p, gz, tpc, stream);
   QuantK k;
   if (variant == 1)
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2_legacy : mx_quantize_bf16_e4m3_legacy)

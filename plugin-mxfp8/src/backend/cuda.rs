@@ -88,10 +88,31 @@ struct QuantFlatParams {
 }
 const _: () = assert!(std::mem::size_of::<QuantFlatParams>() == 40);
 
+/// `MxQuantTilesParams` of mx_quantize.cu (natural C layout, 64 bytes: the CUDA side
+/// static_asserts the size).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct QuantTilesParams {
+    inp: u64,
+    qa: u64,
+    sa: u64,
+    qt: u64,
+    st: u64,
+    nblocks: i64,
+    r: i32,
+    c: i32,
+    mode: i32,
+    pad: i32,
+}
+const _: () = assert!(std::mem::size_of::<QuantTilesParams>() == 64);
+
+/// The warp-per-block 32×32 quantizer's CTA cap per SM (`MXQT_CTAS_PER_SM`).
+const QUANT_TILES_CTAS_PER_SM: usize = 4;
+
 /// The flat 1×32 quantizer's round: 16-byte loads per thread (`MXQF_U`) and its CTA cap
 /// per SM (`MXQF_CTAS_PER_SM`), as in mx_quantize.cu.
 const QUANT_FLAT_U: usize = 4;
-const QUANT_FLAT_CTAS_PER_SM: usize = 8;
+const QUANT_FLAT_CTAS_PER_SM: usize = 4;
 
 /// `MxGemmParams` of mx_grouped_gemm.cu (natural C layout).
 #[repr(C)]
@@ -248,26 +269,7 @@ impl Dev {
         unsafe { cu::cuModuleLoadData(&mut module, cubin.as_ptr() as *const c_void) }
             .result()
             .map_err(drv("cuModuleLoadData"))?;
-        let names: Vec<String> = match unit {
-            Unit::Quantize => vec![
-                "mx_quantize_f32_e4m3".into(),
-                "mx_quantize_bf16_e4m3".into(),
-                "mx_quantize_f32_e5m2".into(),
-                "mx_quantize_bf16_e5m2".into(),
-                "mx_scales_to_f32".into(),
-                "mx_fakequant_m32_f32_e4m3".into(),
-                "mx_fakequant_m32_bf16_e4m3".into(),
-                "mx_fakequant_m32_f32_e5m2".into(),
-                "mx_fakequant_m32_bf16_e5m2".into(),
-            ],
-            Unit::Aux => vec![
-                "mx_dequantize".into(),
-                "mx_transpose_u8".into(),
-                "mx_wgrad_relayout".into(),
-                "mx_dequantize16".into(),
-            ],
-            Unit::Gemm { .. } | Unit::TGemm { .. } => vec![unit.gemm_name().unwrap()],
-        };
+        let names = unit.kernel_names();
         for n in names {
             let c = CString::new(n.clone()).unwrap();
             let mut f: cu::CUfunction = std::ptr::null_mut();
@@ -535,6 +537,53 @@ impl Call {
 
     /// Ungrouped 1×32 quantization along the last axis of a `[rows, cols]` matrix,
     /// chunked along rows to respect the grid limit.
+    /// 32×32 blocks of `[batch][r][c]` (both multiples of 32) with the warp-per-block
+    /// kernel, and the transposed copy `[batch][c][r]` in the same pass when asked for.
+    #[allow(clippy::too_many_arguments)]
+    fn quant_tiles(
+        &self,
+        x: &TensorArg,
+        in_bf16: bool,
+        fmt: u8,
+        mode: i32,
+        (batch, r, c): (usize, usize, usize),
+        o: &MxArg,
+        tr: Option<&MxArg>,
+    ) -> PluginResult<()> {
+        let nblocks = batch * (r / 32) * (c / 32);
+        if nblocks == 0 {
+            return Ok(());
+        }
+        let p = QuantTilesParams {
+            inp: ptr(x),
+            qa: ptr(&o.data),
+            sa: ptr(&o.scales),
+            qt: tr.map_or(0, |t| ptr(&t.data)),
+            st: tr.map_or(0, |t| ptr(&t.scales)),
+            nblocks: nblocks as i64,
+            r: i32_of("rows", r)?,
+            c: i32_of("cols", c)?,
+            mode,
+            pad: 0,
+        };
+        let grid = cdiv(nblocks, 8)
+            .min(QUANT_TILES_CTAS_PER_SM * self.dev.sms as usize)
+            .max(1);
+        let name = format!(
+            "mx_quantize_tiles_{}_{}",
+            if in_bf16 { "bf16" } else { "f32" },
+            if fmt == 0 { "e4m3" } else { "e5m2" }
+        );
+        self.launch(
+            Unit::Quantize,
+            &name,
+            (grid, 1, 1),
+            (256, 1, 1),
+            0,
+            &mut [arg(&p)],
+        )
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn quant_rows(
         &self,
@@ -677,6 +726,13 @@ impl Backend for CudaBackend {
             Blocking::Tile if rank >= 2 => {
                 let (batch, r, c) = (leading(shape), shape[rank - 2] as usize, last);
                 let (rb, cb) = (cdiv(r, 32), cdiv(c, 32));
+                // Whole blocks only: the warp-per-block kernel (docs/perf.md run 29).
+                let aligned = ptr(x).is_multiple_of(16)
+                    && ptr(&o.data).is_multiple_of(16)
+                    && tr.is_none_or(|t| ptr(&t.data).is_multiple_of(8));
+                if r.is_multiple_of(32) && c.is_multiple_of(32) && aligned {
+                    return call.quant_tiles(x, in_bf16, fmt, mode, (batch, r, c), o, tr);
+                }
                 let mut p = QuantParams {
                     inp: ptr(x),
                     in_bs: (r * c) as i64,
