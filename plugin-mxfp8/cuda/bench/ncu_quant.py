@@ -4,7 +4,8 @@
         --section WarpStateStats --section Occupancy python3 ncu_quant.py
 
 Launch order: W 32x32 + transposed copy (tiled kernel), X 1x32 rows (tiled kernel),
-X 1x32 rows (flat kernel, mx_quantize_rows_*). Needs libmxbench.so (run.sh builds it).
+X 1x32 rows (flat kernel, mx_quantize_rows_*), W again (warp-per-block kernel,
+mx_quantize_tiles_*). Needs libmxbench.so (run.sh builds it).
 """
 import torch
 
@@ -16,5 +17,6 @@ W = torch.randn(E, N, K, device=bench.DEV, dtype=torch.bfloat16) * 0.05
 bench.quantize(W, bench.TILE | bench.TILE_T)
 bench.quantize(X, bench.ROWS)
 bench.quantize(X, bench.ROWS, variant=2)
+bench.quantize(W, bench.TILE | bench.TILE_T, variant=6)
 torch.cuda.synchronize()
-print("ncu_quant: 3 launches done")
+print("ncu_quant: 4 launches done")
