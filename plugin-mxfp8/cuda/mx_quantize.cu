@@ -620,20 +620,23 @@ MXQF_INST(mx_quantize_rows_u8cs_f32_e4m3, 0, 0, 8, 1)
 // Warp-per-block 32x32 quantizer (TILE, optionally with TILE_T), R % 32 == 0 and C % 32 == 0:
 // same bytes as mx_quantize_* with MXQ_TILE | MXQ_TILE_T (same helpers). Each warp owns
 // whole 32x32 blocks (grid-stride over blocks, column block fastest), so no CTA barrier:
-// lane l loads row l of the block (bf16 64 B, f32 128 B: 16-byte loads), the block amax is
-// 5 xor-shuffles, lane l stores its 32 quantized bytes to qa, and the transposed copy goes
-// through the warp's own 1 KB of shared memory (32 rows x 9 words, conflict-free) and two
-// PRMT 4x4 transposes per lane into full 32-byte sectors of qt.
+// each 16-byte load of the warp covers whole block rows (8 bf16 / 4 f32 rows), the block
+// amax is 5 xor-shuffles, the quantized bytes go to qa in full 32-byte sectors and to the
+// warp's own 1 KB of shared memory (32 rows x 9 words), from which two PRMT 4x4 transposes
+// per lane give full 32-byte sectors of qt. (Lane = row, 16 bytes of 32 rows per load,
+// measured 45-52 % of copy, run 29: L2-bound on half-used sectors.)
 // Why: the tiled kernel's 32x32 path (3 CTA barriers per tile, half the threads idle in the
 // transposed store) ran at 75-81 % of copy (runs 9, 27, 28); ncu (run 28): DRAM 55 %,
 // warps issuing every 11 cycles.
 // Layouts per batch b (batch = nblocks / (R/32 * C/32)): qa [R][C], sa [R/32][C/32],
 // qt [C][R], st [C/32][R/32] (qt / st may be null). Launch: block 256, any grid x >= 1
-// (host rule: at most MXQT_CTAS_PER_SM CTAs per SM, all resident).
+// (host rule: at most MXQT_CTAS_PER_SM (bf16) / MXQT_CTAS_PER_SM_F32 CTAs per SM, all
+// resident).
 // ============================================================================================
 #ifndef MXQT_CTAS_PER_SM
-#define MXQT_CTAS_PER_SM 4
+#define MXQT_CTAS_PER_SM 4      // bf16 input (64 registers)
 #endif
+#define MXQT_CTAS_PER_SM_F32 3  // f32 input: 32 registers of raw input per thread (80)
 struct MxQuantTilesParams {
   const void* in;   // [batch][R][C] f32 or bf16
   mx_u8* qa; mx_u8* sa; mx_u8* qt; mx_u8* st;
@@ -656,14 +659,18 @@ MX_DEV void mx_quant_tiles(const MxQuantTilesParams& p) {
     const mx_i64 t = blk / CB;
     const int rb = (int)(t % RB);
     const mx_i64 b = t / RB;
-    const mx_i64 row = b * p.R + rb * 32 + lane;  // row of [batch * R]
-    const mx_i64 off = row * p.C + cb * 32;
-    const uint4* src = IN_BF16 ? reinterpret_cast<const uint4*>(reinterpret_cast<const mx_u16*>(p.in) + off)
-                               : reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(p.in) + off);
+    // chunk j = 32k + lane (k < NCH) of the block's 32 * NCH 16-byte chunks: row j / NCH,
+    // chunk j % NCH of that row, so one load covers 32 / NCH whole 64-byte (bf16) or
+    // 128-byte (f32) block rows and every sector is used in full.
+    const mx_i64 row0 = b * p.R + rb * 32;  // first row of the block in [batch * R]
+    const int cr = lane % NCH;
     mx_u32 raw[NCH][4];
 #pragma unroll
     for (int k = 0; k < NCH; ++k) {
-      const uint4 v = __ldg(src + k);
+      const mx_i64 off = (row0 + (32 * k + lane) / NCH) * p.C + cb * 32;
+      const uint4* src = IN_BF16 ? reinterpret_cast<const uint4*>(reinterpret_cast<const mx_u16*>(p.in) + off)
+                                 : reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(p.in) + off);
+      const uint4 v = __ldg(src + cr);
       raw[k][0] = v.x; raw[k][1] = v.y; raw[k][2] = v.z; raw[k][3] = v.w;
     }
     mx_u32 am = 0;
@@ -672,16 +679,19 @@ MX_DEV void mx_quant_tiles(const MxQuantTilesParams& p) {
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) am = max(am, __shfl_xor_sync(0xffffffffu, am, o));
     const mx_u32 sb = mx_scale_byte<FMT, true>(am, p.mode);
-    mx_u32 q[8];
 #pragma unroll
-    for (int k = 0; k < NCH; ++k) mxq_quant_chunk<IN_BF16, FMT>(raw[k], sb, q + k * QW);
-    uint4* dst = reinterpret_cast<uint4*>(p.qa + off);
-    dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
-    dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+    for (int k = 0; k < NCH; ++k) {
+      const int r = (32 * k + lane) / NCH;
+      mx_u32 q[QW];
+      mxq_quant_chunk<IN_BF16, FMT>(raw[k], sb, q);
+      mx_u8* dst = p.qa + (row0 + r) * p.C + cb * 32 + 4 * QW * cr;
+      if (IN_BF16) *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[QW - 1]);
+      else *reinterpret_cast<mx_u32*>(dst) = q[0];
+#pragma unroll
+      for (int i = 0; i < QW; ++i) tw[r * 9 + QW * cr + i] = q[i];
+    }
     if (lane == 0) p.sa[(b * RB + rb) * CB + cb] = (mx_u8)sb;
     if (p.qt != nullptr) {  // uniform
-#pragma unroll
-      for (int i = 0; i < 8; ++i) tw[lane * 9 + i] = q[i];
       __syncwarp();
       // lane (cw, h): columns 4cw..4cw+3, rows 8h..8h+7 of the block
       const int cw = lane & 7, h = lane >> 3;
@@ -704,7 +714,8 @@ MX_DEV void mx_quant_tiles(const MxQuantTilesParams& p) {
 }
 
 #define MXQT_INST(NAME, BF, F) \
-  extern "C" __global__ void __launch_bounds__(256, MXQT_CTAS_PER_SM) NAME(const MxQuantTilesParams p) { mx_quant_tiles<BF, F>(p); }
+  extern "C" __global__ void __launch_bounds__(256, (BF) ? MXQT_CTAS_PER_SM : MXQT_CTAS_PER_SM_F32) \
+      NAME(const MxQuantTilesParams p) { mx_quant_tiles<BF, F>(p); }
 MXQT_INST(mx_quantize_tiles_f32_e4m3, 0, 0)
 MXQT_INST(mx_quantize_tiles_bf16_e4m3, 1, 0)
 MXQT_INST(mx_quantize_tiles_f32_e5m2, 0, 1)

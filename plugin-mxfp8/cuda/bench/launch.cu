@@ -107,7 +107,7 @@ static int launch_quant_tiles(int in_bf16, int fmt, const MxQuantParams* p, int 
   QuantTilesK k = in_bf16 ? (fmt ? mx_quantize_tiles_bf16_e5m2 : mx_quantize_tiles_bf16_e4m3)
                           : (fmt ? mx_quantize_tiles_f32_e5m2 : mx_quantize_tiles_f32_e4m3);
   long long g = (f.nblocks + 7) / 8;
-  const long long cap = (long long)(tpc > 0 ? tpc : MXQT_CTAS_PER_SM) * num_sms();
+  const long long cap = (long long)(tpc > 0 ? tpc : in_bf16 ? MXQT_CTAS_PER_SM : MXQT_CTAS_PER_SM_F32) * num_sms();
   if (g > cap) g = cap;
   k<<<(int)g, 256, 0, (cudaStream_t)stream>>>(f);
   return (int)cudaGetLastError();

@@ -106,8 +106,9 @@ struct QuantTilesParams {
 }
 const _: () = assert!(std::mem::size_of::<QuantTilesParams>() == 64);
 
-/// The warp-per-block 32×32 quantizer's CTA cap per SM (`MXQT_CTAS_PER_SM`).
-const QUANT_TILES_CTAS_PER_SM: usize = 4;
+/// The warp-per-block 32×32 quantizer's CTA cap per SM for bf16 and f32 input
+/// (`MXQT_CTAS_PER_SM`, `MXQT_CTAS_PER_SM_F32`: its launch bounds).
+const QUANT_TILES_CTAS_PER_SM: [usize; 2] = [3, 4];
 
 /// The flat 1×32 quantizer's round: 16-byte loads per thread (`MXQF_U`) and its CTA cap
 /// per SM (`MXQF_CTAS_PER_SM`), as in mx_quantize.cu.
@@ -567,7 +568,7 @@ impl Call {
             pad: 0,
         };
         let grid = cdiv(nblocks, 8)
-            .min(QUANT_TILES_CTAS_PER_SM * self.dev.sms as usize)
+            .min(QUANT_TILES_CTAS_PER_SM[in_bf16 as usize] * self.dev.sms as usize)
             .max(1);
         let name = format!(
             "mx_quantize_tiles_{}_{}",
