@@ -617,7 +617,9 @@ MXQF_INST(mx_quantize_rows_u8cs_f32_e4m3, 0, 0, 8, 1)
 #endif
 
 // ============================================================================================
-// Warp-per-block 32x32 quantizer (TILE, optionally with TILE_T), R % 32 == 0 and C % 32 == 0:
+// Warp-per-block 32x32 quantizer (TILE, optionally with TILE_T), R % 32 == 0 and C % 32 == 0.
+// HARNESS ONLY (MXQT_INSTANTIATE, bench/launch.cu): it measured 56-66 % of copy against the
+// tiled kernel's 76-78 % (run 30), so the backend keeps the tiled kernel for 32x32.
 // same bytes as mx_quantize_* with MXQ_TILE | MXQ_TILE_T (same helpers). Each warp owns
 // whole 32x32 blocks (grid-stride over blocks, column block fastest), so no CTA barrier:
 // each 16-byte load of the warp covers whole block rows (8 bf16 / 4 f32 rows), the block
@@ -633,6 +635,7 @@ MXQF_INST(mx_quantize_rows_u8cs_f32_e4m3, 0, 0, 8, 1)
 // (host rule: at most MXQT_CTAS_PER_SM (bf16) / MXQT_CTAS_PER_SM_F32 CTAs per SM, all
 // resident).
 // ============================================================================================
+#ifdef MXQT_INSTANTIATE
 #ifndef MXQT_CTAS_PER_SM
 #define MXQT_CTAS_PER_SM 4      // bf16 input (64 registers)
 #endif
@@ -643,7 +646,6 @@ struct MxQuantTilesParams {
   mx_i64 nblocks;   // batch * (R/32) * (C/32)
   int R, C, mode, pad_;
 };
-static_assert(sizeof(MxQuantTilesParams) == 64, "QuantTilesParams in src/backend/cuda.rs hard-codes 64 bytes");
 
 template <int IN_BF16, int FMT>
 MX_DEV void mx_quant_tiles(const MxQuantTilesParams& p) {
@@ -720,6 +722,7 @@ MXQT_INST(mx_quantize_tiles_f32_e4m3, 0, 0)
 MXQT_INST(mx_quantize_tiles_bf16_e4m3, 1, 0)
 MXQT_INST(mx_quantize_tiles_f32_e5m2, 0, 1)
 MXQT_INST(mx_quantize_tiles_bf16_e5m2, 1, 1)
+#endif  // MXQT_INSTANTIATE
 
 #ifdef MXQ_INSTANTIATE_LEGACY
 // The run-7 kernel (one tile per CTA, f32 tile in shared memory), for A/B timing and

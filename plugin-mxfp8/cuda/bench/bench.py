@@ -817,7 +817,7 @@ def time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K):
                 continue  # the flat kernels are 1x32 rows only
             elif variant >= 2:
                 fv = {2: "flat", 3: "flat u8", 4: "flat cs", 5: "flat u8cs"}[variant]
-                tag = f"{fv}, host rule" if tpc == 0 else f"{fv}, {tpc} CTAs/SM"
+                tag = f"{fv}, host rule" if tpc == 0 else (f"{fv}, plain cap" if tpc == -1 else f"{fv}, {tpc} CTAs/SM")
             else:
                 tag = "run-7 kernel" if variant == 1 else ("host rule" if tpc == 0 else (f"{tpc} tiles/CTA" if tpc > 0 else "grid y 1"))
             t = tms(lambda: fn(variant, tpc), rep)

@@ -6,6 +6,7 @@
 #include <cstring>
 #define MXQ_INSTANTIATE_LEGACY  // run-7 quantizer, mx_quantize_*_legacy (A/B timing only)
 #define MXQF_INSTANTIATE_VARIANTS  // flat 1x32 quantizer variants (u8, cs, u8cs; e4m3 only)
+#define MXQT_INSTANTIATE  // warp-per-block 32x32 quantizer mx_quantize_tiles_* (variant 6)
 #include "../mx_quantize.cu"
 #define MXT_INSTANTIATE_V2   // v2 (run 8): mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v2
 #define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
@@ -52,11 +53,20 @@ typedef void (*QuantFlatK)(const MxQuantFlatParams);
 
 // Host rule for the flat 1x32 quantizer's grid (mx_quantize.cu; same as `fn quant_rows` in
 // the Rust backend): one round of U chunks per thread, at most ctas_per_sm CTAs per SM.
+// The fewest rounds the cap allows, then the fewest CTAs doing them (every CTA the same
+// number of rounds); ctas_per_sm < 0: the plain cap (run 28/29 rule) for A/B.
 extern "C" int mx_quant_flat_grid(long long nblocks, int in_bf16, int u, int ctas_per_sm, int sms) {
   const long long nchunks = nblocks * (in_bf16 ? 4 : 8);
-  long long g = (nchunks + 256LL * u - 1) / (256LL * u);
-  const long long cap = (long long)ctas_per_sm * sms;
-  if (g > cap) g = cap;
+  const long long per_round = 256LL * u;
+  const long long cap = (long long)(ctas_per_sm < 0 ? -ctas_per_sm : ctas_per_sm) * sms;
+  long long g = (nchunks + per_round - 1) / per_round;
+  if (ctas_per_sm < 0) {
+    if (g > cap) g = cap;
+  } else {
+    long long rounds = (nchunks + per_round * cap - 1) / (per_round * cap);
+    if (rounds < 1) rounds = 1;
+    g = (nchunks + per_round * rounds - 1) / (per_round * rounds);
+  }
   return (int)(g < 1 ? 1 : g);
 }
 
@@ -82,7 +92,8 @@ static int launch_quant_flat(int variant, int in_bf16, int fmt, const MxQuantPar
       k = in_bf16 ? (fmt ? mx_quantize_rows_bf16_e5m2 : mx_quantize_rows_bf16_e4m3)
                   : (fmt ? mx_quantize_rows_f32_e5m2 : mx_quantize_rows_f32_e4m3);
   }
-  const int g = mx_quant_flat_grid(f.nblocks, in_bf16, u, tpc > 0 ? tpc : MXQF_CTAS_PER_SM, num_sms());
+  // tpc > 0: cap tpc CTAs/SM, balanced; tpc == -1: the plain cap of MXQF_CTAS_PER_SM (A/B)
+  const int g = mx_quant_flat_grid(f.nblocks, in_bf16, u, tpc > 0 ? tpc : tpc == -1 ? -MXQF_CTAS_PER_SM : MXQF_CTAS_PER_SM, num_sms());
   k<<<g, 256, 0, (cudaStream_t)stream>>>(f);
   return (int)cudaGetLastError();
 }

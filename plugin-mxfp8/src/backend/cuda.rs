@@ -88,32 +88,20 @@ struct QuantFlatParams {
 }
 const _: () = assert!(std::mem::size_of::<QuantFlatParams>() == 40);
 
-/// `MxQuantTilesParams` of mx_quantize.cu (natural C layout, 64 bytes: the CUDA side
-/// static_asserts the size).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct QuantTilesParams {
-    inp: u64,
-    qa: u64,
-    sa: u64,
-    qt: u64,
-    st: u64,
-    nblocks: i64,
-    r: i32,
-    c: i32,
-    mode: i32,
-    pad: i32,
-}
-const _: () = assert!(std::mem::size_of::<QuantTilesParams>() == 64);
-
-/// The warp-per-block 32×32 quantizer's CTA cap per SM for bf16 and f32 input
-/// (`MXQT_CTAS_PER_SM`, `MXQT_CTAS_PER_SM_F32`: its launch bounds).
-const QUANT_TILES_CTAS_PER_SM: [usize; 2] = [3, 4];
-
 /// The flat 1×32 quantizer's round: 16-byte loads per thread (`MXQF_U`) and its CTA cap
 /// per SM (`MXQF_CTAS_PER_SM`), as in mx_quantize.cu.
 const QUANT_FLAT_U: usize = 4;
 const QUANT_FLAT_CTAS_PER_SM: usize = 4;
+
+/// Grid of the flat 1×32 quantizer for `chunks` 16-byte chunks and at most `cap` CTAs:
+/// the fewest grid-stride rounds the cap allows, then the fewest CTAs that do them, so
+/// every CTA does the same number of rounds (a half-full last round idled half the SMs
+/// at the end). Same rule as `mx_quant_flat_grid` in bench/launch.cu.
+fn quant_flat_grid(chunks: usize, cap: usize) -> usize {
+    let per_round = 256 * QUANT_FLAT_U;
+    let rounds = cdiv(chunks, per_round * cap.max(1)).max(1);
+    cdiv(chunks, per_round * rounds).max(1)
+}
 
 /// `MxGemmParams` of mx_grouped_gemm.cu (natural C layout).
 #[repr(C)]
@@ -538,53 +526,6 @@ impl Call {
 
     /// Ungrouped 1×32 quantization along the last axis of a `[rows, cols]` matrix,
     /// chunked along rows to respect the grid limit.
-    /// 32×32 blocks of `[batch][r][c]` (both multiples of 32) with the warp-per-block
-    /// kernel, and the transposed copy `[batch][c][r]` in the same pass when asked for.
-    #[allow(clippy::too_many_arguments)]
-    fn quant_tiles(
-        &self,
-        x: &TensorArg,
-        in_bf16: bool,
-        fmt: u8,
-        mode: i32,
-        (batch, r, c): (usize, usize, usize),
-        o: &MxArg,
-        tr: Option<&MxArg>,
-    ) -> PluginResult<()> {
-        let nblocks = batch * (r / 32) * (c / 32);
-        if nblocks == 0 {
-            return Ok(());
-        }
-        let p = QuantTilesParams {
-            inp: ptr(x),
-            qa: ptr(&o.data),
-            sa: ptr(&o.scales),
-            qt: tr.map_or(0, |t| ptr(&t.data)),
-            st: tr.map_or(0, |t| ptr(&t.scales)),
-            nblocks: nblocks as i64,
-            r: i32_of("rows", r)?,
-            c: i32_of("cols", c)?,
-            mode,
-            pad: 0,
-        };
-        let grid = cdiv(nblocks, 8)
-            .min(QUANT_TILES_CTAS_PER_SM[in_bf16 as usize] * self.dev.sms as usize)
-            .max(1);
-        let name = format!(
-            "mx_quantize_tiles_{}_{}",
-            if in_bf16 { "bf16" } else { "f32" },
-            if fmt == 0 { "e4m3" } else { "e5m2" }
-        );
-        self.launch(
-            Unit::Quantize,
-            &name,
-            (grid, 1, 1),
-            (256, 1, 1),
-            0,
-            &mut [arg(&p)],
-        )
-    }
-
     #[allow(clippy::too_many_arguments)]
     fn quant_rows(
         &self,
@@ -612,10 +553,10 @@ impl Call {
                 nblocks: nblocks as i64,
                 mode,
             };
-            let chunks = nblocks * if in_bf16 { 4 } else { 8 };
-            let grid = cdiv(chunks, 256 * QUANT_FLAT_U)
-                .min(QUANT_FLAT_CTAS_PER_SM * self.dev.sms as usize)
-                .max(1);
+            let grid = quant_flat_grid(
+                nblocks * if in_bf16 { 4 } else { 8 },
+                QUANT_FLAT_CTAS_PER_SM * self.dev.sms as usize,
+            );
             let name = format!(
                 "mx_quantize_rows_{}_{}",
                 if in_bf16 { "bf16" } else { "f32" },
@@ -727,13 +668,6 @@ impl Backend for CudaBackend {
             Blocking::Tile if rank >= 2 => {
                 let (batch, r, c) = (leading(shape), shape[rank - 2] as usize, last);
                 let (rb, cb) = (cdiv(r, 32), cdiv(c, 32));
-                // Whole blocks only: the warp-per-block kernel (docs/perf.md run 29).
-                let aligned = ptr(x).is_multiple_of(16)
-                    && ptr(&o.data).is_multiple_of(16)
-                    && tr.is_none_or(|t| ptr(&t.data).is_multiple_of(8));
-                if r.is_multiple_of(32) && c.is_multiple_of(32) && aligned {
-                    return call.quant_tiles(x, in_bf16, fmt, mode, (batch, r, c), o, tr);
-                }
                 let mut p = QuantParams {
                     inp: ptr(x),
                     in_bs: (r * c) as i64,
@@ -1779,4 +1713,30 @@ fn wgrad_gemm(
         out_t,
     };
     launch_gemm(call, a.2, b.2, false, out_bf16, &p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flat quantizer's grid: within the cap, covers every chunk, and no CTA idles a
+    /// whole round (all CTAs do the same number of rounds, the last one maybe partial).
+    #[test]
+    fn quant_flat_grid_is_balanced_and_capped() {
+        let per_round = 256 * QUANT_FLAT_U;
+        for cap in [1usize, 7, 528] {
+            for chunks in [1usize, 1023, 1024, 8_388_608, 540_672 * 15 + 1, 10_000_019] {
+                let g = quant_flat_grid(chunks, cap);
+                assert!((1..=cap).contains(&g), "chunks {chunks} cap {cap}: grid {g}");
+                let rounds = cdiv(chunks, g * per_round);
+                assert!(g * per_round * rounds >= chunks);
+                // one CTA fewer would need another round: the grid is the smallest
+                assert!(g == 1 || (g - 1) * per_round * rounds < chunks);
+                // and no full round is left idle
+                assert!(g * per_round * (rounds - 1) < chunks);
+            }
+        }
+        // shape b's X (32768 x 2048 bf16) on 132 SMs x 4: 16 rounds of 512 CTAs, not 15.5 of 528
+        assert_eq!(quant_flat_grid(8_388_608, 528), 512);
+    }
 }
