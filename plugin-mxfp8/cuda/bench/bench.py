@@ -36,6 +36,7 @@ class FQP(ctypes.Structure):  # MxFakeQuantParams (mx_quantize.cu): offsets 0, 8
 lib = ctypes.CDLL(os.path.join(HERE, "libmxbench.so"))
 lib.mx_launch_fakequant.argtypes = [c_int, c_int, ctypes.POINTER(FQP), c_int, c_vp]
 lib.mx_launch_dequantize_bf16.argtypes = [c_vp, c_vp, c_vp, c_int, c_i64, c_i64, c_int, c_int, c_i64, c_vp]
+lib.mx_launch_dequantize_any.argtypes = [c_vp, c_vp, c_vp, c_int, c_int, c_i64, c_i64, c_int, c_int, c_i64, c_int, c_vp]
 lib.mx_launch_gemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
 lib.mx_launch_tgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
 FAMILY = "mx_tgemm"  # TMA kernels (default); --old selects the cp.async mx_gemm_* kernels
@@ -330,6 +331,29 @@ def check_quant_more(results):
                             if not ok:
                                 fails.append(f"flat rows v{variant} {dtype} fmt={fmt} mode={mode} shape={(Bt, R, C)} tpc={tpc}")
                             ok_all &= ok
+    # mx_dequantize16 (fast path + reference path) == mx_dequantize (reference, per element),
+    # bit for bit: every (element byte, scale byte) pair, both formats, both outputs, the
+    # three layouts it serves (1x32 along C, 1x32 along R, 32x32)
+    for fmt in (0, 1):
+        for out_bf16 in (1, 0):
+            qa = torch.arange(256, device=DEV, dtype=torch.int32).repeat(256, 1).to(torch.uint8).contiguous()  # q[r][c] = c
+            sa = torch.arange(256, device=DEV, dtype=torch.int32).view(256, 1).repeat(1, 8).to(torch.uint8).contiguous()  # s[r][cb] = r
+            qr = torch.randint(0, 256, (32 * 64, 256), device=DEV, dtype=torch.int32, generator=gen).to(torch.uint8)
+            sr = torch.randint(0, 256, (64, 256), device=DEV, dtype=torch.int32, generator=gen).to(torch.uint8)
+            st = torch.randint(0, 256, (64, 8), device=DEV, dtype=torch.int32, generator=gen).to(torch.uint8)
+            for (q_, s_, rdiv, cdiv, srs) in ((qa, sa, 1, 32, 8), (qr, sr, 32, 1, 256), (qr, st, 32, 32, 8)):
+                R_, C_ = q_.shape
+                dt = torch.bfloat16 if out_bf16 else torch.float32
+                o1 = torch.full((R_, C_), float("nan"), device=DEV, dtype=dt)
+                o2 = torch.full((R_, C_), 7.0, device=DEV, dtype=dt)
+                ck(lib.mx_launch_dequantize_any(ptr(q_), ptr(s_), ptr(o1), out_bf16, fmt, R_, C_, rdiv, cdiv, srs, 0, None), "dequantize")
+                ck(lib.mx_launch_dequantize_any(ptr(q_), ptr(s_), ptr(o2), out_bf16, fmt, R_, C_, rdiv, cdiv, srs, 1, None), "dequantize16")
+                iv = torch.int16 if out_bf16 else torch.int32
+                same = torch.equal(o1.view(iv), o2.view(iv))
+                if not same:
+                    nbad = int((o1.view(iv) != o2.view(iv)).sum())
+                    fails.append(f"dequantize16 != dequantize fmt={fmt} bf16={out_bf16} rdiv={rdiv} cdiv={cdiv}: {nbad} values")
+                ok_all &= same
     # warp-per-block 32x32 kernel (variant 6; R, C % 32 == 0): TILE and TILE | TILE_T
     for dtype in (torch.bfloat16, torch.float32):
         for fmt in (0, 1):
@@ -347,7 +371,7 @@ def check_quant_more(results):
                         ok_all &= ok
     for f_ in fails[:20]:
         print(f"QUANT FAIL (more) {f_}", flush=True)
-    results.append(("quantize bit-exact, more: ungrouped/batched COLS, ROWS|COLS, TILE, TILE_T+st, tails C=37/200/1000, tall grouped (many tiles per CTA), == run-7 kernels, flat 1x32 kernel, warp-per-block 32x32 kernel", ok_all, f"{len(fails)} failing cases" if fails else ""))
+    results.append(("quantize bit-exact, more: ungrouped/batched COLS, ROWS|COLS, TILE, TILE_T+st, tails C=37/200/1000, tall grouped (many tiles per CTA), == run-7 kernels, flat 1x32 kernel, warp-per-block 32x32 kernel, dequantize16 == dequantize (all byte pairs)", ok_all, f"{len(fails)} failing cases" if fails else ""))
 
 
 # ------------------------------------------------------------------ GEMM plumbing
@@ -807,6 +831,12 @@ def time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K):
         ("quant W 32x32 (+T)", lambda v, t: quantize(W, TILE | TILE_T, variant=v, tpc=t), E * N * K * 2 + 2 * E * N * K + E * N * K // 1024),
         ("quant X rows f32 in", lambda v, t: quantize(Xf, ROWS, variant=v, tpc=t), M * K * 4 + M * K + M * K // 32),
     ]
+    # mx_dequantize16 to bf16 (wgrad's dequantize-to-BF16 path): X in 32x32 tiles
+    qx = quantize(X, TILE)
+    xb = torch.empty(M, K, device=DEV, dtype=torch.bfloat16)
+    t = tms(lambda: ck(lib.mx_launch_dequantize_any(ptr(qx["qa"]), ptr(qx["sa"]), ptr(xb), 1, 0, M, K, 32, 32, cdiv(K, 32), 1, None), "dequantize16"), rep)
+    rows.append((key, "dequantize16 X 32x32 -> bf16", t * 1e3, float("nan"), (M * K * 3 + M * K // 1024) / t / 1e6, float("nan")))
+    del qx, xb
     for name, fn, nbytes in qruns:
         for variant, tpc in QUANT_GEOMS:
             if variant == 6:

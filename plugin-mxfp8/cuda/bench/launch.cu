@@ -361,6 +361,25 @@ extern "C" int mx_launch_fakequant(int in_bf16, int fmt, const MxFakeQuantParams
   return (int)cudaGetLastError();
 }
 
+// mx_dequantize (per element, the reference) or mx_dequantize16 (use16), batch 1, either output.
+extern "C" int mx_launch_dequantize_any(const void* q, const void* s, void* out, int out_bf16, int fmt, long long R,
+                                        long long C, int rdiv, int cdiv, long long srs, int use16, void* stream) {
+  if (use16) {
+    long long g = (R * (C / 16) + 256 * MXD_U - 1) / (256 * MXD_U);  // as the Rust backend
+    if (g > (1 << 20)) g = 1 << 20;
+    if (g < 1) return 0;
+    mx_dequantize16<<<(unsigned)g, 256, 0, (cudaStream_t)stream>>>((const mxd_u8*)q, (const mxd_u8*)s, out, out_bf16,
+                                                                    fmt, R, C, rdiv, cdiv, srs);
+  } else {
+    long long g = (R * C + 255) / 256;
+    if (g > (1 << 20)) g = 1 << 20;
+    if (g < 1) return 0;
+    mx_dequantize<<<dim3((unsigned)g, 1), 256, 0, (cudaStream_t)stream>>>((const mxd_u8*)q, (const mxd_u8*)s, out,
+                                                                          out_bf16, fmt, R, C, rdiv, cdiv, srs, 0);
+  }
+  return (int)cudaGetLastError();
+}
+
 // mx_dequantize (mx_dequantize.cu) to bf16, batch 1: out[r][c] = fp8(q[r][c]) * e8m0(s[(r/rdiv)*srs + c/cdiv]).
 extern "C" int mx_launch_dequantize_bf16(const void* q, const void* s, void* out, int fmt, long long R, long long C,
                                          int rdiv, int cdiv, long long srs, void* stream) {
