@@ -128,7 +128,9 @@ extern "C" __global__ void __launch_bounds__(256) mx_wgrad_relayout(
 // scale. Otherwise the reference decode (mxd_fp8_to_f32, mxd_e8m0, mxd_bf16_rne). The
 // per-element software decode alone ran at ~2 TB/s (run 31: wgrad's two operands of
 // shape a, 805 MB, in ~400 us).
-#define MXD_U 2
+#ifndef MXD_U
+#define MXD_U 4
+#endif
 __device__ __forceinline__ void mxd_fp8x2_to_f32(mxd_u32 q2, int fmt, float& lo, float& hi) {
   mxd_u32 h2;
   const mxd_u16 q16 = (mxd_u16)q2;
@@ -141,17 +143,18 @@ __device__ __forceinline__ bool mxd_has_special(mxd_u32 w, int fmt) {
   const mxd_u32 m = fmt == 0 ? 0x7F7F7F7Fu : 0x7C7C7C7Cu;
   return __vcmpeq4(w & m, m) != 0u;
 }
-extern "C" __global__ void __launch_bounds__(256) mx_dequantize16(
+template <int U>
+__device__ __forceinline__ void mxd_dequantize16(
     const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, void* __restrict__ out,
     int out_bf16, int fmt, mxd_i64 R, mxd_i64 C, int rdiv, int cdiv, mxd_i64 srs) {
   const mxd_i64 per_row = C >> 4, chunks = R * per_row;
   const mxd_i64 stride = (mxd_i64)gridDim.x * 256;
   // smallest scale byte whose product with the smallest FP8 subnormal is a normal FP32
   const mxd_u32 thr = fmt == 0 ? 10u : 17u;
-  for (mxd_i64 i0 = (mxd_i64)blockIdx.x * 256 + threadIdx.x; i0 < chunks; i0 += MXD_U * stride) {
-    mxd_u32 words[MXD_U][4], sw[MXD_U][4];
+  for (mxd_i64 i0 = (mxd_i64)blockIdx.x * 256 + threadIdx.x; i0 < chunks; i0 += U * stride) {
+    mxd_u32 words[U][4], sw[U][4];
 #pragma unroll
-    for (int u = 0; u < MXD_U; ++u) {
+    for (int u = 0; u < U; ++u) {
       const mxd_i64 i = i0 + u * stride;
       if (i >= chunks) break;
       const mxd_i64 r = i / per_row, c0 = (i - r * per_row) << 4;
@@ -169,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(256) mx_dequantize16(
       }
     }
 #pragma unroll
-    for (int u = 0; u < MXD_U; ++u) {
+    for (int u = 0; u < U; ++u) {
       const mxd_i64 i = i0 + u * stride;
       if (i >= chunks) break;
       const mxd_i64 r = i / per_row, c0 = (i - r * per_row) << 4;
@@ -223,3 +226,16 @@ extern "C" __global__ void __launch_bounds__(256) mx_dequantize16(
     }
   }
 }
+
+extern "C" __global__ void __launch_bounds__(256) mx_dequantize16(
+    const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, void* __restrict__ out,
+    int out_bf16, int fmt, mxd_i64 R, mxd_i64 C, int rdiv, int cdiv, mxd_i64 srs) {
+  mxd_dequantize16<MXD_U>(q, s, out, out_bf16, fmt, R, C, rdiv, cdiv, srs);
+}
+#ifdef MXD_INSTANTIATE_U2  // harness A/B only: two chunks in flight per thread (run 32)
+extern "C" __global__ void __launch_bounds__(256) mx_dequantize16_u2(
+    const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, void* __restrict__ out,
+    int out_bf16, int fmt, mxd_i64 R, mxd_i64 C, int rdiv, int cdiv, mxd_i64 srs) {
+  mxd_dequantize16<2>(q, s, out, out_bf16, fmt, R, C, rdiv, cdiv, srs);
+}
+#endif

@@ -1510,8 +1510,8 @@ fn dequantize_into(call: &Call, i: &MxArg, out: u64, out_bf16: bool) -> PluginRe
     let (name, grid) = if by16 {
         (
             "mx_dequantize16",
-            // MXD_U = 2 chunks of 16 elements per thread and round
-            (cdiv(r * c / 16, 256 * 2).min(1 << 20), 1, 1),
+            // MXD_U = 4 chunks of 16 elements per thread and round
+            (cdiv(r * c / 16, 256 * 4).min(1 << 20), 1, 1),
         )
     } else {
         ("mx_dequantize", (cdiv(r * c, 256).min(1 << 20), batch, 1))
