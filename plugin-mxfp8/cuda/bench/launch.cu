@@ -367,7 +367,7 @@ extern "C" int mx_launch_dequantize_any(const void* q, const void* s, void* out,
                                         long long C, int rdiv, int cdiv, long long srs, int use16, void* stream) {
   if (use16) {  // 1: mx_dequantize16 (MXD_U chunks per thread), 2: mx_dequantize16_u2
     const int u = use16 == 2 ? 2 : MXD_U;
-    long long g = (R * (C / 16) + 256LL * u - 1) / (256LL * u);  // as the Rust backend
+    long long g = (R * (C / 8) + 256LL * u - 1) / (256LL * u);  // as the Rust backend (8-element chunks)
     if (g > (1 << 20)) g = 1 << 20;
     if (g < 1) return 0;
     (use16 == 2 ? mx_dequantize16_u2 : mx_dequantize16)<<<(unsigned)g, 256, 0, (cudaStream_t)stream>>>(
