@@ -13,7 +13,6 @@
 #define MXT_INSTANTIATE_V4   // v4: two independent 64-row rings: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v4
 #define MXT_INSTANTIATE_V5   // v5: 128 x 192 tiles: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v5
 #include "../mx_grouped_gemm.cu"
-#define MXD_INSTANTIATE_U2  // mx_dequantize16_u2 (A/B)
 #include "../mx_dequantize.cu"  // mx_dequantize: reference for the fake-quant check
 // Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
 MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_bf16_m1, 0, 0, 1, 1, 6, 1)
@@ -365,13 +364,12 @@ extern "C" int mx_launch_fakequant(int in_bf16, int fmt, const MxFakeQuantParams
 // mx_dequantize (per element, the reference) or mx_dequantize16 (use16), batch 1, either output.
 extern "C" int mx_launch_dequantize_any(const void* q, const void* s, void* out, int out_bf16, int fmt, long long R,
                                         long long C, int rdiv, int cdiv, long long srs, int use16, void* stream) {
-  if (use16) {  // 1: mx_dequantize16 (MXD_U chunks per thread), 2: mx_dequantize16_u2
-    const int u = use16 == 2 ? 2 : MXD_U;
-    long long g = (R * (C / 8) + 256LL * u - 1) / (256LL * u);  // as the Rust backend (8-element chunks)
+  if (use16) {
+    long long g = (R * (C / 16) + 256LL * MXD_U - 1) / (256LL * MXD_U);  // as the Rust backend
     if (g > (1 << 20)) g = 1 << 20;
     if (g < 1) return 0;
-    (use16 == 2 ? mx_dequantize16_u2 : mx_dequantize16)<<<(unsigned)g, 256, 0, (cudaStream_t)stream>>>(
-        (const mxd_u8*)q, (const mxd_u8*)s, out, out_bf16, fmt, R, C, rdiv, cdiv, srs);
+    mx_dequantize16<<<(unsigned)g, 256, 0, (cudaStream_t)stream>>>((const mxd_u8*)q, (const mxd_u8*)s, out, out_bf16,
+                                                                    fmt, R, C, rdiv, cdiv, srs);
   } else {
     long long g = (R * C + 255) / 256;
     if (g > (1 << 20)) g = 1 << 20;

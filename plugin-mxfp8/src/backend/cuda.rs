@@ -1499,7 +1499,7 @@ fn dequantize_into(call: &Call, i: &MxArg, out: u64, out_bf16: bool) -> PluginRe
     let fmt: i32 = fmt_code(i.format) as i32;
     let (r64, c64, rdiv, cdivv, srs, sbs) =
         (r as i64, c as i64, rdiv, cdivv, srs as i64, sbs as i64);
-    // `mx_dequantize16` (8-element chunks, an exact hardware-conversion fast path) where
+    // `mx_dequantize16` (16-element chunks, an exact hardware-conversion fast path) where
     // the layout allows; the per-element kernel (a 64-bit division per element) expanded
     // wgrad's operands at ~0.4 TB/s (docs/perf.md run 12). Same parameters;
     // `mx_dequantize16` has no batch stride (batch 1).
@@ -1511,8 +1511,8 @@ fn dequantize_into(call: &Call, i: &MxArg, out: u64, out_bf16: bool) -> PluginRe
     let (name, grid) = if by16 {
         (
             "mx_dequantize16",
-            // MXD_U = 4 chunks of 8 elements per thread and round
-            (cdiv(r * c / 8, 256 * 4).min(1 << 20), 1, 1),
+            // MXD_U = 2 chunks of 16 elements per thread and round
+            (cdiv(r * c / 16, 256 * 2).min(1 << 20), 1, 1),
         )
     } else {
         ("mx_dequantize", (cdiv(r * c, 256).min(1 << 20), batch, 1))
