@@ -117,21 +117,24 @@ extern "C" __global__ void __launch_bounds__(256) mx_wgrad_relayout(
 }
 
 
-// The same expansion, 16 consecutive elements of a row per thread (one 16-byte load of
-// q, one or sixteen scale bytes, 32/64-byte stores): for batch 1, C % 16 == 0,
-// 16-byte-aligned q/s/out, cdiv 1 or 32 (1x32 along R, 32x32 tiles, 1x32 along C).
-// grid-stride, block 256; each thread loads MXD_U chunks before converting any.
-// Tried and slower (runs 33-34, harness, X 32x32 -> bf16 at 70-73 % of copy with this
-// kernel): four chunks in flight per thread (65-69 %), and 8-element chunks with one
-// 16-byte store per lane (56-59 %).
-// Fast path (per thread, same bits as the reference path): no element byte is a NaN/Inf
+// The same expansion for batch 1, C % 16 == 0, 16-byte-aligned q/s/out, cdiv 1 or 32
+// (1x32 along R, 32x32 tiles, 1x32 along C): 16 consecutive elements of a row per thread
+// and row (a 16-byte load of q, one or sixteen scale bytes, 32-byte bf16 / 64-byte f32
+// stores). Block 128; grid x = ceil(C/16/128) chunk columns, grid y = any value >= 1: CTA
+// (x, y) takes rows y, y + gridDim.y, ..., MXD_U of them per round with all their loads
+// issued before any is converted. Row and column come from the grid, not from a division
+// per chunk (the run-32 kernel divided a flat index by the row length, twice per chunk,
+// and ran at 70-73 % of copy; with 8-element chunks, twice as many divisions, 56-59 %).
+// Fast path (per chunk, same bits as the reference path): no element byte is a NaN/Inf
 // code and every scale byte is in [THR, 253] (bf16 output: the value is then a normal
 // FP32 with <= 4 significant bits, +-0 or +-Inf, so truncation to bf16 is exact) or in
-// [1, 254] (f32 output; byte 0 is the subnormal 2^-127): FP8 -> f16x2 by the hardware conversion (exact) -> f32, times the
-// scale. Otherwise the reference decode (mxd_fp8_to_f32, mxd_e8m0, mxd_bf16_rne). The
-// per-element software decode alone ran at ~2 TB/s (run 31: wgrad's two operands of
-// shape a, 805 MB, in ~400 us).
+// [1, 254] (f32 output; byte 0 is the subnormal 2^-127): FP8 -> f16x2 by the hardware
+// conversion (exact) -> f32, times the scale. Otherwise the reference decode
+// (mxd_fp8_to_f32, mxd_e8m0, mxd_bf16_rne). The software decode of every element ran at
+// ~1.9 TB/s (run 31: wgrad's two operands of shape a, 805 MB, in ~425 us).
+#ifndef MXD_U
 #define MXD_U 2
+#endif
 __device__ __forceinline__ void mxd_fp8x2_to_f32(mxd_u32 q2, int fmt, float& lo, float& hi) {
   mxd_u32 h2;
   const mxd_u16 q16 = (mxd_u16)q2;
@@ -144,46 +147,43 @@ __device__ __forceinline__ bool mxd_has_special(mxd_u32 w, int fmt) {
   const mxd_u32 m = fmt == 0 ? 0x7F7F7F7Fu : 0x7C7C7C7Cu;
   return __vcmpeq4(w & m, m) != 0u;
 }
-extern "C" __global__ void __launch_bounds__(256) mx_dequantize16(
+extern "C" __global__ void __launch_bounds__(128) mx_dequantize16(
     const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, void* __restrict__ out,
     int out_bf16, int fmt, mxd_i64 R, mxd_i64 C, int rdiv, int cdiv, mxd_i64 srs) {
-  const mxd_i64 per_row = C >> 4, chunks = R * per_row;
-  const mxd_i64 stride = (mxd_i64)gridDim.x * 256;
+  const mxd_i64 c0 = ((mxd_i64)blockIdx.x * 128 + threadIdx.x) << 4;
+  if (c0 >= C) return;
+  const int rsh = rdiv == 32 ? 5 : 0;  // r / rdiv
+  const mxd_i64 sc0 = cdiv == 32 ? (c0 >> 5) : c0;
   // smallest scale byte whose product with the smallest FP8 subnormal is a normal FP32
   const mxd_u32 thr = fmt == 0 ? 10u : 17u;
-  for (mxd_i64 i0 = (mxd_i64)blockIdx.x * 256 + threadIdx.x; i0 < chunks; i0 += MXD_U * stride) {
+  const mxd_u32 lo_b = (out_bf16 ? thr : 1u) * 0x01010101u, hi_b = (out_bf16 ? 253u : 254u) * 0x01010101u;
+  const mxd_i64 ystep = gridDim.y;
+  for (mxd_i64 r0 = blockIdx.y; r0 < R; r0 += MXD_U * ystep) {
     mxd_u32 words[MXD_U][4], sw[MXD_U][4];
 #pragma unroll
     for (int u = 0; u < MXD_U; ++u) {
-      const mxd_i64 i = i0 + u * stride;
-      if (i >= chunks) break;
-      const mxd_i64 r = i / per_row, c0 = (i - r * per_row) << 4;
+      const mxd_i64 r = r0 + u * ystep;
+      if (r >= R) break;
       const uint4 w = *reinterpret_cast<const uint4*>(q + r * C + c0);
       words[u][0] = w.x; words[u][1] = w.y; words[u][2] = w.z; words[u][3] = w.w;
-      const mxd_u8* srow = s + (r / rdiv) * srs;
-      // cdiv 32: the 16 elements share one scale (c0 is a multiple of 16); cdiv 1: one
-      // scale per column, 16 consecutive bytes (srs = C, 16-byte aligned rows).
-      if (cdiv == 1) {
-        const uint4 t = *reinterpret_cast<const uint4*>(srow + c0);
+      const mxd_u8* sp = s + (r >> rsh) * srs + sc0;
+      if (cdiv == 1) {  // one scale per column, 16 consecutive bytes (srs = C, 16-byte aligned rows)
+        const uint4 t = *reinterpret_cast<const uint4*>(sp);
         sw[u][0] = t.x; sw[u][1] = t.y; sw[u][2] = t.z; sw[u][3] = t.w;
-      } else {
-        const mxd_u32 b = srow[c0 >> 5];
+      } else {          // cdiv 32: the 16 elements share one scale (c0 is a multiple of 16)
+        const mxd_u32 b = *sp;
         sw[u][0] = sw[u][1] = sw[u][2] = sw[u][3] = b * 0x01010101u;
       }
     }
 #pragma unroll
     for (int u = 0; u < MXD_U; ++u) {
-      const mxd_i64 i = i0 + u * stride;
-      if (i >= chunks) break;
-      const mxd_i64 r = i / per_row, c0 = (i - r * per_row) << 4;
+      const mxd_i64 r = r0 + u * ystep;
+      if (r >= R) break;
       bool fast = true;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         fast &= !mxd_has_special(words[u][k], fmt);
-        // scale bytes in range: >= thr (bf16) and <= 253 (bf16) / != 255 (f32)
-        const mxd_u32 lo_ok = __vcmpgeu4(sw[u][k], (out_bf16 ? thr : 1u) * 0x01010101u);  // byte 0 is 2^-127
-        const mxd_u32 hi_ok = __vcmpleu4(sw[u][k], (out_bf16 ? 253u : 254u) * 0x01010101u);
-        fast &= (lo_ok & hi_ok) == 0xFFFFFFFFu;
+        fast &= (__vcmpgeu4(sw[u][k], lo_b) & __vcmpleu4(sw[u][k], hi_b)) == 0xFFFFFFFFu;
       }
       float v[16];
       if (fast) {
@@ -206,15 +206,10 @@ extern "C" __global__ void __launch_bounds__(256) mx_dequantize16(
       }
       if (out_bf16) {
         mxd_u32 o[8];
-        if (fast) {
 #pragma unroll
-          for (int k = 0; k < 8; ++k)
-            o[k] = __byte_perm((mxd_u32)__float_as_int(v[2 * k]), (mxd_u32)__float_as_int(v[2 * k + 1]), 0x7632);
-        } else {
-#pragma unroll
-          for (int k = 0; k < 8; ++k)
-            o[k] = (mxd_u32)mxd_bf16_rne(v[2 * k]) | ((mxd_u32)mxd_bf16_rne(v[2 * k + 1]) << 16);
-        }
+        for (int k = 0; k < 8; ++k)
+          o[k] = fast ? __byte_perm((mxd_u32)__float_as_int(v[2 * k]), (mxd_u32)__float_as_int(v[2 * k + 1]), 0x7632)
+                      : (mxd_u32)mxd_bf16_rne(v[2 * k]) | ((mxd_u32)mxd_bf16_rne(v[2 * k + 1]) << 16);
         uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<mxd_u16*>(out) + r * C + c0);
         dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
         dst[1] = make_uint4(o[4], o[5], o[6], o[7]);

@@ -364,12 +364,12 @@ extern "C" int mx_launch_fakequant(int in_bf16, int fmt, const MxFakeQuantParams
 // mx_dequantize (per element, the reference) or mx_dequantize16 (use16), batch 1, either output.
 extern "C" int mx_launch_dequantize_any(const void* q, const void* s, void* out, int out_bf16, int fmt, long long R,
                                         long long C, int rdiv, int cdiv, long long srs, int use16, void* stream) {
-  if (use16) {
-    long long g = (R * (C / 16) + 256LL * MXD_U - 1) / (256LL * MXD_U);  // as the Rust backend
-    if (g > (1 << 20)) g = 1 << 20;
-    if (g < 1) return 0;
-    mx_dequantize16<<<(unsigned)g, 256, 0, (cudaStream_t)stream>>>((const mxd_u8*)q, (const mxd_u8*)s, out, out_bf16,
-                                                                    fmt, R, C, rdiv, cdiv, srs);
+  if (use16) {  // as the Rust backend: block 128, x = column chunks, y = rows / MXD_U
+    if (R == 0 || C == 0) return 0;
+    long long gy = (R + MXD_U - 1) / MXD_U;
+    if (gy > 65535) gy = 65535;
+    mx_dequantize16<<<dim3((unsigned)((C / 16 + 127) / 128), (unsigned)gy), 128, 0, (cudaStream_t)stream>>>(
+        (const mxd_u8*)q, (const mxd_u8*)s, out, out_bf16, fmt, R, C, rdiv, cdiv, srs);
   } else {
     long long g = (R * C + 255) / 256;
     if (g > (1 << 20)) g = 1 << 20;

@@ -1508,14 +1508,16 @@ fn dequantize_into(call: &Call, i: &MxArg, out: u64, out_bf16: bool) -> PluginRe
         && q.is_multiple_of(16)
         && o.is_multiple_of(16)
         && (cdivv == 32 || (s.is_multiple_of(16) && srs % 16 == 0));
-    let (name, grid) = if by16 {
+    // mx_dequantize16: block 128, x = 16-element column chunks, y = rows, MXD_U = 2 rows
+    // per thread and round.
+    let (name, grid, block) = if by16 {
         (
             "mx_dequantize16",
-            // MXD_U = 2 chunks of 16 elements per thread and round
-            (cdiv(r * c / 16, 256 * 2).min(1 << 20), 1, 1),
+            (cdiv(c / 16, 128), cdiv(r, 2).min(GRID_YZ_MAX), 1),
+            128,
         )
     } else {
-        ("mx_dequantize", (cdiv(r * c, 256).min(1 << 20), batch, 1))
+        ("mx_dequantize", (cdiv(r * c, 256).min(1 << 20), batch, 1), 256)
     };
     let mut params = [
         arg(&q),
@@ -1535,7 +1537,7 @@ fn dequantize_into(call: &Call, i: &MxArg, out: u64, out_bf16: bool) -> PluginRe
         Unit::Aux,
         name,
         grid,
-        (256, 1, 1),
+        (block, 1, 1),
         0,
         &mut params[..n_params],
     )
