@@ -47,8 +47,6 @@ extern "C" int mx_quant_grid_y(int tiles, int gx, int gz, int sms) {
   return (int)(gy < 1 ? 1 : gy);
 }
 
-// variant 0: current kernels, 1: run-7 kernels (mx_quantize_*_legacy; always grid y = tiles).
-// tpc 0: host rule above; tpc > 0: grid y = ceil(tiles / tpc); tpc < 0: grid y = 1.
 typedef void (*QuantFlatK)(const MxQuantFlatParams);
 
 // Host rule for the flat 1x32 quantizer's grid (mx_quantize.cu; same as `fn quant_rows` in
@@ -124,6 +122,9 @@ static int launch_quant_tiles(int in_bf16, int fmt, const MxQuantParams* p, int 
   return (int)cudaGetLastError();
 }
 
+// variant 0: current kernels, 1: run-7 kernels (mx_quantize_*_legacy; always grid y = tiles),
+// 2..5: the flat 1x32 kernels, 6: the warp-per-block 32x32 kernel (see above).
+// Variants 0/1: tpc 0: host rule above; tpc > 0: grid y = ceil(tiles / tpc); tpc < 0: grid y = 1.
 extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz,
                                     int tpc, void* stream) {
   if (variant == 6) return launch_quant_tiles(in_bf16, fmt, p, gz, tpc, stream);
