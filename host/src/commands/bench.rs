@@ -1,11 +1,12 @@
 //! `mxhost bench`: time quantize, the three grouped GEMM passes and a full training
 //! step of one grouped linear layer through the same host ops a guest uses, on the
 //! anchor shapes (and shapes given on the command line). Prints
-//! `µs | TFLOP/s | GB/s | × BF16` per row and writes JSON.
+//! `µs | TFLOP/s | GB/s | % copy | × BF16` per row and writes JSON.
 //!
-//! × BF16 is a ratio taken side by side: run `bench_peers.py` in the same device call
-//! and pass its CSV with `--peers`; the column divides torch `_grouped_mm` BF16's time
-//! for the same shape and pass by ours. Without `--peers` the column is empty. Timings
+//! × BF16 and % copy are ratios taken side by side: run `bench_peers.py` in the same
+//! device call and pass its CSV with `--peers`; × BF16 divides torch `_grouped_mm` BF16's
+//! time for the same shape and pass by ours, % copy (quantize rows) is our GB/s over the
+//! peer run's `copy_` bandwidth. Without `--peers` both columns are empty. Timings
 //! include what a guest pays per call (output allocation, in-call quantization where
 //! the row says so), synchronised once per batch of repetitions.
 
@@ -37,7 +38,7 @@ pub struct BenchArgs {
     /// Timed repetitions per row (after 2 warm-up calls).
     #[arg(long, default_value_t = 10)]
     pub reps: u32,
-    /// bench_peers.py's CSV from the same device call, for the × BF16 column.
+    /// bench_peers.py's CSV from the same device call, for the × BF16 and % copy columns.
     #[arg(long)]
     pub peers: Option<PathBuf>,
     /// Write the rows as JSON here.
@@ -92,7 +93,27 @@ struct Row {
     us: f64,
     tflops: Option<f64>,
     gbps: f64,
+    /// Quantize rows: `gbps` as a percentage of the peer run's copy bandwidth.
+    pct_copy: Option<f64>,
     x_bf16: Option<f64>,
+}
+
+/// What `mxhost bench` takes from bench_peers.py's CSV.
+#[derive(Debug, Default, PartialEq)]
+struct Peers {
+    /// torch `_grouped_mm` BF16 milliseconds per (shape key, pass).
+    grouped_mm: Vec<(String, String, f64)>,
+    /// The device's `copy_` bandwidth (read + write bytes), GB/s.
+    copy_gbps: Option<f64>,
+}
+
+impl Peers {
+    fn ms(&self, key: &str, pass: &str) -> Option<f64> {
+        self.grouped_mm
+            .iter()
+            .find(|(k, p, _)| k == key && p == pass)
+            .map(|(_, _, ms)| *ms)
+    }
 }
 
 fn random_bf16(device: Device, shape: &[u64], seed: u64) -> OpResult<Tensor> {
@@ -122,11 +143,16 @@ fn time(device: Device, reps: u32, mut f: impl FnMut() -> OpResult<()>) -> anyho
     Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)
 }
 
-/// torch `_grouped_mm` BF16 milliseconds per (shape key, pass) from bench_peers.py.
-fn peer_times(path: &PathBuf) -> anyhow::Result<Vec<(String, String, f64)>> {
+fn peer_times(path: &PathBuf) -> anyhow::Result<Peers> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut out = Vec::new();
+    Ok(parse_peers(&text))
+}
+
+/// bench_peers.py's CSV (`shape,method,ms,tflops,note`): the `_grouped_mm` BF16 rows and
+/// the `copy_ N GiB (read+write bytes)` row (N GiB copied: 2·N GiB moved in `ms`).
+fn parse_peers(text: &str) -> Peers {
+    let mut out = Peers::default();
     for line in text.lines().skip(1) {
         let fields = split_csv(line);
         let (Some(shape), Some(method), Some(ms)) = (fields.first(), fields.get(1), fields.get(2))
@@ -134,6 +160,16 @@ fn peer_times(path: &PathBuf) -> anyhow::Result<Vec<(String, String, f64)>> {
             continue;
         };
         let Ok(ms) = ms.parse::<f64>() else { continue };
+        if let Some(rest) = method.strip_prefix("copy_ ") {
+            let gib = rest
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<f64>().ok());
+            if let (Some(gib), true) = (gib, rest.contains("GiB") && ms > 0.0) {
+                out.copy_gbps = Some(2.0 * gib * (1u64 << 30) as f64 / (ms / 1e3) / 1e9);
+            }
+            continue;
+        }
         let pass = if method.starts_with("bf16 _grouped_mm fwd+dgrad+wgrad") {
             "step"
         } else if method.starts_with("bf16 _grouped_mm fwd ") {
@@ -146,9 +182,9 @@ fn peer_times(path: &PathBuf) -> anyhow::Result<Vec<(String, String, f64)>> {
             continue;
         };
         let key = shape.split_whitespace().next().unwrap_or("").to_string();
-        out.push((key, pass.to_string(), ms));
+        out.grouped_mm.push((key, pass.to_string(), ms));
     }
-    Ok(out)
+    out
 }
 
 fn split_csv(line: &str) -> Vec<String> {
@@ -169,7 +205,7 @@ fn bench_shape(
     device: Device,
     s: Shape,
     reps: u32,
-    peers: &[(String, String, f64)],
+    peers: &Peers,
 ) -> anyhow::Result<Vec<Row>> {
     let rows = s.e * s.m;
     let offs: Vec<i32> = (1..=s.e).map(|i| (i * s.m) as i32).collect();
@@ -207,12 +243,7 @@ fn bench_shape(
     };
     let flops = 2.0 * (rows * s.n * s.k) as f64;
     let label = format!("{} E{} M{} K{} N{}", s.key, s.e, s.m, s.k, s.n);
-    let ratio = |pass: &str, secs: f64| {
-        peers
-            .iter()
-            .find(|(k, p, _)| k == s.key && p == pass)
-            .map(|(_, _, ms)| ms / 1e3 / secs)
-    };
+    let ratio = |pass: &str, secs: f64| peers.ms(s.key, pass).map(|ms| ms / 1e3 / secs);
     let mut out = Vec::new();
     let mut push = |op: &str, pass: &str, secs: f64, gemm_flops: Option<f64>, bytes: f64| {
         out.push(Row {
@@ -221,6 +252,11 @@ fn bench_shape(
             us: secs * 1e6,
             tflops: gemm_flops.map(|f| f / secs / 1e12),
             gbps: bytes / secs / 1e9,
+            // byte-moving rows (no FLOP count): quantize
+            pct_copy: match (gemm_flops, peers.copy_gbps) {
+                (None, Some(c)) if bytes > 0.0 => Some(100.0 * bytes / secs / 1e9 / c),
+                _ => None,
+            },
             x_bf16: ratio(pass, secs),
         });
     };
@@ -395,7 +431,7 @@ fn bench_dense(
     device: Device,
     s: Shape,
     reps: u32,
-    peers: &[(String, String, f64)],
+    peers: &Peers,
     offs: &[i32],
     (x, w, dy): (&Tensor, &Tensor, &Tensor),
 ) -> anyhow::Result<Vec<Row>> {
@@ -424,16 +460,14 @@ fn bench_dense(
     };
     let mut out = Vec::new();
     let mut push = |op: String, pass: &str, secs: f64, f: f64| {
-        let ratio = peers
-            .iter()
-            .find(|(k, p, _)| k == s.key && p == pass)
-            .map(|(_, _, ms)| ms / 1e3 / secs);
+        let ratio = peers.ms(s.key, pass).map(|ms| ms / 1e3 / secs);
         out.push(Row {
             shape: label.clone(),
             op,
             us: secs * 1e6,
             tflops: Some(f / secs / 1e12),
             gbps: 0.0,
+            pct_copy: None,
             x_bf16: ratio,
         });
     };
@@ -481,7 +515,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
     let plugin = registry.active();
     let peers = match &args.peers {
         Some(p) => peer_times(p)?,
-        None => Vec::new(),
+        None => Peers::default(),
     };
     let mut shapes: Vec<Shape> = Vec::new();
     for key in args
@@ -505,20 +539,21 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
         plugin.name, args.reps
     );
     println!(
-        "{:<26} {:<50} {:>10} {:>9} {:>8} {:>7}",
-        "shape", "op", "µs", "TFLOP/s", "GB/s", "× BF16"
+        "{:<26} {:<50} {:>10} {:>9} {:>8} {:>7} {:>7}",
+        "shape", "op", "µs", "TFLOP/s", "GB/s", "% copy", "× BF16"
     );
     let mut all = Vec::new();
     for s in shapes {
         for r in bench_shape(&plugin, device, s, args.reps, &peers)? {
             let fmt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
             println!(
-                "{:<26} {:<50} {:>10.1} {:>9} {:>8.0} {:>7}",
+                "{:<26} {:<50} {:>10.1} {:>9} {:>8.0} {:>7} {:>7}",
                 r.shape,
                 r.op,
                 r.us,
                 fmt(r.tflops, 0),
                 r.gbps,
+                fmt(r.pct_copy, 0),
                 fmt(r.x_bf16, 2)
             );
             all.push(r);
@@ -530,4 +565,38 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
         eprintln!("mxhost bench: wrote {}", path.display());
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_csv_gives_grouped_mm_times_and_copy_bandwidth() {
+        // as bench_peers.py writes it: fields with commas quoted
+        let csv = "shape,method,ms,tflops,note\n\
+device,copy_ 2 GiB (read+write bytes),1.0106879472732544,nan,4.25 TB/s\n\
+device,dense bf16 matmul 8192^3 (random),1.56,701.3,\n\
+a E8 M4096 K4096 N4096,\"bf16 _grouped_mm fwd  (M,K)x(E,K,N)\",1.646,668.1,\n\
+a E8 M4096 K4096 N4096,\"bf16 _grouped_mm wgrad 2d-2d -> (E,N,K)\",1.646,668.0,\n\
+a E8 M4096 K4096 N4096,bf16 _grouped_mm fwd+dgrad+wgrad (3 GEMMs),5.100,646.8,\n\
+b E8 M4096 K2048 N8192,\"bf16 _grouped_mm dgrad (M,N)x(E,N,K)\",1.638,671.3,\n\
+b E8 M4096 K2048 N8192,fp8 rowwise _scaled_grouped_mm fwd,1.197,918.9,\n";
+        let p = parse_peers(csv);
+        let copy = p.copy_gbps.expect("copy row");
+        // 4 GiB moved in 1.0107 ms
+        assert!((copy - 4249.6).abs() < 1.0, "{copy}");
+        assert_eq!(p.ms("a", "forward"), Some(1.646));
+        assert_eq!(p.ms("a", "wgrad"), Some(1.646));
+        assert_eq!(p.ms("a", "step"), Some(5.1));
+        assert_eq!(p.ms("b", "dgrad"), Some(1.638));
+        assert_eq!(
+            p.ms("b", "forward"),
+            None,
+            "fp8 rows are not the BF16 baseline"
+        );
+        assert_eq!(p.grouped_mm.len(), 4);
+        // no copy row, no bandwidth
+        assert_eq!(parse_peers("shape,method,ms\n").copy_gbps, None);
+    }
 }
