@@ -1517,7 +1517,11 @@ fn dequantize_into(call: &Call, i: &MxArg, out: u64, out_bf16: bool) -> PluginRe
             128,
         )
     } else {
-        ("mx_dequantize", (cdiv(r * c, 256).min(1 << 20), batch, 1), 256)
+        (
+            "mx_dequantize",
+            (cdiv(r * c, 256).min(1 << 20), batch, 1),
+            256,
+        )
     };
     let mut params = [
         arg(&q),
@@ -1731,7 +1735,10 @@ mod tests {
         for cap in [1usize, 7, 528] {
             for chunks in [1usize, 1023, 1024, 8_388_608, 540_672 * 15 + 1, 10_000_019] {
                 let g = quant_flat_grid(chunks, cap);
-                assert!((1..=cap).contains(&g), "chunks {chunks} cap {cap}: grid {g}");
+                assert!(
+                    (1..=cap).contains(&g),
+                    "chunks {chunks} cap {cap}: grid {g}"
+                );
                 let rounds = cdiv(chunks, g * per_round);
                 assert!(g * per_round * rounds >= chunks);
                 // one CTA fewer would need another round: the grid is the smallest
