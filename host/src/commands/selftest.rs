@@ -291,13 +291,13 @@ impl Ctx {
             let mut bad_d = dc.iter().zip(dg.iter()).filter(|(a, b)| a != b).count();
             let mut bad_s = sc.iter().zip(sg.iter()).filter(|(a, b)| a != b).count();
             // Without the transposed copy the backend may launch another kernel (e.g.
-            // 32×32 without TILE_T): its bytes must be the same too.
+            // 32×32 without TILE_T): its bytes must be the same too. dg / sg begin with
+            // qg's data / scales (the transposed copy is appended after them).
             if rank >= 2 {
                 let qp = ops::quantize(&self.plugin, &xg, format, mode, block)?;
                 let (pd, ps) = (qp.data.host_bytes()?, qp.scales.host_bytes()?);
-                let (gd, gs) = (qg.data.host_bytes()?, qg.scales.host_bytes()?);
-                bad_d += pd.iter().zip(gd.iter()).filter(|(a, b)| a != b).count();
-                bad_s += ps.iter().zip(gs.iter()).filter(|(a, b)| a != b).count();
+                bad_d += pd.iter().zip(dg.iter()).filter(|(a, b)| a != b).count();
+                bad_s += ps.iter().zip(sg.iter()).filter(|(a, b)| a != b).count();
             }
             // Dequantize too (skipped for anchor-size tensors: host time).
             let check_deq = v.len() <= 1 << 22;
