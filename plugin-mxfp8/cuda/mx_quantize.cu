@@ -538,8 +538,9 @@ MXQ_INST(mx_quantize_bf16_e5m2, 1, 1)
 // advances by MXQF_U * S. The lanes of one block are consecutive and aligned, so a block is
 // wholly inside or outside the tensor and its amax is 2 (bf16) or 3 (f32) xor-shuffles.
 // Requires: in 16-byte aligned, q 8-byte (bf16) / 4-byte (f32) aligned. nblocks = R*C/32.
-// Launch: block 256, any grid x >= 1 (host rule: one round per thread, at most
-// MXQF_CTAS_PER_SM CTAs per SM; fn quant_rows in src/backend/cuda.rs, bench/launch.cu).
+// Launch: block 256, any grid x >= 1 (host rule: the fewest grid-stride rounds that at most
+// MXQF_CTAS_PER_SM CTAs per SM allow, then the fewest CTAs that do them; quant_flat_grid in
+// src/backend/cuda.rs, mx_quant_flat_grid in bench/launch.cu).
 // ============================================================================================
 #define MXQF_U 4
 #ifndef MXQF_CTAS_PER_SM
@@ -617,10 +618,10 @@ MXQF_INST(mx_quantize_rows_u8cs_f32_e4m3, 0, 0, 8, 1)
 #endif
 
 // ============================================================================================
-// Warp-per-block 32x32 quantizer (TILE, optionally with TILE_T), R % 32 == 0 and C % 32 == 0.
+// Warp-per-block 32x32 quantizer (TILE, optionally with TILE_T), R % 32 == 0 and C % 32 == 0:
+// same bytes as mx_quantize_* with MXQ_TILE | MXQ_TILE_T (same helpers).
 // HARNESS ONLY (MXQT_INSTANTIATE, bench/launch.cu): it measured 56-66 % of copy against the
-// tiled kernel's 76-78 % (run 30), so the backend keeps the tiled kernel for 32x32.
-// same bytes as mx_quantize_* with MXQ_TILE | MXQ_TILE_T (same helpers). Each warp owns
+// tiled kernel's 76-78 % (run 30), so the backend keeps the tiled kernel for 32x32. Each warp owns
 // whole 32x32 blocks (grid-stride over blocks, column block fastest), so no CTA barrier:
 // each 16-byte load of the warp covers whole block rows (8 bf16 / 4 f32 rows), the block
 // amax is 5 xor-shuffles, the quantized bytes go to qa in full 32-byte sectors and to the

@@ -35,7 +35,6 @@ class FQP(ctypes.Structure):  # MxFakeQuantParams (mx_quantize.cu): offsets 0, 8
 
 lib = ctypes.CDLL(os.path.join(HERE, "libmxbench.so"))
 lib.mx_launch_fakequant.argtypes = [c_int, c_int, ctypes.POINTER(FQP), c_int, c_vp]
-lib.mx_launch_dequantize_bf16.argtypes = [c_vp, c_vp, c_vp, c_int, c_i64, c_i64, c_int, c_int, c_i64, c_vp]
 lib.mx_launch_dequantize_any.argtypes = [c_vp, c_vp, c_vp, c_int, c_int, c_i64, c_i64, c_int, c_int, c_i64, c_int, c_vp]
 lib.mx_launch_gemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
 lib.mx_launch_tgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
@@ -657,7 +656,7 @@ def check_fakequant(results):
                     q = quantize(x, COLS, fmt, mode, offs, offs_host)
                     _, Mpad = padded_layout(offs_host)
                     deq_t = torch.empty(C, Mpad, dtype=torch.bfloat16, device=DEV)
-                    ck(lib.mx_launch_dequantize_bf16(ptr(q["qt"]), ptr(q["st"]), ptr(deq_t), fmt, C, Mpad, 1, 32, Mpad // 32, None), "dequantize")
+                    ck(lib.mx_launch_dequantize_any(ptr(q["qt"]), ptr(q["st"]), ptr(deq_t), 1, fmt, C, Mpad, 1, 32, Mpad // 32, 0, None), "dequantize")
                     ref_cuda = fq_gather(deq_t, offs_host, R, C).view(torch.int16)
                     qt_t, st_t = ref_cols_grouped(x, fmt, mode, offs_host)
                     ref_t = fq_gather(fq_torch_deq(qt_t, st_t, fmt), offs_host, R, C)

@@ -381,14 +381,3 @@ extern "C" int mx_launch_dequantize_any(const void* q, const void* s, void* out,
   return (int)cudaGetLastError();
 }
 
-// mx_dequantize (mx_dequantize.cu) to bf16, batch 1: out[r][c] = fp8(q[r][c]) * e8m0(s[(r/rdiv)*srs + c/cdiv]).
-extern "C" int mx_launch_dequantize_bf16(const void* q, const void* s, void* out, int fmt, long long R, long long C,
-                                         int rdiv, int cdiv, long long srs, void* stream) {
-  long long n = R * C;
-  if (n == 0) return 0;
-  long long g = (n + 255) / 256;
-  if (g > (1LL << 30)) g = 1LL << 30;
-  mx_dequantize<<<dim3((unsigned)g, 1), 256, 0, (cudaStream_t)stream>>>((const mxd_u8*)q, (const mxd_u8*)s, out, 1, fmt,
-                                                                       R, C, rdiv, cdiv, srs, 0);
-  return (int)cudaGetLastError();
-}
