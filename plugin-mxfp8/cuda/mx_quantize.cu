@@ -173,6 +173,42 @@ MX_DEV void mxq_load(const MxQuantParams& p, const void* base, const MxqTile& t,
   }
 }
 
+// Ring variant of mxq_load (bf16 input, MXQ_ASYNC_STAGES > 0): this thread's chunks of
+// tile t go to its own 16-byte slots at slot[k * 256] by cp.async, zero-filled outside the
+// tensor, so several tiles are in flight without holding registers. A chunk the vector path
+// cannot take (C % 8 != 0, at a row end) is gathered by mxq_load's scalar code and stored
+// to the slot directly. Only this thread reads its slots: no barrier, cp_async_wait only.
+template <int IN_BF16>
+MX_DEV void mxq_issue(const MxQuantParams& p, const void* base, const MxqTile& t, int c0, int r, int j, uint4* slot) {
+  constexpr int NCH = MxqG<IN_BF16>::NCH, CW = MxqG<IN_BF16>::CW;
+  const int C = p.C;
+  const bool rowok = r < t.nvalid;
+  const mx_i64 row = (mx_i64)(t.src0 + (rowok ? r : 0)) * C;
+  const bool vec = IN_BF16 ? (C & 7) == 0 : (C & 3) == 0;
+#pragma unroll
+  for (int k = 0; k < NCH; ++k) {
+    const int col = c0 + mxq_chunk_col(IN_BF16, k, j);
+    uint4* dst = slot + k * 256;
+    if (!rowok || col >= C) {
+      cp_async16(smem_u32(dst), base, 0);
+    } else if (vec) {  // C % CW == 0 and col % CW == 0: the whole chunk is inside
+      const void* src = IN_BF16 ? (const void*)(reinterpret_cast<const mx_u16*>(base) + row + col)
+                                : (const void*)(reinterpret_cast<const float*>(base) + row + col);
+      cp_async16(smem_u32(dst), src, 16);
+    } else {
+      mx_u32 w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int i = 0; i < CW; ++i) {
+        if (col + i < C) {
+          if (IN_BF16) w[i >> 1] |= (mx_u32)reinterpret_cast<const mx_u16*>(base)[row + col + i] << (16 * (i & 1));
+          else w[i] = (mx_u32)__float_as_int(reinterpret_cast<const float*>(base)[row + col + i]);
+        }
+      }
+      *dst = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
 template <int IN_BF16> MX_DEV float mxq_elem(const mx_u32 (&w)[4], int i) {
   if (IN_BF16) return __int_as_float((int)((i & 1) ? (w[i >> 1] & 0xFFFF0000u) : (w[i >> 1] << 16)));
   return __int_as_float((int)w[i]);
@@ -489,9 +525,57 @@ MX_DEV void mxq_loop(const MxQuantParams& p, MxqSmem& s, int nt, int flags) {
   }
 }
 
-template <int IN_BF16, int FMT>
+// mxq_loop with an AS-slot cp.async ring instead of the one-tile register prefetch: tile i
+// of this CTA lives in slot i % AS; while tile i is computed, tiles i+1 .. i+AS-1 are in
+// flight (bf16: AS x 32 bytes per thread, AS x 8 KB per CTA). Same tiles, same mxq_process,
+// same bytes out. A slot is refilled one iteration after it was read (the values it held
+// were consumed by mxq_process in between), so the refill cannot overtake the read.
+template <int IN_BF16, int FMT, int MASK, int AS>
+MX_DEV void mxq_loop_ring(const MxQuantParams& p, MxqSmem& s, uint4* ring, int nt, int flags) {
+  constexpr int NCH = MxqG<IN_BF16>::NCH;
+  static_assert(AS >= 2, "a ring needs two slots");
+  const int t = threadIdx.x;
+  const int c0 = blockIdx.x * 128;
+  const int b = blockIdx.z;
+  const int G = (int)gridDim.y;
+  int ty = blockIdx.y;
+  const int r = 4 * (t >> 5) + ((t & 31) >> 3), j = t & 7;
+  const void* base = IN_BF16 ? (const void*)(reinterpret_cast<const mx_u16*>(p.in) + b * p.in_bs)
+                             : (const void*)(reinterpret_cast<const float*>(p.in) + b * p.in_bs);
+  uint4* mine = ring + t;  // slot s, chunk k: mine[(s * NCH + k) * 256]
+#pragma unroll
+  for (int i = 0; i < AS - 1; ++i) {
+    const int tyi = ty + i * G;
+    if (tyi < nt) mxq_issue<IN_BF16>(p, base, mxq_map_tile(p, s, tyi), c0, r, j, mine + i * NCH * 256);
+    cp_async_commit();  // one group per tile, empty past the end: the wait count stays AS - 1
+  }
+  int slot = 0, par = 0;
+  while (true) {
+    const int tyn = ty + (AS - 1) * G;
+    const int sn = slot == 0 ? AS - 1 : slot - 1;
+    if (tyn < nt) mxq_issue<IN_BF16>(p, base, mxq_map_tile(p, s, tyn), c0, r, j, mine + sn * NCH * 256);
+    cp_async_commit();
+    cp_async_wait<AS - 1>();  // tile ty (the oldest group) has landed
+    mx_u32 cur[NCH][4];
+#pragma unroll
+    for (int k = 0; k < NCH; ++k) {
+      const uint4 v = mine[(slot * NCH + k) * 256];
+      cur[k][0] = v.x; cur[k][1] = v.y; cur[k][2] = v.z; cur[k][3] = v.w;
+    }
+    mxq_process<IN_BF16, FMT, MASK>(p, s, mxq_map_tile(p, s, ty), c0, b, par, flags, cur);
+    ty += G;
+    if (ty >= nt) break;
+    par ^= 1;
+    slot = slot + 1 == AS ? 0 : slot + 1;
+  }
+  cp_async_wait<0>();  // only empty groups remain; a second loop starts with a clean count
+}
+
+// AS: cp.async ring slots (0: register prefetch, mxq_loop).
+template <int IN_BF16, int FMT, int AS = 0>
 MX_DEV void mx_quant_tile(const MxQuantParams& p) {
   __shared__ MxqSmem s;
+  __shared__ __align__(16) uint4 ring[AS > 0 ? AS * MxqG<IN_BF16>::NCH * 256 : 1];
   if (p.offs != nullptr) {
     if (threadIdx.x < 32) warp_group_tables(p.offs, p.E, 128, 128, s.g_start, s.g_pre);
     __syncthreads();
@@ -502,6 +586,16 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
   // Each loop is instantiated at one call site only (ptxas allocates the kernel as a whole).
   const bool cols = (flags & MXQ_COLS) && !(flags & MXQ_TILE_T);  // with TILE_T, COLS is ignored (as before)
   const bool two = cols && (flags & MXQ_TILE);                      // TILE | COLS: two passes
+  if (AS > 0) {
+    constexpr int A = AS > 1 ? AS : 2;  // (instantiated only when AS > 0)
+    if ((flags & ~MXQ_ROWS) == 0) {
+      mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS, A>(p, s, ring, nt, flags);
+    } else {
+      if (!cols || two) mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS | MXQ_TILE | MXQ_TILE_T, A>(p, s, ring, nt, flags);
+      if (cols) mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS | MXQ_COLS, A>(p, s, ring, nt, two ? MXQ_COLS : flags);
+    }
+    return;
+  }
   if ((flags & ~MXQ_ROWS) == 0) {
     mxq_loop<IN_BF16, FMT, MXQ_ROWS>(p, s, nt, flags);                             // 1x32 rows
   } else {
@@ -517,12 +611,24 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
 
 // bf16 input: 64 registers (4 CTAs = 1024 threads per SM); f32 input: 80 (3 CTAs): its
 // 16-register tiles do not fit the transposing paths in 64 without spilling.
-#define MXQ_INST(NAME, BF, F) \
-  extern "C" __global__ void __launch_bounds__(256, (BF) ? 4 : 3) NAME(const MxQuantParams p) { mx_quant_tile<BF, F>(p); }
-MXQ_INST(mx_quantize_f32_e4m3, 0, 0)
-MXQ_INST(mx_quantize_bf16_e4m3, 1, 0)
-MXQ_INST(mx_quantize_f32_e5m2, 0, 1)
-MXQ_INST(mx_quantize_bf16_e5m2, 1, 1)
+// bf16 input reads through an MXQ_ASYNC_STAGES-slot cp.async ring (mxq_loop_ring, 8 KB of
+// shared memory per slot, static: 3 slots + MxqSmem = 41 KB, under the 48 KB static limit;
+// 4 CTAs per SM use 165 KB); f32 input (16 KB per slot) keeps the register prefetch.
+#ifndef MXQ_ASYNC_STAGES
+#define MXQ_ASYNC_STAGES 3
+#endif
+#define MXQ_INST(NAME, BF, F, AS) \
+  extern "C" __global__ void __launch_bounds__(256, (BF) ? 4 : 3) NAME(const MxQuantParams p) { mx_quant_tile<BF, F, AS>(p); }
+MXQ_INST(mx_quantize_f32_e4m3, 0, 0, 0)
+MXQ_INST(mx_quantize_bf16_e4m3, 1, 0, MXQ_ASYNC_STAGES)
+MXQ_INST(mx_quantize_f32_e5m2, 0, 1, 0)
+MXQ_INST(mx_quantize_bf16_e5m2, 1, 1, MXQ_ASYNC_STAGES)
+#ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B): variant 7 the register prefetch, 8 a 2-slot ring
+MXQ_INST(mx_quantize_bf16_e4m3_sync, 1, 0, 0)
+MXQ_INST(mx_quantize_bf16_e5m2_sync, 1, 1, 0)
+MXQ_INST(mx_quantize_bf16_e4m3_as2, 1, 0, 2)
+MXQ_INST(mx_quantize_bf16_e5m2_as2, 1, 1, 2)
+#endif
 
 // ============================================================================================
 // Flat 1x32 quantizer (ROWS only, C % 32 == 0): the row-major input is then one contiguous
@@ -556,8 +662,16 @@ struct MxQuantFlatParams {
 static_assert(sizeof(MxQuantFlatParams) == 40, "QuantFlatParams in src/backend/cuda.rs hard-codes 40 bytes");
 
 // U: 16-byte loads in flight per thread; CS: streaming cache hints (ld.global.cs /
-// st.global.cs: evict-first in L2) instead of the read-only path and plain stores.
-template <int IN_BF16, int FMT, int U, int CS>
+// st.global.cs: evict-first in L2) instead of the read-only path and plain stores;
+// PF (harness A/B): the next round's loads are issued before this round is computed.
+template <int CS> MX_DEV uint4 mxqf_load1(const uint4* in, mx_i64 c, mx_i64 nchunks) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (c < nchunks) v = CS ? __ldcs(in + c) : __ldg(in + c);
+  return v;
+}
+MX_DEV void mxqf_set(mx_u32 (&w)[4], uint4 v) { w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w; }
+
+template <int IN_BF16, int FMT, int U, int CS, int PF>
 MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
   constexpr int CPB = IN_BF16 ? 4 : 8;  // chunks per block
   constexpr int QW = MxqG<IN_BF16>::QW;
@@ -565,15 +679,22 @@ MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
   const mx_i64 stride = (mx_i64)gridDim.x * blockDim.x;
   const int lane = threadIdx.x & 31;
   const uint4* in = reinterpret_cast<const uint4*>(p.in);
+  mx_u32 raw[U][4], nxt[PF ? U : 1][4];
   // c0 - lane is the warp's first chunk: the loop condition is warp-uniform (shuffles).
-  for (mx_i64 c0 = (mx_i64)blockIdx.x * blockDim.x + threadIdx.x; c0 - lane < nchunks; c0 += U * stride) {
-    mx_u32 raw[U][4];
+  mx_i64 c0 = (mx_i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (PF && c0 - lane < nchunks) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const mx_i64 c = c0 + u * stride;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (c < nchunks) v = CS ? __ldcs(in + c) : __ldg(in + c);
-      raw[u][0] = v.x; raw[u][1] = v.y; raw[u][2] = v.z; raw[u][3] = v.w;
+    for (int u = 0; u < U; ++u) mxqf_set(raw[u], mxqf_load1<CS>(in, c0 + u * stride, nchunks));
+  }
+  for (; c0 - lane < nchunks; c0 += U * stride) {
+    if (PF) {
+      if (c0 + U * stride - lane < nchunks) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) mxqf_set(nxt[PF ? u : 0], mxqf_load1<CS>(in, c0 + (U + u) * stride, nchunks));
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u) mxqf_set(raw[u], mxqf_load1<CS>(in, c0 + u * stride, nchunks));
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -596,25 +717,33 @@ MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
         if ((lane & (CPB - 1)) == 0) p.s[c / CPB] = (mx_u8)sb;
       }
     }
+    if (PF) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) raw[u][i] = nxt[PF ? u : 0][i];
+    }
   }
 }
 
 // The grid is at most MXQF_CTAS_PER_SM CTAs per SM, all resident at once (launch bounds):
 // a grid larger than what fits ran a second partial wave of CTAs that each did a full
 // share of the grid-stride loop (run 28: 8 CTAs/SM, 5 resident, 80 % vs 83 % of copy).
-#define MXQF_INST(NAME, BF, F, U, CS) \
-  extern "C" __global__ void __launch_bounds__(256, MXQF_CTAS_PER_SM) NAME(const MxQuantFlatParams p) { mx_quant_flat<BF, F, U, CS>(p); }
-MXQF_INST(mx_quantize_rows_f32_e4m3, 0, 0, MXQF_U, 0)
-MXQF_INST(mx_quantize_rows_bf16_e4m3, 1, 0, MXQF_U, 0)
-MXQF_INST(mx_quantize_rows_f32_e5m2, 0, 1, MXQF_U, 0)
-MXQF_INST(mx_quantize_rows_bf16_e5m2, 1, 1, MXQF_U, 0)
+#define MXQF_INST(NAME, BF, F, U, CS, PF) \
+  extern "C" __global__ void __launch_bounds__(256, MXQF_CTAS_PER_SM) NAME(const MxQuantFlatParams p) { mx_quant_flat<BF, F, U, CS, PF>(p); }
+MXQF_INST(mx_quantize_rows_f32_e4m3, 0, 0, MXQF_U, 0, 0)
+MXQF_INST(mx_quantize_rows_bf16_e4m3, 1, 0, MXQF_U, 0, 0)
+MXQF_INST(mx_quantize_rows_f32_e5m2, 0, 1, MXQF_U, 0, 0)
+MXQF_INST(mx_quantize_rows_bf16_e5m2, 1, 1, MXQF_U, 0, 0)
 #ifdef MXQF_INSTANTIATE_VARIANTS  // harness A/B only (bench/launch.cu)
-MXQF_INST(mx_quantize_rows_u8_bf16_e4m3, 1, 0, 8, 0)
-MXQF_INST(mx_quantize_rows_u8_f32_e4m3, 0, 0, 8, 0)
-MXQF_INST(mx_quantize_rows_cs_bf16_e4m3, 1, 0, MXQF_U, 1)
-MXQF_INST(mx_quantize_rows_cs_f32_e4m3, 0, 0, MXQF_U, 1)
-MXQF_INST(mx_quantize_rows_u8cs_bf16_e4m3, 1, 0, 8, 1)
-MXQF_INST(mx_quantize_rows_u8cs_f32_e4m3, 0, 0, 8, 1)
+MXQF_INST(mx_quantize_rows_u8_bf16_e4m3, 1, 0, 8, 0, 0)
+MXQF_INST(mx_quantize_rows_u8_f32_e4m3, 0, 0, 8, 0, 0)
+MXQF_INST(mx_quantize_rows_cs_bf16_e4m3, 1, 0, MXQF_U, 1, 0)
+MXQF_INST(mx_quantize_rows_cs_f32_e4m3, 0, 0, MXQF_U, 1, 0)
+MXQF_INST(mx_quantize_rows_u8cs_bf16_e4m3, 1, 0, 8, 1, 0)
+MXQF_INST(mx_quantize_rows_u8cs_f32_e4m3, 0, 0, 8, 1, 0)
+MXQF_INST(mx_quantize_rows_pf_bf16_e4m3, 1, 0, MXQF_U, 0, 1)
+MXQF_INST(mx_quantize_rows_pf_f32_e4m3, 0, 0, MXQF_U, 0, 1)
 #endif
 
 // ============================================================================================

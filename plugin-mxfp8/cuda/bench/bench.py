@@ -44,7 +44,9 @@ lib.mx_launch_quantize.argtypes = [c_int, c_int, ctypes.POINTER(QP), c_int, c_in
 lib.mx_launch_quantize_v.argtypes = [c_int, c_int, c_int, ctypes.POINTER(QP), c_int, c_int, c_int, c_int, c_vp]
 # quantizer launch: variant 0 = current kernels, 1 = run-7 kernels (*_legacy, one tile per CTA),
 # 2 = flat 1x32 rows kernel (mx_quantize_rows_*), 3/4/5 = its u8/cs/u8cs variants (e4m3 only),
-# 6 = warp-per-block 32x32 kernel (mx_quantize_tiles_*) (2..6: tpc = CTAs per SM, 0 = host rule);
+# 6 = warp-per-block 32x32 kernel (mx_quantize_tiles_*) (2..6: tpc = CTAs per SM, 0 = host rule),
+# 7/8 = the tiled kernel for bf16 input with the register prefetch / a 2-slot cp.async ring,
+# 9 = flat with the next round's loads issued early (e4m3 only);
 # tpc 0 = host rule (mx_quant_grid_y, as the Rust backend), n > 0 = ceil(tiles/n) CTAs in y, -1 = grid y 1
 QUANT_GEOMS = [(0, 0), (0, 1), (0, 2), (0, 8), (1, 0)]  # timed per shape (--quant-geoms)
 lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
@@ -316,6 +318,27 @@ def check_quant_more(results):
             if not same:
                 fails.append(f"legacy differs {dtype} flags={flags}")
             ok_all &= same
+    # bf16 tiled kernel with the register prefetch (variant 7) and a 2-slot ring (8): the same
+    # bytes as the default 3-slot ring (variant 0), every flag set, grouped and not, odd C
+    for (Bt, R, C) in ((1, 300, 1000), (3, 70, 200), (2, 33, 76), (1, 4096, 512)):
+        x = make_input((Bt, R, C), torch.bfloat16, gen=gen)
+        for flags in (ROWS, COLS, ROWS | COLS, TILE, TILE_T, TILE | TILE_T):
+            for tpc in (0, 1, 5):
+                a = quantize(x, flags, 1 if C == 76 else 0, tpc % 3, tpc=tpc)
+                for variant in (7, 8):
+                    b = quantize(x, flags, 1 if C == 76 else 0, tpc % 3, variant=variant, tpc=tpc)
+                    if not all(torch.equal(a[k], b[k]) for k in a):
+                        fails.append(f"ring v0 != v{variant} flags={flags} shape={(Bt, R, C)} tpc={tpc}")
+                        ok_all = False
+    xg = make_input((acc + 77, 2880), torch.bfloat16, gen=gen)
+    for flags in (ROWS | COLS, TILE_T, COLS):
+        for tpc in (0, 3):
+            a = quantize(xg, flags, 0, 0, offs, offs_host, tpc=tpc)
+            for variant in (7, 8):
+                b = quantize(xg, flags, 0, 0, offs, offs_host, variant=variant, tpc=tpc)
+                if not all(torch.equal(a[k], b[k]) for k in a):
+                    fails.append(f"ring v0 != v{variant} grouped flags={flags} tpc={tpc}")
+                    ok_all = False
     # flat 1x32 kernel (variant 2; C % 32 == 0): against the reference and the tiled kernel
     for dtype in (torch.bfloat16, torch.float32):
         for fmt in (0, 1):
@@ -323,7 +346,7 @@ def check_quant_more(results):
                 for (Bt, R, C) in ((1, 70, 256), (3, 33, 96), (1, 1000, 2880), (2, 513, 32), (1, 4096, 4096)):
                     x = make_input((Bt, R, C), dtype, gen=gen)
                     qr = [ref_rows(x[i], fmt, mode) for i in range(Bt)]
-                    for variant in ((2, 3, 4, 5) if fmt == 0 else (2,)):
+                    for variant in ((2, 3, 4, 5, 9) if fmt == 0 else (2,)):
                         for tpc in (0, 1, 5):
                             o = quantize(x, ROWS, fmt, mode, variant=variant, tpc=tpc)
                             ok = all(torch.equal(o["qa"][i], qr[i][0]) and torch.equal(o["sa"][i], qr[i][1]) for i in range(Bt))
@@ -842,13 +865,16 @@ def time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K):
                 if "32x32" not in name:
                     continue  # the warp-per-block kernel is 32x32 only
                 tag = "warp/block, host rule" if tpc == 0 else f"warp/block, {tpc} CTAs/SM"
-            elif variant >= 2 and ("rows" not in name or "colsT" in name):
+            elif variant in (2, 3, 4, 5, 9) and ("rows" not in name or "colsT" in name):
                 continue  # the flat kernels are 1x32 rows only
-            elif variant >= 2:
-                fv = {2: "flat", 3: "flat u8", 4: "flat cs", 5: "flat u8cs"}[variant]
+            elif variant in (2, 3, 4, 5, 9):
+                fv = {2: "flat", 3: "flat u8", 4: "flat cs", 5: "flat u8cs", 9: "flat pf"}[variant]
                 tag = f"{fv}, host rule" if tpc == 0 else (f"{fv}, plain cap" if tpc == -1 else f"{fv}, {tpc} CTAs/SM")
             else:
-                tag = "run-7 kernel" if variant == 1 else ("host rule" if tpc == 0 else (f"{tpc} tiles/CTA" if tpc > 0 else "grid y 1"))
+                if variant in (7, 8) and "f32" in name:
+                    continue  # f32 input has no ring: variants 7/8 are the default kernel there
+                geom = "host rule" if tpc == 0 else (f"{tpc} tiles/CTA" if tpc > 0 else "grid y 1")
+                tag = {1: "run-7 kernel", 7: f"register prefetch, {geom}", 8: f"2-slot ring, {geom}"}.get(variant, geom)
             t = tms(lambda: fn(variant, tpc), rep)
             rows.append((key, f"{name} [{tag}]", t * 1e3, float("nan"), nbytes / t / 1e6, float("nan")))
     del Xf

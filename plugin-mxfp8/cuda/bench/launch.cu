@@ -7,6 +7,7 @@
 #define MXQ_INSTANTIATE_LEGACY  // run-7 quantizer, mx_quantize_*_legacy (A/B timing only)
 #define MXQF_INSTANTIATE_VARIANTS  // flat 1x32 quantizer variants (u8, cs, u8cs; e4m3 only)
 #define MXQT_INSTANTIATE  // warp-per-block 32x32 quantizer mx_quantize_tiles_* (variant 6)
+#define MXQ_INSTANTIATE_SYNC  // bf16 tiled quantizer without its cp.async ring (7) / 2 slots (8)
 #include "../mx_quantize.cu"
 #define MXT_INSTANTIATE_V2   // v2 (run 8): mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v2
 #define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
@@ -70,7 +71,8 @@ extern "C" int mx_quant_flat_grid(long long nblocks, int in_bf16, int u, int cta
 
 // variants 2..5: the flat 1x32 kernel (ROWS only, C % 32 == 0, contiguous batches):
 // 2 = mx_quantize_rows_* (the backend's), 3 = u8 (8 loads in flight), 4 = cs (streaming
-// hints), 5 = u8cs; 3..5 exist for e4m3 only. tpc 0: MXQF_CTAS_PER_SM CTAs per SM at most,
+// hints), 5 = u8cs, 9 = pf (next round's loads issued before this one is computed);
+// 3..5 and 9 exist for e4m3 only. tpc 0: MXQF_CTAS_PER_SM CTAs per SM at most,
 // tpc > 0: tpc CTAs per SM at most (more than fit at once run a second partial wave).
 static int launch_quant_flat(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gz, int tpc, void* stream) {
   if (p->flags != MXQ_ROWS || (p->C & 31) != 0 || (variant > 2 && fmt != 0)) return 1;
@@ -86,6 +88,7 @@ static int launch_quant_flat(int variant, int in_bf16, int fmt, const MxQuantPar
     case 3: k = in_bf16 ? mx_quantize_rows_u8_bf16_e4m3 : mx_quantize_rows_u8_f32_e4m3; u = 8; break;
     case 4: k = in_bf16 ? mx_quantize_rows_cs_bf16_e4m3 : mx_quantize_rows_cs_f32_e4m3; break;
     case 5: k = in_bf16 ? mx_quantize_rows_u8cs_bf16_e4m3 : mx_quantize_rows_u8cs_f32_e4m3; u = 8; break;
+    case 9: k = in_bf16 ? mx_quantize_rows_pf_bf16_e4m3 : mx_quantize_rows_pf_f32_e4m3; break;
     default:
       k = in_bf16 ? (fmt ? mx_quantize_rows_bf16_e5m2 : mx_quantize_rows_bf16_e4m3)
                   : (fmt ? mx_quantize_rows_f32_e5m2 : mx_quantize_rows_f32_e4m3);
@@ -123,16 +126,22 @@ static int launch_quant_tiles(int in_bf16, int fmt, const MxQuantParams* p, int 
 }
 
 // variant 0: current kernels, 1: run-7 kernels (mx_quantize_*_legacy; always grid y = tiles),
-// 2..5: the flat 1x32 kernels, 6: the warp-per-block 32x32 kernel (see above).
+// 2..5: the flat 1x32 kernels, 6: the warp-per-block 32x32 kernel (see above), 7/8: the
+// current tiled kernel for bf16 input with the register prefetch / a 2-slot cp.async ring
+// (f32 input: the current kernel).
 // Variants 0/1: tpc 0: host rule above; tpc > 0: grid y = ceil(tiles / tpc); tpc < 0: grid y = 1.
 extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz,
                                     int tpc, void* stream) {
   if (variant == 6) return launch_quant_tiles(in_bf16, fmt, p, gz, tpc, stream);
-  if (variant >= 2) return launch_quant_flat(variant, in_bf16, fmt, p, gz, tpc, stream);
+  if ((variant >= 2 && variant <= 5) || variant == 9) return launch_quant_flat(variant, in_bf16, fmt, p, gz, tpc, stream);
   QuantK k;
   if (variant == 1)
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2_legacy : mx_quantize_bf16_e4m3_legacy)
                 : (fmt ? mx_quantize_f32_e5m2_legacy : mx_quantize_f32_e4m3_legacy);
+  else if (variant == 7 && in_bf16)
+    k = fmt ? mx_quantize_bf16_e5m2_sync : mx_quantize_bf16_e4m3_sync;
+  else if (variant == 8 && in_bf16)
+    k = fmt ? mx_quantize_bf16_e5m2_as2 : mx_quantize_bf16_e4m3_as2;
   else
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2 : mx_quantize_bf16_e4m3)
                 : (fmt ? mx_quantize_f32_e5m2 : mx_quantize_f32_e4m3);

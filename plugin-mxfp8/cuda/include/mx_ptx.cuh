@@ -52,6 +52,10 @@ MX_DEV void cp_async16(mx_u32 dst, const void* src, mx_u32 src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+// Groups of this thread's cp.async copies: close the current group; wait until at most N
+// of its groups are still in flight (then the older ones are visible to this thread).
+MX_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> MX_DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 
 // ---- fences ----
 MX_DEV void fence_proxy_async_smem() {
