@@ -586,28 +586,28 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
   // Each loop is instantiated at one call site only (ptxas allocates the kernel as a whole).
   const bool cols = (flags & MXQ_COLS) && !(flags & MXQ_TILE_T);  // with TILE_T, COLS is ignored (as before)
   const bool two = cols && (flags & MXQ_TILE);                      // TILE | COLS: two passes
-  if (AS > 0) {
-    constexpr int A = AS > 1 ? AS : 2;  // (instantiated only when AS > 0)
-    if ((flags & ~MXQ_ROWS) == 0) {
-      mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS, A>(p, s, ring, nt, flags);
-    } else {
-      if (!cols || two) mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS | MXQ_TILE | MXQ_TILE_T, A>(p, s, ring, nt, flags);
-      if (cols) mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS | MXQ_COLS, A>(p, s, ring, nt, two ? MXQ_COLS : flags);
-    }
-    return;
-  }
+  // The ring: on the 32x32 loop it ran 5-7 points of copy bandwidth above the register
+  // prefetch, on ROWS and ROWS|COLS 3-6 points below (docs/perf.md run 36). ROWS takes it
+  // anyway: with the register prefetch on both ROWS and COLS the kernel spills (ptxas, 64
+  // registers), and ROWS runs here only when C % 32 != 0 (else the flat kernel takes it).
   if ((flags & ~MXQ_ROWS) == 0) {
-    mxq_loop<IN_BF16, FMT, MXQ_ROWS>(p, s, nt, flags);                             // 1x32 rows
+    if (AS > 0) mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS, (AS > 1 ? AS : 2)>(p, s, ring, nt, flags);
+    else mxq_loop<IN_BF16, FMT, MXQ_ROWS>(p, s, nt, flags);                             // 1x32 rows
   } else {
-    if (!cols || two) mxq_loop<IN_BF16, FMT, MXQ_ROWS | MXQ_TILE | MXQ_TILE_T>(p, s, nt, flags);  // 32x32 (+T)
+    if (!cols || two) {                                                            // 32x32 (+T)
+      if (AS > 0) mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS | MXQ_TILE | MXQ_TILE_T, (AS > 1 ? AS : 2)>(p, s, ring, nt, flags);
+      else mxq_loop<IN_BF16, FMT, MXQ_ROWS | MXQ_TILE | MXQ_TILE_T>(p, s, nt, flags);
+    }
     if (cols) mxq_loop<IN_BF16, FMT, MXQ_ROWS | MXQ_COLS>(p, s, nt, two ? MXQ_COLS : flags);     // (rows +) cols
   }
 }
 
-// Host rule for grid y (tiles = T of the contract above): about MXQ_TILES_PER_CTA tiles per
-// CTA, but never fewer than ~16 CTAs per SM worth of work when the tensor has them.
-// Mirrored by `fn quant` (plugin-mxfp8/src/backend/cuda.rs) and bench/launch.cu.
-//   gy = max(ceil(tiles / MXQ_TILES_PER_CTA), min(tiles, ceil(16 * sms / (gx * gz))))
+// Host rule for grid y (tiles = T of the contract above): about tpc tiles per CTA, but
+// never fewer than ~16 CTAs per SM worth of work when the tensor has them:
+//   gy = max(ceil(tiles / tpc), min(tiles, ceil(16 * sms / (gx * gz))))
+// tpc = 2 for TILE/TILE_T without the ring (f32 input; run 9: 80-82 % of copy at 2, 75-78 %
+// at 4), MXQ_TILES_PER_CTA (4) otherwise (the ring's 3 slots want tiles to prefetch).
+// Implemented by `fn quant` (plugin-mxfp8/src/backend/cuda.rs), mirrored by bench/launch.cu.
 
 // bf16 input: 64 registers (4 CTAs = 1024 threads per SM); f32 input: 80 (3 CTAs): its
 // 16-register tiles do not fit the transposing paths in 64 without spilling.
@@ -623,7 +623,7 @@ MXQ_INST(mx_quantize_f32_e4m3, 0, 0, 0)
 MXQ_INST(mx_quantize_bf16_e4m3, 1, 0, MXQ_ASYNC_STAGES)
 MXQ_INST(mx_quantize_f32_e5m2, 0, 1, 0)
 MXQ_INST(mx_quantize_bf16_e5m2, 1, 1, MXQ_ASYNC_STAGES)
-#ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B): variant 7 the register prefetch, 8 a 2-slot ring
+#ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B): 32x32 loop with variant 7 the register prefetch, 8 a 2-slot ring
 MXQ_INST(mx_quantize_bf16_e4m3_sync, 1, 0, 0)
 MXQ_INST(mx_quantize_bf16_e5m2_sync, 1, 1, 0)
 MXQ_INST(mx_quantize_bf16_e4m3_as2, 1, 0, 2)

@@ -14,6 +14,7 @@
 #define MXT_INSTANTIATE_V4   // v4: two independent 64-row rings: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v4
 #define MXT_INSTANTIATE_V5   // v5: 128 x 192 tiles: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v5
 #include "../mx_grouped_gemm.cu"
+#define MXD_INSTANTIATE_VARIANTS  // mx_dequantize16_alt: the other thread layout (A/B)
 #include "../mx_dequantize.cu"  // mx_dequantize: reference for the fake-quant check
 // Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
 MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_bf16_m1, 0, 0, 1, 1, 6, 1)
@@ -41,8 +42,10 @@ static int num_sms() {
 
 // Host rule for the quantizer's grid y (mx_quantize.cu, "Launch contract"); `tiles` = T.
 // Same formula as `fn quant` in plugin-mxfp8/src/backend/cuda.rs.
-extern "C" int mx_quant_grid_y(int tiles, int gx, int gz, int sms) {
-  long long by_tpc = (tiles + MXQ_TILES_PER_CTA - 1) / MXQ_TILES_PER_CTA;
+// ring: the kernel's 32x32 loop reads through the cp.async ring (bf16 input, variants 0, 8).
+extern "C" int mx_quant_grid_y(int tiles, int gx, int gz, int sms, int flags, int ring) {
+  const int tpc = (flags & (MXQ_TILE | MXQ_TILE_T)) && !ring ? 2 : MXQ_TILES_PER_CTA;
+  long long by_tpc = (tiles + tpc - 1) / tpc;
   long long fill = (16LL * sms + (long long)gx * gz - 1) / ((long long)gx * gz);
   long long gy = by_tpc > (fill < tiles ? fill : tiles) ? by_tpc : (fill < tiles ? fill : tiles);
   return (int)(gy < 1 ? 1 : gy);
@@ -148,7 +151,7 @@ extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQ
   if (gx == 0 || tiles == 0 || gz == 0) return 0;
   int gy = tiles;
   if (variant != 1) {
-    if (tpc == 0) gy = mx_quant_grid_y(tiles, gx, gz, num_sms());
+    if (tpc == 0) gy = mx_quant_grid_y(tiles, gx, gz, num_sms(), p->flags, in_bf16 && variant != 7 && MXQ_ASYNC_STAGES > 0);
     else if (tpc > 0) gy = (tiles + tpc - 1) / tpc;
     else gy = 1;
   }
@@ -371,14 +374,15 @@ extern "C" int mx_launch_fakequant(int in_bf16, int fmt, const MxFakeQuantParams
   return (int)cudaGetLastError();
 }
 
-// mx_dequantize (per element, the reference) or mx_dequantize16 (use16), batch 1, either output.
+// mx_dequantize (per element, the reference) or mx_dequantize16 (use16 1; 2: its other
+// layout, mx_dequantize16_alt), batch 1, either output.
 extern "C" int mx_launch_dequantize_any(const void* q, const void* s, void* out, int out_bf16, int fmt, long long R,
                                         long long C, int rdiv, int cdiv, long long srs, int use16, void* stream) {
   if (use16) {  // as the Rust backend: block 128, x = column chunks, y = rows / MXD_U
     if (R == 0 || C == 0) return 0;
     long long gy = (R + MXD_U - 1) / MXD_U;
     if (gy > 65535) gy = 65535;
-    mx_dequantize16<<<dim3((unsigned)((C / 16 + 127) / 128), (unsigned)gy), 128, 0, (cudaStream_t)stream>>>(
+    (use16 == 2 ? mx_dequantize16_alt : mx_dequantize16)<<<dim3((unsigned)((C / 16 + 127) / 128), (unsigned)gy), 128, 0, (cudaStream_t)stream>>>(
         (const mxd_u8*)q, (const mxd_u8*)s, out, out_bf16, fmt, R, C, rdiv, cdiv, srs);
   } else {
     long long g = (R * C + 255) / 256;

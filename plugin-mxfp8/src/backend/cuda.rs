@@ -443,10 +443,15 @@ impl Call {
         );
         let gx = cdiv(p.c as usize, 128);
         // `gy` = row tiles T; any grid y in 1..=T is valid (mx_quantize.cu "Launch
-        // contract"): ~4 tiles per CTA (2 for 32×32 tiles, which measured 80–82 % of copy
-        // bandwidth at 2 vs 75–78 % at 4 on the H200, run 9), but at least ~16 CTAs per
-        // SM when T allows.
-        let per_cta = if p.flags & (TILE | TILE_T) != 0 { 2 } else { 4 };
+        // contract"): ~4 tiles per CTA, but at least ~16 CTAs per SM when T allows. 32×32
+        // tiles from f32 input take 2 (the register prefetch: 80–82 % of copy bandwidth at 2
+        // vs 75–78 % at 4 on the H200, run 9); from bf16 the cp.async ring wants tiles to
+        // prefetch (run 36).
+        let per_cta = if p.flags & (TILE | TILE_T) != 0 && !in_bf16 {
+            2
+        } else {
+            4
+        };
         let gy = gy.min(cdiv(gy, per_cta).max(cdiv(16 * self.dev.sms as usize, (gx * gz).max(1))));
         self.launch(
             Unit::Quantize,
