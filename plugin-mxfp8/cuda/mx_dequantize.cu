@@ -147,139 +147,77 @@ __device__ __forceinline__ bool mxd_has_special(mxd_u32 w, int fmt) {
   const mxd_u32 m = fmt == 0 ? 0x7F7F7F7Fu : 0x7C7C7C7Cu;
   return __vcmpeq4(w & m, m) != 0u;
 }
-// 8 consecutive elements (q0, q1: their bytes; s0, s1: their scale bytes), as above:
-// the fast path when it is exact, else the reference decode. bf16: o[0..3]; f32: v[0..7].
-__device__ __forceinline__ void mxd_expand8(mxd_u32 q0, mxd_u32 q1, mxd_u32 s0, mxd_u32 s1, int fmt, int out_bf16,
-                                            mxd_u32 lo_b, mxd_u32 hi_b, mxd_u32* o, float* v) {
-  const mxd_u32 wq[2] = {q0, q1}, wsb[2] = {s0, s1};
-  bool fast = true;
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    fast &= !mxd_has_special(wq[k], fmt);
-    fast &= (__vcmpgeu4(wsb[k], lo_b) & __vcmpleu4(wsb[k], hi_b)) == 0xFFFFFFFFu;
-  }
-  if (fast) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const mxd_u32 a2 = wq[k >> 1] >> (16 * (k & 1)), s2 = wsb[k >> 1] >> (16 * (k & 1));
-      float a, b;
-      mxd_fp8x2_to_f32(a2, fmt, a, b);
-      v[2 * k] = a * __int_as_float((int)((s2 & 0xFFu) << 23));
-      v[2 * k + 1] = b * __int_as_float((int)(((s2 >> 8) & 0xFFu) << 23));
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const mxd_u32 b = (wq[k >> 2] >> (8 * (k & 3))) & 0xFFu;
-      v[k] = mxd_fp8_to_f32(b, fmt) * mxd_e8m0((wsb[k >> 2] >> (8 * (k & 3))) & 0xFFu);
-    }
-  }
-  if (out_bf16) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      o[k] = fast ? __byte_perm((mxd_u32)__float_as_int(v[2 * k]), (mxd_u32)__float_as_int(v[2 * k + 1]), 0x7632)
-                  : (mxd_u32)mxd_bf16_rne(v[2 * k]) | ((mxd_u32)mxd_bf16_rne(v[2 * k + 1]) << 16);
-  }
-}
-
-// Warp-contiguous layout (MXD_WARP_CONTIG, the default): warp w of CTA x covers the 512
-// elements at 2048x + 512w of a row, lane l its 8-element pieces at +8l and +256+8l, so each
-// warp load instruction reads 256 contiguous bytes and each bf16 store writes 512 (the
-// 16-elements-per-thread layout stores 2 x 16 bytes per thread 32 bytes apart: every store
-// instruction half-fills 32 sectors).
-#ifndef MXD_WARP_CONTIG
-#define MXD_WARP_CONTIG 1
-#endif
-template <int WARP_CONTIG>
-__device__ __forceinline__ void mxd_dequantize16_impl(
+extern "C" __global__ void __launch_bounds__(128) mx_dequantize16(
     const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, void* __restrict__ out,
     int out_bf16, int fmt, mxd_i64 R, mxd_i64 C, int rdiv, int cdiv, mxd_i64 srs) {
-  constexpr int NP = WARP_CONTIG ? 2 : 1;   // pieces per thread and row
-  constexpr int PW = WARP_CONTIG ? 2 : 4;   // words of q per piece
-  mxd_i64 cp[2];
-  if (WARP_CONTIG) {
-    const mxd_i64 wb = (mxd_i64)blockIdx.x * 2048 + (threadIdx.x >> 5) * 512 + 8 * (threadIdx.x & 31);
-    cp[0] = wb; cp[1] = wb + 256;
-    if (cp[0] >= C) return;
-  } else {
-    cp[0] = cp[1] = ((mxd_i64)blockIdx.x * 128 + threadIdx.x) << 4;
-    if (cp[0] >= C) return;
-  }
+  const mxd_i64 c0 = ((mxd_i64)blockIdx.x * 128 + threadIdx.x) << 4;
+  if (c0 >= C) return;
   const int rsh = rdiv == 32 ? 5 : 0;  // r / rdiv
+  const mxd_i64 sc0 = cdiv == 32 ? (c0 >> 5) : c0;
   // smallest scale byte whose product with the smallest FP8 subnormal is a normal FP32
   const mxd_u32 thr = fmt == 0 ? 10u : 17u;
   const mxd_u32 lo_b = (out_bf16 ? thr : 1u) * 0x01010101u, hi_b = (out_bf16 ? 253u : 254u) * 0x01010101u;
   const mxd_i64 ystep = gridDim.y;
   for (mxd_i64 r0 = blockIdx.y; r0 < R; r0 += MXD_U * ystep) {
-    mxd_u32 words[MXD_U][NP][PW], sw[MXD_U][NP][PW];
+    mxd_u32 words[MXD_U][4], sw[MXD_U][4];
 #pragma unroll
     for (int u = 0; u < MXD_U; ++u) {
       const mxd_i64 r = r0 + u * ystep;
       if (r >= R) break;
-#pragma unroll
-      for (int pc = 0; pc < NP; ++pc) {
-        const mxd_i64 c0 = cp[pc];
-        if (c0 >= C) break;
-        const mxd_u8* sp = s + (r >> rsh) * srs + (cdiv == 32 ? (c0 >> 5) : c0);
-        if (WARP_CONTIG) {
-          const uint2 w = *reinterpret_cast<const uint2*>(q + r * C + c0);
-          words[u][pc][0] = w.x; words[u][pc][1] = w.y;
-          if (cdiv == 1) {  // one scale per column, 8 consecutive bytes
-            const uint2 t = *reinterpret_cast<const uint2*>(sp);
-            sw[u][pc][0] = t.x; sw[u][pc][1] = t.y;
-          } else {          // cdiv 32: the 8 elements share one scale
-            sw[u][pc][0] = sw[u][pc][1] = *sp * 0x01010101u;
-          }
-        } else {
-          const uint4 w = *reinterpret_cast<const uint4*>(q + r * C + c0);
-          words[u][pc][0] = w.x; words[u][pc][1] = w.y; words[u][pc][2 % PW] = w.z; words[u][pc][3 % PW] = w.w;
-          if (cdiv == 1) {  // one scale per column, 16 consecutive bytes (srs = C, 16-byte aligned rows)
-            const uint4 t = *reinterpret_cast<const uint4*>(sp);
-            sw[u][pc][0] = t.x; sw[u][pc][1] = t.y; sw[u][pc][2 % PW] = t.z; sw[u][pc][3 % PW] = t.w;
-          } else {          // cdiv 32: the 16 elements share one scale (c0 is a multiple of 16)
-            const mxd_u32 b = *sp * 0x01010101u;
-            sw[u][pc][0] = sw[u][pc][1] = sw[u][pc][2 % PW] = sw[u][pc][3 % PW] = b;
-          }
-        }
+      const uint4 w = *reinterpret_cast<const uint4*>(q + r * C + c0);
+      words[u][0] = w.x; words[u][1] = w.y; words[u][2] = w.z; words[u][3] = w.w;
+      const mxd_u8* sp = s + (r >> rsh) * srs + sc0;
+      if (cdiv == 1) {  // one scale per column, 16 consecutive bytes (srs = C, 16-byte aligned rows)
+        const uint4 t = *reinterpret_cast<const uint4*>(sp);
+        sw[u][0] = t.x; sw[u][1] = t.y; sw[u][2] = t.z; sw[u][3] = t.w;
+      } else {          // cdiv 32: the 16 elements share one scale (c0 is a multiple of 16)
+        const mxd_u32 b = *sp;
+        sw[u][0] = sw[u][1] = sw[u][2] = sw[u][3] = b * 0x01010101u;
       }
     }
 #pragma unroll
     for (int u = 0; u < MXD_U; ++u) {
       const mxd_i64 r = r0 + u * ystep;
       if (r >= R) break;
+      bool fast = true;
 #pragma unroll
-      for (int pc = 0; pc < NP; ++pc) {
-        const mxd_i64 c0 = cp[pc];
-        if (c0 >= C) break;
+      for (int k = 0; k < 4; ++k) {
+        fast &= !mxd_has_special(words[u][k], fmt);
+        fast &= (__vcmpgeu4(sw[u][k], lo_b) & __vcmpleu4(sw[u][k], hi_b)) == 0xFFFFFFFFu;
+      }
+      float v[16];
+      if (fast) {
 #pragma unroll
-        for (int h = 0; h < PW / 2; ++h) {  // 8-element halves of the piece
-          const int e0 = 8 * h;
-          mxd_u32 o[4];
-          float v[8];
-          mxd_expand8(words[u][pc][2 * h], words[u][pc][2 * h + 1], sw[u][pc][2 * h], sw[u][pc][2 * h + 1],
-                      fmt, out_bf16, lo_b, hi_b, o, v);
-          if (out_bf16) {
-            *reinterpret_cast<uint4*>(reinterpret_cast<mxd_u16*>(out) + r * C + c0 + e0) = make_uint4(o[0], o[1], o[2], o[3]);
-          } else {
-            float4* dst = reinterpret_cast<float4*>(reinterpret_cast<float*>(out) + r * C + c0 + e0);
-            dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-            dst[1] = make_float4(v[4], v[5], v[6], v[7]);
-          }
+        for (int k = 0; k < 8; ++k) {
+          const mxd_u32 wq = words[u][k >> 1] >> (16 * (k & 1));
+          const mxd_u32 ws = sw[u][k >> 1] >> (16 * (k & 1));
+          float a, b;
+          mxd_fp8x2_to_f32(wq, fmt, a, b);
+          v[2 * k] = a * __int_as_float((int)((ws & 0xFFu) << 23));
+          v[2 * k + 1] = b * __int_as_float((int)(((ws >> 8) & 0xFFu) << 23));
         }
+      } else {
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {
+          const mxd_u32 b = (words[u][k >> 2] >> (8 * (k & 3))) & 0xFFu;
+          const float sc = mxd_e8m0((sw[u][k >> 2] >> (8 * (k & 3))) & 0xFFu);
+          v[k] = mxd_fp8_to_f32(b, fmt) * sc;
+        }
+      }
+      if (out_bf16) {
+        mxd_u32 o[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          o[k] = fast ? __byte_perm((mxd_u32)__float_as_int(v[2 * k]), (mxd_u32)__float_as_int(v[2 * k + 1]), 0x7632)
+                      : (mxd_u32)mxd_bf16_rne(v[2 * k]) | ((mxd_u32)mxd_bf16_rne(v[2 * k + 1]) << 16);
+        uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<mxd_u16*>(out) + r * C + c0);
+        dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+        dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+      } else {
+        float4* dst = reinterpret_cast<float4*>(reinterpret_cast<float*>(out) + r * C + c0);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) dst[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
       }
     }
   }
 }
-
-extern "C" __global__ void __launch_bounds__(128) mx_dequantize16(
-    const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, void* __restrict__ out,
-    int out_bf16, int fmt, mxd_i64 R, mxd_i64 C, int rdiv, int cdiv, mxd_i64 srs) {
-  mxd_dequantize16_impl<MXD_WARP_CONTIG>(q, s, out, out_bf16, fmt, R, C, rdiv, cdiv, srs);
-}
-#ifdef MXD_INSTANTIATE_VARIANTS  // bench/launch.cu (A/B): the other layout
-extern "C" __global__ void __launch_bounds__(128) mx_dequantize16_alt(
-    const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, void* __restrict__ out,
-    int out_bf16, int fmt, mxd_i64 R, mxd_i64 C, int rdiv, int cdiv, mxd_i64 srs) {
-  mxd_dequantize16_impl<1 - MXD_WARP_CONTIG>(q, s, out, out_bf16, fmt, R, C, rdiv, cdiv, srs);
-}
-#endif

@@ -14,7 +14,6 @@
 #define MXT_INSTANTIATE_V4   // v4: two independent 64-row rings: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v4
 #define MXT_INSTANTIATE_V5   // v5: 128 x 192 tiles: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v5
 #include "../mx_grouped_gemm.cu"
-#define MXD_INSTANTIATE_VARIANTS  // mx_dequantize16_alt: the other thread layout (A/B)
 #include "../mx_dequantize.cu"  // mx_dequantize: reference for the fake-quant check
 // Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
 MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_bf16_m1, 0, 0, 1, 1, 6, 1)
@@ -374,15 +373,14 @@ extern "C" int mx_launch_fakequant(int in_bf16, int fmt, const MxFakeQuantParams
   return (int)cudaGetLastError();
 }
 
-// mx_dequantize (per element, the reference) or mx_dequantize16 (use16 1; 2: its other
-// layout, mx_dequantize16_alt), batch 1, either output.
+// mx_dequantize (per element, the reference) or mx_dequantize16 (use16), batch 1, either output.
 extern "C" int mx_launch_dequantize_any(const void* q, const void* s, void* out, int out_bf16, int fmt, long long R,
                                         long long C, int rdiv, int cdiv, long long srs, int use16, void* stream) {
   if (use16) {  // as the Rust backend: block 128, x = column chunks, y = rows / MXD_U
     if (R == 0 || C == 0) return 0;
     long long gy = (R + MXD_U - 1) / MXD_U;
     if (gy > 65535) gy = 65535;
-    (use16 == 2 ? mx_dequantize16_alt : mx_dequantize16)<<<dim3((unsigned)((C / 16 + 127) / 128), (unsigned)gy), 128, 0, (cudaStream_t)stream>>>(
+    mx_dequantize16<<<dim3((unsigned)((C / 16 + 127) / 128), (unsigned)gy), 128, 0, (cudaStream_t)stream>>>(
         (const mxd_u8*)q, (const mxd_u8*)s, out, out_bf16, fmt, R, C, rdiv, cdiv, srs);
   } else {
     long long g = (R * C + 255) / 256;
