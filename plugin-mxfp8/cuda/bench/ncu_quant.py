@@ -5,7 +5,8 @@
 
 Launch order: W 32x32 + transposed copy (tiled kernel), X 1x32 rows (tiled kernel),
 X 1x32 rows (flat kernel, mx_quantize_rows_*), W again (warp-per-block kernel,
-mx_quantize_tiles_*). Needs libmxbench.so (run.sh builds it).
+mx_quantize_tiles_*), X rows and W with the register-prefetch tiled kernel (variant 7),
+torch's copy of X. Needs libmxbench.so (run.sh builds it).
 """
 import torch
 
@@ -18,5 +19,9 @@ bench.quantize(W, bench.TILE | bench.TILE_T)
 bench.quantize(X, bench.ROWS)
 bench.quantize(X, bench.ROWS, variant=2)
 bench.quantize(W, bench.TILE | bench.TILE_T, variant=6)
+bench.quantize(X, bench.ROWS, variant=7)  # the register-prefetch tiled kernel (variant 7)
+bench.quantize(W, bench.TILE | bench.TILE_T, variant=7)  # the register-prefetch tiled kernel
+Y = torch.empty_like(X)
+Y.copy_(X)  # torch's copy of the same bytes, for reference (ncu -k regex:'mx_quantize|elementwise')
 torch.cuda.synchronize()
-print("ncu_quant: 4 launches done")
+print("ncu_quant: 7 launches done")
