@@ -49,7 +49,8 @@ pub const TGEMM_STORE_STAGES: u32 = 5;
 /// One NVRTC compilation unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
-    /// `mx_quantize_{f32,bf16}_{e4m3,e5m2}`, `mx_quantize_rows_*` (flat 1×32) and `mx_scales_to_f32`.
+    /// `mx_quantize_{f32,bf16}_{e4m3,e5m2}`, `mx_quantize_rows_*` (flat 1×32),
+    /// `mx_quantize_t32_bf16_*` (32×32 tiles by bulk copies) and `mx_scales_to_f32`.
     Quantize,
     /// `mx_dequantize` and `mx_transpose_u8`.
     Aux,
@@ -143,6 +144,9 @@ impl Unit {
                         v.push(format!("mx_quantize_rows_{i}_{f}"));
                         v.push(format!("mx_fakequant_m32_{i}_{f}"));
                     }
+                }
+                for f in fmts {
+                    v.push(format!("mx_quantize_t32_bf16_{f}"));
                 }
                 v.push("mx_scales_to_f32".into());
                 v

@@ -130,7 +130,8 @@ static int launch_quant_tiles(int in_bf16, int fmt, const MxQuantParams* p, int 
 // variant 0: current kernels, 1: run-7 kernels (mx_quantize_*_legacy; always grid y = tiles),
 // 2..5: the flat 1x32 kernels, 6: the warp-per-block 32x32 kernel (see above), 7/8: the
 // current tiled kernel for bf16 input with the register prefetch / a 2-slot cp.async ring
-// (f32 input: the current kernel).
+// (f32 input: the current kernel), 10: mx_quantize_t32_* (32x32 tiles by bulk copies; bf16,
+// flags within TILE | TILE_T, C % 8 == 0).
 // Variants 0/1: tpc 0: host rule above; tpc > 0: grid y = ceil(tiles / tpc); tpc < 0: grid y = 1.
 extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz,
                                     int tpc, void* stream) {
@@ -144,13 +145,18 @@ extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQ
     k = fmt ? mx_quantize_bf16_e5m2_sync : mx_quantize_bf16_e4m3_sync;
   else if (variant == 8 && in_bf16)
     k = fmt ? mx_quantize_bf16_e5m2_as2 : mx_quantize_bf16_e4m3_as2;
+  else if (variant == 10) {  // mx_quantize_t32_*: as the Rust backend picks it
+    if (!in_bf16 || (p->flags & ~(MXQ_TILE | MXQ_TILE_T)) || (p->C & 7) || ((unsigned long long)p->in & 15) || (p->in_bs & 7))
+      return 1;
+    k = fmt ? mx_quantize_t32_bf16_e5m2 : mx_quantize_t32_bf16_e4m3;
+  }
   else
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2 : mx_quantize_bf16_e4m3)
                 : (fmt ? mx_quantize_f32_e5m2 : mx_quantize_f32_e4m3);
   if (gx == 0 || tiles == 0 || gz == 0) return 0;
   int gy = tiles;
   if (variant != 1) {
-    if (tpc == 0) gy = mx_quant_grid_y(tiles, gx, gz, num_sms(), p->flags, in_bf16 && variant != 7 && MXQ_ASYNC_STAGES > 0);
+    if (tpc == 0) gy = mx_quant_grid_y(tiles, gx, gz, num_sms(), p->flags, in_bf16 && variant != 7 && MXQ_ASYNC_STAGES > 0);  // (10: the ring too)
     else if (tpc > 0) gy = (tiles + tpc - 1) / tpc;
     else gy = 1;
   }

@@ -436,11 +436,23 @@ impl Call {
         gy: usize,
         gz: usize,
     ) -> PluginResult<()> {
-        let name = format!(
-            "mx_quantize_{}_{}",
-            if in_bf16 { "bf16" } else { "f32" },
-            if fmt == 0 { "e4m3" } else { "e5m2" }
-        );
+        let fmt_name = if fmt == 0 { "e4m3" } else { "e5m2" };
+        // 32×32 tiles (and their transposed copy) from 16-byte-aligned bf16 rows: the
+        // kernel whose ring takes whole rows by bulk copies (mx_quantize.cu,
+        // mx_quant_tile32); same launch contract and bytes.
+        let t32 = in_bf16
+            && p.flags & !(TILE | TILE_T) == 0
+            && p.c % 8 == 0
+            && p.inp % 16 == 0
+            && p.in_bs % 8 == 0;
+        let name = if t32 {
+            format!("mx_quantize_t32_bf16_{fmt_name}")
+        } else {
+            format!(
+                "mx_quantize_{}_{fmt_name}",
+                if in_bf16 { "bf16" } else { "f32" }
+            )
+        };
         let gx = cdiv(p.c as usize, 128);
         // `gy` = row tiles T; any grid y in 1..=T is valid (mx_quantize.cu "Launch
         // contract"): ~4 tiles per CTA, but at least ~16 CTAs per SM when T allows. 32×32
