@@ -209,26 +209,6 @@ MX_DEV void mxq_issue(const MxQuantParams& p, const void* base, const MxqTile& t
   }
 }
 
-// Bulk-copy ring (bf16 input, rows 16-byte aligned: C % 8 == 0): tile t's valid rows go
-// to slot (row-major, 256 bytes per row) by one cp.async.bulk per row from warp 0 (lane i:
-// row i), completing on bar; rows past nvalid and columns past C are not copied (the
-// reader zeroes them). Why: the per-thread 16-byte cp.async (mxq_issue) made L2 count
-// every input sector twice (ncu, run 39: 2x the sectors of the same kernel's bytes, L2
-// fabric at 90 % while DRAM ran at 72 %); whole-row bulk copies read each line once.
-template <int IN_BF16>
-MX_DEV void mxq_issue_bulk(const MxQuantParams& p, const void* base, const MxqTile& t, int c0, mx_u8* slot, mx_u64* bar) {
-  constexpr int ES = IN_BF16 ? 2 : 4;
-  const int lane = threadIdx.x & 31;
-  const mx_u32 rb = (mx_u32)min(128, p.C - c0) * ES;  // a multiple of 16 (C % 8 == 0)
-  const int nrows = max(t.nvalid, 0);
-  fence_proxy_async_smem();  // the slot's last generic reads come before these async writes
-  if (lane == 0) mbar_arrive_expect_tx(bar, rb * (mx_u32)nrows);
-  __syncwarp();
-  if (lane < nrows)
-    bulk_load(smem_u32(slot + lane * 128 * ES),
-              reinterpret_cast<const mx_u8*>(base) + ((mx_i64)(t.src0 + lane) * p.C + c0) * ES, rb, bar);
-}
-
 template <int IN_BF16> MX_DEV float mxq_elem(const mx_u32 (&w)[4], int i) {
   if (IN_BF16) return __int_as_float((int)((i & 1) ? (w[i >> 1] & 0xFFFF0000u) : (w[i >> 1] << 16)));
   return __int_as_float((int)w[i]);
@@ -591,16 +571,28 @@ MX_DEV void mxq_loop_ring(const MxQuantParams& p, MxqSmem& s, uint4* ring, int n
   cp_async_wait<0>();  // only empty groups remain; a second loop starts with a clean count
 }
 
-// The 32x32 loop (TILE, TILE_T; grouped or not) over a ring of AS slots filled by
-// mxq_issue_bulk: tile i of this CTA lives in slot i % AS (32 rows x 256 bytes), one
-// mbarrier per slot. A slot is refilled after every thread has read it: mxq_process has
-// a CTA barrier (the tile amax table) after the reads. Same tiles, same mxq_process, same
-// bytes out as mxq_loop. Its own kernel (mx_quantize_t32_*): inside mx_quantize_* next to
-// the other loops ptxas spilled.
-template <int IN_BF16, int FMT, int AS>
-MX_DEV void mxq_loop_bulk(const MxQuantParams& p, MxqSmem& s, mx_u8* slots, mx_u64* bars, int nt, int flags) {
-  constexpr int NCH = MxqG<IN_BF16>::NCH, ES = IN_BF16 ? 2 : 4;
-  constexpr int SLOT = 32 * 128 * ES;
+// mx_quantize_t32_*: the 32x32 loop (TILE, TILE_T; grouped or not, batched) with its input
+// through a ring of AS slots, each filled by ONE 2D TMA load (box 128 columns x 32 rows of
+// bf16 = 8 KB, no swizzle: 256 bytes per row) from a map over all B * R rows, one mbarrier
+// per slot. Why: the per-thread 16-byte cp.async of mxq_loop_ring made L2 serve every
+// input sector twice (ncu, run 38: 2x the sectors, L2 fabric at 90 % with DRAM at 72 %);
+// one bulk copy per 256-byte row read each sector once but ran 15 % slower (run 39: 32
+// small copies per tile). Tile i of this CTA lives in slot i % AS; a slot is refilled
+// after every thread has read it (mxq_process has a CTA barrier, the tile amax table,
+// after the reads). Rows past the tile's valid rows (the next expert's or batch's rows,
+// or zeros past the map) and columns past C are zeroed by the reader. Same tiles, same
+// mxq_process, same bytes out as mx_quantize_*.
+struct MxQuantTmaParams {
+  MxTmap tm;        // bf16 [B * R][C], box {128, 32}, SWIZZLE_NONE, OOB zero fill
+  MxQuantParams p;  // as for mx_quantize_*; flags within TILE | TILE_T; in_bs == R * C
+};
+static_assert(sizeof(MxQuantParams) == 120 && sizeof(MxQuantTmaParams) == 256,
+              "QuantParams / QuantTmaParams in src/backend/cuda.rs hard-code these sizes");
+
+template <int FMT, int AS>
+MX_DEV void mxq_loop_tma(const MxQuantTmaParams& P, MxqSmem& s, mx_u8* slots, mx_u64* bars, int nt, int flags) {
+  const MxQuantParams& p = P.p;
+  constexpr int SLOT = 32 * 128 * 2;
   constexpr int MASK = MXQ_ROWS | MXQ_TILE | MXQ_TILE_T;
   const int t = threadIdx.x;
   const int c0 = blockIdx.x * 128;
@@ -608,32 +600,36 @@ MX_DEV void mxq_loop_bulk(const MxQuantParams& p, MxqSmem& s, mx_u8* slots, mx_u
   const int G = (int)gridDim.y;
   int ty = blockIdx.y;
   const int r = 4 * (t >> 5) + ((t & 31) >> 3), j = t & 7;
-  const void* base = IN_BF16 ? (const void*)(reinterpret_cast<const mx_u16*>(p.in) + b * p.in_bs)
-                             : (const void*)(reinterpret_cast<const float*>(p.in) + b * p.in_bs);
-  if (t < 32) {
+  auto issue = [&](int tyi, int sl) {
+    const MxqTile ti = mxq_map_tile(p, s, tyi);
+    fence_proxy_async_smem();  // the slot's last generic reads come before this async write
+    mbar_arrive_expect_tx(&bars[sl], SLOT);
+    tma_load_2d(smem_u32(slots + sl * SLOT), &P.tm, c0, b * p.R + ti.src0, &bars[sl]);
+  };
+  if (t == 0) {
 #pragma unroll
     for (int i = 0; i < AS - 1; ++i)
-      if (ty + i * G < nt) mxq_issue_bulk<IN_BF16>(p, base, mxq_map_tile(p, s, ty + i * G), c0, slots + i * SLOT, &bars[i]);
+      if (ty + i * G < nt) issue(ty + i * G, i);
   }
   int slot = 0, par = 0;
   mx_u32 phases = 0;  // bit s: parity of slot s's next completion
   while (true) {
     const int tyn = ty + (AS - 1) * G;
     const int sn = slot == 0 ? AS - 1 : slot - 1;  // read by every thread last iteration
-    if (t < 32 && tyn < nt) mxq_issue_bulk<IN_BF16>(p, base, mxq_map_tile(p, s, tyn), c0, slots + sn * SLOT, &bars[sn]);
+    if (t == 0 && tyn < nt) issue(tyn, sn);
     const MxqTile tl = mxq_map_tile(p, s, ty);
     mbar_wait(&bars[slot], (phases >> slot) & 1u);
     phases ^= 1u << slot;
     const bool rowok = r < tl.nvalid;
-    mx_u32 cur[NCH][4];
+    mx_u32 cur[2][4];
 #pragma unroll
-    for (int k = 0; k < NCH; ++k) {
-      const int cc = mxq_chunk_col(IN_BF16, k, j);  // column within the tile
+    for (int k = 0; k < 2; ++k) {
+      const int cc = 64 * k + 8 * j;  // column within the tile (mxq_chunk_col for bf16)
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (rowok && c0 + cc < p.C) v = *reinterpret_cast<const uint4*>(slots + slot * SLOT + r * 128 * ES + cc * ES);
+      if (rowok && c0 + cc < p.C) v = *reinterpret_cast<const uint4*>(slots + slot * SLOT + r * 256 + cc * 2);
       cur[k][0] = v.x; cur[k][1] = v.y; cur[k][2] = v.z; cur[k][3] = v.w;
     }
-    mxq_process<IN_BF16, FMT, MASK>(p, s, tl, c0, b, par, flags, cur);
+    mxq_process<1, FMT, MASK>(p, s, tl, c0, b, par, flags, cur);
     ty += G;
     if (ty >= nt) break;
     par ^= 1;
@@ -641,23 +637,25 @@ MX_DEV void mxq_loop_bulk(const MxQuantParams& p, MxqSmem& s, mx_u8* slots, mx_u
   }
 }
 
-// Kernel body of mx_quantize_t32_*: flags within TILE | TILE_T (| ROWS ignored: use
-// mx_quantize_* for row-wise outputs), bf16 input, C % 8 == 0, in 16-byte aligned, batch
-// stride a multiple of 8. Launch contract and host rule as mx_quantize_* (4 tiles per CTA).
-template <int IN_BF16, int FMT, int AS>
-MX_DEV void mx_quant_tile32(const MxQuantParams& p) {
+// Kernel body of mx_quantize_t32_*: bf16 input, C % 8 == 0, in 16-byte aligned, batches
+// contiguous (in_bs == R * C), flags within TILE | TILE_T. Launch contract and host rule
+// as mx_quantize_* (4 tiles per CTA).
+template <int FMT, int AS>
+MX_DEV void mx_quant_tile32(const MxQuantTmaParams& P) {
+  const MxQuantParams& p = P.p;
   __shared__ MxqSmem s;
-  __shared__ __align__(128) mx_u8 slots[AS * 32 * 128 * (IN_BF16 ? 2 : 4)];
+  __shared__ __align__(128) mx_u8 slots[AS * 32 * 128 * 2];
   __shared__ __align__(8) mx_u64 bars[AS];
   if (threadIdx.x == 0) {
     for (int i = 0; i < AS; ++i) mbar_init(&bars[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    tma_prefetch_desc(&P.tm);
   }
   if (p.offs != nullptr && threadIdx.x >= 32 && threadIdx.x < 64) warp_group_tables(p.offs, p.E, 128, 128, s.g_start, s.g_pre);
   __syncthreads();
   const int nt = mxq_num_tiles(p, s);
   if ((int)blockIdx.y >= nt) return;
-  mxq_loop_bulk<IN_BF16, FMT, AS>(p, s, slots, bars, nt, p.flags & (MXQ_TILE | MXQ_TILE_T));
+  mxq_loop_tma<FMT, AS>(P, s, slots, bars, nt, p.flags & (MXQ_TILE | MXQ_TILE_T));
 }
 
 // AS: cp.async ring slots (0: register prefetch, mxq_loop).
@@ -712,11 +710,16 @@ MXQ_INST(mx_quantize_f32_e4m3, 0, 0, 0)
 MXQ_INST(mx_quantize_bf16_e4m3, 1, 0, MXQ_ASYNC_STAGES)
 MXQ_INST(mx_quantize_f32_e5m2, 0, 1, 0)
 MXQ_INST(mx_quantize_bf16_e5m2, 1, 1, MXQ_ASYNC_STAGES)
-// 32x32 tiles from bf16 rows by bulk copies (see mx_quant_tile32), 3 slots.
+// 32x32 tiles from bf16 rows through a TMA ring (see mx_quant_tile32), 3 slots.
 #define MXQ_INST_T32(NAME, F) \
-  extern "C" __global__ void __launch_bounds__(256, 4) NAME(const MxQuantParams p) { mx_quant_tile32<1, F, MXQ_ASYNC_STAGES>(p); }
+  extern "C" __global__ void __launch_bounds__(256, 4) NAME(const __grid_constant__ MxQuantTmaParams p) { mx_quant_tile32<F, MXQ_ASYNC_STAGES>(p); }
 MXQ_INST_T32(mx_quantize_t32_bf16_e4m3, 0)
 MXQ_INST_T32(mx_quantize_t32_bf16_e5m2, 1)
+#ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B), variant 11: 5 resident CTAs per SM (<= 48 registers)
+extern "C" __global__ void __launch_bounds__(256, 5) mx_quantize_t32o_bf16_e4m3(const __grid_constant__ MxQuantTmaParams p) {
+  mx_quant_tile32<0, MXQ_ASYNC_STAGES>(p);
+}
+#endif
 #ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B): 32x32 loop with variant 7 the register prefetch, 8 a 2-slot ring
 MXQ_INST(mx_quantize_bf16_e4m3_sync, 1, 0, 0)
 MXQ_INST(mx_quantize_bf16_e5m2_sync, 1, 1, 0)

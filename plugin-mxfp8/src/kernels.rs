@@ -50,7 +50,7 @@ pub const TGEMM_STORE_STAGES: u32 = 5;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
     /// `mx_quantize_{f32,bf16}_{e4m3,e5m2}`, `mx_quantize_rows_*` (flat 1×32),
-    /// `mx_quantize_t32_bf16_*` (32×32 tiles by bulk copies) and `mx_scales_to_f32`.
+    /// `mx_quantize_t32_bf16_*` (32×32 tiles through a TMA ring) and `mx_scales_to_f32`.
     Quantize,
     /// `mx_dequantize` and `mx_transpose_u8`.
     Aux,

@@ -46,7 +46,7 @@ lib.mx_launch_quantize_v.argtypes = [c_int, c_int, c_int, ctypes.POINTER(QP), c_
 # 2 = flat 1x32 rows kernel (mx_quantize_rows_*), 3/4/5 = its u8/cs/u8cs variants (e4m3 only),
 # 6 = warp-per-block 32x32 kernel (mx_quantize_tiles_*) (2..6: tpc = CTAs per SM, 0 = host rule),
 # 7/8 = the tiled kernel for bf16 input with the register prefetch / a 2-slot cp.async ring,
-# 9 = flat with the next round's loads issued early (e4m3 only), 10 = mx_quantize_t32_* (bulk);
+# 9 = flat with the next round's loads issued early (e4m3 only), 10 = mx_quantize_t32_* (TMA ring), 11 = the same at 5 CTAs/SM (e4m3);
 # tpc 0 = host rule (mx_quant_grid_y, as the Rust backend), n > 0 = ceil(tiles/n) CTAs in y, -1 = grid y 1
 QUANT_GEOMS = [(0, 0), (0, 1), (0, 2), (0, 8), (1, 0)]  # timed per shape (--quant-geoms)
 lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
@@ -330,7 +330,7 @@ def check_quant_more(results):
                     if not all(torch.equal(a[k], b[k]) for k in a):
                         fails.append(f"ring v0 != v{variant} flags={flags} shape={(Bt, R, C)} tpc={tpc}")
                         ok_all = False
-    # mx_quantize_t32_* (variant 10: 32x32 by bulk copies): against the reference (TILE,
+    # mx_quantize_t32_* (variant 10: 32x32 through a TMA ring): against the reference (TILE,
     # TILE_T, both; batched, grouped with empty/odd experts, C % 128 != 0, every grid y)
     for fmt in (0, 1):
         for mode in (0, 1, 2):
@@ -344,15 +344,18 @@ def check_quant_more(results):
                     ok &= torch.equal(o["qa"], qw) and torch.equal(o["sa"], sw)
                     o = quantize(x, TILE_T, fmt, mode, variant=10, tpc=tpc)
                     ok &= torch.equal(o["qt"], qw.transpose(1, 2)) and torch.equal(o["st"], sw.transpose(1, 2))
+                    if fmt == 0:
+                        o = quantize(x, TILE | TILE_T, fmt, mode, variant=11, tpc=tpc)
+                        ok &= torch.equal(o["qa"], qw) and torch.equal(o["sa"], sw) and torch.equal(o["qt"], qw.transpose(1, 2))
                     if not ok:
-                        fails.append(f"t32 (bulk) {fmt=} {mode=} shape={(Bt, R, C)} {tpc=}")
+                        fails.append(f"t32 (TMA) {fmt=} {mode=} shape={(Bt, R, C)} {tpc=}")
                         ok_all = False
     xg = make_input((acc + 77, 2880), torch.bfloat16, gen=gen)
     qt4, st4 = ref_cols_grouped(xg, 0, 0, offs_host, tile=True)
     for tpc in (0, 2, 7, -1):
         o = quantize(xg, TILE_T, 0, 0, offs, offs_host, variant=10, tpc=tpc)
         if not (torch.equal(o["qt"], qt4) and torch.equal(o["st"], st4)):
-            fails.append(f"t32 (bulk) grouped TILE_T {tpc=}")
+            fails.append(f"t32 (TMA) grouped TILE_T {tpc=}")
             ok_all = False
     for flags in (ROWS | COLS, TILE_T, COLS):
         for tpc in (0, 3):
@@ -910,10 +913,10 @@ def time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K):
             else:
                 if variant in (7, 8) and "f32" in name:
                     continue  # f32 input has no ring: variants 7/8 are the default kernel there
-                if variant == 10 and "32x32" not in name:
+                if variant in (10, 11) and "32x32" not in name:
                     continue  # mx_quantize_t32_* is 32x32 only
                 geom = "host rule" if tpc == 0 else (f"{tpc} tiles/CTA" if tpc > 0 else "grid y 1")
-                tag = {1: "run-7 kernel", 7: f"register prefetch, {geom}", 8: f"2-slot ring, {geom}", 10: f"t32 bulk ring, {geom}"}.get(variant, geom)
+                tag = {1: "run-7 kernel", 7: f"register prefetch, {geom}", 8: f"2-slot ring, {geom}", 10: f"t32 TMA ring, {geom}", 11: f"t32 TMA ring, 5 CTAs/SM, {geom}"}.get(variant, geom)
             t = tms(lambda: fn(variant, tpc), rep)
             rows.append((key, f"{name} [{tag}]", t * 1e3, float("nan"), nbytes / t / 1e6, float("nan")))
     del Xf

@@ -127,6 +127,8 @@ static int launch_quant_tiles(int in_bf16, int fmt, const MxQuantParams* p, int 
   return (int)cudaGetLastError();
 }
 
+static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz, int tpc, void* stream, bool occ5);
+
 // variant 0: current kernels, 1: run-7 kernels (mx_quantize_*_legacy; always grid y = tiles),
 // 2..5: the flat 1x32 kernels, 6: the warp-per-block 32x32 kernel (see above), 7/8: the
 // current tiled kernel for bf16 input with the register prefetch / a 2-slot cp.async ring
@@ -145,11 +147,8 @@ extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQ
     k = fmt ? mx_quantize_bf16_e5m2_sync : mx_quantize_bf16_e4m3_sync;
   else if (variant == 8 && in_bf16)
     k = fmt ? mx_quantize_bf16_e5m2_as2 : mx_quantize_bf16_e4m3_as2;
-  else if (variant == 10) {  // mx_quantize_t32_*: as the Rust backend picks it
-    if (!in_bf16 || (p->flags & ~(MXQ_TILE | MXQ_TILE_T)) || (p->C & 7) || ((unsigned long long)p->in & 15) || (p->in_bs & 7))
-      return 1;
-    k = fmt ? mx_quantize_t32_bf16_e5m2 : mx_quantize_t32_bf16_e4m3;
-  }
+  else if (variant == 10 || variant == 11)  // mx_quantize_t32_* (TMA ring), where the Rust backend picks it; 11: 5 CTAs/SM
+    return launch_quant_t32(in_bf16, fmt, p, gx, tiles, gz, tpc, stream, variant == 11);
   else
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2 : mx_quantize_bf16_e4m3)
                 : (fmt ? mx_quantize_f32_e5m2 : mx_quantize_f32_e4m3);
@@ -235,7 +234,7 @@ typedef CUresult (*EncodeFn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void
 static EncodeFn g_encode = nullptr;
 
 static int encode_2d(MxTmap* out, const void* ptr, unsigned long long inner, unsigned long long rows, unsigned long long ld,
-                     unsigned box_rows = 128, int bf16 = 0, unsigned box_inner = 128) {
+                     unsigned box_rows = 128, int bf16 = 0, unsigned box_inner = 128, int swizzle_128b = 1) {
   if (!g_encode) {
     cudaDriverEntryPointQueryResult q;
     void* fn = nullptr;
@@ -247,9 +246,28 @@ static int encode_2d(MxTmap* out, const void* ptr, unsigned long long inner, uns
   cuuint32_t box[2] = {box_inner, box_rows};
   cuuint32_t es[2] = {1, 1};
   CUresult r = g_encode(reinterpret_cast<CUtensorMap*>(out), bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box, es,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle_128b ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? 0 : -3;
+}
+
+// mx_quantize_t32_*: the input map over all batches (bf16 [gz * R][C], box 128 x 32, no
+// swizzle), as the Rust backend builds it; 1 where the backend would not pick it.
+typedef void (*QuantT32K)(const MxQuantTmaParams);
+static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz, int tpc, void* stream, bool occ5) {
+  if (!in_bf16 || (p->flags & ~(MXQ_TILE | MXQ_TILE_T)) || (p->C & 7) || p->in_bs != (long long)p->R * p->C) return 1;
+  if (occ5 && fmt) return 1;
+  if (gx == 0 || tiles == 0 || gz == 0) return 0;
+  MxQuantTmaParams tp;
+  tp.p = *p;
+  if (encode_2d(&tp.tm, p->in, p->C, (unsigned long long)gz * p->R, (unsigned long long)p->C * 2, 32, 1, 128, 0)) return 1;
+  int gy = tiles;
+  if (tpc == 0) gy = mx_quant_grid_y(tiles, gx, gz, num_sms(), p->flags, 1);
+  else if (tpc > 0) gy = (tiles + tpc - 1) / tpc;
+  else gy = 1;
+  QuantT32K k = occ5 ? mx_quantize_t32o_bf16_e4m3 : fmt ? mx_quantize_t32_bf16_e5m2 : mx_quantize_t32_bf16_e4m3;
+  k<<<dim3(gx, gy, gz), 256, 0, (cudaStream_t)stream>>>(tp);
+  return (int)cudaGetLastError();
 }
 
 typedef void (*TGemmK)(const MxGemmTmaParams);

@@ -17,7 +17,7 @@ E, Mg, K, N = bench.SHAPES["b"]
 X = torch.randn(E * Mg, K, device=bench.DEV, dtype=torch.bfloat16)
 W = torch.randn(E, N, K, device=bench.DEV, dtype=torch.bfloat16) * 0.05
 bench.quantize(W, bench.TILE | bench.TILE_T)
-bench.quantize(W, bench.TILE | bench.TILE_T, variant=10)  # mx_quantize_t32_* (bulk copies)
+bench.quantize(W, bench.TILE | bench.TILE_T, variant=10)  # mx_quantize_t32_* (TMA ring)
 bench.quantize(X, bench.ROWS)
 bench.quantize(X, bench.ROWS, variant=2)
 bench.quantize(W, bench.TILE | bench.TILE_T, variant=6)

@@ -75,6 +75,21 @@ struct QuantParams {
     grouped_tiles: i32,
 }
 
+/// `MxQuantTmaParams` of mx_quantize.cu (the parameter of `mx_quantize_t32_*`): the
+/// input's tensor map (bf16 [B·R][C], box 128 × 32, no swizzle) and `MxQuantParams`,
+/// 64-byte aligned, 256 B.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct QuantTmaParams {
+    tm: [u64; 16],
+    p: QuantParams,
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<QuantParams>() == 120);
+    assert!(std::mem::size_of::<QuantTmaParams>() == 256);
+};
+
 /// `MxQuantFlatParams` of mx_quantize.cu (natural C layout, 40 bytes: the CUDA side
 /// static_asserts the size).
 #[repr(C)]
@@ -437,15 +452,29 @@ impl Call {
         gz: usize,
     ) -> PluginResult<()> {
         let fmt_name = if fmt == 0 { "e4m3" } else { "e5m2" };
-        // 32×32 tiles (and their transposed copy) from 16-byte-aligned bf16 rows: the
-        // kernel whose ring takes whole rows by bulk copies (mx_quantize.cu,
-        // mx_quant_tile32); same launch contract and bytes.
-        let t32 = in_bf16
+        // 32×32 tiles (and their transposed copy) from bf16 rows TMA can describe: the
+        // kernel whose ring is filled by one 2D TMA load per tile (mx_quantize.cu,
+        // mx_quant_tile32); same launch contract and bytes. Its tensor map covers all
+        // batches as gz·R rows, so the batches must be contiguous.
+        let tma_map = (in_bf16
             && p.flags & !(TILE | TILE_T) == 0
             && p.c % 8 == 0
-            && p.inp % 16 == 0
-            && p.in_bs % 8 == 0;
-        let name = if t32 {
+            && p.in_bs == p.r as i64 * p.c as i64)
+            .then(|| {
+                let rows = (gz as u64) * p.r as u64;
+                encode_2d_box(
+                    p.inp,
+                    p.c as u64,
+                    rows,
+                    p.c as u64 * 2,
+                    true,
+                    [128, 32],
+                    false,
+                )
+                .ok()
+            })
+            .flatten();
+        let name = if tma_map.is_some() {
             format!("mx_quantize_t32_bf16_{fmt_name}")
         } else {
             format!(
@@ -465,6 +494,17 @@ impl Call {
             4
         };
         let gy = gy.min(cdiv(gy, per_cta).max(cdiv(16 * self.dev.sms as usize, (gx * gz).max(1))));
+        if let Some(tm) = tma_map {
+            let tp = QuantTmaParams { tm, p: *p };
+            return self.launch(
+                Unit::Quantize,
+                &name,
+                (gx, gy, gz),
+                (256, 1, 1),
+                0,
+                &mut [arg(&tp)],
+            );
+        }
         self.launch(
             Unit::Quantize,
             &name,
@@ -1109,11 +1149,11 @@ fn gemm_trace() -> bool {
 /// promotion 256 B, OOB zero fill): `rows` rows of `inner` bytes, `ld` bytes apart.
 /// `Err(reason)` where TMA cannot describe the operand.
 fn encode_2d(addr: u64, inner: u64, rows: u64, ld: u64) -> Result<[u64; 16], String> {
-    encode_2d_box(addr, inner, rows, ld, false, [128, 128])
+    encode_2d_box(addr, inner, rows, ld, false, [128, 128], true)
 }
 
-/// [`encode_2d`] with the element type (bf16 or bytes) and the box (elements) as
-/// arguments: `inner` counts elements, `ld` bytes.
+/// [`encode_2d`] with the element type (bf16 or bytes), the box (elements) and the
+/// swizzle (128 B or none) as arguments: `inner` counts elements, `ld` bytes.
 fn encode_2d_box(
     addr: u64,
     inner: u64,
@@ -1121,6 +1161,7 @@ fn encode_2d_box(
     ld: u64,
     bf16: bool,
     boxd: [u32; 2],
+    swizzle_128b: bool,
 ) -> Result<[u64; 16], String> {
     use cu::CUtensorMapDataType::{
         CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_DATA_TYPE_UINT8,
@@ -1128,7 +1169,7 @@ fn encode_2d_box(
     use cu::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
     use cu::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE;
     use cu::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-    use cu::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B;
+    use cu::CUtensorMapSwizzle::{CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_SWIZZLE_NONE};
     // cuTensorMapEncodeTiled's rules: global address 16-byte aligned, global strides
     // multiples of 16 bytes and < 2^40, every global dimension in 1..=2^32 (the driver
     // rejects 0 rows: encode 1, the kernel never reads past its row count).
@@ -1169,7 +1210,11 @@ fn encode_2d_box(
             boxd.as_ptr(),
             estr.as_ptr(),
             CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_128B,
+            if swizzle_128b {
+                CU_TENSOR_MAP_SWIZZLE_128B
+            } else {
+                CU_TENSOR_MAP_SWIZZLE_NONE
+            },
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )
@@ -1261,7 +1306,16 @@ fn out_map(p: &GemmParams) -> Option<[u64; 16]> {
     } else {
         p.m as u64
     };
-    encode_2d_box(p.out, p.n as u64, rows, p.ldo as u64 * 2, true, [64, 64]).ok()
+    encode_2d_box(
+        p.out,
+        p.n as u64,
+        rows,
+        p.ldo as u64 * 2,
+        true,
+        [64, 64],
+        true,
+    )
+    .ok()
 }
 
 /// One grouped-GEMM launch: `mx_tgemm_*` unless `MXHOST_MX_GEMM_KERNEL=gemm` or the TMA
