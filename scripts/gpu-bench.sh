@@ -4,8 +4,9 @@
 # out/gpu). Everything runs in one call so every ratio is taken side by side:
 #   1. mxhost selftest (CUDA vs the CPU backend), TMA kernels, launches traced;
 #   2. bench_peers.py (torch _grouped_mm BF16 and the other peers) → peer_bench.csv;
-#   3. mxhost bench (FAMILIES="tgemm gemm" adds the cp.async kernels) and the bf16
-#      plugin (cuBLAS) in process, × BF16 from 2.;
+#   3. mxhost bench (FAMILIES="tgemm gemm" adds the cp.async kernels; BACK_TO_BACK_TOO=1
+#      repeats it timed as the mean of back-to-back calls) and the bf16 plugin (cuBLAS)
+#      in process, × BF16 from 2.;
 #   4. optionally the kernel harness (HARNESS_ARGS), then hello-gemm and a shortened
 #      toy-moe with --device cuda.
 set -uo pipefail
@@ -39,6 +40,11 @@ for k in ${FAMILIES:-tgemm}; do
     MXHOST_MX_GEMM_KERNEL=$k timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --peers "$out/peer_bench.csv" --json "$out/bench_$k.json" 2>&1
 done
+if [ -n "${BACK_TO_BACK_TOO:-}" ]; then
+    echo "== mxhost bench (tgemm), timed as the mean of back-to-back calls (--back-to-back) for comparison"
+    timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" --back-to-back \
+        --peers "$out/peer_bench.csv" 2>&1
+fi
 if [ -n "${WGRAD_FP8_TOO:-}" ]; then
     echo "== mxhost bench (tgemm), wgrad on the FP8 kernel (MXHOST_MX_WGRAD=fp8) for comparison"
     MXHOST_MX_WGRAD=fp8 timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \

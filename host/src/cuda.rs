@@ -164,6 +164,46 @@ impl CudaDevice {
         unsafe { cr::stream::synchronize(self.stream) }.map_err(op_err("stream synchronize"))
     }
 
+    /// GPU time, in seconds, of the work `f` enqueues on the host stream, after `flush`
+    /// bytes of scratch are overwritten first (evicting the L2 cache, as Triton's
+    /// `do_bench` does before every timed call): events recorded around `f` only, so the
+    /// flush is not timed; synchronizes the stream.
+    pub fn time_on_stream(
+        &'static self,
+        flush: Option<&DeviceBuffer>,
+        f: impl FnOnce() -> crate::error::OpResult<()>,
+    ) -> crate::error::OpResult<f64> {
+        self.make_current()?;
+        let flags = cu::CUevent_flags::CU_EVENT_DEFAULT;
+        let start = cr::event::create(flags).map_err(op_err("cuEventCreate"))?;
+        let end = cr::event::create(flags).map_err(op_err("cuEventCreate"));
+        let timed = end.and_then(|end| {
+            let r = (|| {
+                if let Some(b) = flush.filter(|b| b.len > 0) {
+                    // SAFETY: `b.ptr` addresses `b.len` bytes on our stream.
+                    unsafe { cr::memset_d8_async(b.ptr, 0, b.len, self.stream) }
+                        .map_err(op_err("cuMemsetD8Async"))?;
+                }
+                // SAFETY: events created above, our stream.
+                unsafe { cr::event::record(start, self.stream) }
+                    .map_err(op_err("cuEventRecord"))?;
+                f()?;
+                unsafe { cr::event::record(end, self.stream) }.map_err(op_err("cuEventRecord"))?;
+                self.synchronize()?;
+                // SAFETY: both events recorded and complete (the stream was synchronized).
+                let ms = unsafe { cr::event::elapsed(start, end) }
+                    .map_err(op_err("cuEventElapsedTime"))?;
+                Ok(ms as f64 / 1e3)
+            })();
+            // SAFETY: the events are ours and complete (or unused on an error path).
+            unsafe { cr::event::destroy(end) }.ok();
+            r
+        });
+        // SAFETY: as above.
+        unsafe { cr::event::destroy(start) }.ok();
+        timed
+    }
+
     /// A zero-filled device buffer of `len` bytes.
     pub fn zeros(&'static self, len: usize) -> crate::error::OpResult<DeviceBuffer> {
         self.filled(len, 0)

@@ -8,7 +8,9 @@
 //! time for the same shape and pass by ours, % copy (quantize rows) is our GB/s over the
 //! peer run's `copy_` bandwidth. Without `--peers` both columns are empty. Timings
 //! include what a guest pays per call (output allocation, in-call quantization where
-//! the row says so), synchronised once per batch of repetitions.
+//! the row says so). On a GPU each row is timed as bench_peers.py times torch (Triton's
+//! `do_bench`): L2 flushed before every call, CUDA events around the call, the median of
+//! the repetitions; on the CPU, the mean wall time.
 
 use crate::device::{self, Device, DeviceChoice};
 use crate::error::OpResult;
@@ -38,6 +40,11 @@ pub struct BenchArgs {
     /// Timed repetitions per row (after 2 warm-up calls).
     #[arg(long, default_value_t = 10)]
     pub reps: u32,
+    /// Time the mean of back-to-back calls (one synchronisation per row) instead of the
+    /// protocol bench_peers.py times torch with (L2 flushed before each call, CUDA events,
+    /// median), the default on a GPU.
+    #[arg(long)]
+    pub back_to_back: bool,
     /// bench_peers.py's CSV from the same device call, for the × BF16 and % copy columns.
     #[arg(long)]
     pub peers: Option<PathBuf>,
@@ -128,18 +135,46 @@ fn random_bf16(device: Device, shape: &[u64], seed: u64) -> OpResult<Tensor> {
     Tensor::new(shape.to_vec(), DType::Bf16, Storage::Cpu(buf)).to_device(device)
 }
 
-/// Mean seconds per call of `f` (2 warm-up calls, one synchronisation per batch).
-fn time(device: Device, reps: u32, mut f: impl FnMut() -> OpResult<()>) -> anyhow::Result<f64> {
-    let sync = || device::synchronize(device);
+/// Bytes overwritten before every timed call on a GPU to evict the L2 cache: Triton's
+/// `do_bench` (which bench_peers.py times torch with) zeroes 256 MB the same way.
+const L2_FLUSH_BYTES: usize = 256_000_000;
+
+/// Seconds per call of `f` after 2 warm-up calls. On a GPU, the protocol bench_peers.py
+/// times torch with (Triton's `do_bench`): the L2 cache flushed before each call, each
+/// call timed by CUDA events, the median of `reps`. On the CPU (or with `back_to_back`),
+/// the mean wall time of `reps` calls in a row.
+/// How rows are timed ([`BenchArgs::reps`], [`BenchArgs::back_to_back`]).
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    reps: u32,
+    back_to_back: bool,
+}
+
+fn time(
+    device: Device,
+    timing: Timing,
+    mut f: impl FnMut() -> OpResult<()>,
+) -> anyhow::Result<f64> {
+    let reps = timing.reps;
     for _ in 0..2 {
         f()?;
     }
-    sync()?;
+    device::synchronize(device)?;
+    #[cfg(feature = "cuda")]
+    if let (Device::Cuda(_), false) = (device, timing.back_to_back) {
+        let dev = crate::cuda::device()?;
+        let flush = dev.alloc(L2_FLUSH_BYTES)?;
+        let mut times = (0..reps.max(1))
+            .map(|_| dev.time_on_stream(Some(&flush), &mut f))
+            .collect::<OpResult<Vec<f64>>>()?;
+        times.sort_by(f64::total_cmp);
+        return Ok(times[times.len() / 2]);
+    }
     let start = Instant::now();
     for _ in 0..reps {
         f()?;
     }
-    sync()?;
+    device::synchronize(device)?;
     Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)
 }
 
@@ -204,7 +239,7 @@ fn bench_shape(
     plugin: &LoadedPlugin,
     device: Device,
     s: Shape,
-    reps: u32,
+    timing: Timing,
     peers: &Peers,
 ) -> anyhow::Result<Vec<Row>> {
     let rows = s.e * s.m;
@@ -213,7 +248,7 @@ fn bench_shape(
     let w = random_bf16(device, &[s.e, s.n, s.k], 2)?;
     let dy = random_bf16(device, &[rows, s.n], 3)?;
     if !plugin.has(mxhost_plugin_abi::caps::QUANTIZE) {
-        return bench_dense(plugin, device, s, reps, peers, &offs, (&x, &w, &dy));
+        return bench_dense(plugin, device, s, timing, peers, &offs, (&x, &w, &dy));
     }
     let q = |t: &Tensor, block: BlockLayout| {
         ops::quantize(plugin, t, MxFormat::E4m3, ScaleMode::Rceil, block)
@@ -261,7 +296,7 @@ fn bench_shape(
         });
     };
     let xb = (rows * s.k) as f64;
-    let t = time(device, reps, || q(&x, BlockLayout::vector(1)).map(drop))?;
+    let t = time(device, timing, || q(&x, BlockLayout::vector(1)).map(drop))?;
     push(
         "quantize X 1x32 (bf16→e4m3)",
         "-",
@@ -270,7 +305,7 @@ fn bench_shape(
         xb * 2.0 + xb + xb / 32.0,
     );
     let wb = (s.e * s.n * s.k) as f64;
-    let t = time(device, reps, || qwt(&w).map(drop))?;
+    let t = time(device, timing, || qwt(&w).map(drop))?;
     push(
         "quantize W 32x32 + transposed copy (bf16→e4m3)",
         "-",
@@ -290,7 +325,7 @@ fn bench_shape(
         )
         .map(drop)
     };
-    let t = time(device, reps, fwd)?;
+    let t = time(device, timing, fwd)?;
     push(
         "forward X 1x32 · W 32x32 (pre-quantized)",
         "forward",
@@ -309,7 +344,7 @@ fn bench_shape(
         )
         .map(drop)
     };
-    let t = time(device, reps, dg)?;
+    let t = time(device, timing, dg)?;
     push(
         "dgrad dY 1x32 · W 32x32 [E,N,K] (re-laid out in the call)",
         "dgrad",
@@ -328,7 +363,7 @@ fn bench_shape(
         )
         .map(drop)
     };
-    let t = time(device, reps, dg_t)?;
+    let t = time(device, timing, dg_t)?;
     push(
         "dgrad dY 1x32 · W 32x32 [E,K,N] (transposed copy)",
         "dgrad",
@@ -347,7 +382,7 @@ fn bench_shape(
         )
         .map(drop)
     };
-    let t = time(device, reps, wg)?;
+    let t = time(device, timing, wg)?;
     push(
         "wgrad dY·X 1x32 on M (quantized in the call)",
         "wgrad",
@@ -369,7 +404,7 @@ fn bench_shape(
         )
         .map(drop)
     };
-    match time(device, reps, wg2) {
+    match time(device, timing, wg2) {
         Ok(t) => push(
             "wgrad dY 1x32 on M · X 32x32 (pre-quantized)",
             "wgrad",
@@ -413,7 +448,7 @@ fn bench_shape(
         }
         Ok(())
     };
-    let t = time(device, reps, step)?;
+    let t = time(device, timing, step)?;
     push(
         "training step: 3 GEMMs + all quantization (bf16 in)",
         "step",
@@ -430,7 +465,7 @@ fn bench_dense(
     plugin: &LoadedPlugin,
     device: Device,
     s: Shape,
-    reps: u32,
+    timing: Timing,
     peers: &Peers,
     offs: &[i32],
     (x, w, dy): (&Tensor, &Tensor, &Tensor),
@@ -472,7 +507,7 @@ fn bench_dense(
         });
     };
     for p in passes {
-        let t = time(device, reps, || gemm(p))?;
+        let t = time(device, timing, || gemm(p))?;
         push(
             format!("{} dense bf16 ({})", p.3, plugin.name),
             p.3,
@@ -480,7 +515,7 @@ fn bench_dense(
             flops,
         );
     }
-    let t = time(device, reps, || passes.iter().try_for_each(|&p| gemm(p)))?;
+    let t = time(device, timing, || passes.iter().try_for_each(|&p| gemm(p)))?;
     push(
         format!("training step: 3 dense GEMMs ({})", plugin.name),
         "step",
@@ -535,16 +570,26 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
         shapes.push(parse_shape(spec)?);
     }
     eprintln!(
-        "mxhost bench: plugin `{}` on {device}, {} reps per row",
-        plugin.name, args.reps
+        "mxhost bench: plugin `{}` on {device}, {} reps per row ({})",
+        plugin.name,
+        args.reps,
+        if args.back_to_back || device == Device::Cpu {
+            "mean of back-to-back calls"
+        } else {
+            "median, L2 flushed before each call, as bench_peers.py"
+        }
     );
     println!(
         "{:<26} {:<50} {:>10} {:>9} {:>8} {:>7} {:>7}",
         "shape", "op", "µs", "TFLOP/s", "GB/s", "% copy", "× BF16"
     );
+    let timing = Timing {
+        reps: args.reps,
+        back_to_back: args.back_to_back,
+    };
     let mut all = Vec::new();
     for s in shapes {
-        for r in bench_shape(&plugin, device, s, args.reps, &peers)? {
+        for r in bench_shape(&plugin, device, s, timing, &peers)? {
             let fmt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
             println!(
                 "{:<26} {:<50} {:>10.1} {:>9} {:>8.0} {:>7} {:>7}",
