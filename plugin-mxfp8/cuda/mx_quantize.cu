@@ -640,9 +640,8 @@ MX_DEV void mxq_loop_tma(const MxQuantTmaParams& P, MxqSmem& s, mx_u8* slots, mx
 // Kernel body of mx_quantize_t32_*: bf16 input, C % 8 == 0, in 16-byte aligned, batches
 // contiguous (in_bs == R * C), flags within TILE | TILE_T. Launch contract and host rule
 // as mx_quantize_* (4 tiles per CTA).
-// The ring is dynamic shared memory, AS x 8 KB (launch with that many bytes; with the
-// static MxqSmem a 4-slot ring passes 48 KB per block, so the host opts in with
-// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+// The ring is dynamic shared memory, AS x 8 KB (launch with that many bytes): with the
+// static MxqSmem a 4-slot ring would pass the 48 KB static limit.
 template <int FMT, int AS>
 MX_DEV void mx_quant_tile32(const MxQuantTmaParams& P) {
   const MxQuantParams& p = P.p;

@@ -266,9 +266,7 @@ static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx
   else if (tpc > 0) gy = (tiles + tpc - 1) / tpc;
   else gy = 1;
   QuantT32K k = three_slots ? mx_quantize_t32o_bf16_e4m3 : fmt ? mx_quantize_t32_bf16_e5m2 : mx_quantize_t32_bf16_e4m3;
-  const int smem = (three_slots ? 3 : MXQ_T32_STAGES) * 8192;  // + ~17 KB static: past 48 KB, opt in
-  if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) return (int)cudaGetLastError();
-  k<<<dim3(gx, gy, gz), 256, smem, (cudaStream_t)stream>>>(tp);
+  k<<<dim3(gx, gy, gz), 256, (three_slots ? 3 : MXQ_T32_STAGES) * 8192, (cudaStream_t)stream>>>(tp);
   return (int)cudaGetLastError();
 }
 

@@ -299,20 +299,6 @@ impl Dev {
                 .result()
                 .map_err(drv("cuFuncSetAttribute(max dynamic shared memory)"))?;
             }
-            if n.starts_with("mx_quantize_t32_") {
-                // 32 KB of dynamic ring + ~17 KB static passes the 48 KB a block gets
-                // without opting in.
-                // SAFETY: valid function handle.
-                unsafe {
-                    cu::cuFuncSetAttribute(
-                        f,
-                        cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        (T32_STAGES * 8192) as i32,
-                    )
-                }
-                .result()
-                .map_err(drv("cuFuncSetAttribute(max dynamic shared memory)"))?;
-            }
             if let Unit::TGemm { w2d, .. } = unit {
                 // 212992 / 216064 / 222208 B dynamic + ~9.2 KB static: fits Hopper's 227 KB
                 // opt-in; a device that cannot give it leaves the kernel unusable (→ mx_gemm_*).
