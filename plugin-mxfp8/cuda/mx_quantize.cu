@@ -640,14 +640,11 @@ MX_DEV void mxq_loop_tma(const MxQuantTmaParams& P, MxqSmem& s, mx_u8* slots, mx
 // Kernel body of mx_quantize_t32_*: bf16 input, C % 8 == 0, in 16-byte aligned, batches
 // contiguous (in_bs == R * C), flags within TILE | TILE_T. Launch contract and host rule
 // as mx_quantize_* (4 tiles per CTA).
-// The ring is dynamic shared memory, AS x 8 KB (launch with that many bytes): with the
-// static MxqSmem a 4-slot ring would pass the 48 KB static limit.
 template <int FMT, int AS>
 MX_DEV void mx_quant_tile32(const MxQuantTmaParams& P) {
   const MxQuantParams& p = P.p;
   __shared__ MxqSmem s;
-  extern __shared__ __align__(128) mx_u8 mxq_t32_slots[];
-  mx_u8* slots = mxq_t32_slots;
+  __shared__ __align__(128) mx_u8 slots[AS * 32 * 128 * 2];
   __shared__ __align__(8) mx_u64 bars[AS];
   if (threadIdx.x == 0) {
     for (int i = 0; i < AS; ++i) mbar_init(&bars[i], 1);
@@ -713,19 +710,14 @@ MXQ_INST(mx_quantize_f32_e4m3, 0, 0, 0)
 MXQ_INST(mx_quantize_bf16_e4m3, 1, 0, MXQ_ASYNC_STAGES)
 MXQ_INST(mx_quantize_f32_e5m2, 0, 1, 0)
 MXQ_INST(mx_quantize_bf16_e5m2, 1, 1, MXQ_ASYNC_STAGES)
-// 32x32 tiles from bf16 rows through a TMA ring (see mx_quant_tile32) of MXQ_T32_STAGES
-// slots: launch with MXQ_T32_STAGES * 8192 bytes of dynamic shared memory (the Rust
-// backend's T32_STAGES).
-#ifndef MXQ_T32_STAGES
-#define MXQ_T32_STAGES 4
-#endif
+// 32x32 tiles from bf16 rows through a TMA ring (see mx_quant_tile32), 3 slots.
 #define MXQ_INST_T32(NAME, F) \
-  extern "C" __global__ void __launch_bounds__(256, 4) NAME(const __grid_constant__ MxQuantTmaParams p) { mx_quant_tile32<F, MXQ_T32_STAGES>(p); }
+  extern "C" __global__ void __launch_bounds__(256, 4) NAME(const __grid_constant__ MxQuantTmaParams p) { mx_quant_tile32<F, MXQ_ASYNC_STAGES>(p); }
 MXQ_INST_T32(mx_quantize_t32_bf16_e4m3, 0)
 MXQ_INST_T32(mx_quantize_t32_bf16_e5m2, 1)
-#ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B), variant 11: 3 slots (24 KB)
-extern "C" __global__ void __launch_bounds__(256, 4) mx_quantize_t32o_bf16_e4m3(const __grid_constant__ MxQuantTmaParams p) {
-  mx_quant_tile32<0, 3>(p);
+#ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B), variant 11: 5 resident CTAs per SM (<= 48 registers)
+extern "C" __global__ void __launch_bounds__(256, 5) mx_quantize_t32o_bf16_e4m3(const __grid_constant__ MxQuantTmaParams p) {
+  mx_quant_tile32<0, MXQ_ASYNC_STAGES>(p);
 }
 #endif
 #ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B): 32x32 loop with variant 7 the register prefetch, 8 a 2-slot ring

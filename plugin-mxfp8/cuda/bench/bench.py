@@ -46,7 +46,7 @@ lib.mx_launch_quantize_v.argtypes = [c_int, c_int, c_int, ctypes.POINTER(QP), c_
 # 2 = flat 1x32 rows kernel (mx_quantize_rows_*), 3/4/5 = its u8/cs/u8cs variants (e4m3 only),
 # 6 = warp-per-block 32x32 kernel (mx_quantize_tiles_*) (2..6: tpc = CTAs per SM, 0 = host rule),
 # 7/8 = the tiled kernel for bf16 input with the register prefetch / a 2-slot cp.async ring,
-# 9 = flat with the next round's loads issued early (e4m3 only), 10 = mx_quantize_t32_* (TMA ring), 11 = the same with 3 slots (e4m3);
+# 9 = flat with the next round's loads issued early (e4m3 only), 10 = mx_quantize_t32_* (TMA ring), 11 = the same at 5 CTAs/SM (e4m3);
 # tpc 0 = host rule (mx_quant_grid_y, as the Rust backend), n > 0 = ceil(tiles/n) CTAs in y, -1 = grid y 1
 QUANT_GEOMS = [(0, 0), (0, 1), (0, 2), (0, 8), (1, 0)]  # timed per shape (--quant-geoms)
 lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
@@ -916,7 +916,7 @@ def time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K):
                 if variant in (10, 11) and "32x32" not in name:
                     continue  # mx_quantize_t32_* is 32x32 only
                 geom = "host rule" if tpc == 0 else (f"{tpc} tiles/CTA" if tpc > 0 else "grid y 1")
-                tag = {1: "run-7 kernel", 7: f"register prefetch, {geom}", 8: f"2-slot ring, {geom}", 10: f"t32 TMA ring, {geom}", 11: f"t32 TMA ring, 3 slots, {geom}"}.get(variant, geom)
+                tag = {1: "run-7 kernel", 7: f"register prefetch, {geom}", 8: f"2-slot ring, {geom}", 10: f"t32 TMA ring, {geom}", 11: f"t32 TMA ring, 5 CTAs/SM, {geom}"}.get(variant, geom)
             t = tms(lambda: fn(variant, tpc), rep)
             rows.append((key, f"{name} [{tag}]", t * 1e3, float("nan"), nbytes / t / 1e6, float("nan")))
     del Xf

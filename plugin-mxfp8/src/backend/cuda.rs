@@ -75,10 +75,6 @@ struct QuantParams {
     grouped_tiles: i32,
 }
 
-/// Ring slots of `mx_quantize_t32_*` (`MXQ_T32_STAGES` in mx_quantize.cu): its dynamic
-/// shared memory is this many 8 KB tiles.
-const T32_STAGES: u32 = 4;
-
 /// `MxQuantTmaParams` of mx_quantize.cu (the parameter of `mx_quantize_t32_*`): the
 /// input's tensor map (bf16 [B·R][C], box 128 × 32, no swizzle) and `MxQuantParams`,
 /// 64-byte aligned, 256 B.
@@ -505,7 +501,7 @@ impl Call {
                 &name,
                 (gx, gy, gz),
                 (256, 1, 1),
-                T32_STAGES * 8192,
+                0,
                 &mut [arg(&tp)],
             );
         }
