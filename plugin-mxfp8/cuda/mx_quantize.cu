@@ -715,12 +715,11 @@ MXQ_INST(mx_quantize_bf16_e5m2, 1, 1, MXQ_ASYNC_STAGES)
   extern "C" __global__ void __launch_bounds__(256, 4) NAME(const __grid_constant__ MxQuantTmaParams p) { mx_quant_tile32<F, MXQ_ASYNC_STAGES>(p); }
 MXQ_INST_T32(mx_quantize_t32_bf16_e4m3, 0)
 MXQ_INST_T32(mx_quantize_t32_bf16_e5m2, 1)
-#ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B), variant 11: 5 resident CTAs per SM (<= 48 registers)
+#ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B): variant 11 mx_quantize_t32_* at 5 CTAs/SM
+// (<= 48 registers), 7 the tiled kernel with the register prefetch only, 8 its 2-slot ring
 extern "C" __global__ void __launch_bounds__(256, 5) mx_quantize_t32o_bf16_e4m3(const __grid_constant__ MxQuantTmaParams p) {
   mx_quant_tile32<0, MXQ_ASYNC_STAGES>(p);
 }
-#endif
-#ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B): 32x32 loop with variant 7 the register prefetch, 8 a 2-slot ring
 MXQ_INST(mx_quantize_bf16_e4m3_sync, 1, 0, 0)
 MXQ_INST(mx_quantize_bf16_e5m2_sync, 1, 1, 0)
 MXQ_INST(mx_quantize_bf16_e4m3_as2, 1, 0, 2)

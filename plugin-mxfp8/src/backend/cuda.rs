@@ -459,21 +459,22 @@ impl Call {
         let tma_map = (in_bf16
             && p.flags & !(TILE | TILE_T) == 0
             && p.c % 8 == 0
-            && p.in_bs == p.r as i64 * p.c as i64)
-            .then(|| {
-                let rows = (gz as u64) * p.r as u64;
-                encode_2d_box(
-                    p.inp,
-                    p.c as u64,
-                    rows,
-                    p.c as u64 * 2,
-                    true,
-                    [128, 32],
-                    false,
-                )
-                .ok()
-            })
-            .flatten();
+            && p.in_bs == p.r as i64 * p.c as i64
+            && tensor_map_available(&self.dev))
+        .then(|| {
+            let rows = (gz as u64) * p.r as u64;
+            encode_2d_box(
+                p.inp,
+                p.c as u64,
+                rows,
+                p.c as u64 * 2,
+                true,
+                [128, 32],
+                false,
+            )
+            .ok()
+        })
+        .flatten();
         let name = if tma_map.is_some() {
             format!("mx_quantize_t32_bf16_{fmt_name}")
         } else {
