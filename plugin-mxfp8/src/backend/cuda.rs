@@ -75,6 +75,18 @@ struct QuantParams {
     grouped_tiles: i32,
 }
 
+/// Whether `mx_quantize_t32_*` can take this quantization (mx_quantize.cu,
+/// `mx_quant_tile32`): bf16 input, only 32×32 outputs (TILE, TILE_T), rows of whole
+/// 16-byte chunks (TMA global stride) and contiguous batches (one map over B·R rows).
+/// The input address is checked when the map is encoded.
+fn t32_takes(in_bf16: bool, p: &QuantParams) -> bool {
+    in_bf16
+        && p.flags & (TILE | TILE_T) != 0
+        && p.flags & !(TILE | TILE_T) == 0
+        && p.c % 8 == 0
+        && p.in_bs == p.r as i64 * p.c as i64
+}
+
 /// `MxQuantTmaParams` of mx_quantize.cu (the parameter of `mx_quantize_t32_*`): the
 /// input's tensor map (bf16 [B·R][C], box 128 × 32, no swizzle) and `MxQuantParams`,
 /// 64-byte aligned, 256 B.
@@ -456,25 +468,21 @@ impl Call {
         // kernel whose ring is filled by one 2D TMA load per tile (mx_quantize.cu,
         // mx_quant_tile32); same launch contract and bytes. Its tensor map covers all
         // batches as gz·R rows, so the batches must be contiguous.
-        let tma_map = (in_bf16
-            && p.flags & !(TILE | TILE_T) == 0
-            && p.c % 8 == 0
-            && p.in_bs == p.r as i64 * p.c as i64
-            && tensor_map_available(&self.dev))
-        .then(|| {
-            let rows = (gz as u64) * p.r as u64;
-            encode_2d_box(
-                p.inp,
-                p.c as u64,
-                rows,
-                p.c as u64 * 2,
-                true,
-                [128, 32],
-                false,
-            )
-            .ok()
-        })
-        .flatten();
+        let tma_map = (t32_takes(in_bf16, p) && tensor_map_available(&self.dev))
+            .then(|| {
+                let rows = (gz as u64) * p.r as u64;
+                encode_2d_box(
+                    p.inp,
+                    p.c as u64,
+                    rows,
+                    p.c as u64 * 2,
+                    true,
+                    [128, 32],
+                    false,
+                )
+                .ok()
+            })
+            .flatten();
         let name = if tma_map.is_some() {
             format!("mx_quantize_t32_bf16_{fmt_name}")
         } else {
@@ -1798,6 +1806,40 @@ fn wgrad_gemm(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The TMA quantizer takes bf16 32×32 work with 16-byte rows and contiguous batches,
+    /// nothing else (the rest goes to `mx_quantize_*`).
+    #[test]
+    fn t32_takes_only_what_its_tensor_map_describes() {
+        let p = |flags, r: i32, c: i32, in_bs: i64| QuantParams {
+            flags,
+            r,
+            c,
+            in_bs,
+            ..Default::default()
+        };
+        assert!(t32_takes(true, &p(TILE | TILE_T, 4096, 4096, 4096 * 4096)));
+        assert!(t32_takes(true, &p(TILE, 70, 200, 70 * 200)));
+        assert!(t32_takes(true, &p(TILE_T, 96, 8, 96 * 8)));
+        assert!(
+            !t32_takes(false, &p(TILE | TILE_T, 64, 64, 64 * 64)),
+            "f32 input"
+        );
+        assert!(
+            !t32_takes(true, &p(TILE | ROWS, 64, 64, 64 * 64)),
+            "row-wise outputs"
+        );
+        assert!(!t32_takes(true, &p(COLS, 64, 64, 64 * 64)), "32x1 columns");
+        assert!(!t32_takes(true, &p(0, 64, 64, 64 * 64)), "nothing to write");
+        assert!(
+            !t32_takes(true, &p(TILE, 64, 76, 64 * 76)),
+            "rows not whole 16-byte chunks"
+        );
+        assert!(
+            !t32_takes(true, &p(TILE, 64, 64, 64 * 64 + 8)),
+            "batches not contiguous"
+        );
+    }
 
     /// The flat quantizer's grid: within the cap, covers every chunk, and no CTA idles a
     /// whole round (all CTAs do the same number of rounds, the last one maybe partial).
