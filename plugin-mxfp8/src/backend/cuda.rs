@@ -468,7 +468,7 @@ impl Call {
         // kernel whose ring is filled by one 2D TMA load per tile (mx_quantize.cu,
         // mx_quant_tile32); same launch contract and bytes. Its tensor map covers all
         // batches as gz·R rows, so the batches must be contiguous.
-        let tma_map = (t32_takes(in_bf16, p) && tensor_map_available(&self.dev))
+        let tma_map = (t32_takes(in_bf16, p) && tensor_map_available(self.dev))
             .then(|| {
                 let rows = (gz as u64) * p.r as u64;
                 encode_2d_box(
