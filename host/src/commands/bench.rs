@@ -139,10 +139,6 @@ fn random_bf16(device: Device, shape: &[u64], seed: u64) -> OpResult<Tensor> {
 /// `do_bench` (which bench_peers.py times torch with) zeroes 256 MB the same way.
 const L2_FLUSH_BYTES: usize = 256_000_000;
 
-/// Seconds per call of `f` after 2 warm-up calls. On a GPU, the protocol bench_peers.py
-/// times torch with (Triton's `do_bench`): the L2 cache flushed before each call, each
-/// call timed by CUDA events, the median of `reps`. On the CPU (or with `back_to_back`),
-/// the mean wall time of `reps` calls in a row.
 /// How rows are timed ([`BenchArgs::reps`], [`BenchArgs::back_to_back`]).
 #[derive(Debug, Clone, Copy)]
 struct Timing {
@@ -150,6 +146,10 @@ struct Timing {
     back_to_back: bool,
 }
 
+/// Seconds per call of `f` after 2 warm-up calls. On a GPU, the protocol bench_peers.py
+/// times torch with (Triton's `do_bench`): the L2 cache flushed before each call, each
+/// call timed by CUDA events, the median of `reps`. On the CPU (or with `back_to_back`),
+/// the mean wall time of `reps` calls in a row.
 fn time(
     device: Device,
     timing: Timing,

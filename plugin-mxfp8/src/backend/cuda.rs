@@ -495,8 +495,8 @@ impl Call {
         // `gy` = row tiles T; any grid y in 1..=T is valid (mx_quantize.cu "Launch
         // contract"): ~4 tiles per CTA, but at least ~16 CTAs per SM when T allows. 32×32
         // tiles from f32 input take 2 (the register prefetch: 80–82 % of copy bandwidth at 2
-        // vs 75–78 % at 4 on the H200, run 9); from bf16 the cp.async ring wants tiles to
-        // prefetch (run 36).
+        // vs 75–78 % at 4 on the H200, run 9); from bf16 the rings (cp.async in
+        // mx_quantize_*, TMA in mx_quantize_t32_*) want tiles to prefetch (runs 36, 40).
         let per_cta = if p.flags & (TILE | TILE_T) != 0 && !in_bf16 {
             2
         } else {
