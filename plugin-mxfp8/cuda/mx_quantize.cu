@@ -136,6 +136,22 @@ MX_DEV MxqTile mxq_map_tile(const MxQuantParams& p, const MxqSmem& s, int ty) {
 
 MX_DEV int mxq_chunk_col(int bf, int k, int j) { return bf ? 64 * k + 8 * j : 32 * k + 4 * j; }
 
+// Elements col .. col+CW-1 of the row starting at element `row`, those below C, packed as
+// mxq_load's words (bf16 in pairs, f32 as bits), zeros past C: scalar loads, for a chunk
+// the 16-byte path cannot take (a row end with C % CW != 0).
+template <int IN_BF16>
+MX_DEV void mxq_gather(const void* base, mx_i64 row, int col, int C, mx_u32 (&w)[4]) {
+  constexpr int CW = MxqG<IN_BF16>::CW;
+  w[0] = w[1] = w[2] = w[3] = 0u;
+#pragma unroll
+  for (int i = 0; i < CW; ++i) {
+    if (col + i < C) {
+      if (IN_BF16) w[i >> 1] |= (mx_u32)reinterpret_cast<const mx_u16*>(base)[row + col + i] << (16 * (i & 1));
+      else w[i] = (mx_u32)__float_as_int(reinterpret_cast<const float*>(base)[row + col + i]);
+    }
+  }
+}
+
 // Raw input bits of this thread's chunks (bf16 packed in pairs, f32 as bits), zeros outside.
 template <int IN_BF16>
 MX_DEV void mxq_load(const MxQuantParams& p, const void* base, const MxqTile& t, int c0, int r, int j,
@@ -155,20 +171,7 @@ MX_DEV void mxq_load(const MxQuantParams& p, const void* base, const MxqTile& t,
       raw[k][0] = v.x; raw[k][1] = v.y; raw[k][2] = v.z; raw[k][3] = v.w;
     } else {
       // tail / unaligned: scalar loads
-      mx_u32 w0 = 0, w1 = 0, w2 = 0, w3 = 0;
-      if (rowok) {
-#pragma unroll
-        for (int i = 0; i < CW; ++i) {
-          if (col + i < C) {
-            mx_u32 v;
-            int wi;
-            if (IN_BF16) { v = (mx_u32)reinterpret_cast<const mx_u16*>(base)[row + col + i] << (16 * (i & 1)); wi = i >> 1; }
-            else { v = (mx_u32)__float_as_int(reinterpret_cast<const float*>(base)[row + col + i]); wi = i; }
-            if (wi == 0) w0 |= v; else if (wi == 1) w1 |= v; else if (wi == 2) w2 |= v; else w3 |= v;
-          }
-        }
-      }
-      raw[k][0] = w0; raw[k][1] = w1; raw[k][2] = w2; raw[k][3] = w3;
+      mxq_gather<IN_BF16>(base, row, rowok ? col : C, C, raw[k]);
     }
   }
 }
@@ -176,8 +179,8 @@ MX_DEV void mxq_load(const MxQuantParams& p, const void* base, const MxqTile& t,
 // Ring variant of mxq_load (bf16 input, MXQ_ASYNC_STAGES > 0): this thread's chunks of
 // tile t go to its own 16-byte slots at slot[k * 256] by cp.async, zero-filled outside the
 // tensor, so several tiles are in flight without holding registers. A chunk the vector path
-// cannot take (C % 8 != 0, at a row end) is gathered by mxq_load's scalar code and stored
-// to the slot directly. Only this thread reads its slots: no barrier, cp_async_wait only.
+// cannot take (C % 8 != 0, at a row end) is gathered by mxq_gather and stored to the slot
+// directly. Only this thread reads its slots: no barrier, cp_async_wait only.
 template <int IN_BF16>
 MX_DEV void mxq_issue(const MxQuantParams& p, const void* base, const MxqTile& t, int c0, int r, int j, uint4* slot) {
   constexpr int NCH = MxqG<IN_BF16>::NCH, CW = MxqG<IN_BF16>::CW;
@@ -196,14 +199,8 @@ MX_DEV void mxq_issue(const MxQuantParams& p, const void* base, const MxqTile& t
                                 : (const void*)(reinterpret_cast<const float*>(base) + row + col);
       cp_async16(smem_u32(dst), src, 16);
     } else {
-      mx_u32 w[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-      for (int i = 0; i < CW; ++i) {
-        if (col + i < C) {
-          if (IN_BF16) w[i >> 1] |= (mx_u32)reinterpret_cast<const mx_u16*>(base)[row + col + i] << (16 * (i & 1));
-          else w[i] = (mx_u32)__float_as_int(reinterpret_cast<const float*>(base)[row + col + i]);
-        }
-      }
+      mx_u32 w[4];
+      mxq_gather<IN_BF16>(base, row, col, C, w);
       *dst = make_uint4(w[0], w[1], w[2], w[3]);
     }
   }
