@@ -174,34 +174,21 @@ impl CudaDevice {
         f: impl FnOnce() -> crate::error::OpResult<()>,
     ) -> crate::error::OpResult<f64> {
         self.make_current()?;
-        let flags = cu::CUevent_flags::CU_EVENT_DEFAULT;
-        let start = cr::event::create(flags).map_err(op_err("cuEventCreate"))?;
-        let end = cr::event::create(flags).map_err(op_err("cuEventCreate"));
-        let timed = end.and_then(|end| {
-            let r = (|| {
-                if let Some(b) = flush.filter(|b| b.len > 0) {
-                    // SAFETY: `b.ptr` addresses `b.len` bytes on our stream.
-                    unsafe { cr::memset_d8_async(b.ptr, 0, b.len, self.stream) }
-                        .map_err(op_err("cuMemsetD8Async"))?;
-                }
-                // SAFETY: events created above, our stream.
-                unsafe { cr::event::record(start, self.stream) }
-                    .map_err(op_err("cuEventRecord"))?;
-                f()?;
-                unsafe { cr::event::record(end, self.stream) }.map_err(op_err("cuEventRecord"))?;
-                self.synchronize()?;
-                // SAFETY: both events recorded and complete (the stream was synchronized).
-                let ms = unsafe { cr::event::elapsed(start, end) }
-                    .map_err(op_err("cuEventElapsedTime"))?;
-                Ok(ms as f64 / 1e3)
-            })();
-            // SAFETY: the events are ours and complete (or unused on an error path).
-            unsafe { cr::event::destroy(end) }.ok();
-            r
-        });
-        // SAFETY: as above.
-        unsafe { cr::event::destroy(start) }.ok();
-        timed
+        let start = Event::new()?;
+        let end = Event::new()?;
+        if let Some(b) = flush.filter(|b| b.len > 0) {
+            // SAFETY: `b.ptr` addresses `b.len` bytes on our stream.
+            unsafe { cr::memset_d8_async(b.ptr, 0, b.len, self.stream) }
+                .map_err(op_err("cuMemsetD8Async"))?;
+        }
+        start.record(self.stream)?;
+        f()?;
+        end.record(self.stream)?;
+        self.synchronize()?;
+        // SAFETY: both events were recorded on our stream, which is now synchronized.
+        let ms =
+            unsafe { cr::event::elapsed(start.0, end.0) }.map_err(op_err("cuEventElapsedTime"))?;
+        Ok(ms as f64 / 1e3)
     }
 
     /// A zero-filled device buffer of `len` bytes.
@@ -298,5 +285,31 @@ impl Drop for DeviceBuffer {
                 let _ = cr::free_async(self.ptr, self.dev.stream);
             }
         }
+    }
+}
+
+/// A CUDA event that is destroyed when dropped, so that every exit path of
+/// [`CudaDevice::time_on_stream`] releases it.
+struct Event(cu::CUevent);
+
+impl Event {
+    fn new() -> crate::error::OpResult<Event> {
+        cr::event::create(cu::CUevent_flags::CU_EVENT_DEFAULT)
+            .map(Event)
+            .map_err(op_err("cuEventCreate"))
+    }
+
+    fn record(&self, stream: cu::CUstream) -> crate::error::OpResult<()> {
+        // SAFETY: the event is live (owned by `self`) and `stream` is a live stream of the
+        // current context.
+        unsafe { cr::event::record(self.0, stream) }.map_err(op_err("cuEventRecord"))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: the event is ours; the driver defers destruction of an event that is
+        // still pending until its work completes.
+        unsafe { cr::event::destroy(self.0) }.ok();
     }
 }

@@ -503,24 +503,19 @@ impl Call {
             4
         };
         let gy = gy.min(cdiv(gy, per_cta).max(cdiv(16 * self.dev.sms as usize, (gx * gz).max(1))));
-        if let Some(tm) = tma_map {
-            let tp = QuantTmaParams { tm, p: *p };
-            return self.launch(
-                Unit::Quantize,
-                &name,
-                (gx, gy, gz),
-                (256, 1, 1),
-                0,
-                &mut [arg(&tp)],
-            );
-        }
+        // The TMA kernel takes the tensor map in front of the same parameters.
+        let tp = tma_map.map(|tm| QuantTmaParams { tm, p: *p });
+        let param = match &tp {
+            Some(tp) => arg(tp),
+            None => arg(p),
+        };
         self.launch(
             Unit::Quantize,
             &name,
             (gx, gy, gz),
             (256, 1, 1),
             0,
-            &mut [arg(p)],
+            &mut [param],
         )
     }
 
