@@ -2,11 +2,13 @@
 # The GPU run behind docs/perf.md's end-to-end tables, on a GPU machine (no Rust there),
 # from the repository root with dist/ built by scripts/dist.sh. Logs go to $OUT (or
 # out/gpu). Everything runs in one call so every ratio is taken side by side:
-#   1. mxhost selftest (CUDA vs the CPU backend), TMA kernels, launches traced;
+#   1. mxhost selftest (CUDA vs the CPU backend), TMA kernels, launches traced; the bf16
+#      plugin's; the portable build's (NO_PORTABLE=1 skips it: the software FP8
+#      conversion checked on all 2^32 inputs, then the selftest with MXHOST_MX_PORTABLE);
 #   2. bench_peers.py (torch _grouped_mm BF16 and the other peers) → peer_bench.csv;
 #   3. mxhost bench (FAMILIES="tgemm gemm" adds the cp.async kernels; BACK_TO_BACK_TOO=1
-#      repeats it timed as the mean of back-to-back calls) and the bf16 plugin (cuBLAS)
-#      in process, × BF16 from 2.;
+#      repeats it timed as the mean of back-to-back calls; PORTABLE_BENCH=1 adds the
+#      portable build) and the bf16 plugin (cuBLAS) in process, × BF16 from 2.;
 #   4. optionally the kernel harness (HARNESS_ARGS), then hello-gemm and a shortened
 #      toy-moe with --device cuda.
 set -uo pipefail
@@ -32,6 +34,20 @@ MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 120 dist/mxhost selftest -
     --plugin bf16 --shapes "${BF16_SELFTEST_SHAPES:-d,c}" >>"$out/selftest.txt" 2>&1
 echo "bf16 selftest rc=$?"
 grep -E "FAIL|checks,|does not quantize" "$out/selftest.txt" | tail -4
+if [ -z "${NO_PORTABLE:-}" ]; then
+    # The portable build (what GPUs other than Hopper run), forced on this card with
+    # MXHOST_MX_PORTABLE (default 1 = compute_80 PTX: every software fallback).
+    parch="${PORTABLE_ARCH:-1}"
+    echo "== portable build: software FP32->FP8 conversion vs the hardware one on all 2^32 inputs"
+    nvcc -gencode arch=compute_90a,code=sm_90a -O3 -Iplugin-mxfp8/cuda/include -o "$trace.fp8check" \
+        plugin-mxfp8/cuda/bench/fp8_encode_check.cu && "$trace.fp8check" | tee -a "$out/selftest.txt"
+    echo "== selftest, portable build (MXHOST_MX_PORTABLE=$parch), outputs poisoned"
+    MXHOST_MX_PORTABLE=$parch MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
+        dist/mxhost selftest --device cuda --quick >>"$out/selftest.txt" 2>"$trace"
+    rc=$?
+    echo "portable selftest rc=$rc; tgemm launches: $(grep -c mx_tgemm "$trace"), cp.async launches: $(grep -c 'mx_gemm_' "$trace"), portable GEMMs: $(grep -c 'portable build\|MX values as bf16' "$trace")" | tee -a "$out/selftest.txt"
+    grep -E "kernel family|FAIL|checks," "$out/selftest.txt" | tail -3
+fi
 echo "== bench_peers.py"
 OUT="$out" timeout 150 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-70}" >"$out/peers.txt" 2>&1
 echo "peers rc=$?"
@@ -49,6 +65,11 @@ if [ -n "${WGRAD_FP8_TOO:-}" ]; then
     echo "== mxhost bench (tgemm), wgrad on the FP8 kernel (MXHOST_MX_WGRAD=fp8) for comparison"
     MXHOST_MX_WGRAD=fp8 timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --peers "$out/peer_bench.csv" 2>&1 | grep -E "shape|wgrad|step"
+fi
+if [ -n "${PORTABLE_BENCH:-}" ]; then
+    echo "== mxhost bench, portable build (MXHOST_MX_PORTABLE=${PORTABLE_ARCH:-1})"
+    MXHOST_MX_PORTABLE=${PORTABLE_ARCH:-1} timeout 150 dist/mxhost bench --device cuda --shapes "$shapes" \
+        --reps "${REPS:-10}" --peers "$out/peer_bench.csv" 2>&1
 fi
 echo "== mxhost bench, plugin bf16 (cuBLAS, in process)"
 timeout 120 dist/mxhost bench --device cuda --plugin bf16 --shapes "$shapes" --reps "${REPS:-10}" \

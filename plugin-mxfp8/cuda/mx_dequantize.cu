@@ -1,7 +1,9 @@
 // mx_dequantize.cu — helper kernels of the plugin's CUDA backend (host wiring, not the
 // tuned kernels): MX dequantization for every ABI block layout, and a batched byte
 // transpose used to move MX data/scales between [R][C] and [C][R] layouts.
-// Self-contained (no headers), NVRTC-clean; compiled for sm_90a next to mx_quantize.cu.
+// Self-contained (no headers), NVRTC-clean; compiled for sm_90a next to mx_quantize.cu, or
+// for the device's compute_XY in the portable build (kernels.rs), where the FP8 conversions
+// that need sm_89 fall back to the reference decode.
 
 typedef unsigned char      mxd_u8;
 typedef unsigned short     mxd_u16;
@@ -41,17 +43,20 @@ __device__ __forceinline__ mxd_u16 mxd_bf16_rne(float f) {
   return (mxd_u16)(u >> 16);
 }
 
-// out[b][r][c] = fp8(q[b][r][c]) * e8m0(s[b*sbs + (r/rdiv)*srs + c/cdiv]) for r<R, c<C.
-// Layouts: 1x32 along C: rdiv 1, cdiv 32, srs ceil(C/32); 1x32 along R: rdiv 32, cdiv 1,
-// srs C; 32x32: rdiv 32, cdiv 32, srs ceil(C/32). grid: x = ceil(R*C/256), y = batch.
+// out[b][r][c] = fp8(q[b][r][c]) * e8m0(s[b*sbs + (r/rdiv)*srs + (c/cdiv)*scs]) for r<R, c<C.
+// Layouts: 1x32 along C: rdiv 1, cdiv 32, srs ceil(C/32), scs 1; 1x32 along R: rdiv 32,
+// cdiv 1, srs C, scs 1; 32x32: rdiv 32, cdiv 32, srs ceil(C/32), scs 1. scs != 1: scales
+// stored with the other axis inner (the portable GEMM's weights, cuda.rs gemm_rows_bf16).
+// grid: x = ceil(R*C/256), y = batch.
 extern "C" __global__ void __launch_bounds__(256) mx_dequantize(
     const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, void* __restrict__ out,
-    int out_bf16, int fmt, mxd_i64 R, mxd_i64 C, int rdiv, int cdiv, mxd_i64 srs, mxd_i64 sbs) {
+    int out_bf16, int fmt, mxd_i64 R, mxd_i64 C, int rdiv, int cdiv, mxd_i64 srs, mxd_i64 sbs,
+    mxd_i64 scs) {
   const mxd_i64 n = R * C;
   const mxd_i64 b = blockIdx.y;
   for (mxd_i64 i = (mxd_i64)blockIdx.x * 256 + threadIdx.x; i < n; i += (mxd_i64)gridDim.x * 256) {
     const mxd_i64 r = i / C, c = i - r * C;
-    const float v = mxd_fp8_to_f32(q[b * n + i], fmt) * mxd_e8m0(s[b * sbs + (r / rdiv) * srs + c / cdiv]);
+    const float v = mxd_fp8_to_f32(q[b * n + i], fmt) * mxd_e8m0(s[b * sbs + (r / rdiv) * srs + (c / cdiv) * scs]);
     if (out_bf16) reinterpret_cast<mxd_u16*>(out)[b * n + i] = mxd_bf16_rne(v);
     else reinterpret_cast<float*>(out)[b * n + i] = v;
   }
@@ -136,11 +141,16 @@ extern "C" __global__ void __launch_bounds__(256) mx_wgrad_relayout(
 #define MXD_U 2
 #endif
 __device__ __forceinline__ void mxd_fp8x2_to_f32(mxd_u32 q2, int fmt, float& lo, float& hi) {
+#if __CUDA_ARCH__ >= 890
   mxd_u32 h2;
   const mxd_u16 q16 = (mxd_u16)q2;
   if (fmt == 0) asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(q16));
   else asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h2) : "h"(q16));
   asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n" : "=f"(lo), "=f"(hi) : "r"(h2));
+#else  // portable build (no FP8 conversion before sm_89): the reference decode, exact too
+  lo = mxd_fp8_to_f32(q2 & 0xFFu, fmt);
+  hi = mxd_fp8_to_f32((q2 >> 8) & 0xFFu, fmt);
+#endif
 }
 // Whether any byte of w is a NaN/Inf element code (E4M3: x111 1111; E5M2: x111 11xx).
 __device__ __forceinline__ bool mxd_has_special(mxd_u32 w, int fmt) {

@@ -243,9 +243,14 @@ template <int FMT> MX_DEV mx_u32 mxq_quant4_each(float a, float b, float c, floa
 }
 
 MX_DEV mx_u32 mxq_max_u16x2(mx_u32 a, mx_u32 b) {
+#if __CUDA_ARCH__ >= 900
   mx_u32 r;
   asm("max.u16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
   return r;
+#else  // portable build: the two halves separately
+  const mx_u32 lo = max(a & 0xFFFFu, b & 0xFFFFu), hi = max(a >> 16, b >> 16);
+  return lo | (hi << 16);
+#endif
 }
 
 // 4 consecutive bytes (one word); vector store when aligned and complete.
@@ -710,8 +715,12 @@ MXQ_INST(mx_quantize_bf16_e5m2, 1, 1, MXQ_ASYNC_STAGES)
 // 32x32 tiles from bf16 rows through a TMA ring (see mx_quant_tile32), 3 slots.
 #define MXQ_INST_T32(NAME, F) \
   extern "C" __global__ void __launch_bounds__(256, 4) NAME(const __grid_constant__ MxQuantTmaParams p) { mx_quant_tile32<F, MXQ_ASYNC_STAGES>(p); }
+// TMA and the transaction-count mbarrier need sm_90: a portable build (devices other than
+// Hopper, kernels.rs) has no mx_quantize_t32_* and the backend never asks for them there.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 MXQ_INST_T32(mx_quantize_t32_bf16_e4m3, 0)
 MXQ_INST_T32(mx_quantize_t32_bf16_e5m2, 1)
+#endif
 #ifdef MXQ_INSTANTIATE_SYNC  // bench/launch.cu (A/B): variant 11 mx_quantize_t32_* at 5 CTAs/SM
 // (<= 48 registers), 7 the tiled kernel with the register prefetch only, 8 its 2-slot ring
 extern "C" __global__ void __launch_bounds__(256, 5) mx_quantize_t32o_bf16_e4m3(const __grid_constant__ MxQuantTmaParams p) {
@@ -1179,11 +1188,16 @@ MX_DEV mx_u32 mxfq_bf16_rne(float f) {
 
 // Two FP8 bytes (bits 0..15) -> two exact FP32 values.
 template <int FMT> MX_DEV void mxfq_fp8x2_to_f32(mx_u32 q, float& lo, float& hi) {
+#if __CUDA_ARCH__ >= 890
   mx_u32 h2;
   const mx_u16 q16 = (mx_u16)q;
   if (FMT == 0) asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(q16));
   else asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h2) : "h"(q16));
   asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n" : "=f"(lo), "=f"(hi) : "r"(h2));
+#else  // portable build: the reference decode (exact too)
+  lo = mxfq_fp8_to_f32(q & 0xFFu, FMT);
+  hi = mxfq_fp8_to_f32((q >> 8) & 0xFFu, FMT);
+#endif
 }
 
 template <int IN_BF16> MX_DEV float mxfq_elem(const mx_u32* w, int i) {

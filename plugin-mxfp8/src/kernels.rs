@@ -8,10 +8,17 @@
 //! (`mx_gemm_*` cp.async or `mx_tgemm_*` TMA), instantiated through
 //! `MXG_CUSTOM_INSTANTIATIONS` so only what a request needs is compiled (~1 s each).
 //!
-//! Compiled cubins are cached on disk under `$MXHOST_KERNEL_CACHE`, else
+//! On Hopper the units are compiled to cubins for [`HOPPER_ARCH`]. Every other GPU (compute
+//! capability 8.0 or newer), or any GPU with `MXHOST_MX_PORTABLE` set, gets the **portable
+//! build**: only the quantizer and helper units ([`Unit::PORTABLE`]), compiled to PTX for a
+//! virtual architecture `compute_XY` that the driver JIT-compiles; kernels that need sm_90
+//! (TMA) are compiled out, and FP8 conversions that need sm_89 use the software ones in
+//! `mx_numerics.cuh`. The GEMMs then run as dequantize-to-BF16 + cuBLAS (backend::cuda).
+//!
+//! Compiled modules are cached on disk under `$MXHOST_KERNEL_CACHE`, else
 //! `$XDG_CACHE_HOME/mxhost/kernels`, else `~/.cache/mxhost/kernels`, as
-//! `<hash>.cubin` where the hash covers the source, the options, the NVRTC version and
-//! the driver version. A failed compilation returns NVRTC's log.
+//! `<hash>.cubin` (or `.ptx`) where the hash covers the source, the options, the NVRTC
+//! version and the driver version. A failed compilation returns NVRTC's log.
 //!
 //! Nothing here needs a GPU: `compile` only needs `libnvrtc.so.13` (found through the
 //! usual library search, e.g. `LD_LIBRARY_PATH`).
@@ -84,6 +91,9 @@ fn gemm_kernel_name(prefix: &str, fa: u8, fb: u8, w2d: bool, out_bf16: bool) -> 
 }
 
 impl Unit {
+    /// The units of the portable build (no wgmma GEMMs).
+    pub const PORTABLE: [Unit; 2] = [Unit::Quantize, Unit::Aux];
+
     /// Every unit the backend can ask for.
     pub fn all() -> Vec<Unit> {
         let mut v = vec![Unit::Quantize, Unit::Aux];
@@ -133,6 +143,12 @@ impl Unit {
     /// load time; a name missing here is a "not in module" error at launch). The NVRTC
     /// test requires each of them in the compiled unit.
     pub fn kernel_names(&self) -> Vec<String> {
+        self.kernel_names_for(HOPPER_ARCH)
+    }
+
+    /// [`Unit::kernel_names`] of this unit compiled for `arch`: a portable build
+    /// ([`is_portable`]) has no `mx_quantize_t32_*` (TMA).
+    pub fn kernel_names_for(&self, arch: &str) -> Vec<String> {
         let fmts = ["e4m3", "e5m2"];
         let ins = ["f32", "bf16"];
         match self {
@@ -145,8 +161,10 @@ impl Unit {
                         v.push(format!("mx_fakequant_m32_{i}_{f}"));
                     }
                 }
-                for f in fmts {
-                    v.push(format!("mx_quantize_t32_bf16_{f}"));
+                if !is_portable(arch) {
+                    for f in fmts {
+                        v.push(format!("mx_quantize_t32_bf16_{f}"));
+                    }
                 }
                 v.push("mx_scales_to_f32".into());
                 v
@@ -240,7 +258,82 @@ impl Unit {
     }
 }
 
-/// NVRTC options for `arch` (e.g. `sm_90a`).
+/// The architecture of the fast path: Hopper, wgmma and TMA.
+pub const HOPPER_ARCH: &str = "sm_90a";
+/// The oldest virtual architecture of the portable build (cp.async, bf16): what
+/// `MXHOST_MX_PORTABLE=1` compiles for, so that every software fallback runs.
+pub const PORTABLE_MIN: i32 = 80;
+
+/// Whether `arch` names a portable build (anything but [`HOPPER_ARCH`]).
+pub fn is_portable(arch: &str) -> bool {
+    arch != HOPPER_ARCH
+}
+
+/// The architecture to compile for on a device of compute capability `cc`, given
+/// `MXHOST_MX_PORTABLE` (`forced`: unset/empty/"0" = no, "1" = [`PORTABLE_MIN`],
+/// "compute_XY" = that) and the virtual architectures NVRTC supports (`supported`, e.g.
+/// 75, 80, …, 120). Hopper without the variable → [`HOPPER_ARCH`]; otherwise the newest
+/// supported `compute_XY` not newer than the device. Err says why there is none.
+pub fn select_arch(
+    cc: (i32, i32),
+    forced: Option<&str>,
+    supported: &[i32],
+) -> Result<String, String> {
+    let dev = cc.0 * 10 + cc.1;
+    let forced = forced.map(str::trim).filter(|v| !v.is_empty() && *v != "0");
+    let want = match forced {
+        None if cc == (9, 0) => return Ok(HOPPER_ARCH.into()),
+        None => dev,
+        Some("1") => PORTABLE_MIN,
+        Some(v) => v
+            .strip_prefix("compute_")
+            .and_then(|n| n.parse::<i32>().ok())
+            .filter(|&n| n >= PORTABLE_MIN && n <= dev)
+            .ok_or_else(|| {
+                format!(
+                    "MXHOST_MX_PORTABLE={v:?}: expected 1 or compute_XY with {PORTABLE_MIN} <= XY <= {dev} (this device is sm_{dev})"
+                )
+            })?,
+    };
+    if dev < PORTABLE_MIN {
+        return Err(format!(
+            "the MXFP8 kernels need compute capability 8.0 or newer (cp.async, bf16); this device is sm_{dev}"
+        ));
+    }
+    supported
+        .iter()
+        .copied()
+        .filter(|&a| a >= PORTABLE_MIN && a <= want)
+        .max()
+        .map(|a| format!("compute_{a}"))
+        .ok_or_else(|| format!("NVRTC supports no virtual architecture between compute_{PORTABLE_MIN} and compute_{want}"))
+}
+
+/// The virtual architectures (`compute_XY` as XY) this NVRTC can compile for.
+pub fn nvrtc_supported_archs() -> Result<Vec<i32>, String> {
+    use cudarc::nvrtc::sys;
+    if !nvrtc_present() {
+        return Err(
+            "libnvrtc (CUDA 13 NVRTC, libnvrtc.so.13) was not found on the library path".into(),
+        );
+    }
+    let mut n: c_int = 0;
+    // SAFETY: plain out-parameter, then a buffer of the size NVRTC reported.
+    unsafe {
+        let rc = sys::nvrtcGetNumSupportedArchs(&mut n);
+        if rc as i32 != 0 || n <= 0 {
+            return Err(format!("nvrtcGetNumSupportedArchs failed: {rc:?}"));
+        }
+        let mut v = vec![0 as c_int; n as usize];
+        let rc = sys::nvrtcGetSupportedArchs(v.as_mut_ptr());
+        if rc as i32 != 0 {
+            return Err(format!("nvrtcGetSupportedArchs failed: {rc:?}"));
+        }
+        Ok(v)
+    }
+}
+
+/// NVRTC options for `arch` (`sm_90a`: a cubin; `compute_XY`: PTX).
 pub fn options(arch: &str) -> Vec<String> {
     vec![
         format!("--gpu-architecture={arch}"),
@@ -329,6 +422,21 @@ pub fn compile_with_log(
                 "NVRTC failed to compile {} ({name}) for {arch}: {rc:?}\n{log}",
                 unit.label()
             ))
+        } else if arch.starts_with("compute_") {
+            // PTX text with its NUL, as cuModuleLoadData takes it (the driver JIT-compiles it).
+            let mut size = 0usize;
+            let rc = sys::nvrtcGetPTXSize(prog, &mut size);
+            if rc as i32 != 0 || size == 0 {
+                Err(format!("nvrtcGetPTXSize({name}) failed: {rc:?}"))
+            } else {
+                let mut ptx = vec![0u8; size];
+                let rc = sys::nvrtcGetPTX(prog, ptx.as_mut_ptr() as *mut c_char);
+                if rc as i32 != 0 {
+                    Err(format!("nvrtcGetPTX({name}) failed: {rc:?}"))
+                } else {
+                    Ok((ptx, log))
+                }
+            }
         } else {
             let mut size = 0usize;
             let rc = sys::nvrtcGetCUBINSize(prog, &mut size);
@@ -398,11 +506,17 @@ pub fn cache_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/mxhost/kernels"))
 }
 
-/// The cubin of `unit` for `arch`: from the disk cache, else compiled (and cached).
-/// Returns the cubin and whether it came from the cache.
+/// The module image of `unit` for `arch` (a cubin, or NUL-terminated PTX for
+/// `compute_XY`): from the disk cache, else compiled (and cached). Returns the image and
+/// whether it came from the cache.
 pub fn cubin(unit: Unit, arch: &str, driver_version: i32) -> Result<(Vec<u8>, bool), String> {
     let key = cache_key(unit, arch, driver_version)?;
-    let path = cache_dir().map(|d| d.join(format!("{key}.cubin")));
+    let ext = if arch.starts_with("compute_") {
+        "ptx"
+    } else {
+        "cubin"
+    };
+    let path = cache_dir().map(|d| d.join(format!("{key}.{ext}")));
     if let Some(p) = &path {
         if let Ok(bytes) = std::fs::read(p) {
             if !bytes.is_empty() {
@@ -458,5 +572,40 @@ mod tests {
             assert!(last.starts_with(want), "{u:?}: {last}");
         }
         assert!(!Unit::Quantize.tma_store());
+    }
+
+    /// Which build each device gets: Hopper the sm_90a fast path unless forced portable;
+    /// other GPUs the newest supported compute_XY not above them; clear errors otherwise.
+    #[test]
+    fn select_arch_picks_the_build() {
+        use super::select_arch;
+        let nvrtc = [75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121];
+        let ok = |cc, f| select_arch(cc, f, &nvrtc).unwrap();
+        assert_eq!(ok((9, 0), None), "sm_90a");
+        assert_eq!(ok((9, 0), Some("")), "sm_90a");
+        assert_eq!(ok((9, 0), Some("0")), "sm_90a");
+        assert_eq!(ok((9, 0), Some("1")), "compute_80");
+        assert_eq!(ok((9, 0), Some("compute_89")), "compute_89");
+        assert_eq!(ok((8, 0), None), "compute_80");
+        assert_eq!(ok((8, 6), None), "compute_86");
+        assert_eq!(ok((8, 9), Some("1")), "compute_80");
+        assert_eq!(ok((10, 0), None), "compute_100");
+        assert_eq!(ok((12, 0), None), "compute_120");
+        // A device newer than NVRTC knows: the newest NVRTC has.
+        assert_eq!(ok((13, 0), None), "compute_121");
+        assert_eq!(select_arch((10, 1), None, &[80, 90]).unwrap(), "compute_90");
+        let err = |cc, f, s: &[i32]| select_arch(cc, f, s).unwrap_err();
+        assert!(err((7, 5), None, &nvrtc).contains("8.0 or newer"));
+        assert!(err((9, 0), Some("compute_75"), &nvrtc).contains("MXHOST_MX_PORTABLE"));
+        assert!(err((8, 6), Some("compute_90"), &nvrtc).contains("MXHOST_MX_PORTABLE"));
+        assert!(err((9, 0), Some("yes"), &nvrtc).contains("MXHOST_MX_PORTABLE"));
+        assert!(err((8, 6), None, &[75]).contains("no virtual architecture"));
+        assert!(super::is_portable("compute_80") && !super::is_portable("sm_90a"));
+        let names = Unit::Quantize.kernel_names_for("compute_80");
+        assert!(!names.iter().any(|n| n.contains("t32")));
+        assert!(Unit::Quantize
+            .kernel_names()
+            .iter()
+            .any(|n| n.contains("t32")));
     }
 }

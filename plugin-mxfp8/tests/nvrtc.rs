@@ -30,6 +30,14 @@
 //! (`mx_dequantize`, `mx_transpose_u8`, ...). The older cp.async `mx_gemm_*` units are a
 //! fallback only: they are reported in the table but do not fail the gate.
 //! A unit whose log holds no report for its kernels (an NVRTC that ignored `-v`) fails.
+//!
+//! ## Portable build
+//!
+//! The units of the portable build ([`Unit::PORTABLE`]: quantizer, aux) are also compiled
+//! the way the backend compiles them for a non-Hopper GPU (`compute_80` PTX, the oldest
+//! target, where every software fallback is in), and for `sm_80` with ptxas -v, so that
+//! ptxas proves the PTX assembles for sm_80 and reports every kernel the backend looks
+//! up there ([`Unit::kernel_names_for`]). Their spills are reported, not gated.
 #![cfg(feature = "cuda")]
 
 use mxhost_plugin_common::testing::{ld_library_path_with, nvrtc_lib_dir};
@@ -41,6 +49,40 @@ const CHILD_ENV: &str = "MXHOST_NVRTC_CHILD";
 const LOG_BEGIN: &str = "MXHOST-PTXAS-LOG-BEGIN";
 const LOG_END: &str = "MXHOST-PTXAS-LOG-END";
 const ARCH: &str = "sm_90a";
+/// The portable build's ptxas check target, and the backend's target for it.
+const PORTABLE_SM: &str = "sm_80";
+const PORTABLE_COMPUTE: &str = "compute_80";
+
+/// One child's work: a unit and the architecture its ptxas report is for.
+#[derive(Clone, Copy)]
+struct Job {
+    unit: Unit,
+    arch: &'static str,
+}
+
+impl Job {
+    /// The architecture the backend itself compiles this job's unit for.
+    fn backend_arch(&self) -> &'static str {
+        if self.arch == PORTABLE_SM {
+            PORTABLE_COMPUTE
+        } else {
+            self.arch
+        }
+    }
+
+    fn label(&self) -> String {
+        format!("{} ({})", self.unit.label(), self.arch)
+    }
+}
+
+fn jobs() -> Vec<Job> {
+    let hopper = Unit::all().into_iter().map(|unit| Job { unit, arch: ARCH });
+    let portable = Unit::PORTABLE.into_iter().map(|unit| Job {
+        unit,
+        arch: PORTABLE_SM,
+    });
+    hopper.chain(portable).collect()
+}
 
 /// Written straight to the process's stderr, past the test harness's output capture,
 /// so that CI logs (plain `cargo test`) show it.
@@ -50,25 +92,30 @@ fn visible(msg: &str) {
 
 #[test]
 fn every_kernel_compiles_with_nvrtc_for_sm_90a() {
-    let units = Unit::all();
+    let units = jobs();
     if let Ok(idx) = std::env::var(CHILD_ENV) {
         // Child: compile one unit (backend path, then with ptxas -v), report, exit.
-        let unit = units[idx.parse::<usize>().unwrap()];
+        let job = units[idx.parse::<usize>().unwrap()];
         let t0 = std::time::Instant::now();
-        let cubin = match kernels::compile(unit, ARCH) {
-            Ok(cubin) => cubin,
+        let image = match kernels::compile(job.unit, job.backend_arch()) {
+            Ok(image) => image,
             Err(log) => panic!("{log}"),
         };
         let t_compile = t0.elapsed().as_secs_f64();
-        let log = match compile_verbose(unit, ARCH) {
+        let log = match compile_verbose(job.unit, job.arch) {
             Ok(log) => log,
             Err(log) => panic!("{log}"),
         };
         println!("{LOG_BEGIN}\n{log}\n{LOG_END}");
         println!(
-            "NVRTC-OK {} cubin {} bytes in {:.2} s",
-            unit.label(),
-            cubin.len(),
+            "NVRTC-OK {} {} {} bytes in {:.2} s",
+            job.label(),
+            if job.backend_arch().starts_with("compute_") {
+                "PTX"
+            } else {
+                "cubin"
+            },
+            image.len(),
             t_compile
         );
         return;
@@ -129,7 +176,7 @@ fn every_kernel_compiles_with_nvrtc_for_sm_90a() {
 
     let mut failures = Vec::new();
     let mut rows: Vec<(bool, KernelReport)> = Vec::new();
-    for (unit, out) in units.iter().zip(results) {
+    for (job, out) in units.iter().zip(results) {
         let out = out.into_inner().unwrap().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -143,21 +190,27 @@ fn every_kernel_compiles_with_nvrtc_for_sm_90a() {
         let (Some(line), Some(log), true) = (ok_line, log, out.status.success()) else {
             failures.push(format!(
                 "{} (exit {:?}):\n{stdout}\n{stderr}",
-                unit.label(),
+                job.label(),
                 out.status
             ));
             continue;
         };
         eprintln!("{line}");
         let reports = parse_ptxas_log(log);
-        if let Some(missing) = missing_report(*unit, &reports) {
+        if let Some(missing) = missing_report(*job, &reports) {
             failures.push(format!(
                 "{}: ptxas's verbose report is missing {missing} (NVRTC ignored \
                  --ptxas-options=-v?); log:\n{log}",
-                unit.label()
+                job.label()
             ));
         }
-        rows.extend(reports.into_iter().map(|r| (is_hot(*unit), r)));
+        let hot = job.arch == ARCH && is_hot(job.unit);
+        rows.extend(reports.into_iter().map(|mut r| {
+            if job.arch != ARCH {
+                r.name = format!("{} [{}]", r.name, job.arch);
+            }
+            (hot, r)
+        }));
     }
 
     visible(&format_table(&rows));
@@ -192,16 +245,17 @@ fn is_hot(unit: Unit) -> bool {
     !matches!(unit, Unit::Gemm { .. })
 }
 
-/// The kernel names a unit must report (`None` if all are there).
-fn missing_report(unit: Unit, reports: &[KernelReport]) -> Option<String> {
+/// The kernel names a job's unit must report (`None` if all are there).
+fn missing_report(job: Job, reports: &[KernelReport]) -> Option<String> {
     let has = |name: &str| {
         reports
             .iter()
             .any(|r| r.name == name && r.registers.is_some() && r.has_properties)
     };
     // Every kernel the backend looks up (`Unit::kernel_names`) must be in the unit.
-    let missing: Vec<String> = unit
-        .kernel_names()
+    let missing: Vec<String> = job
+        .unit
+        .kernel_names_for(job.arch)
         .into_iter()
         .filter(|n| !has(n))
         .collect();
@@ -523,6 +577,7 @@ ptxas info    : Compile time = 1.180 ms
             w2d: false,
             out_bf16: false,
         };
+        let unit = Job { unit, arch: ARCH };
         assert!(missing_report(unit, &parse_ptxas_log("")).is_some());
         let log = "\
 ptxas info    : Compiling entry function 'mx_tgemm_e4m3e4m3_w1d_f32' for 'sm_90a'
@@ -531,6 +586,10 @@ ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loa
 ptxas info    : Used 168 registers, used 1 barriers
 ";
         assert_eq!(missing_report(unit, &parse_ptxas_log(log)), None);
-        assert!(missing_report(Unit::Quantize, &parse_ptxas_log(log)).is_some());
+        let quant = Job {
+            unit: Unit::Quantize,
+            arch: ARCH,
+        };
+        assert!(missing_report(quant, &parse_ptxas_log(log)).is_some());
     }
 }

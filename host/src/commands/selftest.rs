@@ -744,12 +744,18 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
         plugin.name,
         plugin.path.display()
     );
+    let portable = std::env::var("MXHOST_MX_PORTABLE")
+        .ok()
+        .filter(|v| !v.trim().is_empty() && v.trim() != "0");
     println!(
-        "mxhost selftest: grouped GEMM kernel family: {} (MXHOST_MX_GEMM_KERNEL=tgemm|gemm, default tgemm; launches the TMA kernels cannot take fall back to mx_gemm_*; MXHOST_MX_GEMM_TRACE=1 logs each launch)",
-        match std::env::var("MXHOST_MX_GEMM_KERNEL").as_deref().map(str::trim) {
-            Ok("gemm") => "mx_gemm_* (cp.async)".to_string(),
-            Err(_) | Ok("") | Ok("tgemm") => "mx_tgemm_* (TMA)".to_string(),
-            Ok(other) => format!("invalid MXHOST_MX_GEMM_KERNEL={other:?} (GEMMs will fail)"),
+        "mxhost selftest: grouped GEMM kernel family: {} (MXHOST_MX_GEMM_KERNEL=tgemm|gemm, default tgemm; launches the TMA kernels cannot take fall back to mx_gemm_*; GPUs other than Hopper, or MXHOST_MX_PORTABLE=1, get the portable build: dequantize-to-BF16 + cuBLAS; MXHOST_MX_GEMM_TRACE=1 logs each launch)",
+        match (portable, std::env::var("MXHOST_MX_GEMM_KERNEL").as_deref().map(str::trim)) {
+            (Some(v), _) => format!("portable build (MXHOST_MX_PORTABLE={v})"),
+            (None, Ok("gemm")) => "mx_gemm_* (cp.async)".to_string(),
+            (None, Err(_) | Ok("") | Ok("tgemm")) => "mx_tgemm_* (TMA)".to_string(),
+            (None, Ok(other)) => {
+                format!("invalid MXHOST_MX_GEMM_KERNEL={other:?} (GEMMs will fail)")
+            }
         }
     );
     let quantizes = plugin.has(mxhost_plugin_abi::caps::QUANTIZE);

@@ -411,7 +411,7 @@ extern "C" int mx_launch_dequantize_any(const void* q, const void* s, void* out,
     if (g > (1 << 20)) g = 1 << 20;
     if (g < 1) return 0;
     mx_dequantize<<<dim3((unsigned)g, 1), 256, 0, (cudaStream_t)stream>>>((const mxd_u8*)q, (const mxd_u8*)s, out,
-                                                                          out_bf16, fmt, R, C, rdiv, cdiv, srs, 0);
+                                                                          out_bf16, fmt, R, C, rdiv, cdiv, srs, 0, 1);
   }
   return (int)cudaGetLastError();
 }

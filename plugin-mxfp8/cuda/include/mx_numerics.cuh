@@ -55,9 +55,39 @@ MX_DEV float mx_e8m0_to_f32(mx_u32 b) {
   return __int_as_float((int)(b << 23));
 }
 
+// One FP32 -> FP8 byte in software, bit-identical to cvt.rn.satfinite (round to nearest
+// even, finite values saturate to +-max, subnormals exact, the sign of zero kept; NaN ->
+// 0x7F, which the quantizers never pass: a block holding a NaN/Inf is encoded without
+// converting). The same algorithm as the CPU reference (numerics/element.rs, `encode`) on
+// FP32's 24-bit significand. The portable kernels (devices below sm_89, or a forced
+// portable build) convert with it; bench/fp8_encode_check.cu compares it with the
+// hardware conversion on all 2^32 inputs.
+template <int FMT> MX_DEV mx_u32 mx_fp8_rn_sat_sw(float x) {
+  constexpr int MB = MxFmt<FMT>::mbits;
+  constexpr int EMIN = FMT == 0 ? -6 : -14;           // smallest normal exponent
+  constexpr mx_u32 MAXCODE = FMT == 0 ? 0x7Eu : 0x7Bu;  // 448 / 57344
+  const mx_u32 bits = (mx_u32)__float_as_int(x);
+  const mx_u32 sign = (bits >> 24) & 0x80u;
+  const mx_u32 ab = bits & 0x7FFFFFFFu;
+  if (ab > 0x7F800000u) return 0x7Fu;
+  if (__int_as_float((int)ab) >= MxFmt<FMT>::maxv) return sign | MAXCODE;
+  const int ef = (int)(ab >> 23);
+  if (ef == 0) return sign;  // zero or an FP32 subnormal: far below half the smallest FP8 subnormal
+  const int e = ef - 127;
+  const mx_u32 sig = (ab & 0x7FFFFFu) | 0x800000u;   // |x| = sig * 2^(e - 23)
+  const int eeff = e > EMIN ? e : EMIN;               // below the normal range the spacing stays
+  const int shift = 23 + eeff - e - MB;               // >= 23 - MB
+  mx_u32 n = 0;                                       // |x| / spacing, rounded half to even
+  if (shift < 32) n = (sig + ((1u << (shift - 1)) - 1u) + ((sig >> shift) & 1u)) >> shift;
+  // Codes are monotone in magnitude; a rounding carry lands on the next binade's code.
+  return sign | ((((mx_u32)(eeff - EMIN)) << MB) + n);
+}
+
 // Two FP32 -> packed FP8 (lo in bits 0..7, hi in 8..15): round to nearest even,
-// saturating to +-max normal (satfinite), subnormals exact.
+// saturating to +-max normal (satfinite), subnormals exact. The hardware conversion needs
+// sm_89; older targets use the software one above (the same bytes).
 template <int FMT> MX_DEV mx_u32 cvt_fp8x2(float lo, float hi);
+#if __CUDA_ARCH__ >= 890
 template <> MX_DEV mx_u32 cvt_fp8x2<0>(float lo, float hi) {
   mx_u16 r;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
@@ -68,6 +98,10 @@ template <> MX_DEV mx_u32 cvt_fp8x2<1>(float lo, float hi) {
   asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
   return (mx_u32)r;
 }
+#else
+template <> MX_DEV mx_u32 cvt_fp8x2<0>(float lo, float hi) { return mx_fp8_rn_sat_sw<0>(lo) | (mx_fp8_rn_sat_sw<0>(hi) << 8); }
+template <> MX_DEV mx_u32 cvt_fp8x2<1>(float lo, float hi) { return mx_fp8_rn_sat_sw<1>(lo) | (mx_fp8_rn_sat_sw<1>(hi) << 8); }
+#endif
 
 // Quantize 4 values with inverse scale inv (already 2^(127-b)); nonfinite block -> 0x7F.
 template <int FMT> MX_DEV mx_u32 mx_quant4(float a, float b, float c, float d, float inv, bool nonfinite) {

@@ -216,3 +216,122 @@ pub unsafe fn wgrad_bf16(
         Ok(())
     })
 }
+
+/// forward/dgrad on bf16 operands (the portable build): `out[r][c] = Σ_j a[r][j] · b_e[c][j]`
+/// for the rows `segs[e].0 .. segs[e].0 + segs[e].1` of expert e, with `a` `[rows][red]`,
+/// `b` `[E][cols][red]` and `out` `[rows][cols]` (f32 or bf16), all row-major. Column-major,
+/// expert e's block is `C[cols×len] = B_eᵀ · A_e` (B_e: `red×cols`, ld red, op T; A_e:
+/// `red×len`, ld red; ldc cols). Experts of one length at evenly spaced rows go out as one
+/// strided batch, the rest one `cublasGemmEx` each; empty experts write nothing (they own
+/// no rows).
+///
+/// # Safety
+/// `a` addresses every row a segment names (`red` bf16 each), `b` `E·cols·red` bf16 and
+/// `out` the segments' rows of `cols` outputs, all in the current context's device memory
+/// and live until the enqueued work is done; `stream` is a valid stream of that context.
+pub unsafe fn rows_bf16(
+    stream: cu::CUstream,
+    a: u64,
+    b: u64,
+    segs: &[(usize, usize)],
+    (cols, red): (usize, usize),
+    out: u64,
+    out_bf16: bool,
+) -> PluginResult<()> {
+    let esz = if out_bf16 { 2 } else { 4 };
+    let i32_of = |v: usize| -> PluginResult<i32> {
+        i32::try_from(v).map_err(|_| {
+            PluginError::unsupported(format!(
+                "CUDA backend: a GEMM dimension of {v} exceeds cuBLAS's 32-bit limit"
+            ))
+        })
+    };
+    let (m32, k32) = (i32_of(cols)?, i32_of(red)?);
+    let ctype = if out_bf16 {
+        cb::cudaDataType::CUDA_R_16BF
+    } else {
+        cb::cudaDataType::CUDA_R_32F
+    };
+    let bf16 = cb::cudaDataType::CUDA_R_16BF;
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let scal = |v: &f32| v as *const f32 as *const c_void;
+    let (ao, bo) = (RowMajor { ptr: a, p: red }, RowMajor { ptr: b, p: red });
+    let live: Vec<(usize, usize, usize)> = segs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.1 > 0)
+        .map(|(e, s)| (e, s.0, s.1))
+        .collect();
+    if live.is_empty() {
+        return Ok(());
+    }
+    let strided = live.len() > 1
+        && live.iter().all(|s| s.2 == live[0].2)
+        && live
+            .windows(2)
+            .all(|w| w[1].0 == w[0].0 + 1 && w[1].1 - w[0].1 == live[1].1 - live[0].1);
+    with_cublas_handle(stream, |h| {
+        if strided {
+            let (e0, r0, len) = live[0];
+            let step = live[1].1 - r0;
+            // SAFETY: call i reads rows r0 + i·step .. + len of `a`, expert e0 + i of `b`,
+            // and writes the same rows of `out` (all within them, by the caller's contract).
+            let st = unsafe {
+                cb::cublasGemmStridedBatchedEx(
+                    h,
+                    cb::cublasOperation_t::CUBLAS_OP_T,
+                    cb::cublasOperation_t::CUBLAS_OP_N,
+                    m32,
+                    i32_of(len)?,
+                    k32,
+                    scal(&alpha),
+                    bo.at(e0 * cols) as *const c_void,
+                    bf16,
+                    k32,
+                    (cols * red) as i64,
+                    ao.at(r0) as *const c_void,
+                    bf16,
+                    k32,
+                    (step * red) as i64,
+                    scal(&beta),
+                    (out + (r0 * cols * esz) as u64) as *mut c_void,
+                    ctype,
+                    m32,
+                    (step * cols) as i64,
+                    i32_of(live.len())?,
+                    cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            };
+            return check("cublasGemmStridedBatchedEx", st);
+        }
+        for &(e, r0, len) in &live {
+            // SAFETY: expert e's weights, its rows of `a` and of `out`, as above.
+            let st = unsafe {
+                cb::cublasGemmEx(
+                    h,
+                    cb::cublasOperation_t::CUBLAS_OP_T,
+                    cb::cublasOperation_t::CUBLAS_OP_N,
+                    m32,
+                    i32_of(len)?,
+                    k32,
+                    scal(&alpha),
+                    bo.at(e * cols) as *const c_void,
+                    bf16,
+                    k32,
+                    ao.at(r0) as *const c_void,
+                    bf16,
+                    k32,
+                    scal(&beta),
+                    (out + (r0 * cols * esz) as u64) as *mut c_void,
+                    ctype,
+                    m32,
+                    cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            };
+            check("cublasGemmEx", st)?;
+        }
+        Ok(())
+    })
+}

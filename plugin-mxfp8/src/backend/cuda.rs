@@ -8,7 +8,14 @@
 //!   freed stream-ordered on that stream (`cuMemAllocAsync`/`cuMemFreeAsync`), so a call
 //!   never synchronizes. The host synchronizes before it reads results back.
 //! - Kernels: compiled with NVRTC for the device's architecture on first use and cached
-//!   on disk ([`crate::kernels`]). Only Hopper (`sm_90a`) is supported.
+//!   on disk ([`crate::kernels`]): `sm_90a` on Hopper (the fast path below), the
+//!   **portable build** (`compute_XY`) on any other GPU of compute capability 8.0 or newer,
+//!   or on any GPU with `MXHOST_MX_PORTABLE=1` (or `=compute_XY`).
+//! - Portable build: the same quantizers (bit-exact; FP8 conversions in software below
+//!   sm_89, no TMA quantizer), and every GEMM pass as dequantize-to-BF16 + cuBLAS
+//!   ([`gemm_rows_bf16`], [`wgrad_via_bf16`]): the MX values are exact in bf16, cuBLAS
+//!   accumulates in FP32, so results match the FP8 kernels up to summation order. It
+//!   needs cuBLAS; without it GEMMs return Unsupported.
 //! - Quantize: 1×32 along the last axis = `ROWS`; 1×32 along axis rank−2 = a `COLS`
 //!   pass (written transposed) and a byte transpose back; 32×32 = `TILE`. Bit-exact with
 //!   the CPU backend.
@@ -194,7 +201,10 @@ const _: () = {
 
 struct Dev {
     ctx: RetainedContext,
+    /// [`kernels::HOPPER_ARCH`], or the `compute_XY` of the portable build.
     arch: String,
+    /// The portable build: no wgmma/TMA kernels; GEMMs through cuBLAS.
+    portable: bool,
     sms: u32,
     driver: i32,
     /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN` (bytes).
@@ -232,18 +242,28 @@ fn device(ordinal: i32) -> PluginResult<&'static Dev> {
         return Ok(d);
     }
     let pc = retain_primary_context(ordinal)?;
-    let (major, minor) = pc.cc;
-    if (major, minor) != (9, 0) {
-        return Err(PluginError::unsupported(format!(
-            "CUDA backend: the MXFP8 kernels need a Hopper GPU (sm_90a); device {ordinal} is sm_{major}{minor}"
-        )));
-    }
+    let forced = std::env::var("MXHOST_MX_PORTABLE").ok();
+    let supported = kernels::nvrtc_supported_archs();
+    let arch = kernels::select_arch(
+        pc.cc,
+        forced.as_deref(),
+        supported.as_deref().unwrap_or(&[]),
+    )
+    .map_err(|e| {
+        let why = supported
+            .as_ref()
+            .err()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default();
+        PluginError::unsupported(format!("CUDA backend, device {ordinal}: {e}{why}"))
+    })?;
     let mut driver = 0;
     // SAFETY: plain out-parameter.
     unsafe { cu::cuDriverGetVersion(&mut driver) };
     let d: &'static Dev = Box::leak(Box::new(Dev {
         ctx: pc.ctx,
-        arch: "sm_90a".into(),
+        portable: kernels::is_portable(&arch),
+        arch,
         sms: pc.sms,
         driver,
         smem_optin: pc.smem_optin,
@@ -278,14 +298,22 @@ impl Dev {
                 unit.label()
             )));
         }
+        if self.portable && !Unit::PORTABLE.contains(&unit) {
+            return Err(PluginError::backend(format!(
+                "CUDA backend: {} is not part of the portable build ({})",
+                unit.label(),
+                self.arch
+            )));
+        }
         let (cubin, _cached) = kernels::cubin(unit, &self.arch, self.driver)
             .map_err(|log| PluginError::backend(format!("CUDA backend: {log}")))?;
         let mut module: cu::CUmodule = std::ptr::null_mut();
-        // SAFETY: `cubin` is a complete cubin image; the module is never unloaded.
+        // SAFETY: `cubin` is a complete cubin image or NUL-terminated PTX; the module is
+        // never unloaded.
         unsafe { cu::cuModuleLoadData(&mut module, cubin.as_ptr() as *const c_void) }
             .result()
             .map_err(drv("cuModuleLoadData"))?;
-        let names = unit.kernel_names();
+        let names = unit.kernel_names_for(&self.arch);
         for n in names {
             let c = CString::new(n.clone()).unwrap();
             let mut f: cu::CUfunction = std::ptr::null_mut();
@@ -896,6 +924,9 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                 },
             };
             let b = weights(call, args, fwd, cols, red, e)?;
+            if call.dev.portable {
+                return gemm_rows_bf16(call, &a, &b, out, &args.offs, rows, cols, red, out_bf16);
+            }
             gemm_rows(call, &a, &b, out, offs_dev, e, rows, cols, red, out_bf16)
         }
         GemmPass::Wgrad => wgrad(call, args, offs_dev, out_bf16),
@@ -1235,7 +1266,8 @@ fn encode_2d_box(
 /// missing symbol, so probe first).
 fn tensor_map_available(dev: &Dev) -> bool {
     static A: OnceLock<bool> = OnceLock::new();
-    dev.driver >= 12000
+    !dev.portable
+        && dev.driver >= 12000
         && *A.get_or_init(|| {
             // SAFETY: looks the symbol up in the already loaded driver library.
             unsafe {
@@ -1429,8 +1461,15 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
         .map(|i| if i == 0 { 0 } else { args.offs[i - 1] })
         .collect();
     let sizes: Vec<usize> = (0..e).map(|i| args.offs[i] - starts[i]).collect();
+    // The portable build has no FP8 kernel: always the dequantize-to-BF16 path.
+    let via_bf16 = if call.dev.portable {
+        portable_cublas()?;
+        true
+    } else {
+        cublas::wgrad_path()? == cublas::WgradPath::DequantBf16
+    };
     match (&args.a, &args.b) {
-        (dy, x) if cublas::wgrad_path()? == cublas::WgradPath::DequantBf16 => {
+        (dy, x) if via_bf16 => {
             wgrad_via_bf16(call, args, dy, x, &starts, &sizes, out_bf16)
         }
         (OperandArg::Dense(dy), OperandArg::Dense(x)) => {
@@ -1569,57 +1608,186 @@ fn dequantize_into(call: &Call, i: &MxArg, out: u64, out_bf16: bool) -> PluginRe
             )))
         }
     };
-    let (q, s, o) = (ptr(&i.data), ptr(&i.scales), out);
-    let out_bf16: i32 = out_bf16 as i32;
-    let fmt: i32 = fmt_code(i.format) as i32;
-    let (r64, c64, rdiv, cdivv, srs, sbs) =
-        (r as i64, c as i64, rdiv, cdivv, srs as i64, sbs as i64);
-    // `mx_dequantize16` (16-element chunks, an exact hardware-conversion fast path) where
-    // the layout allows; the per-element kernel (a 64-bit division per element) expanded
-    // wgrad's operands at ~0.4 TB/s (docs/perf.md run 12). Same parameters;
-    // `mx_dequantize16` has no batch stride (batch 1).
-    let by16 = batch == 1
-        && c.is_multiple_of(16)
-        && q.is_multiple_of(16)
-        && o.is_multiple_of(16)
-        && (cdivv == 32 || (s.is_multiple_of(16) && srs % 16 == 0));
-    // mx_dequantize16: block 128, x = 16-element column chunks, y = rows, MXD_U = 2 rows
-    // per thread and round.
-    let (name, grid, block) = if by16 {
-        (
-            "mx_dequantize16",
-            (cdiv(c / 16, 128), cdiv(r, 2).min(GRID_YZ_MAX), 1),
-            128,
-        )
-    } else {
-        (
-            "mx_dequantize",
-            (cdiv(r * c, 256).min(1 << 20), batch, 1),
-            256,
-        )
+    let layout = DequantLayout {
+        batch,
+        r,
+        c,
+        rdiv,
+        cdiv: cdivv,
+        srs,
+        scs: 1,
+        sbs,
     };
-    let mut params = [
-        arg(&q),
-        arg(&s),
-        arg(&o),
-        arg(&out_bf16),
-        arg(&fmt),
-        arg(&r64),
-        arg(&c64),
-        arg(&rdiv),
-        arg(&cdivv),
-        arg(&srs),
-        arg(&sbs),
-    ];
-    let n_params = if by16 { 10 } else { 11 };
-    call.launch(
-        Unit::Aux,
-        name,
-        grid,
-        (block, 1, 1),
-        0,
-        &mut params[..n_params],
+    call.dequant(
+        ptr(&i.data),
+        ptr(&i.scales),
+        fmt_code(i.format),
+        &layout,
+        out,
+        out_bf16,
     )
+}
+
+/// Where an MX tensor's scale bytes sit: element `[b][r][c]` (of `batch × r × c`) has
+/// scale byte `b·sbs + (r / rdiv)·srs + (c / cdiv)·scs` (`mx_dequantize`).
+struct DequantLayout {
+    batch: usize,
+    r: usize,
+    c: usize,
+    rdiv: i32,
+    cdiv: i32,
+    srs: usize,
+    scs: usize,
+    sbs: usize,
+}
+
+impl Call {
+    /// FP8 `q` with E8M0 scales `s` laid out as `l` → f32 or bf16 `out` (same shape),
+    /// exactly (bf16: round to nearest even, only reached below 2^-126).
+    fn dequant(
+        &self,
+        q: u64,
+        s: u64,
+        fmt: u8,
+        l: &DequantLayout,
+        out: u64,
+        out_bf16: bool,
+    ) -> PluginResult<()> {
+        let out_bf16: i32 = out_bf16 as i32;
+        let fmt: i32 = fmt as i32;
+        let (r64, c64, rdiv, cdivv) = (l.r as i64, l.c as i64, l.rdiv, l.cdiv);
+        let (srs, sbs, scs) = (l.srs as i64, l.sbs as i64, l.scs as i64);
+        // `mx_dequantize16` (16-element chunks, an exact hardware-conversion fast path) where
+        // the layout allows; the per-element kernel (a 64-bit division per element) expanded
+        // wgrad's operands at ~0.4 TB/s (docs/perf.md run 12). Same parameters;
+        // `mx_dequantize16` has no batch stride (batch 1) and no column stride (scs 1).
+        let by16 = l.batch == 1
+            && l.scs == 1
+            && l.c.is_multiple_of(16)
+            && q.is_multiple_of(16)
+            && out.is_multiple_of(16)
+            && (cdivv == 32 || (s.is_multiple_of(16) && srs % 16 == 0));
+        // mx_dequantize16: block 128, x = 16-element column chunks, y = rows, MXD_U = 2 rows
+        // per thread and round.
+        let (name, grid, block) = if by16 {
+            (
+                "mx_dequantize16",
+                (cdiv(l.c / 16, 128), cdiv(l.r, 2).min(GRID_YZ_MAX), 1),
+                128,
+            )
+        } else {
+            (
+                "mx_dequantize",
+                (cdiv(l.r * l.c, 256).min(1 << 20), l.batch, 1),
+                256,
+            )
+        };
+        let mut params = [
+            arg(&q),
+            arg(&s),
+            arg(&out),
+            arg(&out_bf16),
+            arg(&fmt),
+            arg(&r64),
+            arg(&c64),
+            arg(&rdiv),
+            arg(&cdivv),
+            arg(&srs),
+            arg(&sbs),
+            arg(&scs),
+        ];
+        let n_params = if by16 { 10 } else { 12 };
+        self.launch(
+            Unit::Aux,
+            name,
+            grid,
+            (block, 1, 1),
+            0,
+            &mut params[..n_params],
+        )
+    }
+}
+
+/// The portable build's GEMMs need cuBLAS: Ok, or Unsupported saying how to get it.
+fn portable_cublas() -> PluginResult<()> {
+    if cublas::cublas_present() {
+        Ok(())
+    } else {
+        Err(PluginError::unsupported(
+            "CUDA backend (portable build): GEMMs run through cuBLAS, but libcublas.so.13 could not be loaded; add the CUDA 13 library directory to LD_LIBRARY_PATH",
+        ))
+    }
+}
+
+/// forward/dgrad in the portable build: `out[rows][cols] = Σ A[rows][red] · B_e[cols][red]`
+/// with both operands expanded to their exact MX values in bf16 (`mx_dequantize`) and
+/// multiplied by cuBLAS with FP32 accumulation ([`cublas::rows_bf16`]); the same products
+/// as the FP8 kernels, summed in another order. Rows past the last expert are zeroed, as
+/// the FP8 kernels zero them.
+#[allow(clippy::too_many_arguments)]
+fn gemm_rows_bf16(
+    call: &mut Call,
+    a: &AMat,
+    b: &BMat,
+    out: &TensorArg,
+    offs: &[usize],
+    rows: usize,
+    cols: usize,
+    red: usize,
+    out_bf16: bool,
+) -> PluginResult<()> {
+    portable_cublas()?;
+    let e = offs.len();
+    let used = offs[e - 1];
+    if gemm_trace() {
+        eprintln!(
+            "mxhost-mxfp8: rows GEMM E={e} M={rows} N={cols} K={red} (portable build, {}): MX values as bf16 + cuBLAS",
+            call.dev.arch
+        );
+    }
+    let ab = call.alloc(used * red * 2)?;
+    let a_layout = DequantLayout {
+        batch: 1,
+        r: used,
+        c: red,
+        rdiv: 1,
+        cdiv: 32,
+        srs: cdiv(red, 32),
+        scs: 1,
+        sbs: 0,
+    };
+    call.dequant(a.q, a.s, a.fmt, &a_layout, ab, true)?;
+    // B's scale of (expert, column c, reduction index j) is s[e·ise + (c or c/32)·isc +
+    // (j/32)·isr] (weights()).
+    let bb = call.alloc(e * cols * red * 2)?;
+    let b_layout = DequantLayout {
+        batch: e,
+        r: cols,
+        c: red,
+        rdiv: if b.w2d { 32 } else { 1 },
+        cdiv: 32,
+        srs: b.isc as usize,
+        scs: b.isr as usize,
+        sbs: b.ise as usize,
+    };
+    call.dequant(b.q, b.s, b.fmt, &b_layout, bb, true)?;
+    let esz = if out_bf16 { 2 } else { 4 };
+    if used < rows {
+        call.zero(
+            ptr(out) + (used * cols * esz) as u64,
+            (rows - used) * cols * esz,
+        )?;
+    }
+    let segs: Vec<(usize, usize)> = (0..e)
+        .map(|i| {
+            let s0 = if i == 0 { 0 } else { offs[i - 1] };
+            (s0, offs[i] - s0)
+        })
+        .collect();
+    // SAFETY: `ab` holds rows 0..used of A and `bb` E·cols·red values, both bf16 in this
+    // call's stream-ordered scratch (freed after the enqueued work); `out` holds rows·cols
+    // outputs; every segment lies within 0..used; the stream is the call's.
+    unsafe { cublas::rows_bf16(call.stream, ab, bb, &segs, (cols, red), ptr(out), out_bf16) }
 }
 
 /// `MxFakeQuantParams` of mx_quantize.cu (natural C layout).
