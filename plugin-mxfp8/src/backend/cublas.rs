@@ -219,11 +219,12 @@ pub unsafe fn wgrad_bf16(
 
 /// forward/dgrad on bf16 operands (the portable build): `out[r][c] = Σ_j a[r][j] · b_e[c][j]`
 /// for the rows `segs[e].0 .. segs[e].0 + segs[e].1` of expert e, with `a` `[rows][red]`,
-/// `b` `[E][cols][red]` and `out` `[rows][cols]` (f32 or bf16), all row-major. Column-major,
-/// expert e's block is `C[cols×len] = B_eᵀ · A_e` (B_e: `red×cols`, ld red, op T; A_e:
-/// `red×len`, ld red; ldc cols). Experts of one length at evenly spaced rows go out as one
-/// strided batch, the rest one `cublasGemmEx` each; empty experts write nothing (they own
-/// no rows).
+/// `b` `[E][cols][red]` (or `[E][red][cols]` with `b_red_major`) and `out` `[rows][cols]`
+/// (f32 or bf16), all row-major. Column-major, expert e's block is `C[cols×len] = B_e' ·
+/// A_e` (B_e `red×cols` with ld red, op T; red-major: `cols×red` with ld cols, op N; A_e
+/// `red×len`, ld red; ldc cols). Experts of one length at evenly spaced rows go out as
+/// one strided batch, the rest one `cublasGemmEx` each; empty experts write nothing (they
+/// own no rows).
 ///
 /// # Safety
 /// `a` addresses every row a segment names (`red` bf16 each), `b` `E·cols·red` bf16 and
@@ -232,7 +233,7 @@ pub unsafe fn wgrad_bf16(
 pub unsafe fn rows_bf16(
     stream: cu::CUstream,
     a: u64,
-    b: u64,
+    (b, b_red_major): (u64, bool),
     segs: &[(usize, usize)],
     (cols, red): (usize, usize),
     out: u64,
@@ -247,6 +248,11 @@ pub unsafe fn rows_bf16(
         })
     };
     let (m32, k32) = (i32_of(cols)?, i32_of(red)?);
+    let (op_b, ldb) = if b_red_major {
+        (cb::cublasOperation_t::CUBLAS_OP_N, m32)
+    } else {
+        (cb::cublasOperation_t::CUBLAS_OP_T, k32)
+    };
     let ctype = if out_bf16 {
         cb::cudaDataType::CUDA_R_16BF
     } else {
@@ -279,7 +285,7 @@ pub unsafe fn rows_bf16(
             let st = unsafe {
                 cb::cublasGemmStridedBatchedEx(
                     h,
-                    cb::cublasOperation_t::CUBLAS_OP_T,
+                    op_b,
                     cb::cublasOperation_t::CUBLAS_OP_N,
                     m32,
                     i32_of(len)?,
@@ -287,7 +293,7 @@ pub unsafe fn rows_bf16(
                     scal(&alpha),
                     bo.at(e0 * cols) as *const c_void,
                     bf16,
-                    k32,
+                    ldb,
                     (cols * red) as i64,
                     ao.at(r0) as *const c_void,
                     bf16,
@@ -310,7 +316,7 @@ pub unsafe fn rows_bf16(
             let st = unsafe {
                 cb::cublasGemmEx(
                     h,
-                    cb::cublasOperation_t::CUBLAS_OP_T,
+                    op_b,
                     cb::cublasOperation_t::CUBLAS_OP_N,
                     m32,
                     i32_of(len)?,
@@ -318,7 +324,7 @@ pub unsafe fn rows_bf16(
                     scal(&alpha),
                     bo.at(e * cols) as *const c_void,
                     bf16,
-                    k32,
+                    ldb,
                     ao.at(r0) as *const c_void,
                     bf16,
                     k32,

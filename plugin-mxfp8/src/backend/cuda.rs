@@ -923,14 +923,38 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     }
                 },
             };
-            let b = weights(call, args, fwd, cols, red, e)?;
             if call.dev.portable {
+                // A pre-quantized weight whose stored last axis is not the reduction:
+                // expanded where it is (cuBLAS reads it transposed) instead of transposed
+                // to K-major first. Everything else goes through `weights` (quantizing
+                // dense weights, checking layouts) and is expanded K-major.
+                let b = match &args.b {
+                    OperandArg::Mx(m)
+                        if !stored_is_kmajor(args, fwd)
+                            && matches!(
+                                Blocking::from_abi(m.block),
+                                Some(Blocking::Tile) | Some(Blocking::Vector { axis: 1 })
+                            ) =>
+                    {
+                        let t = call.alloc(e * n * k * 2)?;
+                        dequantize_into(call, m, t, true)?;
+                        PortableB::StoredRedMajor(t)
+                    }
+                    _ => PortableB::Fp8(weights(call, args, fwd, cols, red, e)?),
+                };
                 return gemm_rows_bf16(call, &a, &b, out, &args.offs, rows, cols, red, out_bf16);
             }
+            let b = weights(call, args, fwd, cols, red, e)?;
             gemm_rows(call, &a, &b, out, offs_dev, e, rows, cols, red, out_bf16)
         }
         GemmPass::Wgrad => wgrad(call, args, offs_dev, out_bf16),
     }
+}
+
+/// Whether the weight is "K-major for this pass": its stored last axis (`[E][N][K]`, or
+/// `[E][K][N]` with `WeightLayout::Kn`) is the reduction axis (K forward, N dgrad).
+fn stored_is_kmajor(args: &GemmArgs, fwd: bool) -> bool {
+    fwd != (args.weight_layout == WeightLayout::Kn)
 }
 
 /// The weight operand of forward (cols = N, red = K) or dgrad (cols = K, red = N) as
@@ -947,8 +971,7 @@ fn weights(
     let kn = args.weight_layout == WeightLayout::Kn;
     // Stored shape [E][s1][s2]: Nk = [E][N][K], Kn = [E][K][N].
     let (s1, s2) = if kn { (k, n) } else { (n, k) };
-    // The weight is "K-major for this pass" when its last axis is the reduction axis.
-    let stored_is_kmajor = s2 == red && (fwd != kn);
+    let stored_is_kmajor = stored_is_kmajor(args, fwd);
     let pass_name = if fwd { "forward" } else { "dgrad" };
     let rb = cdiv(red, 32);
     match &args.b {
@@ -1628,6 +1651,7 @@ fn dequantize_into(call: &Call, i: &MxArg, out: u64, out_bf16: bool) -> PluginRe
     )
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 /// Where an MX tensor's scale bytes sit: element `[b][r][c]` (of `batch × r × c`) has
 /// scale byte `b·sbs + (r / rdiv)·srs + (c / cdiv)·scs` (`mx_dequantize`).
 struct DequantLayout {
@@ -1639,6 +1663,25 @@ struct DequantLayout {
     srs: usize,
     scs: usize,
     sbs: usize,
+}
+
+impl DequantLayout {
+    /// The same bytes as one batch of `batch·r` rows, when the batches' scale rows follow
+    /// each other (whole row blocks, `sbs` = the row blocks' scale rows): then the fast
+    /// `mx_dequantize16`, which has no batch stride, can take a batched tensor.
+    fn flattened(&self) -> Option<DequantLayout> {
+        let rdiv = self.rdiv.max(1) as usize;
+        (self.batch > 1
+            && self.scs == 1
+            && self.r.is_multiple_of(rdiv)
+            && self.sbs == self.r / rdiv * self.srs)
+            .then(|| DequantLayout {
+                batch: 1,
+                r: self.batch * self.r,
+                sbs: 0,
+                ..*self
+            })
+    }
 }
 
 impl Call {
@@ -1653,6 +1696,8 @@ impl Call {
         out: u64,
         out_bf16: bool,
     ) -> PluginResult<()> {
+        let flat = l.flattened();
+        let l = flat.as_ref().unwrap_or(l);
         let out_bf16: i32 = out_bf16 as i32;
         let fmt: i32 = fmt as i32;
         let (r64, c64, rdiv, cdivv) = (l.r as i64, l.c as i64, l.rdiv, l.cdiv);
@@ -1708,6 +1753,14 @@ impl Call {
     }
 }
 
+/// The weight operand of the portable build's forward/dgrad.
+enum PortableB {
+    /// FP8 `[E][cols][red]` with its scales ([`weights`]), to expand to bf16 K-major.
+    Fp8(BMat),
+    /// Already bf16, as stored: `[E][red][cols]`.
+    StoredRedMajor(u64),
+}
+
 /// The portable build's GEMMs need cuBLAS: Ok, or Unsupported saying how to get it.
 fn portable_cublas() -> PluginResult<()> {
     if cublas::cublas_present() {
@@ -1728,7 +1781,7 @@ fn portable_cublas() -> PluginResult<()> {
 fn gemm_rows_bf16(
     call: &mut Call,
     a: &AMat,
-    b: &BMat,
+    b: &PortableB,
     out: &TensorArg,
     offs: &[usize],
     rows: usize,
@@ -1757,20 +1810,26 @@ fn gemm_rows_bf16(
         sbs: 0,
     };
     call.dequant(a.q, a.s, a.fmt, &a_layout, ab, true)?;
-    // B's scale of (expert, column c, reduction index j) is s[e·ise + (c or c/32)·isc +
-    // (j/32)·isr] (weights()).
-    let bb = call.alloc(e * cols * red * 2)?;
-    let b_layout = DequantLayout {
-        batch: e,
-        r: cols,
-        c: red,
-        rdiv: if b.w2d { 32 } else { 1 },
-        cdiv: 32,
-        srs: b.isc as usize,
-        scs: b.isr as usize,
-        sbs: b.ise as usize,
+    let (bb, b_red_major) = match *b {
+        PortableB::StoredRedMajor(t) => (t, true),
+        PortableB::Fp8(ref b) => {
+            // B's scale of (expert, column c, reduction index j) is s[e·ise + (c or
+            // c/32)·isc + (j/32)·isr] (weights()).
+            let bb = call.alloc(e * cols * red * 2)?;
+            let b_layout = DequantLayout {
+                batch: e,
+                r: cols,
+                c: red,
+                rdiv: if b.w2d { 32 } else { 1 },
+                cdiv: 32,
+                srs: b.isc as usize,
+                scs: b.isr as usize,
+                sbs: b.ise as usize,
+            };
+            call.dequant(b.q, b.s, b.fmt, &b_layout, bb, true)?;
+            (bb, false)
+        }
     };
-    call.dequant(b.q, b.s, b.fmt, &b_layout, bb, true)?;
     let esz = if out_bf16 { 2 } else { 4 };
     if used < rows {
         call.zero(
@@ -1787,7 +1846,17 @@ fn gemm_rows_bf16(
     // SAFETY: `ab` holds rows 0..used of A and `bb` E·cols·red values, both bf16 in this
     // call's stream-ordered scratch (freed after the enqueued work); `out` holds rows·cols
     // outputs; every segment lies within 0..used; the stream is the call's.
-    unsafe { cublas::rows_bf16(call.stream, ab, bb, &segs, (cols, red), ptr(out), out_bf16) }
+    unsafe {
+        cublas::rows_bf16(
+            call.stream,
+            ab,
+            (bb, b_red_major),
+            &segs,
+            (cols, red),
+            ptr(out),
+            out_bf16,
+        )
+    }
 }
 
 /// `MxFakeQuantParams` of mx_quantize.cu (natural C layout).
@@ -1969,6 +2038,54 @@ fn wgrad_gemm(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batched layout flattens to one batch exactly when every element keeps its scale
+    /// byte: batch b's scale rows must follow batch b-1's, in whole row blocks.
+    #[test]
+    fn dequant_layout_flattens_only_when_the_scale_index_is_kept() {
+        // The portable GEMM's K-major weights: [E=3][cols=64][red=96], 32×32 blocks.
+        let tile = DequantLayout {
+            batch: 3,
+            r: 64,
+            c: 96,
+            rdiv: 32,
+            cdiv: 32,
+            srs: 3,
+            scs: 1,
+            sbs: 6,
+        };
+        // 1×32 along the last axis: scales [E][cols][red/32].
+        let rows = DequantLayout {
+            rdiv: 1,
+            srs: 3,
+            sbs: 64 * 3,
+            ..tile
+        };
+        for l in [tile, rows] {
+            let f = l.flattened().expect("flattens");
+            assert_eq!((f.batch, f.r, f.sbs), (1, l.batch * l.r, 0));
+            let idx = |l: &DequantLayout, b: usize, r: usize, c: usize| {
+                b * l.sbs + r / l.rdiv as usize * l.srs + c / l.cdiv as usize * l.scs
+            };
+            for b in 0..l.batch {
+                for r in 0..l.r {
+                    for c in (0..l.c).step_by(7) {
+                        assert_eq!(idx(&l, b, r, c), idx(&f, 0, b * l.r + r, c), "{l:?}");
+                    }
+                }
+            }
+        }
+        // A partial row block per batch, padded scale rows, a column stride, one batch.
+        let ragged = DequantLayout {
+            r: 50,
+            sbs: 6,
+            ..tile
+        };
+        assert_eq!(ragged.flattened(), None);
+        assert_eq!(DequantLayout { sbs: 9, ..tile }.flattened(), None);
+        assert_eq!(DequantLayout { scs: 2, ..tile }.flattened(), None);
+        assert_eq!(DequantLayout { batch: 1, ..tile }.flattened(), None);
+    }
 
     /// The TMA quantizer takes bf16 32×32 work with 16-byte rows and contiguous batches,
     /// nothing else (the rest goes to `mx_quantize_*`).
