@@ -6,7 +6,8 @@
 #      plugin's; the portable build's (NO_PORTABLE=1 skips it: the software FP8
 #      conversion checked on all 2^32 inputs, then the selftest with MXHOST_MX_PORTABLE);
 #   2. bench_peers.py (torch _grouped_mm BF16 and the other peers) → peer_bench.csv;
-#   3. mxhost bench (FAMILIES="tgemm gemm" adds the cp.async kernels; BACK_TO_BACK_TOO=1
+#   3. mxhost bench (FAMILIES="tgemm gemm" adds the cp.async kernels; FWD_FP8_TOO=1 repeats
+#      forward/dgrad/step with MXHOST_MX_FWD_DGRAD=fp8; BACK_TO_BACK_TOO=1
 #      repeats it timed as the mean of back-to-back calls; PORTABLE_BENCH=1 adds the
 #      portable build) and the bf16 plugin (cuBLAS) in process, × BF16 from 2.;
 #   4. optionally the kernel harness (HARNESS_ARGS), then hello-gemm and a shortened
@@ -29,6 +30,11 @@ rc=$?
 echo "selftest rc=$rc; tgemm launches: $(grep -c mx_tgemm "$trace"), cp.async launches: $(grep -c 'mx_gemm_' "$trace"), fallbacks: $(grep -ci fallback "$trace")" | tee -a "$out/selftest.txt"
 grep -i fallback "$trace" | sort | uniq -c | head -5
 grep -E "kernel family|FAIL|passed|failed" "$out/selftest.txt" | tail -6
+echo "== selftest, forward/dgrad forced onto dequantize-to-BF16 + cuBLAS (MXHOST_MX_FWD_DGRAD=bf16; auto takes it for large experts only), outputs poisoned"
+MXHOST_MX_FWD_DGRAD=bf16 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
+    dist/mxhost selftest --device cuda --quick --shapes a >>"$out/selftest.txt" 2>"$trace"
+echo "fwd/dgrad-bf16 selftest rc=$?; tgemm launches: $(grep -c mx_tgemm "$trace"), forward/dgrad via bf16: $(grep -c 'rows GEMM' "$trace")" | tee -a "$out/selftest.txt"
+grep -E "FAIL|checks," "$out/selftest.txt" | tail -2
 echo "== selftest, plugin bf16 (cuBLAS vs CPU), outputs poisoned"
 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 120 dist/mxhost selftest --device cuda --quick \
     --plugin bf16 --shapes "${BF16_SELFTEST_SHAPES:-d,c}" >>"$out/selftest.txt" 2>&1
@@ -45,7 +51,7 @@ if [ -z "${NO_PORTABLE:-}" ]; then
     MXHOST_MX_PORTABLE=$parch MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
         dist/mxhost selftest --device cuda --quick >>"$out/selftest.txt" 2>"$trace"
     rc=$?
-    echo "portable selftest rc=$rc; tgemm launches: $(grep -c mx_tgemm "$trace"), cp.async launches: $(grep -c 'mx_gemm_' "$trace"), portable GEMMs: $(grep -c 'portable build\|MX values as bf16' "$trace")" | tee -a "$out/selftest.txt"
+    echo "portable selftest rc=$rc; tgemm launches: $(grep -c mx_tgemm "$trace"), cp.async launches: $(grep -c 'mx_gemm_' "$trace"), forward/dgrad via bf16: $(grep -c 'rows GEMM' "$trace")" | tee -a "$out/selftest.txt"
     grep -E "kernel family|FAIL|checks," "$out/selftest.txt" | tail -3
 fi
 echo "== bench_peers.py"
@@ -60,6 +66,11 @@ if [ -n "${BACK_TO_BACK_TOO:-}" ]; then
     echo "== mxhost bench (tgemm), timed as the mean of back-to-back calls (--back-to-back) for comparison"
     timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" --back-to-back \
         --peers "$out/peer_bench.csv" 2>&1
+fi
+if [ -n "${FWD_FP8_TOO:-}" ]; then
+    echo "== mxhost bench (tgemm), forward/dgrad always on the FP8 kernel (MXHOST_MX_FWD_DGRAD=fp8) for comparison"
+    MXHOST_MX_FWD_DGRAD=fp8 timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        --peers "$out/peer_bench.csv" 2>&1 | grep -E "shape|forward|dgrad|step"
 fi
 if [ -n "${WGRAD_FP8_TOO:-}" ]; then
     echo "== mxhost bench (tgemm), wgrad on the FP8 kernel (MXHOST_MX_WGRAD=fp8) for comparison"

@@ -12,6 +12,11 @@
 //! wgrad when cuBLAS loads (`MXHOST_MX_WGRAD=fp8` forces the FP8 kernel, `bf16` this
 //! one), and says so in `MXHOST_MX_GEMM_TRACE`.
 //!
+//! Forward and dgrad ([`rows_bf16`]) take the same route in the portable build (GPUs other
+//! than Hopper), and on Hopper where [`bf16_rows_faster`] says the per-expert GEMMs are
+//! large enough for cuBLAS to beat the power-capped FP8 kernel ([`rows_path`],
+//! `MXHOST_MX_FWD_DGRAD=auto|fp8|bf16`).
+//!
 //! Handles: one per (context, stream), created lazily with the stream bound, kept for the
 //! process. Equal, evenly spaced experts go out as one `cublasGemmStridedBatchedEx`,
 //! anything else as one `cublasGemmEx` per expert (the bf16 plugin has the full
@@ -60,6 +65,57 @@ fn parse_wgrad_path(v: Option<&str>) -> PluginResult<WgradPath> {
 }
 
 pub use mxhost_plugin_common::cuda::cublas_present;
+
+/// `MXHOST_MX_FWD_DGRAD`: how the CUDA backend runs forward and dgrad on Hopper (the
+/// portable build always dequantizes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowsPath {
+    /// FP8 wgmma with per-32 FP32 promotion (`mx_tgemm_*`).
+    Fp8,
+    /// Dequantize both operands to bf16, cuBLAS BF16 GEMM with FP32 accumulation.
+    DequantBf16,
+    /// Per call: [`bf16_rows_faster`] (needs cuBLAS), else the FP8 kernel.
+    Auto,
+}
+
+/// The forward/dgrad path: `MXHOST_MX_FWD_DGRAD=auto|fp8|bf16` (default auto). Read once
+/// per process.
+pub fn rows_path() -> PluginResult<RowsPath> {
+    static P: OnceLock<PluginResult<RowsPath>> = OnceLock::new();
+    P.get_or_init(|| parse_rows_path(std::env::var("MXHOST_MX_FWD_DGRAD").ok().as_deref()))
+        .clone()
+}
+
+fn parse_rows_path(v: Option<&str>) -> PluginResult<RowsPath> {
+    match v.map(str::trim).ok_or(()) {
+        Err(_) | Ok("") | Ok("auto") => Ok(if cublas_present() {
+            RowsPath::Auto
+        } else {
+            RowsPath::Fp8
+        }),
+        Ok("fp8") => Ok(RowsPath::Fp8),
+        Ok("bf16") if cublas_present() => Ok(RowsPath::DequantBf16),
+        Ok("bf16") => Err(PluginError::unsupported(
+            "MXHOST_MX_FWD_DGRAD=bf16 but cuBLAS (libcublas.so.13) could not be loaded; add the CUDA 13 library directory to LD_LIBRARY_PATH",
+        )),
+        Ok(other) => Err(PluginError::invalid(format!(
+            "MXHOST_MX_FWD_DGRAD={other:?}: expected auto, fp8 or bf16"
+        ))),
+    }
+}
+
+/// The auto rule for forward/dgrad: dequantize-to-BF16 + cuBLAS when the per-expert GEMMs
+/// are large (output columns and reduction length ≥ 2048, ≥ 2048 rows per non-empty expert
+/// on average), the promoted FP8 kernel otherwise. Why (docs/perf.md runs 46–47, H200, × torch
+/// BF16): on 8 experts of 4096 rows (shapes a, b) the two expansions cost ~0.2 ms and
+/// cuBLAS's BF16 GEMMs run ~1.2× torch's grouped GEMM, 1.05–1.09× forward against the FP8
+/// kernel's 1.01–1.03× (which the power cap holds, runs 23–26); on 32 experts of 1024 rows
+/// (c) and 128 of 256 (d) the FP8 kernel wins, 1.05× against 0.89× and 0.48×.
+pub fn bf16_rows_faster(rows_per_expert: &[usize], cols: usize, red: usize) -> bool {
+    const BIG: usize = 2048;
+    let live: Vec<usize> = rows_per_expert.iter().copied().filter(|&m| m > 0).collect();
+    !live.is_empty() && cols >= BIG && red >= BIG && live.iter().sum::<usize>() >= BIG * live.len()
+}
 
 /// A row-major bf16 operand `[rows][P]`, i.e. the column-major `P × rows` matrix with
 /// leading dimension P: a segment of `len` rows is `P × len` as it stands (the left
@@ -340,4 +396,34 @@ pub unsafe fn rows_bf16(
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The anchor shapes land where run 46 measured them faster: a and b on cuBLAS, c and d
+    /// on the FP8 kernel; empty experts do not count; small dimensions keep FP8.
+    #[test]
+    fn bf16_rows_rule_matches_the_measured_shapes() {
+        assert!(bf16_rows_faster(&[4096; 8], 4096, 4096)); // a forward and dgrad
+        assert!(bf16_rows_faster(&[4096; 8], 8192, 2048)); // b forward
+        assert!(bf16_rows_faster(&[4096; 8], 2048, 8192)); // b dgrad
+        assert!(!bf16_rows_faster(&[1024; 32], 2880, 2880)); // c
+        assert!(!bf16_rows_faster(&[256; 128], 768, 2048)); // d
+        assert!(bf16_rows_faster(&[4096, 0, 4096, 0], 4096, 4096));
+        assert!(!bf16_rows_faster(&[0, 0], 4096, 4096));
+        assert!(!bf16_rows_faster(&[4096; 8], 1024, 4096));
+        assert!(!bf16_rows_faster(&[4096; 8], 4096, 1024));
+        assert!(!bf16_rows_faster(&[3000, 1000], 4096, 4096));
+    }
+
+    #[test]
+    fn rows_path_parses_its_variable() {
+        assert_eq!(parse_rows_path(Some("fp8")).unwrap(), RowsPath::Fp8);
+        assert!(parse_rows_path(Some("fast")).is_err());
+        let auto = parse_rows_path(None).unwrap();
+        assert_eq!(auto, parse_rows_path(Some(" auto ")).unwrap());
+        assert_eq!(auto == RowsPath::Auto, cublas_present());
+    }
 }

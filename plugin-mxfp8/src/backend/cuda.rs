@@ -26,7 +26,10 @@
 //!   GEMM launch: `mx_tgemm_*` (TMA, the default) or `mx_gemm_*` (cp.async), chosen by
 //!   `MXHOST_MX_GEMM_KERNEL=tgemm|gemm` (see [`launch_gemm`]; a launch the TMA kernels
 //!   cannot take runs on `mx_gemm_*`, same results; `MXHOST_MX_GEMM_TRACE=1` logs every
-//!   GEMM launch and any fallback to stderr). Requests the kernels cannot run exactly
+//!   GEMM launch and any fallback to stderr). Forward/dgrad with large experts
+//!   ([`cublas::bf16_rows_faster`]) and wgrad ([`cublas::wgrad_path`]) run as
+//!   dequantize-to-BF16 + cuBLAS instead, which measured faster there
+//!   (`MXHOST_MX_FWD_DGRAD` / `MXHOST_MX_WGRAD` = `fp8` force the FP8 kernel). Requests the kernels cannot run exactly
 //!   (reduction length not a multiple of 16, pre-quantized layouts with scales along the
 //!   wrong axis, more than 1024 experts, ...) return Unsupported with the reason, never a
 //!   wrong result.
@@ -923,7 +926,16 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     }
                 },
             };
-            if call.dev.portable {
+            let rows_per_expert: Vec<usize> = (0..e)
+                .map(|i| args.offs[i] - if i == 0 { 0 } else { args.offs[i - 1] })
+                .collect();
+            let via_bf16 = call.dev.portable
+                || match cublas::rows_path()? {
+                    cublas::RowsPath::Fp8 => false,
+                    cublas::RowsPath::DequantBf16 => true,
+                    cublas::RowsPath::Auto => cublas::bf16_rows_faster(&rows_per_expert, cols, red),
+                };
+            if via_bf16 {
                 // A pre-quantized weight whose stored last axis is not the reduction:
                 // expanded where it is (cuBLAS reads it transposed) instead of transposed
                 // to K-major first. Everything else goes through `weights` (quantizing
@@ -938,9 +950,9 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     {
                         let t = call.alloc(e * n * k * 2)?;
                         dequantize_into(call, m, t, true)?;
-                        PortableB::StoredRedMajor(t)
+                        Bf16Weight::StoredRedMajor(t)
                     }
-                    _ => PortableB::Fp8(weights(call, args, fwd, cols, red, e)?),
+                    _ => Bf16Weight::Fp8(weights(call, args, fwd, cols, red, e)?),
                 };
                 return gemm_rows_bf16(call, &a, &b, out, &args.offs, rows, cols, red, out_bf16);
             }
@@ -1486,7 +1498,7 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
     let sizes: Vec<usize> = (0..e).map(|i| args.offs[i] - starts[i]).collect();
     // The portable build has no FP8 kernel: always the dequantize-to-BF16 path.
     let via_bf16 = if call.dev.portable {
-        portable_cublas()?;
+        need_cublas()?;
         true
     } else {
         cublas::wgrad_path()? == cublas::WgradPath::DequantBf16
@@ -1753,26 +1765,28 @@ impl Call {
     }
 }
 
-/// The weight operand of the portable build's forward/dgrad.
-enum PortableB {
+/// The weight operand of forward/dgrad on the dequantize-to-BF16 path.
+enum Bf16Weight {
     /// FP8 `[E][cols][red]` with its scales ([`weights`]), to expand to bf16 K-major.
     Fp8(BMat),
     /// Already bf16, as stored: `[E][red][cols]`.
     StoredRedMajor(u64),
 }
 
-/// The portable build's GEMMs need cuBLAS: Ok, or Unsupported saying how to get it.
-fn portable_cublas() -> PluginResult<()> {
+/// The dequantize-to-BF16 GEMMs need cuBLAS (the portable build has no other): Ok, or
+/// Unsupported saying how to get it.
+fn need_cublas() -> PluginResult<()> {
     if cublas::cublas_present() {
         Ok(())
     } else {
         Err(PluginError::unsupported(
-            "CUDA backend (portable build): GEMMs run through cuBLAS, but libcublas.so.13 could not be loaded; add the CUDA 13 library directory to LD_LIBRARY_PATH",
+            "CUDA backend: this GEMM runs as dequantize-to-BF16 + cuBLAS (the portable build has no FP8 kernel), but libcublas.so.13 could not be loaded; add the CUDA 13 library directory to LD_LIBRARY_PATH",
         ))
     }
 }
 
-/// forward/dgrad in the portable build: `out[rows][cols] = Σ A[rows][red] · B_e[cols][red]`
+/// forward/dgrad as dequantize-to-BF16 (the portable build; on Hopper where
+/// [`cublas::bf16_rows_faster`] says so): `out[rows][cols] = Σ A[rows][red] · B_e[cols][red]`
 /// with both operands expanded to their exact MX values in bf16 (`mx_dequantize`) and
 /// multiplied by cuBLAS with FP32 accumulation ([`cublas::rows_bf16`]); the same products
 /// as the FP8 kernels, summed in another order. Rows past the last expert are zeroed, as
@@ -1781,7 +1795,7 @@ fn portable_cublas() -> PluginResult<()> {
 fn gemm_rows_bf16(
     call: &mut Call,
     a: &AMat,
-    b: &PortableB,
+    b: &Bf16Weight,
     out: &TensorArg,
     offs: &[usize],
     rows: usize,
@@ -1789,13 +1803,18 @@ fn gemm_rows_bf16(
     red: usize,
     out_bf16: bool,
 ) -> PluginResult<()> {
-    portable_cublas()?;
+    need_cublas()?;
     let e = offs.len();
     let used = offs[e - 1];
     if gemm_trace() {
+        let why = if call.dev.portable {
+            format!("portable build, {}", call.dev.arch)
+        } else {
+            "faster than the FP8 kernel for GEMMs this large; MXHOST_MX_FWD_DGRAD=fp8 forces it"
+                .to_string()
+        };
         eprintln!(
-            "mxhost-mxfp8: rows GEMM E={e} M={rows} N={cols} K={red} (portable build, {}): MX values as bf16 + cuBLAS",
-            call.dev.arch
+            "mxhost-mxfp8: rows GEMM E={e} M={rows} N={cols} K={red} ({why}): MX values as bf16 + cuBLAS"
         );
     }
     let ab = call.alloc(used * red * 2)?;
@@ -1811,8 +1830,8 @@ fn gemm_rows_bf16(
     };
     call.dequant(a.q, a.s, a.fmt, &a_layout, ab, true)?;
     let (bb, b_red_major) = match *b {
-        PortableB::StoredRedMajor(t) => (t, true),
-        PortableB::Fp8(ref b) => {
+        Bf16Weight::StoredRedMajor(t) => (t, true),
+        Bf16Weight::Fp8(ref b) => {
             // B's scale of (expert, column c, reduction index j) is s[e·ise + (c or
             // c/32)·isc + (j/32)·isr] (weights()).
             let bb = call.alloc(e * cols * red * 2)?;
