@@ -1754,6 +1754,12 @@ impl Call {
             arg(&scs),
         ];
         let n_params = if by16 { 10 } else { 12 };
+        if gemm_trace() {
+            eprintln!(
+                "mxhost-mxfp8: dequantize {} x {} x {} with {name} (rdiv {rdiv} cdiv {cdivv} srs {srs} scs {scs} sbs {sbs})",
+                l.batch, l.r, l.c
+            );
+        }
         self.launch(
             Unit::Aux,
             name,
