@@ -422,33 +422,27 @@ pub fn compile_with_log(
                 "NVRTC failed to compile {} ({name}) for {arch}: {rc:?}\n{log}",
                 unit.label()
             ))
-        } else if arch.starts_with("compute_") {
-            // PTX text with its NUL, as cuModuleLoadData takes it (the driver JIT-compiles it).
-            let mut size = 0usize;
-            let rc = sys::nvrtcGetPTXSize(prog, &mut size);
-            if rc as i32 != 0 || size == 0 {
-                Err(format!("nvrtcGetPTXSize({name}) failed: {rc:?}"))
-            } else {
-                let mut ptx = vec![0u8; size];
-                let rc = sys::nvrtcGetPTX(prog, ptx.as_mut_ptr() as *mut c_char);
-                if rc as i32 != 0 {
-                    Err(format!("nvrtcGetPTX({name}) failed: {rc:?}"))
-                } else {
-                    Ok((ptx, log))
-                }
-            }
         } else {
-            let mut size = 0usize;
-            let rc = sys::nvrtcGetCUBINSize(prog, &mut size);
-            if rc as i32 != 0 || size == 0 {
-                Err(format!("nvrtcGetCUBINSize({name}) failed: {rc:?}"))
+            // A cubin, or for a virtual architecture PTX text with its NUL, as
+            // cuModuleLoadData takes it (the driver JIT-compiles PTX).
+            type SizeFn = unsafe fn(sys::nvrtcProgram, *mut usize) -> sys::nvrtcResult;
+            type GetFn = unsafe fn(sys::nvrtcProgram, *mut c_char) -> sys::nvrtcResult;
+            let (what, get_size, get): (&str, SizeFn, GetFn) = if arch.starts_with("compute_") {
+                ("PTX", sys::nvrtcGetPTXSize, sys::nvrtcGetPTX)
             } else {
-                let mut cubin = vec![0u8; size];
-                let rc = sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char);
+                ("CUBIN", sys::nvrtcGetCUBINSize, sys::nvrtcGetCUBIN)
+            };
+            let mut size = 0usize;
+            let rc = get_size(prog, &mut size);
+            if rc as i32 != 0 || size == 0 {
+                Err(format!("nvrtcGet{what}Size({name}) failed: {rc:?}"))
+            } else {
+                let mut image = vec![0u8; size];
+                let rc = get(prog, image.as_mut_ptr() as *mut c_char);
                 if rc as i32 != 0 {
-                    Err(format!("nvrtcGetCUBIN({name}) failed: {rc:?}"))
+                    Err(format!("nvrtcGet{what}({name}) failed: {rc:?}"))
                 } else {
-                    Ok((cubin, log))
+                    Ok((image, log))
                 }
             }
         };

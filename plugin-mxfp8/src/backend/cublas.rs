@@ -29,80 +29,64 @@ use mxhost_plugin_common::cuda::{cublas_check as check, with_cublas_handle};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
-/// `MXHOST_MX_WGRAD`: how the CUDA backend runs wgrad.
+/// How the CUDA backend runs a GEMM pass on Hopper, from its variable (`auto|fp8|bf16`):
+/// `MXHOST_MX_WGRAD` for wgrad ([`wgrad_path`]), `MXHOST_MX_FWD_DGRAD` for forward and dgrad
+/// ([`rows_path`]). The portable build always dequantizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WgradPath {
+pub enum GemmPath {
     /// FP8 wgmma with per-32 FP32 promotion (`mx_tgemm_*`).
     Fp8,
     /// Dequantize both operands to bf16, cuBLAS BF16 GEMM with FP32 accumulation.
     DequantBf16,
+    /// The default when cuBLAS loads: per pass (wgrad: always bf16, which measured faster;
+    /// forward/dgrad: [`bf16_rows_faster`]). Without cuBLAS the default is `Fp8`.
+    Auto,
 }
 
-/// The wgrad path: `MXHOST_MX_WGRAD=fp8|bf16|auto` (default auto = bf16 when cuBLAS
-/// loads, else fp8). Read once per process, like `MXHOST_MX_GEMM_TRACE`.
-pub fn wgrad_path() -> PluginResult<WgradPath> {
-    static P: OnceLock<PluginResult<WgradPath>> = OnceLock::new();
-    P.get_or_init(|| parse_wgrad_path(std::env::var("MXHOST_MX_WGRAD").ok().as_deref()))
-        .clone()
+/// The wgrad path (`MXHOST_MX_WGRAD`; `Auto` runs bf16). Read once per process, like
+/// `MXHOST_MX_GEMM_TRACE`.
+pub fn wgrad_path() -> PluginResult<GemmPath> {
+    static P: OnceLock<PluginResult<GemmPath>> = OnceLock::new();
+    P.get_or_init(|| {
+        parse_path(
+            "MXHOST_MX_WGRAD",
+            std::env::var("MXHOST_MX_WGRAD").ok().as_deref(),
+        )
+    })
+    .clone()
 }
 
-fn parse_wgrad_path(v: Option<&str>) -> PluginResult<WgradPath> {
+/// The forward/dgrad path (`MXHOST_MX_FWD_DGRAD`). Read once per process.
+pub fn rows_path() -> PluginResult<GemmPath> {
+    static P: OnceLock<PluginResult<GemmPath>> = OnceLock::new();
+    P.get_or_init(|| {
+        parse_path(
+            "MXHOST_MX_FWD_DGRAD",
+            std::env::var("MXHOST_MX_FWD_DGRAD").ok().as_deref(),
+        )
+    })
+    .clone()
+}
+
+fn parse_path(var: &str, v: Option<&str>) -> PluginResult<GemmPath> {
     match v.map(str::trim).ok_or(()) {
         Err(_) | Ok("") | Ok("auto") => Ok(if cublas_present() {
-            WgradPath::DequantBf16
+            GemmPath::Auto
         } else {
-            WgradPath::Fp8
+            GemmPath::Fp8
         }),
-        Ok("fp8") => Ok(WgradPath::Fp8),
-        Ok("bf16") if cublas_present() => Ok(WgradPath::DequantBf16),
-        Ok("bf16") => Err(PluginError::unsupported(
-            "MXHOST_MX_WGRAD=bf16 but cuBLAS (libcublas.so.13) could not be loaded; add the CUDA 13 library directory to LD_LIBRARY_PATH",
-        )),
+        Ok("fp8") => Ok(GemmPath::Fp8),
+        Ok("bf16") if cublas_present() => Ok(GemmPath::DequantBf16),
+        Ok("bf16") => Err(PluginError::unsupported(format!(
+            "{var}=bf16 but cuBLAS (libcublas.so.13) could not be loaded; add the CUDA 13 library directory to LD_LIBRARY_PATH"
+        ))),
         Ok(other) => Err(PluginError::invalid(format!(
-            "MXHOST_MX_WGRAD={other:?}: expected auto, fp8 or bf16"
+            "{var}={other:?}: expected auto, fp8 or bf16"
         ))),
     }
 }
 
 pub use mxhost_plugin_common::cuda::cublas_present;
-
-/// `MXHOST_MX_FWD_DGRAD`: how the CUDA backend runs forward and dgrad on Hopper (the
-/// portable build always dequantizes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowsPath {
-    /// FP8 wgmma with per-32 FP32 promotion (`mx_tgemm_*`).
-    Fp8,
-    /// Dequantize both operands to bf16, cuBLAS BF16 GEMM with FP32 accumulation.
-    DequantBf16,
-    /// Per call: [`bf16_rows_faster`] (needs cuBLAS), else the FP8 kernel.
-    Auto,
-}
-
-/// The forward/dgrad path: `MXHOST_MX_FWD_DGRAD=auto|fp8|bf16` (default auto). Read once
-/// per process.
-pub fn rows_path() -> PluginResult<RowsPath> {
-    static P: OnceLock<PluginResult<RowsPath>> = OnceLock::new();
-    P.get_or_init(|| parse_rows_path(std::env::var("MXHOST_MX_FWD_DGRAD").ok().as_deref()))
-        .clone()
-}
-
-fn parse_rows_path(v: Option<&str>) -> PluginResult<RowsPath> {
-    match v.map(str::trim).ok_or(()) {
-        Err(_) | Ok("") | Ok("auto") => Ok(if cublas_present() {
-            RowsPath::Auto
-        } else {
-            RowsPath::Fp8
-        }),
-        Ok("fp8") => Ok(RowsPath::Fp8),
-        Ok("bf16") if cublas_present() => Ok(RowsPath::DequantBf16),
-        Ok("bf16") => Err(PluginError::unsupported(
-            "MXHOST_MX_FWD_DGRAD=bf16 but cuBLAS (libcublas.so.13) could not be loaded; add the CUDA 13 library directory to LD_LIBRARY_PATH",
-        )),
-        Ok(other) => Err(PluginError::invalid(format!(
-            "MXHOST_MX_FWD_DGRAD={other:?}: expected auto, fp8 or bf16"
-        ))),
-    }
-}
 
 /// The auto rule for forward/dgrad: dequantize-to-BF16 + cuBLAS when the per-expert GEMMs
 /// are large (output columns and reduction length ≥ 2048, ≥ 2048 rows per non-empty expert
@@ -115,6 +99,43 @@ pub fn bf16_rows_faster(rows_per_expert: &[usize], cols: usize, red: usize) -> b
     const BIG: usize = 2048;
     let live: Vec<usize> = rows_per_expert.iter().copied().filter(|&m| m > 0).collect();
     !live.is_empty() && cols >= BIG && red >= BIG && live.iter().sum::<usize>() >= BIG * live.len()
+}
+
+/// A GEMM dimension as cuBLAS's `int`, or Unsupported.
+fn dim(v: usize) -> PluginResult<i32> {
+    i32::try_from(v).map_err(|_| {
+        PluginError::unsupported(format!(
+            "CUDA backend: a GEMM dimension of {v} exceeds cuBLAS's 32-bit limit"
+        ))
+    })
+}
+
+fn out_type(out_bf16: bool) -> cb::cudaDataType {
+    if out_bf16 {
+        cb::cudaDataType::CUDA_R_16BF
+    } else {
+        cb::cudaDataType::CUDA_R_32F
+    }
+}
+
+/// The non-empty experts of `segs` (`(first row, rows)` per expert) as `(expert, first
+/// row, rows)`.
+fn live_segments(segs: &[(usize, usize)]) -> Vec<(usize, usize, usize)> {
+    segs.iter()
+        .enumerate()
+        .filter(|(_, s)| s.1 > 0)
+        .map(|(e, s)| (e, s.0, s.1))
+        .collect()
+}
+
+/// Whether the live experts can go out as one strided batch: more than one, equal
+/// lengths, consecutive experts at evenly spaced rows.
+fn one_strided_batch(live: &[(usize, usize, usize)]) -> bool {
+    live.len() > 1
+        && live.iter().all(|s| s.2 == live[0].2)
+        && live
+            .windows(2)
+            .all(|w| w[1].0 == w[0].0 + 1 && w[1].1 - w[0].1 == live[1].1 - live[0].1)
 }
 
 /// A row-major bf16 operand `[rows][P]`, i.e. the column-major `P × rows` matrix with
@@ -166,13 +187,7 @@ pub unsafe fn wgrad_bf16(
             .map_err(|e| PluginError::backend(format!("cuMemsetD8Async failed: {e}")))?;
         }
     }
-    let i32_of = |v: usize| -> PluginResult<i32> {
-        i32::try_from(v).map_err(|_| {
-            PluginError::unsupported(format!(
-                "CUDA backend: a wgrad dimension of {v} exceeds cuBLAS's 32-bit limit"
-            ))
-        })
-    };
+    let i32_of = dim;
     // Column-major output: Nk = C[K×N] = X_e[K×len] · dY_e[len×N] (ldc K);
     // Kn = C[N×K] = dY_e[N×len] · X_e[len×K] (ldc N).
     let (dyo, xo) = (RowMajor { ptr: dy, p: n }, RowMajor { ptr: x, p: k });
@@ -184,29 +199,15 @@ pub unsafe fn wgrad_bf16(
         i32_of(b.p)?,
         i32_of(m)?,
     );
-    let ctype = if out_bf16 {
-        cb::cudaDataType::CUDA_R_16BF
-    } else {
-        cb::cudaDataType::CUDA_R_32F
-    };
+    let ctype = out_type(out_bf16);
     let bf16 = cb::cudaDataType::CUDA_R_16BF;
     let (alpha, beta) = (1.0f32, 0.0f32);
     let scal = |v: &f32| v as *const f32 as *const c_void;
-    let live: Vec<(usize, usize, usize)> = segs
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.1 > 0)
-        .map(|(e, s)| (e, s.0, s.1))
-        .collect();
+    let live = live_segments(segs);
     if live.is_empty() {
         return Ok(());
     }
-    // Equal lengths at evenly spaced rows and consecutive experts: one strided batch.
-    let strided = live.len() > 1
-        && live.iter().all(|s| s.2 == live[0].2)
-        && live
-            .windows(2)
-            .all(|w| w[1].0 == w[0].0 + 1 && w[1].1 - w[0].1 == live[1].1 - live[0].1);
+    let strided = one_strided_batch(&live);
     with_cublas_handle(stream, |h| {
         if strided {
             let (e0, r0, len) = live[0];
@@ -296,42 +297,23 @@ pub unsafe fn rows_bf16(
     out_bf16: bool,
 ) -> PluginResult<()> {
     let esz = if out_bf16 { 2 } else { 4 };
-    let i32_of = |v: usize| -> PluginResult<i32> {
-        i32::try_from(v).map_err(|_| {
-            PluginError::unsupported(format!(
-                "CUDA backend: a GEMM dimension of {v} exceeds cuBLAS's 32-bit limit"
-            ))
-        })
-    };
+    let i32_of = dim;
     let (m32, k32) = (i32_of(cols)?, i32_of(red)?);
     let (op_b, ldb) = if b_red_major {
         (cb::cublasOperation_t::CUBLAS_OP_N, m32)
     } else {
         (cb::cublasOperation_t::CUBLAS_OP_T, k32)
     };
-    let ctype = if out_bf16 {
-        cb::cudaDataType::CUDA_R_16BF
-    } else {
-        cb::cudaDataType::CUDA_R_32F
-    };
+    let ctype = out_type(out_bf16);
     let bf16 = cb::cudaDataType::CUDA_R_16BF;
     let (alpha, beta) = (1.0f32, 0.0f32);
     let scal = |v: &f32| v as *const f32 as *const c_void;
     let (ao, bo) = (RowMajor { ptr: a, p: red }, RowMajor { ptr: b, p: red });
-    let live: Vec<(usize, usize, usize)> = segs
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.1 > 0)
-        .map(|(e, s)| (e, s.0, s.1))
-        .collect();
+    let live = live_segments(segs);
     if live.is_empty() {
         return Ok(());
     }
-    let strided = live.len() > 1
-        && live.iter().all(|s| s.2 == live[0].2)
-        && live
-            .windows(2)
-            .all(|w| w[1].0 == w[0].0 + 1 && w[1].1 - w[0].1 == live[1].1 - live[0].1);
+    let strided = one_strided_batch(&live);
     with_cublas_handle(stream, |h| {
         if strided {
             let (e0, r0, len) = live[0];
@@ -419,11 +401,17 @@ mod tests {
     }
 
     #[test]
-    fn rows_path_parses_its_variable() {
-        assert_eq!(parse_rows_path(Some("fp8")).unwrap(), RowsPath::Fp8);
-        assert!(parse_rows_path(Some("fast")).is_err());
-        let auto = parse_rows_path(None).unwrap();
-        assert_eq!(auto, parse_rows_path(Some(" auto ")).unwrap());
-        assert_eq!(auto == RowsPath::Auto, cublas_present());
+    fn paths_parse_their_variable() {
+        let p = |v| parse_path("MXHOST_MX_FWD_DGRAD", v);
+        assert_eq!(p(Some("fp8")).unwrap(), GemmPath::Fp8);
+        let err = p(Some("fast")).unwrap_err();
+        assert!(
+            err.message.contains("MXHOST_MX_FWD_DGRAD=\"fast\""),
+            "{err:?}"
+        );
+        let auto = p(None).unwrap();
+        assert_eq!(auto, p(Some(" auto ")).unwrap());
+        assert_eq!(auto == GemmPath::Auto, cublas_present());
+        assert_eq!(p(Some("bf16")).is_ok(), cublas_present());
     }
 }

@@ -935,9 +935,9 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                 .collect();
             let via_bf16 = call.dev.portable
                 || match cublas::rows_path()? {
-                    cublas::RowsPath::Fp8 => false,
-                    cublas::RowsPath::DequantBf16 => true,
-                    cublas::RowsPath::Auto => cublas::bf16_rows_faster(&rows_per_expert, cols, red),
+                    cublas::GemmPath::Fp8 => false,
+                    cublas::GemmPath::DequantBf16 => true,
+                    cublas::GemmPath::Auto => cublas::bf16_rows_faster(&rows_per_expert, cols, red),
                 };
             if via_bf16 {
                 // A pre-quantized weight whose stored last axis is not the reduction:
@@ -1505,7 +1505,7 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
         need_cublas()?;
         true
     } else {
-        cublas::wgrad_path()? == cublas::WgradPath::DequantBf16
+        cublas::wgrad_path()? != cublas::GemmPath::Fp8
     };
     match (&args.a, &args.b) {
         (dy, x) if via_bf16 => {
