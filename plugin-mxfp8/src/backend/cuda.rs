@@ -874,17 +874,6 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
     i32_of("rows", rows)?;
     i32_of("n", n)?;
     i32_of("k", k)?;
-    // Offsets in device memory for the kernels.
-    let offs_dev = if !args.offs_device.is_null() {
-        args.offs_device as u64
-    } else {
-        let host: Vec<i32> = args.offs.iter().map(|&o| o as i32).collect();
-        let d = call.alloc(e * 4)?;
-        // SAFETY: `d` holds e i32; pageable copies are staged before returning.
-        unsafe { cr::memcpy_htod_async(d, &host, call.stream) }
-            .map_err(drv("cuMemcpyHtoDAsync"))?;
-        d
-    };
     let dense_fmt = || args.format();
     let dense_mode = || args.mode().map(mode_code);
     match args.pass {
@@ -930,9 +919,8 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     }
                 },
             };
-            let rows_per_expert: Vec<usize> = (0..e)
-                .map(|i| args.offs[i] - if i == 0 { 0 } else { args.offs[i - 1] })
-                .collect();
+            let groups = args.groups();
+            let rows_per_expert: Vec<usize> = groups.iter().map(|g| g.len()).collect();
             let via_bf16 = call.dev.portable
                 || match cublas::rows_path()? {
                     cublas::GemmPath::Fp8 => false,
@@ -958,13 +946,27 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     }
                     _ => Bf16Weight::Fp8(weights(call, args, fwd, cols, red, e)?),
                 };
-                return gemm_rows_bf16(call, &a, &b, out, &args.offs, rows, cols, red, out_bf16);
+                return gemm_rows_bf16(call, &a, &b, out, &groups, rows, cols, red, out_bf16);
             }
             let b = weights(call, args, fwd, cols, red, e)?;
+            let offs_dev = offsets_on_device(call, args)?;
             gemm_rows(call, &a, &b, out, offs_dev, e, rows, cols, red, out_bf16)
         }
-        GemmPass::Wgrad => wgrad(call, args, offs_dev, out_bf16),
+        GemmPass::Wgrad => wgrad(call, args, out_bf16),
     }
+}
+
+/// The expert offsets in device memory, for the FP8 kernels (the dequantize-to-BF16 path
+/// works from the host copy): the caller's device copy if it passed one, else uploaded.
+fn offsets_on_device(call: &mut Call, args: &GemmArgs) -> PluginResult<u64> {
+    if !args.offs_device.is_null() {
+        return Ok(args.offs_device as u64);
+    }
+    let host: Vec<i32> = args.offs.iter().map(|&o| o as i32).collect();
+    let d = call.alloc(host.len() * 4)?;
+    // SAFETY: `d` holds host.len() i32; pageable copies are staged before returning.
+    unsafe { cr::memcpy_htod_async(d, &host, call.stream) }.map_err(drv("cuMemcpyHtoDAsync"))?;
+    Ok(d)
 }
 
 /// Whether the weight is "K-major for this pass": its stored last axis (`[E][N][K]`, or
@@ -1493,13 +1495,12 @@ fn launch_gemm(
 /// - pre-quantized (1×32 along axis 0, blocks from row 0): relaid exactly by
 ///   `mx_wgrad_relayout`, each expert shifted by `start_e % 32` so every block keeps its
 ///   scale; the GEMM sees `m_e + shift_e` rows per expert (the extra ones are zeros).
-fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginResult<()> {
+fn wgrad(call: &mut Call, args: &GemmArgs, out_bf16: bool) -> PluginResult<()> {
     let (n, k, rows) = (args.n, args.k, args.rows);
     let e = args.offs.len();
-    let starts: Vec<usize> = (0..e)
-        .map(|i| if i == 0 { 0 } else { args.offs[i - 1] })
-        .collect();
-    let sizes: Vec<usize> = (0..e).map(|i| args.offs[i] - starts[i]).collect();
+    let groups = args.groups();
+    let starts: Vec<usize> = groups.iter().map(|g| g.start).collect();
+    let sizes: Vec<usize> = groups.iter().map(|g| g.len()).collect();
     // The portable build has no FP8 kernel: always the dequantize-to-BF16 path.
     let via_bf16 = if call.dev.portable {
         need_cublas()?;
@@ -1507,10 +1508,11 @@ fn wgrad(call: &mut Call, args: &GemmArgs, offs: u64, out_bf16: bool) -> PluginR
     } else {
         cublas::wgrad_path()? != cublas::GemmPath::Fp8
     };
+    if via_bf16 {
+        return wgrad_via_bf16(call, args, &args.a, &args.b, &starts, &sizes, out_bf16);
+    }
+    let offs = offsets_on_device(call, args)?;
     match (&args.a, &args.b) {
-        (dy, x) if via_bf16 => {
-            wgrad_via_bf16(call, args, dy, x, &starts, &sizes, out_bf16)
-        }
         (OperandArg::Dense(dy), OperandArg::Dense(x)) => {
             let mpad: usize = sizes.iter().map(|&m| rup(m, 128)).sum();
             let mp = mpad / 32;

@@ -205,15 +205,15 @@ pub(super) fn gemm_rows_bf16(
     a: &AMat,
     b: &Bf16Weight,
     out: &TensorArg,
-    offs: &[usize],
+    groups: &[std::ops::Range<usize>],
     rows: usize,
     cols: usize,
     red: usize,
     out_bf16: bool,
 ) -> PluginResult<()> {
     need_cublas()?;
-    let e = offs.len();
-    let used = offs[e - 1];
+    let e = groups.len();
+    let used = groups[e - 1].end;
     if gemm_trace() {
         let why = if call.dev.portable {
             format!("portable build, {}", call.dev.arch)
@@ -264,12 +264,7 @@ pub(super) fn gemm_rows_bf16(
             (rows - used) * cols * esz,
         )?;
     }
-    let segs: Vec<(usize, usize)> = (0..e)
-        .map(|i| {
-            let s0 = if i == 0 { 0 } else { offs[i - 1] };
-            (s0, offs[i] - s0)
-        })
-        .collect();
+    let segs: Vec<(usize, usize)> = groups.iter().map(|g| (g.start, g.len())).collect();
     // SAFETY: `ab` holds rows 0..used of A and `bb` E·cols·red values, both bf16 in this
     // call's stream-ordered scratch (freed after the enqueued work); `out` holds rows·cols
     // outputs; every segment lies within 0..used; the stream is the call's.
