@@ -63,21 +63,69 @@ extern "C" __global__ void __launch_bounds__(256) mx_dequantize(
 }
 
 // Batched byte transpose: out[b][c][r] = in[b][r][c] for r<R, c<C.
-// block (32, 8), grid (ceil(C/32), ceil(R/32), batch).
+// block 256, grid (ceil(C/128), ceil(R/128), batch): one 128 x 128 tile per CTA.
+// Word path (interior tiles when R % 16 == 0, C % 4 == 0 and both bases are 16-byte
+// aligned): warp w reads rows 16w..16w+15 of the tile as 4-byte words (lane = word column,
+// so each load is 128 contiguous bytes of one row), transposes each 4 x 4 byte block in
+// registers (PRMT), and stores the words column-major into shared memory; the reads back are
+// 16-byte chunks of output rows (8 lanes = 128 contiguous output bytes). The one-byte-per-
+// thread version moved weights at ~1 TB/s (docs/perf.md run 52).
+// Shared layout of the word path: word (c, rw) of the tile (column c, rows 4rw..4rw+3) sits at
+// c * 32 + 4 * ((rw >> 2) ^ ((c >> 2) & 7)) + ((rw & 3) ^ ((c >> 5) & 3)): the 16-byte chunk
+// index and the word within it are XOR-swizzled so that the 32 lanes of a store (columns
+// 4 * lane + q, the same rw) hit 32 distinct banks and the 8 lanes of a 16-byte read (one
+// column, chunks 0..7) hit distinct chunks. Edge tiles take the byte path.
 extern "C" __global__ void __launch_bounds__(256) mx_transpose_u8(
     const mxd_u8* __restrict__ in, mxd_u8* __restrict__ out, int R, int C) {
-  __shared__ mxd_u8 tile[32][33];
-  const mxd_i64 b = blockIdx.z;
+  __shared__ __align__(16) mxd_u32 sm[128 * 33];   // word path: 128 x 32 words; byte path: [128][129] bytes
   const mxd_i64 n = (mxd_i64)R * C;
-  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
-  for (int j = threadIdx.y; j < 32; j += 8) {
-    const int r = r0 + j, c = c0 + threadIdx.x;
-    if (r < R && c < C) tile[j][threadIdx.x] = in[b * n + (mxd_i64)r * C + c];
+  const mxd_u8* src = in + (mxd_i64)blockIdx.z * n;
+  mxd_u8* dst = out + (mxd_i64)blockIdx.z * n;
+  const int c0 = blockIdx.x * 128, r0 = blockIdx.y * 128;
+  const int t = threadIdx.x;
+  const bool words = (R & 15) == 0 && (C & 3) == 0 &&
+                     (((unsigned long long)in | (unsigned long long)out) & 15) == 0 &&
+                     r0 + 128 <= R && c0 + 128 <= C;
+  if (words) {
+    const int lane = t & 31, warp = t >> 5;
+    mxd_u32 w[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      w[i] = *reinterpret_cast<const mxd_u32*>(src + (mxd_i64)(r0 + 16 * warp + i) * C + c0 + 4 * lane);
+    const int g = lane & 7, h = (lane >> 3) & 3;   // the swizzle of columns 4 * lane + q
+#pragma unroll
+    for (int blk = 0; blk < 4; ++blk) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        // byte q of rows 4blk..4blk+3 -> one word, row order low to high
+        const mxd_u32 sel = (mxd_u32)q | ((mxd_u32)(q + 4) << 4);
+        const mxd_u32 lo = __byte_perm(w[4 * blk + 0], w[4 * blk + 1], sel);
+        const mxd_u32 hi = __byte_perm(w[4 * blk + 2], w[4 * blk + 3], sel);
+        sm[(4 * lane + q) * 32 + 4 * (warp ^ g) + (blk ^ h)] = __byte_perm(lo, hi, 0x5410);
+      }
+    }
+    __syncthreads();
+    const int j = t & 7;   // 16-byte chunk of the output row: tile rows 16j..16j+15
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int c = (t >> 3) + 32 * k;
+      const int hc = (c >> 5) & 3;
+      uint4 v = *reinterpret_cast<const uint4*>(&sm[c * 32 + 4 * (j ^ ((c >> 2) & 7))]);
+      if (hc & 1) { const mxd_u32 x = v.x; v.x = v.y; v.y = x; const mxd_u32 z = v.z; v.z = v.w; v.w = z; }
+      if (hc & 2) { const mxd_u32 x = v.x; v.x = v.z; v.z = x; const mxd_u32 y = v.y; v.y = v.w; v.w = y; }
+      *reinterpret_cast<uint4*>(dst + (mxd_i64)(c0 + c) * R + r0 + 16 * j) = v;
+    }
+    return;
+  }
+  mxd_u8* tb = reinterpret_cast<mxd_u8*>(sm);
+  for (int i = t; i < 128 * 128; i += 256) {
+    const int rr = i >> 7, cc = i & 127, r = r0 + rr, c = c0 + cc;
+    if (r < R && c < C) tb[rr * 129 + cc] = src[(mxd_i64)r * C + c];
   }
   __syncthreads();
-  for (int j = threadIdx.y; j < 32; j += 8) {
-    const int c = c0 + j, r = r0 + threadIdx.x;
-    if (r < R && c < C) out[b * n + (mxd_i64)c * R + r] = tile[threadIdx.x][j];
+  for (int i = t; i < 128 * 128; i += 256) {
+    const int cc = i >> 7, rr = i & 127, r = r0 + rr, c = c0 + cc;
+    if (r < R && c < C) dst[(mxd_i64)c * R + r] = tb[rr * 129 + cc];
   }
 }
 

@@ -153,21 +153,32 @@ MX_DEV void mxq_gather(const void* base, mx_i64 row, int col, int C, mx_u32 (&w)
 }
 
 // Raw input bits of this thread's chunks (bf16 packed in pairs, f32 as bits), zeros outside.
+// Row r of tile t as both loaders see it: its element offset (row 0 of the tile when r is
+// past the valid rows, which are then not read), whether it exists, and whether whole
+// 16-byte chunks can be read (C a multiple of the chunk width, so chunks are aligned).
+struct MxqRow { mx_i64 row; bool ok, vec; };
+template <int IN_BF16> MX_DEV MxqRow mxq_row(const MxQuantParams& p, const MxqTile& t, int r) {
+  const bool ok = r < t.nvalid;
+  return {(mx_i64)(t.src0 + (ok ? r : 0)) * p.C, ok, IN_BF16 ? (p.C & 7) == 0 : (p.C & 3) == 0};
+}
+template <int IN_BF16> MX_DEV const void* mxq_chunk_ptr(const void* base, mx_i64 row, int col) {
+  return IN_BF16 ? (const void*)(reinterpret_cast<const mx_u16*>(base) + row + col)
+                 : (const void*)(reinterpret_cast<const float*>(base) + row + col);
+}
+
 template <int IN_BF16>
 MX_DEV void mxq_load(const MxQuantParams& p, const void* base, const MxqTile& t, int c0, int r, int j,
                      mx_u32 (&raw)[MxqG<IN_BF16>::NCH][4]) {
   constexpr int NCH = MxqG<IN_BF16>::NCH, CW = MxqG<IN_BF16>::CW;
   const int C = p.C;
-  const bool rowok = r < t.nvalid;
-  const mx_i64 row = (mx_i64)(t.src0 + (rowok ? r : 0)) * C;
-  const bool vec = IN_BF16 ? (C & 7) == 0 : (C & 3) == 0;
+  const MxqRow rw = mxq_row<IN_BF16>(p, t, r);
+  const mx_i64 row = rw.row;
+  const bool rowok = rw.ok;
 #pragma unroll
   for (int k = 0; k < NCH; ++k) {
     const int col = c0 + mxq_chunk_col(IN_BF16, k, j);
-    if (rowok && vec && col + CW <= C) {
-      const uint4* q = IN_BF16 ? reinterpret_cast<const uint4*>(reinterpret_cast<const mx_u16*>(base) + row + col)
-                               : reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(base) + row + col);
-      uint4 v = __ldg(q);
+    if (rowok && rw.vec && col + CW <= C) {
+      uint4 v = __ldg(reinterpret_cast<const uint4*>(mxq_chunk_ptr<IN_BF16>(base, row, col)));
       raw[k][0] = v.x; raw[k][1] = v.y; raw[k][2] = v.z; raw[k][3] = v.w;
     } else {
       // tail / unaligned: scalar loads
@@ -183,21 +194,18 @@ MX_DEV void mxq_load(const MxQuantParams& p, const void* base, const MxqTile& t,
 // directly. Only this thread reads its slots: no barrier, cp_async_wait only.
 template <int IN_BF16>
 MX_DEV void mxq_issue(const MxQuantParams& p, const void* base, const MxqTile& t, int c0, int r, int j, uint4* slot) {
-  constexpr int NCH = MxqG<IN_BF16>::NCH, CW = MxqG<IN_BF16>::CW;
+  constexpr int NCH = MxqG<IN_BF16>::NCH;
   const int C = p.C;
-  const bool rowok = r < t.nvalid;
-  const mx_i64 row = (mx_i64)(t.src0 + (rowok ? r : 0)) * C;
-  const bool vec = IN_BF16 ? (C & 7) == 0 : (C & 3) == 0;
+  const MxqRow rw = mxq_row<IN_BF16>(p, t, r);
+  const mx_i64 row = rw.row;
 #pragma unroll
   for (int k = 0; k < NCH; ++k) {
     const int col = c0 + mxq_chunk_col(IN_BF16, k, j);
     uint4* dst = slot + k * 256;
-    if (!rowok || col >= C) {
+    if (!rw.ok || col >= C) {
       cp_async16(smem_u32(dst), base, 0);
-    } else if (vec) {  // C % CW == 0 and col % CW == 0: the whole chunk is inside
-      const void* src = IN_BF16 ? (const void*)(reinterpret_cast<const mx_u16*>(base) + row + col)
-                                : (const void*)(reinterpret_cast<const float*>(base) + row + col);
-      cp_async16(smem_u32(dst), src, 16);
+    } else if (rw.vec) {  // C % CW == 0 and col % CW == 0: the whole chunk is inside
+      cp_async16(smem_u32(dst), mxq_chunk_ptr<IN_BF16>(base, row, col), 16);
     } else {
       mx_u32 w[4];
       mxq_gather<IN_BF16>(base, row, col, C, w);
@@ -732,6 +740,59 @@ MXQ_INST(mx_quantize_bf16_e4m3_as2, 1, 0, 2)
 MXQ_INST(mx_quantize_bf16_e5m2_as2, 1, 1, 2)
 #endif
 
+// Same as mx_dequantize.cu's mxd_fp8_to_f32 / mxd_bf16_rne (the reference path).
+MX_DEV float mxfq_pow2(int k) { return __int_as_float((k + 127) << 23); }
+MX_DEV float mxfq_fp8_to_f32(mx_u32 b, int fmt) {
+  const mx_u32 m7 = b & 0x7Fu;
+  float v;
+  if (fmt == 0) {
+    if (m7 == 0x7Fu) return __int_as_float(0x7FC00000);
+    const int e = (int)(m7 >> 3), m = (int)(m7 & 7u);
+    v = e ? (float)(8 + m) * mxfq_pow2(e - 10) : (float)m * mxfq_pow2(-9);
+  } else {
+    const int e = (int)(m7 >> 2), m = (int)(m7 & 3u);
+    if (e == 31) return m ? __int_as_float(0x7FC00000) : ((b & 0x80u) ? __int_as_float(0xFF800000) : __int_as_float(0x7F800000));
+    v = e ? (float)(4 + m) * mxfq_pow2(e - 17) : (float)m * mxfq_pow2(-16);
+  }
+  return (b & 0x80u) ? -v : v;
+}
+MX_DEV mx_u32 mxfq_bf16_rne(float f) {
+  mx_u32 u = (mx_u32)__float_as_int(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return ((u >> 16) | 0x40u) & 0xFFFFu;
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return u >> 16;
+}
+
+// Two FP8 bytes (bits 0..15) -> two exact FP32 values.
+template <int FMT> MX_DEV void mxfq_fp8x2_to_f32(mx_u32 q, float& lo, float& hi) {
+#if __CUDA_ARCH__ >= 890
+  mx_u32 h2;
+  const mx_u16 q16 = (mx_u16)q;
+  if (FMT == 0) asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(q16));
+  else asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h2) : "h"(q16));
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n" : "=f"(lo), "=f"(hi) : "r"(h2));
+#else  // portable build: the reference decode (exact too)
+  lo = mxfq_fp8_to_f32(q & 0xFFu, FMT);
+  hi = mxfq_fp8_to_f32((q >> 8) & 0xFFu, FMT);
+#endif
+}
+
+// Two quantized bytes (bits 0..15) with their block's scale byte sb -> their MX values as
+// two bf16 (bits 0..15, 16..31), bit-identical to mx_dequantize's bf16 output. fast (sb in
+// [THR, 253] or an all-zero block): the value is a normal FP32 with <= 4 significant bits, +-0
+// or +-Inf, so fp8 -> f32 (exact) times 2^(sb-127), truncated to bf16, is exact.
+template <int FMT> MX_DEV mx_u32 mxfq_bf16x2(mx_u32 q16, mx_u32 sb, bool fast) {
+  if (fast) {
+    float lo, hi;
+    mxfq_fp8x2_to_f32<FMT>(q16, lo, hi);
+    const float sc = __int_as_float((int)(sb << 23));
+    return __byte_perm((mx_u32)__float_as_int(lo * sc), (mx_u32)__float_as_int(hi * sc), 0x7632);
+  }
+  const float sv = mx_e8m0_to_f32(sb);
+  return mxfq_bf16_rne(mxfq_fp8_to_f32(q16 & 0xFFu, FMT) * sv) |
+         (mxfq_bf16_rne(mxfq_fp8_to_f32((q16 >> 8) & 0xFFu, FMT) * sv) << 16);
+}
+
 // ============================================================================================
 // Flat 1x32 quantizer (ROWS only, C % 32 == 0): the row-major input is then one contiguous
 // run of 32-element blocks, block b = elements 32b .. 32b+31 and scale byte b, so rows
@@ -773,7 +834,7 @@ template <int CS> MX_DEV uint4 mxqf_load1(const uint4* in, mx_i64 c, mx_i64 nchu
 }
 MX_DEV void mxqf_set(mx_u32 (&w)[4], uint4 v) { w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w; }
 
-template <int IN_BF16, int FMT, int U, int CS, int PF>
+template <int IN_BF16, int FMT, int U, int CS, int PF, int FAKE = 0>
 MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
   constexpr int CPB = IN_BF16 ? 4 : 8;  // chunks per block
   constexpr int QW = MxqG<IN_BF16>::QW;
@@ -809,6 +870,21 @@ MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
         const mx_u32 sb = mx_scale_byte<FMT, true>(am, p.mode);
         mx_u32 q[QW];
         mxq_quant_chunk<IN_BF16, FMT>(raw[u], sb, q);
+        if (FAKE) {
+          // mx_fakequant_rows_*: the chunk's MX values as bf16 at p.q (2 bytes per element)
+          constexpr mx_u32 THR = FMT == 0 ? 10u : 17u;
+          const bool fast = (sb >= THR && sb <= 253u) || am == 0u;
+          mx_u16* out = reinterpret_cast<mx_u16*>(p.q);
+          if (IN_BF16) {
+            *reinterpret_cast<uint4*>(out + 8 * c) =
+                make_uint4(mxfq_bf16x2<FMT>(q[0] & 0xFFFFu, sb, fast), mxfq_bf16x2<FMT>(q[0] >> 16, sb, fast),
+                           mxfq_bf16x2<FMT>(q[QW - 1] & 0xFFFFu, sb, fast), mxfq_bf16x2<FMT>(q[QW - 1] >> 16, sb, fast));
+          } else {
+            *reinterpret_cast<uint2*>(out + 4 * c) =
+                make_uint2(mxfq_bf16x2<FMT>(q[0] & 0xFFFFu, sb, fast), mxfq_bf16x2<FMT>(q[0] >> 16, sb, fast));
+          }
+          continue;
+        }
         if (IN_BF16) {
           uint2* dst = reinterpret_cast<uint2*>(p.q + 8 * c);
           if (CS) __stcs(dst, make_uint2(q[0], q[QW - 1])); else *dst = make_uint2(q[0], q[QW - 1]);
@@ -837,6 +913,16 @@ MXQF_INST(mx_quantize_rows_f32_e4m3, 0, 0, MXQF_U, 0, 0)
 MXQF_INST(mx_quantize_rows_bf16_e4m3, 1, 0, MXQF_U, 0, 0)
 MXQF_INST(mx_quantize_rows_f32_e5m2, 0, 1, MXQF_U, 0, 0)
 MXQF_INST(mx_quantize_rows_bf16_e5m2, 1, 1, MXQF_U, 0, 0)
+// Fake quantization along rows (the dequantize-to-BF16 forward/dgrad path with a dense
+// operand): the same blocks and bytes as mx_quantize_rows_*, written as their MX values in
+// bf16 at p.q (nblocks * 32 bf16; p.s unused, may be null), bit-identical to
+// mx_quantize_rows_* followed by mx_dequantize with bf16 output. One pass instead of two.
+#define MXQFF_INST(NAME, BF, F) \
+  extern "C" __global__ void __launch_bounds__(256, MXQF_CTAS_PER_SM) NAME(const MxQuantFlatParams p) { mx_quant_flat<BF, F, MXQF_U, 0, 0, 1>(p); }
+MXQFF_INST(mx_fakequant_rows_f32_e4m3, 0, 0)
+MXQFF_INST(mx_fakequant_rows_bf16_e4m3, 1, 0)
+MXQFF_INST(mx_fakequant_rows_f32_e5m2, 0, 1)
+MXQFF_INST(mx_fakequant_rows_bf16_e5m2, 1, 1)
 #ifdef MXQF_INSTANTIATE_VARIANTS  // harness A/B only (bench/launch.cu)
 MXQF_INST(mx_quantize_rows_u8_bf16_e4m3, 1, 0, 8, 0, 0)
 MXQF_INST(mx_quantize_rows_u8_f32_e4m3, 0, 0, 8, 0, 0)
@@ -1162,43 +1248,6 @@ struct MxFakeQuantParams {
   const int* blocks;      // [nblocks][2] = (row0, nrows)
   int R, C, mode, nblocks;
 };
-
-// Same as mx_dequantize.cu's mxd_fp8_to_f32 / mxd_bf16_rne (the reference path).
-MX_DEV float mxfq_pow2(int k) { return __int_as_float((k + 127) << 23); }
-MX_DEV float mxfq_fp8_to_f32(mx_u32 b, int fmt) {
-  const mx_u32 m7 = b & 0x7Fu;
-  float v;
-  if (fmt == 0) {
-    if (m7 == 0x7Fu) return __int_as_float(0x7FC00000);
-    const int e = (int)(m7 >> 3), m = (int)(m7 & 7u);
-    v = e ? (float)(8 + m) * mxfq_pow2(e - 10) : (float)m * mxfq_pow2(-9);
-  } else {
-    const int e = (int)(m7 >> 2), m = (int)(m7 & 3u);
-    if (e == 31) return m ? __int_as_float(0x7FC00000) : ((b & 0x80u) ? __int_as_float(0xFF800000) : __int_as_float(0x7F800000));
-    v = e ? (float)(4 + m) * mxfq_pow2(e - 17) : (float)m * mxfq_pow2(-16);
-  }
-  return (b & 0x80u) ? -v : v;
-}
-MX_DEV mx_u32 mxfq_bf16_rne(float f) {
-  mx_u32 u = (mx_u32)__float_as_int(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return ((u >> 16) | 0x40u) & 0xFFFFu;
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return u >> 16;
-}
-
-// Two FP8 bytes (bits 0..15) -> two exact FP32 values.
-template <int FMT> MX_DEV void mxfq_fp8x2_to_f32(mx_u32 q, float& lo, float& hi) {
-#if __CUDA_ARCH__ >= 890
-  mx_u32 h2;
-  const mx_u16 q16 = (mx_u16)q;
-  if (FMT == 0) asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(q16));
-  else asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h2) : "h"(q16));
-  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n" : "=f"(lo), "=f"(hi) : "r"(h2));
-#else  // portable build: the reference decode (exact too)
-  lo = mxfq_fp8_to_f32(q & 0xFFu, FMT);
-  hi = mxfq_fp8_to_f32((q >> 8) & 0xFFu, FMT);
-#endif
-}
 
 template <int IN_BF16> MX_DEV float mxfq_elem(const mx_u32* w, int i) {
   if (IN_BF16) return __int_as_float((int)((i & 1) ? (w[i >> 1] & 0xFFFF0000u) : (w[i >> 1] << 16)));

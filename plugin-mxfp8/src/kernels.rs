@@ -57,7 +57,8 @@ pub const TGEMM_STORE_STAGES: u32 = 5;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
     /// `mx_quantize_{f32,bf16}_{e4m3,e5m2}`, `mx_quantize_rows_*` (flat 1×32),
-    /// `mx_quantize_t32_bf16_*` (32×32 tiles through a TMA ring) and `mx_scales_to_f32`.
+    /// `mx_quantize_t32_bf16_*` (32×32 tiles through a TMA ring), the fake quantizers
+    /// `mx_fakequant_m32_*` / `mx_fakequant_rows_*` and `mx_scales_to_f32`.
     Quantize,
     /// `mx_dequantize` and `mx_transpose_u8`.
     Aux,
@@ -159,6 +160,7 @@ impl Unit {
                         v.push(format!("mx_quantize_{i}_{f}"));
                         v.push(format!("mx_quantize_rows_{i}_{f}"));
                         v.push(format!("mx_fakequant_m32_{i}_{f}"));
+                        v.push(format!("mx_fakequant_rows_{i}_{f}"));
                     }
                 }
                 if !is_portable(arch) {

@@ -333,6 +333,27 @@ fn bench_shape(
         Some(flops),
         gemm_bytes(rows * s.k, s.e * s.n * s.k, rows * s.n),
     );
+    // The same forward with X passed dense (quantized inside the call), as guest-sdk's
+    // GroupedLinear passes its activations.
+    let fwd_dense = || {
+        ops::grouped_gemm(
+            plugin,
+            GemmPass::Forward,
+            GemmOperand::Dense(&x),
+            GemmOperand::Mx(&qw),
+            &offs,
+            &cfg,
+        )
+        .map(drop)
+    };
+    let t = time(device, timing, fwd_dense)?;
+    push(
+        "forward X bf16 (quantized in the call) · W 32x32",
+        "forward",
+        t,
+        Some(flops),
+        gemm_bytes(2 * rows * s.k, s.e * s.n * s.k, rows * s.n),
+    );
     let dg = || {
         ops::grouped_gemm(
             plugin,

@@ -35,6 +35,7 @@ class FQP(ctypes.Structure):  # MxFakeQuantParams (mx_quantize.cu): offsets 0, 8
 
 lib = ctypes.CDLL(os.path.join(HERE, "libmxbench.so"))
 lib.mx_launch_fakequant.argtypes = [c_int, c_int, ctypes.POINTER(FQP), c_int, c_vp]
+lib.mx_launch_fakequant_rows.argtypes = [c_int, c_int, c_vp, c_vp, ctypes.c_longlong, c_int, c_vp]
 lib.mx_launch_dequantize_any.argtypes = [c_vp, c_vp, c_vp, c_int, c_int, c_i64, c_i64, c_int, c_int, c_i64, c_int, c_vp]
 lib.mx_launch_gemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
 lib.mx_launch_tgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
@@ -740,6 +741,43 @@ def check_fakequant(results):
     return ok_all
 
 
+def check_fakequant_rows(results):
+    """mx_fakequant_rows_* == the flat 1x32 quantizer (mx_quantize_rows_*) + mx_dequantize
+    (bf16), bit for bit (NaN bits included): the forward/dgrad dense-operand path."""
+    gen = torch.Generator(device=DEV); gen.manual_seed(8765)
+    ok_all, fails = True, []
+    for dtype in (torch.bfloat16, torch.float32):
+        for fmt in (0, 1):
+            for mode in (0, 1, 2):
+                for (R, C) in ((70, 256), (1000, 2880), (513, 32), (33, 96)):
+                    x = make_input((R, C), dtype, gen=gen).float()
+                    # whole blocks of specials: subnormals (reference path), zeros, a value
+                    # whose dequantized block overflows, tiny normals, signed zeros
+                    x[5, :32] = torch.randn(32, device=DEV, generator=gen) * 1e-39
+                    x[6, :32] = -0.0
+                    x[7, 1] = 3.38e38
+                    x[8, :] *= 2.0 ** -110
+                    x[9, :] *= 2.0 ** -125
+                    x[10, 3] = float("nan")
+                    x = x.to(dtype)
+                    q = quantize(x, ROWS, fmt, mode, variant=2)
+                    deq = torch.empty(R, C, dtype=torch.bfloat16, device=DEV)
+                    ck(lib.mx_launch_dequantize_any(ptr(q["qa"]), ptr(q["sa"]), ptr(deq), 1, fmt, R, C, 1, 32, C // 32, 0, None), "dequantize")
+                    o = torch.full((R, C), 0x1357, dtype=torch.int16, device=DEV).view(torch.bfloat16)
+                    ck(lib.mx_launch_fakequant_rows(1 if dtype == torch.bfloat16 else 0, fmt, ptr(x), ptr(o), R * C // 32, mode, None), "fakequant rows")
+                    torch.cuda.synchronize()
+                    oi, ri = o.view(torch.int16), deq.view(torch.int16)
+                    ok = torch.equal(oi, ri)
+                    if not ok:
+                        d = (oi != ri).nonzero()[:3].tolist()
+                        fails.append(f"dtype={dtype} fmt={fmt} mode={mode} shape={(R, C)}: first diffs {d} "
+                                     f"got {[hex(oi[i][j].item() & 0xFFFF) for i, j in d]} ref {[hex(ri[i][j].item() & 0xFFFF) for i, j in d]}")
+                        print("FAKEQUANT ROWS FAIL " + fails[-1], flush=True)
+                    ok_all &= ok
+    results.append(("fakequant rows bit-exact == flat 1x32 quantize + mx_dequantize bf16; 2 dtypes x 2 fmts x 3 modes x 4 shapes, specials", ok_all, f"{len(fails)} failing cases" if fails else ""))
+    return ok_all
+
+
 def time_fakequant(key, rows, rep, X, dY, offs_host, M, K, N):
     tbl, nb = fq_table(offs_host)
     for name, t_in, C in (("X", X, K), ("dY", dY, N)):
@@ -985,6 +1023,7 @@ def main():
         t0 = time.time()
         if FAKEQUANT_ONLY or not GEMM_ONLY:
             check_fakequant(results)
+            check_fakequant_rows(results)
         if not GEMM_ONLY and not FAKEQUANT_ONLY:
             check_quant(results)
         if not QUANT_ONLY and not FAKEQUANT_ONLY:

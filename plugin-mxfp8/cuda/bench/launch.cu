@@ -397,6 +397,19 @@ extern "C" int mx_launch_fakequant(int in_bf16, int fmt, const MxFakeQuantParams
   return (int)cudaGetLastError();
 }
 
+// Fake quantization along rows (mx_fakequant_rows_*): the flat kernel over nblocks blocks,
+// bf16 values to out, with the backend's grid rule.
+extern "C" int mx_launch_fakequant_rows(int in_bf16, int fmt, const void* in, void* out, long long nblocks, int mode, void* stream) {
+  if (nblocks <= 0) return 0;
+  MxQuantFlatParams f;
+  f.in = in; f.q = (mx_u8*)out; f.s = nullptr; f.nblocks = nblocks; f.mode = mode;
+  QuantFlatK k = in_bf16 ? (fmt ? mx_fakequant_rows_bf16_e5m2 : mx_fakequant_rows_bf16_e4m3)
+                         : (fmt ? mx_fakequant_rows_f32_e5m2 : mx_fakequant_rows_f32_e4m3);
+  const int g = mx_quant_flat_grid(nblocks, in_bf16, MXQF_U, MXQF_CTAS_PER_SM, num_sms());
+  k<<<g, 256, 0, (cudaStream_t)stream>>>(f);
+  return (int)cudaGetLastError();
+}
+
 // mx_dequantize (per element, the reference) or mx_dequantize16 (use16), batch 1, either output.
 extern "C" int mx_launch_dequantize_any(const void* q, const void* s, void* out, int out_bf16, int fmt, long long R,
                                         long long C, int rdiv, int cdiv, long long srs, int use16, void* stream) {

@@ -613,8 +613,8 @@ impl Call {
         self.launch(
             Unit::Aux,
             "mx_transpose_u8",
-            (cdiv(c, 32), cdiv(r, 32), batch),
-            (32, 8, 1),
+            (cdiv(c, 128), cdiv(r, 128), batch),
+            (256, 1, 1),
             0,
             &mut [arg(&src), arg(&dst), arg(&r32), arg(&c32)],
         )
@@ -638,34 +638,7 @@ impl Call {
         // C % 32 == 0: the tensor is one run of whole blocks; the flat kernel reads it in
         // 512-byte warp loads (docs/perf.md run 28). Otherwise the tiled kernel.
         if cols.is_multiple_of(32) && x.is_multiple_of(16) && q.is_multiple_of(8) {
-            let nblocks = rows * (cols / 32);
-            if nblocks == 0 {
-                return Ok(());
-            }
-            let p = QuantFlatParams {
-                inp: x,
-                q,
-                s,
-                nblocks: nblocks as i64,
-                mode,
-            };
-            let grid = quant_flat_grid(
-                nblocks * if in_bf16 { 4 } else { 8 },
-                QUANT_FLAT_CTAS_PER_SM * self.dev.sms as usize,
-            );
-            let name = format!(
-                "mx_quantize_rows_{}_{}",
-                if in_bf16 { "bf16" } else { "f32" },
-                if fmt == 0 { "e4m3" } else { "e5m2" }
-            );
-            return self.launch(
-                Unit::Quantize,
-                &name,
-                (grid, 1, 1),
-                (256, 1, 1),
-                0,
-                &mut [arg(&p)],
-            );
+            return self.flat_rows(x, in_bf16, rows * (cols / 32), fmt, mode, (q, s), false);
         }
         let chunk = GRID_YZ_MAX * 32;
         let cb = cdiv(cols, 32);
@@ -686,6 +659,75 @@ impl Call {
             r0 += n;
         }
         Ok(())
+    }
+
+    /// The flat 1×32 kernel over `nblocks` 32-element blocks of a row-major tensor whose
+    /// last axis is a multiple of 32: `mx_quantize_rows_*` into FP8 `q` and scales `s`, or
+    /// (`fake`) `mx_fakequant_rows_*`, the same blocks as their MX values in bf16 at `q`.
+    #[allow(clippy::too_many_arguments)]
+    fn flat_rows(
+        &self,
+        x: u64,
+        in_bf16: bool,
+        nblocks: usize,
+        fmt: u8,
+        mode: i32,
+        (q, s): (u64, u64),
+        fake: bool,
+    ) -> PluginResult<()> {
+        if nblocks == 0 {
+            return Ok(());
+        }
+        let p = QuantFlatParams {
+            inp: x,
+            q,
+            s,
+            nblocks: nblocks as i64,
+            mode,
+        };
+        let grid = quant_flat_grid(
+            nblocks * if in_bf16 { 4 } else { 8 },
+            QUANT_FLAT_CTAS_PER_SM * self.dev.sms as usize,
+        );
+        let name = format!(
+            "mx_{}_rows_{}_{}",
+            if fake { "fakequant" } else { "quantize" },
+            if in_bf16 { "bf16" } else { "f32" },
+            if fmt == 0 { "e4m3" } else { "e5m2" }
+        );
+        self.launch(
+            Unit::Quantize,
+            &name,
+            (grid, 1, 1),
+            (256, 1, 1),
+            0,
+            &mut [arg(&p)],
+        )
+    }
+
+    /// `[rows][cols]` dense values → their MX values (1×32 blocks along the last axis) as
+    /// bf16 in `out`, in one pass: bit-identical to `quant_rows` then `mx_dequantize`.
+    /// Ok(false) when the flat kernel cannot take the tensor (cols % 32 != 0, or a base not
+    /// 16-byte aligned); the caller then quantizes and expands in two passes.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fakequant_rows(
+        &self,
+        x: u64,
+        in_bf16: bool,
+        rows: usize,
+        cols: usize,
+        fmt: u8,
+        mode: i32,
+        out: u64,
+    ) -> PluginResult<bool> {
+        if !(cols.is_multiple_of(32) && x.is_multiple_of(16) && out.is_multiple_of(16)) {
+            return Ok(false);
+        }
+        if gemm_trace() {
+            eprintln!("mxhost-mxfp8: fake-quantize {rows} x {cols} to bf16 with mx_fakequant_rows (one pass)");
+        }
+        self.flat_rows(x, in_bf16, rows * (cols / 32), fmt, mode, (out, 0), true)?;
+        Ok(true)
     }
 }
 
@@ -812,10 +854,44 @@ impl Backend for CudaBackend {
 
 /// A-side operand ready for the GEMM: FP8 `[rows][red]` (K-major) and E8M0 scales
 /// `[rows][ceil(red/32)]`.
+#[derive(Clone, Copy)]
 struct AMat {
     q: u64,
     s: u64,
     fmt: u8,
+}
+
+/// The A operand of forward/dgrad as the caller passed it: pre-quantized (1×32 along the
+/// reduction), or dense values to quantize with the call's format and scale mode.
+enum RowsA {
+    Mx(AMat),
+    Dense {
+        x: u64,
+        in_bf16: bool,
+        fmt: u8,
+        mode: i32,
+    },
+}
+
+impl RowsA {
+    /// The FP8 operand the kernels read: as passed, or the first `rows` rows of the dense
+    /// values quantized 1×32 along `red` into this call's scratch.
+    fn quantized(&self, call: &mut Call, rows: usize, red: usize) -> PluginResult<AMat> {
+        match *self {
+            RowsA::Mx(a) => Ok(a),
+            RowsA::Dense {
+                x,
+                in_bf16,
+                fmt,
+                mode,
+            } => {
+                let q = call.alloc(rows * red)?;
+                let s = call.alloc(rows * cdiv(red, 32))?;
+                call.quant_rows(x, in_bf16, rows, red, fmt, mode, q, s)?;
+                Ok(AMat { q, s, fmt })
+            }
+        }
+    }
 }
 
 /// B-side operand: FP8 `[E][cols][red]` (K-major) and E8M0 scales read as
@@ -887,28 +963,18 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             }
             // ---- A: [rows][red], 1×32 along red ----
             let a = match &args.a {
-                OperandArg::Dense(t) => {
-                    let fmt = fmt_code(dense_fmt()?);
-                    let q = call.alloc(rows * red)?;
-                    let s = call.alloc(rows * cdiv(red, 32))?;
-                    call.quant_rows(
-                        ptr(t),
-                        t.dtype == DType::Bf16,
-                        rows,
-                        red,
-                        fmt,
-                        dense_mode()?,
-                        q,
-                        s,
-                    )?;
-                    AMat { q, s, fmt }
-                }
+                OperandArg::Dense(t) => RowsA::Dense {
+                    x: ptr(t),
+                    in_bf16: t.dtype == DType::Bf16,
+                    fmt: fmt_code(dense_fmt()?),
+                    mode: dense_mode()?,
+                },
                 OperandArg::Mx(m) => match Blocking::from_abi(m.block) {
-                    Some(Blocking::Vector { axis: 1 }) => AMat {
+                    Some(Blocking::Vector { axis: 1 }) => RowsA::Mx(AMat {
                         q: ptr(&m.data),
                         s: ptr(&m.scales),
                         fmt: fmt_code(m.format),
-                    },
+                    }),
                     _ => {
                         return Err(unsupported_layout(
                             pass_name,
@@ -944,10 +1010,25 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                         dequantize_into(call, m, t, true)?;
                         Bf16Weight::StoredRedMajor(t)
                     }
+                    OperandArg::Dense(w)
+                        if !args.weight_blocks_2d && stored_is_kmajor(args, fwd) =>
+                    {
+                        // 1×32 along the stored last axis (the reduction): fake-quantized
+                        // to bf16 in one pass where the flat kernel takes it.
+                        let t = call.alloc(e * cols * red * 2)?;
+                        let (fmt, mode) = (fmt_code(dense_fmt()?), dense_mode()?);
+                        let bf = w.dtype == DType::Bf16;
+                        if call.fakequant_rows(ptr(w), bf, e * cols, red, fmt, mode, t)? {
+                            Bf16Weight::KMajor(t)
+                        } else {
+                            Bf16Weight::Fp8(weights(call, args, fwd, cols, red, e)?)
+                        }
+                    }
                     _ => Bf16Weight::Fp8(weights(call, args, fwd, cols, red, e)?),
                 };
                 return gemm_rows_bf16(call, &a, &b, out, &groups, rows, cols, red, out_bf16);
             }
+            let a = a.quantized(call, rows, red)?;
             let b = weights(call, args, fwd, cols, red, e)?;
             let offs_dev = offsets_on_device(call, args)?;
             gemm_rows(call, &a, &b, out, offs_dev, e, rows, cols, red, out_bf16)

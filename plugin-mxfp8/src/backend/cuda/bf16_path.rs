@@ -179,6 +179,8 @@ pub(super) enum Bf16Weight {
     Fp8(BMat),
     /// Already bf16, as stored: `[E][red][cols]`.
     StoredRedMajor(u64),
+    /// Already bf16, K-major: `[E][cols][red]` (a dense weight fake-quantized).
+    KMajor(u64),
 }
 
 /// The dequantize-to-BF16 GEMMs need cuBLAS (the portable build has no other): Ok, or
@@ -202,7 +204,7 @@ pub(super) fn need_cublas() -> PluginResult<()> {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn gemm_rows_bf16(
     call: &mut Call,
-    a: &AMat,
+    a: &RowsA,
     b: &Bf16Weight,
     out: &TensorArg,
     groups: &[std::ops::Range<usize>],
@@ -226,19 +228,33 @@ pub(super) fn gemm_rows_bf16(
         );
     }
     let ab = call.alloc(used * red * 2)?;
-    let a_layout = DequantLayout {
-        batch: 1,
-        r: used,
-        c: red,
-        rdiv: 1,
-        cdiv: 32,
-        srs: cdiv(red, 32),
-        scs: 1,
-        sbs: 0,
+    // Dense values: fake-quantized in one pass where the flat kernel takes them.
+    let expanded = match *a {
+        RowsA::Dense {
+            x,
+            in_bf16,
+            fmt,
+            mode,
+        } => call.fakequant_rows(x, in_bf16, used, red, fmt, mode, ab)?,
+        RowsA::Mx(_) => false,
     };
-    call.dequant(a.q, a.s, a.fmt, &a_layout, ab, true)?;
+    if !expanded {
+        let a = a.quantized(call, used, red)?;
+        let a_layout = DequantLayout {
+            batch: 1,
+            r: used,
+            c: red,
+            rdiv: 1,
+            cdiv: 32,
+            srs: cdiv(red, 32),
+            scs: 1,
+            sbs: 0,
+        };
+        call.dequant(a.q, a.s, a.fmt, &a_layout, ab, true)?;
+    }
     let (bb, b_red_major) = match *b {
         Bf16Weight::StoredRedMajor(t) => (t, true),
+        Bf16Weight::KMajor(t) => (t, false),
         Bf16Weight::Fp8(ref b) => {
             // B's scale of (expert, column c, reduction index j) is s[e·ise + (c or
             // c/32)·isc + (j/32)·isr] (weights()).
