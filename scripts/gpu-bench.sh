@@ -33,7 +33,7 @@ grep -E "kernel family|FAIL|passed|failed" "$out/selftest.txt" | tail -6
 echo "== selftest, forward/dgrad forced onto dequantize-to-BF16 + cuBLAS (MXHOST_MX_FWD_DGRAD=bf16; auto takes it for large experts only), outputs poisoned"
 MXHOST_MX_FWD_DGRAD=bf16 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
     dist/mxhost selftest --device cuda --quick --shapes a >>"$out/selftest.txt" 2>"$trace"
-echo "fwd/dgrad-bf16 selftest rc=$?; tgemm launches: $(grep -c mx_tgemm "$trace"), forward/dgrad via bf16: $(grep -c 'rows GEMM' "$trace")" | tee -a "$out/selftest.txt"
+echo "fwd/dgrad-bf16 selftest rc=$?; tgemm launches: $(grep -c mx_tgemm "$trace"), forward/dgrad via bf16: $(grep -c 'rows GEMM' "$trace"), dense operands fake-quantized in one pass: $(grep -c 'mx_fakequant_rows' "$trace")" | tee -a "$out/selftest.txt"
 grep -E "FAIL|checks," "$out/selftest.txt" | tail -2
 echo "== selftest, plugin bf16 (cuBLAS vs CPU), outputs poisoned"
 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 120 dist/mxhost selftest --device cuda --quick \
@@ -51,7 +51,7 @@ if [ -z "${NO_PORTABLE:-}" ]; then
     MXHOST_MX_PORTABLE=$parch MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
         dist/mxhost selftest --device cuda --quick >>"$out/selftest.txt" 2>"$trace"
     rc=$?
-    echo "portable selftest rc=$rc; tgemm launches: $(grep -c mx_tgemm "$trace"), cp.async launches: $(grep -c 'mx_gemm_' "$trace"), forward/dgrad via bf16: $(grep -c 'rows GEMM' "$trace")" | tee -a "$out/selftest.txt"
+    echo "portable selftest rc=$rc; tgemm launches: $(grep -c mx_tgemm "$trace"), cp.async launches: $(grep -c 'mx_gemm_' "$trace"), forward/dgrad via bf16: $(grep -c 'rows GEMM' "$trace"), fake-quantized in one pass: $(grep -c 'mx_fakequant_rows' "$trace")" | tee -a "$out/selftest.txt"
     grep -E "kernel family|FAIL|checks," "$out/selftest.txt" | tail -3
 fi
 echo "== bench_peers.py"
