@@ -1208,18 +1208,19 @@ MXQ_INST_LEGACY(mx_quantize_bf16_e5m2_legacy, 1, 1)
 #endif  // MXQ_INSTANTIATE_LEGACY
 
 // E8M0 bytes -> FP32 scale table for the GEMM, with relayout and zero padding:
-//   out[e*ose + (c/4)*ocg + r*osr + c%4] = (r < R && c < C) ? 2^(in[e*ise + r*isr + c*isc] - 127) : 0
-// for r < Rp, c < Cp (Cp a multiple of 4). Row-major: ocg = 4; the GEMM's A-scale table
+//   out[e*ose + (c/4)*ocg + r*osr + c%4] = (r < R && c < C) ? 2^(in[e*ise + (r/rdv)*isr + c*isc] - 127) : 0
+// for r < Rp, c < Cp (Cp a multiple of 4). rdv = 32 expands an A operand quantized in 32x32
+// tiles (scales [R/32][C]) into the per-row table the GEMM reads; otherwise 1. Row-major: ocg = 4; the GEMM's A-scale table
 // is "stage-major": osr = 4, ocg = 4*Rp. grid: x = ceil(Rp*Cp/256), y = batch; block 256.
 extern "C" __global__ void __launch_bounds__(256) mx_scales_to_f32(
     const mx_u8* __restrict__ in, mx_i64 ise, mx_i64 isr, mx_i64 isc,
-    float* __restrict__ out, mx_i64 ose, mx_i64 osr, mx_i64 ocg, int R, int C, int Rp, int Cp) {
+    float* __restrict__ out, mx_i64 ose, mx_i64 osr, mx_i64 ocg, int R, int C, int Rp, int Cp, int rdv) {
   mx_i64 i = (mx_i64)blockIdx.x * 256 + threadIdx.x;
   if (i >= (mx_i64)Rp * Cp) return;
   int r = (int)(i / Cp), c = (int)(i % Cp);
   int e = blockIdx.y;
   float v = 0.f;
-  if (r < R && c < C) v = mx_e8m0_to_f32(in[e * ise + r * isr + c * isc]);
+  if (r < R && c < C) v = mx_e8m0_to_f32(in[e * ise + (mx_i64)(r / rdv) * isr + c * isc]);
   out[e * ose + (mx_i64)(c >> 2) * ocg + r * osr + (c & 3)] = v;
 }
 

@@ -354,6 +354,27 @@ fn bench_shape(
         Some(flops),
         gemm_bytes(2 * rows * s.k, s.e * s.n * s.k, rows * s.n),
     );
+    let qx_tile = q(&x, BlockLayout::tile())?;
+    let fwd_tile = || {
+        ops::grouped_gemm(
+            plugin,
+            GemmPass::Forward,
+            GemmOperand::Mx(&qx_tile),
+            GemmOperand::Mx(&qw),
+            &offs,
+            &cfg,
+        )
+        .map(drop)
+    };
+    let t = time(device, timing, fwd_tile)?;
+    push(
+        "forward X 32x32 · W 32x32 (pre-quantized)",
+        "forward",
+        t,
+        Some(flops),
+        gemm_bytes(rows * s.k, s.e * s.n * s.k, rows * s.n),
+    );
+    drop(qx_tile);
     let dg = || {
         ops::grouped_gemm(
             plugin,
@@ -477,6 +498,39 @@ fn bench_shape(
         Some(3.0 * flops),
         0.0,
     );
+    // The same step with X and dY in 32×32 tiles: one quantized copy per tensor serves both
+    // GEMMs that read it (forward + wgrad, dgrad + wgrad); coarser scales, less work.
+    let step_tiles = || -> OpResult<()> {
+        let qx = q(&x, BlockLayout::tile())?;
+        let (qw, qw_t) = qwt(&w)?;
+        let qdy = q(&dy, BlockLayout::tile())?;
+        for (pass, a, b, c) in [
+            (GemmPass::Forward, &qx, &qw, &cfg),
+            (GemmPass::Dgrad, &qdy, &qw_t, &cfg_kn),
+            (GemmPass::Wgrad, &qdy, &qx, &cfg),
+        ] {
+            ops::grouped_gemm(
+                plugin,
+                pass,
+                GemmOperand::Mx(a),
+                GemmOperand::Mx(b),
+                &offs,
+                c,
+            )?;
+        }
+        Ok(())
+    };
+    match time(device, timing, step_tiles) {
+        Ok(t) => push(
+            "training step, X and dY in 32x32 tiles (one copy each)",
+            "step",
+            t,
+            Some(3.0 * flops),
+            0.0,
+        ),
+        // wgrad on the FP8 kernel (MXHOST_MX_WGRAD=fp8) takes 1×32 along M only.
+        Err(e) => eprintln!("mxhost bench: step with 32x32 activations skipped: {e:#}"),
+    }
     Ok(out)
 }
 

@@ -423,7 +423,7 @@ impl Ctx {
         // Pre-quantized operands: quantized once on the CPU, the same bytes on both sides.
         let (a_blk, b_blk) = match g.pass {
             GemmPass::Forward | GemmPass::Dgrad => (
-                BlockLayout::vector(1),
+                g.a_block.unwrap_or(BlockLayout::vector(1)),
                 if g.w2d {
                     BlockLayout::tile()
                 } else {
@@ -655,6 +655,8 @@ struct GemmCase {
     seed: u64,
     /// wgrad with `mx`: X's block layout (default 1×32 along M).
     wgrad_x_block: Option<BlockLayout>,
+    /// forward/dgrad with `mx`: A's block layout (default 1×32 along its last axis).
+    a_block: Option<BlockLayout>,
     /// With `mx`: only A pre-quantized, B dense (quantized in the call).
     dense_b: bool,
 }
@@ -677,6 +679,7 @@ impl GemmCase {
             expect_unsupported: false,
             seed: 7,
             wgrad_x_block: None,
+            a_block: None,
             dense_b: false,
         }
     }
@@ -853,6 +856,15 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
         g.out = DType::Bf16;
         g.pad_rows = 3;
         ctx.gemm_case("odd experts", &g);
+        if pass != GemmPass::Wgrad {
+            // X / dY pre-quantized in 32×32 tiles (the copy that also serves wgrad); the
+            // tiles straddle expert boundaries, each row keeps its tile's scale.
+            let mut g = GemmCase::new(pass, odd.clone(), 2880, 208);
+            g.mx = true;
+            g.pad_rows = 11;
+            g.a_block = Some(BlockLayout::tile());
+            ctx.gemm_case("A in 32x32 tiles", &g);
+        }
         let mut g = GemmCase::new(pass, vec![64, 64, 0], 256, 128);
         g.format = MxFormat::E5m2;
         ctx.gemm_case("small", &g);

@@ -560,7 +560,7 @@ impl Call {
         &mut self,
         s: u64,
         ise: i64,
-        isr: i64,
+        (isr, rdv): (i64, i32),
         isc: i64,
         r: usize,
         c: usize,
@@ -602,6 +602,7 @@ impl Call {
                 arg(&c),
                 arg(&rp32),
                 arg(&cp32),
+                arg(&rdv),
             ],
         )?;
         Ok(out)
@@ -859,6 +860,8 @@ struct AMat {
     q: u64,
     s: u64,
     fmt: u8,
+    /// Rows per scale row: 1 (1×32 blocks along the reduction), 32 (32×32 tiles).
+    rdiv: i32,
 }
 
 /// The A operand of forward/dgrad as the caller passed it: pre-quantized (1×32 along the
@@ -888,7 +891,7 @@ impl RowsA {
                 let q = call.alloc(rows * red)?;
                 let s = call.alloc(rows * cdiv(red, 32))?;
                 call.quant_rows(x, in_bf16, rows, red, fmt, mode, q, s)?;
-                Ok(AMat { q, s, fmt })
+                Ok(AMat { q, s, fmt, rdiv: 1 })
             }
         }
     }
@@ -969,18 +972,21 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     fmt: fmt_code(dense_fmt()?),
                     mode: dense_mode()?,
                 },
+                // 1×32 along the reduction, or 32×32 tiles (scales [rows/32][red/32]: the
+                // same per-row scale for 32 rows, expanded where the GEMM reads it).
                 OperandArg::Mx(m) => match Blocking::from_abi(m.block) {
-                    Some(Blocking::Vector { axis: 1 }) => RowsA::Mx(AMat {
+                    Some(b @ (Blocking::Vector { axis: 1 } | Blocking::Tile)) => RowsA::Mx(AMat {
                         q: ptr(&m.data),
                         s: ptr(&m.scales),
                         fmt: fmt_code(m.format),
+                        rdiv: if b == Blocking::Tile { 32 } else { 1 },
                     }),
                     _ => {
                         return Err(unsupported_layout(
                             pass_name,
                             if fwd { "X" } else { "dY" },
                             m,
-                            "1×32 blocks along its last axis",
+                            "1×32 blocks along its last axis or 32×32 tiles",
                         ))
                     }
                 },
@@ -1241,14 +1247,14 @@ fn gemm_rows(
 ) -> PluginResult<()> {
     let kb = cdiv(red, 32);
     let kb4 = rup(kb, 4);
-    let sa = call.scales_f32(a.s, 0, kb as i64, 1, rows, kb, rows, kb4, 1, true)?;
+    let sa = call.scales_f32(a.s, 0, (kb as i64, a.rdiv), 1, rows, kb, rows, kb4, 1, true)?;
     let ldsb = if b.w2d {
         rup(cdiv(cols, 32), 4)
     } else {
         rup(cols, 128)
     };
     let c = if b.w2d { cdiv(cols, 32) } else { cols };
-    let sb = call.scales_f32(b.s, b.ise, b.isr, b.isc, kb, c, kb4, ldsb, e, false)?;
+    let sb = call.scales_f32(b.s, b.ise, (b.isr, 1), b.isc, kb, c, kb4, ldsb, e, false)?;
     let p = GemmParams {
         a: a.q,
         lda: red as i64,
@@ -1720,9 +1726,9 @@ fn wgrad_gemm(
         (true, _, true) => (xq, dyq, k, n, 0),
         (true, _, false) => (dyq, xq, n, k, 1),
     };
-    let sa = call.scales_f32(a.1, 0, mp as i64, 1, pr, mp, pr, mp, 1, true)?;
+    let sa = call.scales_f32(a.1, 0, (mp as i64, 1), 1, pr, mp, pr, mp, 1, true)?;
     let qp = rup(qc, 128);
-    let sb = call.scales_f32(b.1, 0, 1, mp as i64, mp, qc, mp, qp, 1, false)?;
+    let sb = call.scales_f32(b.1, 0, (1, 1), mp as i64, mp, qc, mp, qp, 1, false)?;
     let (ldo, o_es) = if out_t == 1 {
         (pr as i64, (qc * pr) as i64)
     } else {

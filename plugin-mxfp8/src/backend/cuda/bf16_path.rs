@@ -244,7 +244,7 @@ pub(super) fn gemm_rows_bf16(
             batch: 1,
             r: used,
             c: red,
-            rdiv: 1,
+            rdiv: a.rdiv,
             cdiv: 32,
             srs: cdiv(red, 32),
             scs: 1,
