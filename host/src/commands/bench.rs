@@ -242,6 +242,7 @@ fn bench_shape(
     timing: Timing,
     peers: &Peers,
 ) -> anyhow::Result<Vec<Row>> {
+    use GemmOperand::{Dense, Mx};
     let rows = s.e * s.m;
     let offs: Vec<i32> = (1..=s.e).map(|i| (i * s.m) as i32).collect();
     let x = random_bf16(device, &[rows, s.k], 1)?;
@@ -314,106 +315,55 @@ fn bench_shape(
         wb * 2.0 + 2.0 * (wb + wb / 1024.0),
     );
     let gemm_bytes = |a: u64, b: u64, o: u64| (a + b) as f64 + 2.0 * o as f64;
-    let fwd = || {
-        ops::grouped_gemm(
-            plugin,
-            GemmPass::Forward,
-            GemmOperand::Mx(&qx),
-            GemmOperand::Mx(&qw),
-            &offs,
-            &cfg,
-        )
-        .map(drop)
+    let gemm = |pass, a: GemmOperand<'_>, b: GemmOperand<'_>, c: &GemmConfig| {
+        ops::grouped_gemm(plugin, pass, a, b, &offs, c).map(drop)
     };
-    let t = time(device, timing, fwd)?;
-    push(
+    // One timed GEMM row: label, the peer pass it is compared with, the call, its FLOP
+    // and bytes.
+    let mut gemm_row = |label: &str,
+                        pass: &str,
+                        f: &mut dyn FnMut() -> OpResult<()>,
+                        (fl, bytes): (f64, f64)|
+     -> anyhow::Result<()> {
+        let t = time(device, timing, f)?;
+        push(label, pass, t, Some(fl), bytes);
+        Ok(())
+    };
+    gemm_row(
         "forward X 1x32 · W 32x32 (pre-quantized)",
         "forward",
-        t,
-        Some(flops),
-        gemm_bytes(rows * s.k, s.e * s.n * s.k, rows * s.n),
-    );
-    let dg = || {
-        ops::grouped_gemm(
-            plugin,
-            GemmPass::Dgrad,
-            GemmOperand::Mx(&qdy),
-            GemmOperand::Mx(&qw),
-            &offs,
-            &cfg,
-        )
-        .map(drop)
-    };
-    let t = time(device, timing, dg)?;
-    push(
+        &mut || gemm(GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
+        (flops, gemm_bytes(rows * s.k, s.e * s.n * s.k, rows * s.n)),
+    )?;
+    gemm_row(
         "dgrad dY 1x32 · W 32x32 [E,N,K] (re-laid out in the call)",
         "dgrad",
-        t,
-        Some(flops),
-        gemm_bytes(rows * s.n, s.e * s.n * s.k, rows * s.k),
-    );
-    let dg_t = || {
-        ops::grouped_gemm(
-            plugin,
-            GemmPass::Dgrad,
-            GemmOperand::Mx(&qdy),
-            GemmOperand::Mx(&qw_t),
-            &offs,
-            &cfg_kn,
-        )
-        .map(drop)
-    };
-    let t = time(device, timing, dg_t)?;
-    push(
+        &mut || gemm(GemmPass::Dgrad, Mx(&qdy), Mx(&qw), &cfg),
+        (flops, gemm_bytes(rows * s.n, s.e * s.n * s.k, rows * s.k)),
+    )?;
+    gemm_row(
         "dgrad dY 1x32 · W 32x32 [E,K,N] (transposed copy)",
         "dgrad",
-        t,
-        Some(flops),
-        gemm_bytes(rows * s.n, s.e * s.n * s.k, rows * s.k),
-    );
-    let wg = || {
-        ops::grouped_gemm(
-            plugin,
-            GemmPass::Wgrad,
-            GemmOperand::Dense(&dy),
-            GemmOperand::Dense(&x),
-            &offs,
-            &cfg,
-        )
-        .map(drop)
-    };
-    let t = time(device, timing, wg)?;
-    push(
+        &mut || gemm(GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), &cfg_kn),
+        (flops, gemm_bytes(rows * s.n, s.e * s.n * s.k, rows * s.k)),
+    )?;
+    gemm_row(
         "wgrad dY·X 1x32 on M (quantized in the call)",
         "wgrad",
-        t,
-        Some(flops),
-        gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k),
-    );
+        &mut || gemm(GemmPass::Wgrad, Dense(&dy), Dense(&x), &cfg),
+        (flops, gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k)),
+    )?;
     // wgrad with X in 32×32 tiles (one copy serves forward and wgrad) and dY 1×32 along M,
     // both pre-quantized.
     let (qdy_m, qx_tile) = (q(&dy, BlockLayout::vector(0))?, q(&x, BlockLayout::tile())?);
-    let wg2 = || {
-        ops::grouped_gemm(
-            plugin,
-            GemmPass::Wgrad,
-            GemmOperand::Mx(&qdy_m),
-            GemmOperand::Mx(&qx_tile),
-            &offs,
-            &cfg,
-        )
-        .map(drop)
-    };
-    match time(device, timing, wg2) {
-        Ok(t) => push(
-            "wgrad dY 1x32 on M · X 32x32 (pre-quantized)",
-            "wgrad",
-            t,
-            Some(flops),
-            gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k),
-        ),
-        // The FP8 kernel (MXHOST_MX_WGRAD=fp8) does not take 32×32 X: say so, go on.
-        Err(e) => eprintln!("mxhost bench: wgrad with X 32x32 skipped: {e:#}"),
+    // The FP8 kernel (MXHOST_MX_WGRAD=fp8) does not take 32×32 X: say so, go on.
+    if let Err(e) = gemm_row(
+        "wgrad dY 1x32 on M · X 32x32 (pre-quantized)",
+        "wgrad",
+        &mut || gemm(GemmPass::Wgrad, Mx(&qdy_m), Mx(&qx_tile), &cfg),
+        (flops, gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k)),
+    ) {
+        eprintln!("mxhost bench: wgrad with X 32x32 skipped: {e:#}");
     }
     drop((qdy_m, qx_tile));
     // One training step of a grouped linear with the default recipe, as a guest would
@@ -425,81 +375,41 @@ fn bench_shape(
         let (qw, qw_t) = qwt(&w)?;
         let qdy = q(&dy, BlockLayout::vector(1))?;
         for (pass, a, b, c) in [
-            (
-                GemmPass::Forward,
-                GemmOperand::Mx(&qx),
-                GemmOperand::Mx(&qw),
-                &cfg,
-            ),
-            (
-                GemmPass::Dgrad,
-                GemmOperand::Mx(&qdy),
-                GemmOperand::Mx(&qw_t),
-                &cfg_kn,
-            ),
-            (
-                GemmPass::Wgrad,
-                GemmOperand::Dense(&dy),
-                GemmOperand::Dense(&x),
-                &cfg,
-            ),
+            (GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
+            (GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), &cfg_kn),
+            (GemmPass::Wgrad, Dense(&dy), Dense(&x), &cfg),
         ] {
             ops::grouped_gemm(plugin, pass, a, b, &offs, c)?;
         }
         Ok(())
     };
-    let t = time(device, timing, step)?;
-    push(
+    gemm_row(
         "training step: 3 GEMMs + all quantization (bf16 in)",
         "step",
-        t,
-        Some(3.0 * flops),
-        0.0,
-    );
+        &mut { step },
+        (3.0 * flops, 0.0),
+    )?;
     // Rows added in runs 53–54 come after the default step: rows measured later in a
     // shape's sequence read slower (docs/perf.md run 54), so new rows go last and leave the
     // positions of the rows earlier runs compare unchanged.
     // The same forward with X passed dense (quantized inside the call), as guest-sdk's
     // GroupedLinear passes its activations.
-    let fwd_dense = || {
-        ops::grouped_gemm(
-            plugin,
-            GemmPass::Forward,
-            GemmOperand::Dense(&x),
-            GemmOperand::Mx(&qw),
-            &offs,
-            &cfg,
-        )
-        .map(drop)
-    };
-    let t = time(device, timing, fwd_dense)?;
-    push(
+    gemm_row(
         "forward X bf16 (quantized in the call) · W 32x32",
         "forward",
-        t,
-        Some(flops),
-        gemm_bytes(2 * rows * s.k, s.e * s.n * s.k, rows * s.n),
-    );
+        &mut || gemm(GemmPass::Forward, Dense(&x), Mx(&qw), &cfg),
+        (
+            flops,
+            gemm_bytes(2 * rows * s.k, s.e * s.n * s.k, rows * s.n),
+        ),
+    )?;
     let qx_tile = q(&x, BlockLayout::tile())?;
-    let fwd_tile = || {
-        ops::grouped_gemm(
-            plugin,
-            GemmPass::Forward,
-            GemmOperand::Mx(&qx_tile),
-            GemmOperand::Mx(&qw),
-            &offs,
-            &cfg,
-        )
-        .map(drop)
-    };
-    let t = time(device, timing, fwd_tile)?;
-    push(
+    gemm_row(
         "forward X 32x32 · W 32x32 (pre-quantized)",
         "forward",
-        t,
-        Some(flops),
-        gemm_bytes(rows * s.k, s.e * s.n * s.k, rows * s.n),
-    );
+        &mut || gemm(GemmPass::Forward, Mx(&qx_tile), Mx(&qw), &cfg),
+        (flops, gemm_bytes(rows * s.k, s.e * s.n * s.k, rows * s.n)),
+    )?;
     drop(qx_tile);
     // The same step with X and dY in 32×32 tiles: one quantized copy per tensor serves both
     // GEMMs that read it (forward + wgrad, dgrad + wgrad); coarser scales, less work.
@@ -512,27 +422,18 @@ fn bench_shape(
             (GemmPass::Dgrad, &qdy, &qw_t, &cfg_kn),
             (GemmPass::Wgrad, &qdy, &qx, &cfg),
         ] {
-            ops::grouped_gemm(
-                plugin,
-                pass,
-                GemmOperand::Mx(a),
-                GemmOperand::Mx(b),
-                &offs,
-                c,
-            )?;
+            ops::grouped_gemm(plugin, pass, Mx(a), Mx(b), &offs, c)?;
         }
         Ok(())
     };
-    match time(device, timing, step_tiles) {
-        Ok(t) => push(
-            "training step, X and dY in 32x32 tiles (one copy each)",
-            "step",
-            t,
-            Some(3.0 * flops),
-            0.0,
-        ),
-        // wgrad on the FP8 kernel (MXHOST_MX_WGRAD=fp8) takes 1×32 along M only.
-        Err(e) => eprintln!("mxhost bench: step with 32x32 activations skipped: {e:#}"),
+    // wgrad on the FP8 kernel (MXHOST_MX_WGRAD=fp8) takes 1×32 along M only.
+    if let Err(e) = gemm_row(
+        "training step, X and dY in 32x32 tiles (one copy each)",
+        "step",
+        &mut { step_tiles },
+        (3.0 * flops, 0.0),
+    ) {
+        eprintln!("mxhost bench: step with 32x32 activations skipped: {e:#}");
     }
     Ok(out)
 }
