@@ -854,7 +854,7 @@ impl Backend for CudaBackend {
 }
 
 /// A-side operand ready for the GEMM: FP8 `[rows][red]` (K-major) and E8M0 scales
-/// `[rows][ceil(red/32)]`.
+/// `[ceil(rows/rdiv)][ceil(red/32)]`.
 #[derive(Clone, Copy)]
 struct AMat {
     q: u64,
@@ -865,7 +865,8 @@ struct AMat {
 }
 
 /// The A operand of forward/dgrad as the caller passed it: pre-quantized (1×32 along the
-/// reduction), or dense values to quantize with the call's format and scale mode.
+/// reduction or 32×32 tiles), or dense values to quantize with the call's format and
+/// scale mode.
 enum RowsA {
     Mx(AMat),
     Dense {
@@ -964,7 +965,7 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     "CUDA backend: {pass_name} needs an even number of output columns (the epilogue stores pairs); got {cols}. Use --device cpu for this shape"
                 )));
             }
-            // ---- A: [rows][red], 1×32 along red ----
+            // ---- A: [rows][red], 1×32 along red or 32×32 tiles ----
             let a = match &args.a {
                 OperandArg::Dense(t) => RowsA::Dense {
                     x: ptr(t),
@@ -1016,17 +1017,21 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                         dequantize_into(call, m, t, true)?;
                         Bf16Weight::StoredRedMajor(t)
                     }
+                    // 1×32 along the stored last axis (the reduction), a whole number of
+                    // blocks: fake-quantized to bf16 in one pass.
                     OperandArg::Dense(w)
-                        if !args.weight_blocks_2d && stored_is_kmajor(args, fwd) =>
+                        if !args.weight_blocks_2d
+                            && stored_is_kmajor(args, fwd)
+                            && red.is_multiple_of(32)
+                            && ptr(w).is_multiple_of(16) =>
                     {
-                        // 1×32 along the stored last axis (the reduction): fake-quantized
-                        // to bf16 in one pass where the flat kernel takes it.
                         let t = call.alloc(e * cols * red * 2)?;
                         let (fmt, mode) = (fmt_code(dense_fmt()?), dense_mode()?);
                         let bf = w.dtype == DType::Bf16;
                         if call.fakequant_rows(ptr(w), bf, e * cols, red, fmt, mode, t)? {
                             Bf16Weight::KMajor(t)
                         } else {
+                            // (scratch not 16-byte aligned: two passes)
                             Bf16Weight::Fp8(weights(call, args, fwd, cols, red, e)?)
                         }
                     }
