@@ -128,14 +128,124 @@ fn live_segments(segs: &[(usize, usize)]) -> Vec<(usize, usize, usize)> {
         .collect()
 }
 
-/// Whether the live experts can go out as one strided batch: more than one, equal
-/// lengths, consecutive experts at evenly spaced rows.
-fn one_strided_batch(live: &[(usize, usize, usize)]) -> bool {
-    live.len() > 1
-        && live.iter().all(|s| s.2 == live[0].2)
-        && live
-            .windows(2)
-            .all(|w| w[1].0 == w[0].0 + 1 && w[1].1 - w[0].1 == live[1].1 - live[0].1)
+/// One BF16 GEMM in cuBLAS's column-major terms: `C[m×n] = op_a(A) · op_b(B)` with `k`
+/// the reduction; the pointers are device addresses (A, B bf16; C f32 or bf16).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GemmCall {
+    a: u64,
+    b: u64,
+    c: u64,
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
+/// What the calls of one pass share: the operations, leading dimensions and output type.
+struct GemmShape {
+    op_a: cb::cublasOperation_t,
+    op_b: cb::cublasOperation_t,
+    lda: usize,
+    ldb: usize,
+    ldc: usize,
+    out_bf16: bool,
+}
+
+/// The element strides `(A, B, C)` when `calls` can go out as one strided batch: more
+/// than one call, one size, and every pointer advancing by the same step from each call
+/// to the next (equal experts at evenly spaced rows and weights).
+fn strided_batch(calls: &[GemmCall], out_bf16: bool) -> Option<(i64, i64, i64)> {
+    let (c0, c1) = (calls.first()?, calls.get(1)?);
+    let esz = if out_bf16 { 2 } else { 4 };
+    let step = |f: fn(&GemmCall) -> u64| f(c1) as i64 - f(c0) as i64;
+    let (da, db, dc) = (step(|c| c.a), step(|c| c.b), step(|c| c.c));
+    let even = calls.windows(2).all(|w| {
+        (w[1].m, w[1].n, w[1].k) == (w[0].m, w[0].n, w[0].k)
+            && w[1].a as i64 - w[0].a as i64 == da
+            && w[1].b as i64 - w[0].b as i64 == db
+            && w[1].c as i64 - w[0].c as i64 == dc
+    });
+    even.then_some((da / 2, db / 2, dc / esz))
+}
+
+/// Issue `calls` on `stream` (FP32 accumulation): one `cublasGemmStridedBatchedEx` when
+/// [`strided_batch`] allows, else one `cublasGemmEx` each.
+///
+/// # Safety
+/// Every call's operands and output lie in the current context's device memory, live until
+/// the enqueued work is done; `stream` is a valid stream of that context.
+unsafe fn issue(stream: cu::CUstream, sh: &GemmShape, calls: &[GemmCall]) -> PluginResult<()> {
+    let Some(c0) = calls.first().copied() else {
+        return Ok(());
+    };
+    let (lda, ldb, ldc) = (dim(sh.lda)?, dim(sh.ldb)?, dim(sh.ldc)?);
+    let ctype = out_type(sh.out_bf16);
+    let bf16 = cb::cudaDataType::CUDA_R_16BF;
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let scal = |v: &f32| v as *const f32 as *const c_void;
+    let compute = cb::cublasComputeType_t::CUBLAS_COMPUTE_32F;
+    let algo = cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
+    with_cublas_handle(stream, |h| {
+        if let Some((sa, sb, sc)) = strided_batch(calls, sh.out_bf16) {
+            // SAFETY: call i reads A/B and writes C at the first call's pointers plus i
+            // strides, i.e. exactly the pointers of `calls[i]` (the caller's contract).
+            let st = unsafe {
+                cb::cublasGemmStridedBatchedEx(
+                    h,
+                    sh.op_a,
+                    sh.op_b,
+                    dim(c0.m)?,
+                    dim(c0.n)?,
+                    dim(c0.k)?,
+                    scal(&alpha),
+                    c0.a as *const c_void,
+                    bf16,
+                    lda,
+                    sa,
+                    c0.b as *const c_void,
+                    bf16,
+                    ldb,
+                    sb,
+                    scal(&beta),
+                    c0.c as *mut c_void,
+                    ctype,
+                    ldc,
+                    sc,
+                    dim(calls.len())?,
+                    compute,
+                    algo,
+                )
+            };
+            return check("cublasGemmStridedBatchedEx", st);
+        }
+        for c in calls {
+            // SAFETY: this call's operands and output, by the caller's contract.
+            let st = unsafe {
+                cb::cublasGemmEx(
+                    h,
+                    sh.op_a,
+                    sh.op_b,
+                    dim(c.m)?,
+                    dim(c.n)?,
+                    dim(c.k)?,
+                    scal(&alpha),
+                    c.a as *const c_void,
+                    bf16,
+                    lda,
+                    c.b as *const c_void,
+                    bf16,
+                    ldb,
+                    scal(&beta),
+                    c.c as *mut c_void,
+                    ctype,
+                    ldc,
+                    compute,
+                    algo,
+                )
+            };
+            check("cublasGemmEx", st)?;
+        }
+        Ok(())
+    })
 }
 
 /// A row-major bf16 operand `[rows][P]`, i.e. the column-major `P × rows` matrix with
@@ -187,91 +297,32 @@ pub unsafe fn wgrad_bf16(
             .map_err(|e| PluginError::backend(format!("cuMemsetD8Async failed: {e}")))?;
         }
     }
-    let i32_of = dim;
     // Column-major output: Nk = C[K×N] = X_e[K×len] · dY_e[len×N] (ldc K);
     // Kn = C[N×K] = dY_e[N×len] · X_e[len×K] (ldc N).
     let (dyo, xo) = (RowMajor { ptr: dy, p: n }, RowMajor { ptr: x, p: k });
     let (a, b, m, nn) = if kn { (dyo, xo, n, k) } else { (xo, dyo, k, n) };
-    let (m32, n32, lda, ldb, ldc) = (
-        i32_of(m)?,
-        i32_of(nn)?,
-        i32_of(a.p)?,
-        i32_of(b.p)?,
-        i32_of(m)?,
-    );
-    let ctype = out_type(out_bf16);
-    let bf16 = cb::cudaDataType::CUDA_R_16BF;
-    let (alpha, beta) = (1.0f32, 0.0f32);
-    let scal = |v: &f32| v as *const f32 as *const c_void;
-    let live = live_segments(segs);
-    if live.is_empty() {
-        return Ok(());
-    }
-    let strided = one_strided_batch(&live);
-    with_cublas_handle(stream, |h| {
-        if strided {
-            let (e0, r0, len) = live[0];
-            let step = live[1].1 - r0;
-            // SAFETY: call i reads rows r0 + i·step .. + len of both operands (within
-            // them) and writes expert e0 + i's block of the output.
-            let st = unsafe {
-                cb::cublasGemmStridedBatchedEx(
-                    h,
-                    cb::cublasOperation_t::CUBLAS_OP_N,
-                    cb::cublasOperation_t::CUBLAS_OP_T,
-                    m32,
-                    n32,
-                    i32_of(len)?,
-                    scal(&alpha),
-                    a.at(r0) as *const c_void,
-                    bf16,
-                    lda,
-                    (step * a.p) as i64,
-                    b.at(r0) as *const c_void,
-                    bf16,
-                    ldb,
-                    (step * b.p) as i64,
-                    scal(&beta),
-                    (out + (e0 * per * esz) as u64) as *mut c_void,
-                    ctype,
-                    ldc,
-                    per as i64,
-                    i32_of(live.len())?,
-                    cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            };
-            return check("cublasGemmStridedBatchedEx", st);
-        }
-        for &(e, r0, len) in &live {
-            // SAFETY: expert e's rows of both operands and its output block, as above.
-            let st = unsafe {
-                cb::cublasGemmEx(
-                    h,
-                    cb::cublasOperation_t::CUBLAS_OP_N,
-                    cb::cublasOperation_t::CUBLAS_OP_T,
-                    m32,
-                    n32,
-                    i32_of(len)?,
-                    scal(&alpha),
-                    a.at(r0) as *const c_void,
-                    bf16,
-                    lda,
-                    b.at(r0) as *const c_void,
-                    bf16,
-                    ldb,
-                    scal(&beta),
-                    (out + (e * per * esz) as u64) as *mut c_void,
-                    ctype,
-                    ldc,
-                    cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            };
-            check("cublasGemmEx", st)?;
-        }
-        Ok(())
-    })
+    let sh = GemmShape {
+        op_a: cb::cublasOperation_t::CUBLAS_OP_N,
+        op_b: cb::cublasOperation_t::CUBLAS_OP_T,
+        lda: a.p,
+        ldb: b.p,
+        ldc: m,
+        out_bf16,
+    };
+    let calls: Vec<GemmCall> = live_segments(segs)
+        .into_iter()
+        .map(|(e, r0, len)| GemmCall {
+            a: a.at(r0),
+            b: b.at(r0),
+            c: out + (e * per * esz) as u64,
+            m,
+            n: nn,
+            k: len,
+        })
+        .collect();
+    // SAFETY: expert e's calls read its rows of both operands and write its output block
+    // (within them, by this function's contract).
+    unsafe { issue(stream, &sh, &calls) }
 }
 
 /// forward/dgrad on bf16 operands (the portable build): `out[r][c] = Σ_j a[r][j] · b_e[c][j]`
@@ -297,87 +348,34 @@ pub unsafe fn rows_bf16(
     out_bf16: bool,
 ) -> PluginResult<()> {
     let esz = if out_bf16 { 2 } else { 4 };
-    let i32_of = dim;
-    let (m32, k32) = (i32_of(cols)?, i32_of(red)?);
     let (op_b, ldb) = if b_red_major {
-        (cb::cublasOperation_t::CUBLAS_OP_N, m32)
+        (cb::cublasOperation_t::CUBLAS_OP_N, cols)
     } else {
-        (cb::cublasOperation_t::CUBLAS_OP_T, k32)
+        (cb::cublasOperation_t::CUBLAS_OP_T, red)
     };
-    let ctype = out_type(out_bf16);
-    let bf16 = cb::cudaDataType::CUDA_R_16BF;
-    let (alpha, beta) = (1.0f32, 0.0f32);
-    let scal = |v: &f32| v as *const f32 as *const c_void;
+    let sh = GemmShape {
+        op_a: op_b,
+        op_b: cb::cublasOperation_t::CUBLAS_OP_N,
+        lda: ldb,
+        ldb: red,
+        ldc: cols,
+        out_bf16,
+    };
     let (ao, bo) = (RowMajor { ptr: a, p: red }, RowMajor { ptr: b, p: red });
-    let live = live_segments(segs);
-    if live.is_empty() {
-        return Ok(());
-    }
-    let strided = one_strided_batch(&live);
-    with_cublas_handle(stream, |h| {
-        if strided {
-            let (e0, r0, len) = live[0];
-            let step = live[1].1 - r0;
-            // SAFETY: call i reads rows r0 + i·step .. + len of `a`, expert e0 + i of `b`,
-            // and writes the same rows of `out` (all within them, by the caller's contract).
-            let st = unsafe {
-                cb::cublasGemmStridedBatchedEx(
-                    h,
-                    op_b,
-                    cb::cublasOperation_t::CUBLAS_OP_N,
-                    m32,
-                    i32_of(len)?,
-                    k32,
-                    scal(&alpha),
-                    bo.at(e0 * cols) as *const c_void,
-                    bf16,
-                    ldb,
-                    (cols * red) as i64,
-                    ao.at(r0) as *const c_void,
-                    bf16,
-                    k32,
-                    (step * red) as i64,
-                    scal(&beta),
-                    (out + (r0 * cols * esz) as u64) as *mut c_void,
-                    ctype,
-                    m32,
-                    (step * cols) as i64,
-                    i32_of(live.len())?,
-                    cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            };
-            return check("cublasGemmStridedBatchedEx", st);
-        }
-        for &(e, r0, len) in &live {
-            // SAFETY: expert e's weights, its rows of `a` and of `out`, as above.
-            let st = unsafe {
-                cb::cublasGemmEx(
-                    h,
-                    op_b,
-                    cb::cublasOperation_t::CUBLAS_OP_N,
-                    m32,
-                    i32_of(len)?,
-                    k32,
-                    scal(&alpha),
-                    bo.at(e * cols) as *const c_void,
-                    bf16,
-                    ldb,
-                    ao.at(r0) as *const c_void,
-                    bf16,
-                    k32,
-                    scal(&beta),
-                    (out + (r0 * cols * esz) as u64) as *mut c_void,
-                    ctype,
-                    m32,
-                    cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            };
-            check("cublasGemmEx", st)?;
-        }
-        Ok(())
-    })
+    let calls: Vec<GemmCall> = live_segments(segs)
+        .into_iter()
+        .map(|(e, r0, len)| GemmCall {
+            a: bo.at(e * cols),
+            b: ao.at(r0),
+            c: out + (r0 * cols * esz) as u64,
+            m: cols,
+            n: len,
+            k: red,
+        })
+        .collect();
+    // SAFETY: expert e's call reads its weights and its rows of `a` and writes its rows of
+    // `out` (within them, by this function's contract).
+    unsafe { issue(stream, &sh, &calls) }
 }
 
 #[cfg(test)]
@@ -398,6 +396,31 @@ mod tests {
         assert!(!bf16_rows_faster(&[4096; 8], 1024, 4096));
         assert!(!bf16_rows_faster(&[4096; 8], 4096, 1024));
         assert!(!bf16_rows_faster(&[3000, 1000], 4096, 4096));
+    }
+
+    /// Equal calls with evenly advancing pointers batch (strides in elements: bf16 A/B,
+    /// f32 or bf16 C); a different size, an uneven step or a single call do not.
+    #[test]
+    fn strided_batch_needs_one_size_and_even_steps() {
+        let call = |i: u64| GemmCall {
+            a: 0x1000 + i * 64,
+            b: 0x9000 + i * 32,
+            c: 0x20000 + i * 128,
+            m: 8,
+            n: 4,
+            k: 16,
+        };
+        let calls: Vec<GemmCall> = (0..3).map(call).collect();
+        assert_eq!(strided_batch(&calls, false), Some((32, 16, 32)));
+        assert_eq!(strided_batch(&calls, true), Some((32, 16, 64)));
+        assert_eq!(strided_batch(&calls[..1], false), None);
+        assert_eq!(strided_batch(&[], false), None);
+        let mut other = calls.clone();
+        other[2].k = 8;
+        assert_eq!(strided_batch(&other, false), None);
+        let mut uneven = calls.clone();
+        uneven[2].b += 2;
+        assert_eq!(strided_batch(&uneven, false), None);
     }
 
     #[test]
