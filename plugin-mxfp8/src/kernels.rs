@@ -274,12 +274,14 @@ pub fn is_portable(arch: &str) -> bool {
 /// The architecture to compile for on a device of compute capability `cc`, given
 /// `MXHOST_MX_PORTABLE` (`forced`: unset/empty/"0" = no, "1" = [`PORTABLE_MIN`],
 /// "compute_XY" = that) and the virtual architectures NVRTC supports (`supported`, e.g.
-/// 75, 80, …, 120). Hopper without the variable → [`HOPPER_ARCH`]; otherwise the newest
-/// supported `compute_XY` not newer than the device. Err says why there is none.
+/// 75, 80, …, 120, or why they are unknown; asked only for a portable build, so Hopper's
+/// start-up does not query NVRTC). Hopper without the variable → [`HOPPER_ARCH`];
+/// otherwise the newest supported `compute_XY` not newer than the device. Err says why
+/// there is none.
 pub fn select_arch(
     cc: (i32, i32),
     forced: Option<&str>,
-    supported: &[i32],
+    supported: impl FnOnce() -> Result<Vec<i32>, String>,
 ) -> Result<String, String> {
     let dev = cc.0 * 10 + cc.1;
     let forced = forced.map(str::trim).filter(|v| !v.is_empty() && *v != "0");
@@ -302,13 +304,17 @@ pub fn select_arch(
             "the MXFP8 kernels need compute capability 8.0 or newer (cp.async, bf16); this device is sm_{dev}"
         ));
     }
+    let none = || {
+        format!("NVRTC supports no virtual architecture between compute_{PORTABLE_MIN} and compute_{want}")
+    };
+    let supported = supported().map_err(|why| format!("{} ({why})", none()))?;
     supported
         .iter()
         .copied()
         .filter(|&a| a >= PORTABLE_MIN && a <= want)
         .max()
         .map(|a| format!("compute_{a}"))
-        .ok_or_else(|| format!("NVRTC supports no virtual architecture between compute_{PORTABLE_MIN} and compute_{want}"))
+        .ok_or_else(none)
 }
 
 /// The virtual architectures (`compute_XY` as XY) this NVRTC can compile for.
@@ -576,7 +582,15 @@ mod tests {
     fn select_arch_picks_the_build() {
         use super::select_arch;
         let nvrtc = [75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121];
-        let ok = |cc, f| select_arch(cc, f, &nvrtc).unwrap();
+        let ok = |cc, f| select_arch(cc, f, || Ok(nvrtc.to_vec())).unwrap();
+        // Hopper's fast path never asks NVRTC; a portable build says why NVRTC could not.
+        let no_nvrtc = || Err("libnvrtc not found".to_string());
+        assert_eq!(select_arch((9, 0), None, no_nvrtc).unwrap(), "sm_90a");
+        let e = select_arch((8, 6), None, no_nvrtc).unwrap_err();
+        assert!(
+            e.contains("no virtual architecture") && e.contains("libnvrtc not found"),
+            "{e}"
+        );
         assert_eq!(ok((9, 0), None), "sm_90a");
         assert_eq!(ok((9, 0), Some("")), "sm_90a");
         assert_eq!(ok((9, 0), Some("0")), "sm_90a");
@@ -589,8 +603,11 @@ mod tests {
         assert_eq!(ok((12, 0), None), "compute_120");
         // A device newer than NVRTC knows: the newest NVRTC has.
         assert_eq!(ok((13, 0), None), "compute_121");
-        assert_eq!(select_arch((10, 1), None, &[80, 90]).unwrap(), "compute_90");
-        let err = |cc, f, s: &[i32]| select_arch(cc, f, s).unwrap_err();
+        assert_eq!(
+            select_arch((10, 1), None, || Ok(vec![80, 90])).unwrap(),
+            "compute_90"
+        );
+        let err = |cc, f, s: &[i32]| select_arch(cc, f, || Ok(s.to_vec())).unwrap_err();
         assert!(err((7, 5), None, &nvrtc).contains("8.0 or newer"));
         assert!(err((9, 0), Some("compute_75"), &nvrtc).contains("MXHOST_MX_PORTABLE"));
         assert!(err((8, 6), Some("compute_90"), &nvrtc).contains("MXHOST_MX_PORTABLE"));

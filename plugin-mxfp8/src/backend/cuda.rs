@@ -250,20 +250,8 @@ fn device(ordinal: i32) -> PluginResult<&'static Dev> {
     }
     let pc = retain_primary_context(ordinal)?;
     let forced = std::env::var("MXHOST_MX_PORTABLE").ok();
-    let supported = kernels::nvrtc_supported_archs();
-    let arch = kernels::select_arch(
-        pc.cc,
-        forced.as_deref(),
-        supported.as_deref().unwrap_or(&[]),
-    )
-    .map_err(|e| {
-        let why = supported
-            .as_ref()
-            .err()
-            .map(|n| format!(" ({n})"))
-            .unwrap_or_default();
-        PluginError::unsupported(format!("CUDA backend, device {ordinal}: {e}{why}"))
-    })?;
+    let arch = kernels::select_arch(pc.cc, forced.as_deref(), kernels::nvrtc_supported_archs)
+        .map_err(|e| PluginError::unsupported(format!("CUDA backend, device {ordinal}: {e}")))?;
     let mut driver = 0;
     // SAFETY: plain out-parameter.
     unsafe { cu::cuDriverGetVersion(&mut driver) };
