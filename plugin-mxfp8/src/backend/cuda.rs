@@ -1579,8 +1579,6 @@ fn wgrad(call: &mut Call, args: &GemmArgs, out_bf16: bool) -> PluginResult<()> {
     let (n, k, rows) = (args.n, args.k, args.rows);
     let e = args.offs.len();
     let groups = args.groups();
-    let starts: Vec<usize> = groups.iter().map(|g| g.start).collect();
-    let sizes: Vec<usize> = groups.iter().map(|g| g.len()).collect();
     // The portable build has no FP8 kernel: always the dequantize-to-BF16 path.
     let via_bf16 = if call.dev.portable {
         need_cublas()?;
@@ -1589,8 +1587,10 @@ fn wgrad(call: &mut Call, args: &GemmArgs, out_bf16: bool) -> PluginResult<()> {
         cublas::wgrad_path()? != cublas::GemmPath::Fp8
     };
     if via_bf16 {
-        return wgrad_via_bf16(call, args, &args.a, &args.b, &starts, &sizes, out_bf16);
+        return wgrad_via_bf16(call, args, &args.a, &args.b, &groups, out_bf16);
     }
+    let starts: Vec<usize> = groups.iter().map(|g| g.start).collect();
+    let sizes: Vec<usize> = groups.iter().map(|g| g.len()).collect();
     let offs = offsets_on_device(call, args)?;
     match (&args.a, &args.b) {
         (OperandArg::Dense(dy), OperandArg::Dense(x)) => {

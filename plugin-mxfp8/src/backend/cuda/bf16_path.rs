@@ -320,8 +320,7 @@ pub(super) fn wgrad_via_bf16(
     args: &GemmArgs,
     dy: &OperandArg,
     x: &OperandArg,
-    starts: &[usize],
-    sizes: &[usize],
+    groups: &[std::ops::Range<usize>],
     out_bf16: bool,
 ) -> PluginResult<()> {
     let (n, k, rows) = (args.n, args.k, args.rows);
@@ -329,16 +328,14 @@ pub(super) fn wgrad_via_bf16(
     let mode = mode_code(args.mode()?);
     // (row0, nrows) of every 32-row block of every expert.
     let mut blocks: Vec<i32> = Vec::new();
-    for (&s0, &m) in starts.iter().zip(sizes) {
-        let mut j = 0;
-        while j < m {
-            blocks.push(i32_of("rows", s0 + j)?);
-            blocks.push((m - j).min(32) as i32);
-            j += 32;
+    for g in groups {
+        for r0 in g.clone().step_by(32) {
+            blocks.push(i32_of("rows", r0)?);
+            blocks.push((g.end - r0).min(32) as i32);
         }
     }
     let nblocks = blocks.len() / 2;
-    let segs: Vec<(usize, usize)> = starts.iter().copied().zip(sizes.iter().copied()).collect();
+    let segs: Vec<(usize, usize)> = groups.iter().map(|g| (g.start, g.len())).collect();
     // Every expert empty (no block): no operand is read, the output is zeroed.
     let (mut dyb, mut xb) = (0, 0);
     if nblocks > 0 {
@@ -397,7 +394,7 @@ pub(super) fn wgrad_via_bf16(
     if gemm_trace() {
         eprintln!(
             "mxhost-mxfp8: wgrad E={} N={n} K={k}: MX values as bf16 (dense operands fake-quantized along M, pre-quantized ones dequantized) + cuBLAS (MXHOST_MX_WGRAD=fp8 for the FP8 kernel)",
-            sizes.len()
+            groups.len()
         );
     }
     // SAFETY: dyb/xb hold rows·N and rows·K bf16 values (allocated above on this stream;
