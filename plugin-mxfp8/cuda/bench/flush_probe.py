@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""What the L2 flush of the timing protocol costs a short, memory-bound kernel.
+
+bench_peers.py and `mxhost bench` time every call after flushing L2 the way
+triton.testing.do_bench does: `zero_()` of a 256 MB buffer, a *write*. That leaves up to
+L2-size of dirty lines, which the timed kernel then has to write back to DRAM while it
+runs. A 1 GiB copy hides that fixed cost; a 60 µs quantizer does not. This probe times
+the backend's quantizers (flat 1×32 rows for X, the t32 TMA kernel for W 32×32 + Wᵀ) and
+a plain copy of the same number of bytes under three protocols, in one process:
+  write-flush   do_bench's: zero_() 256 MB, then the call (what the targets are measured with)
+  read-flush    sum() over 256 MB (L2 left holding clean lines), then the call
+  back-to-back  no flush (warm L2; the input may partly hit)
+and prints µs and the share of the 2 GiB copy bandwidth (bench_peers.py's reference).
+Usage (GPU machine, after run.sh has put libmxbench.so here): python3 flush_probe.py
+"""
+import os, sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (loads libmxbench.so)
+
+FLUSH_BYTES = 256 << 20
+REPS = 40
+
+
+def timed(fn, flush):
+    """Median µs of `fn` over REPS calls, each after `flush()` (or none)."""
+    fn(); torch.cuda.synchronize()
+    ts = []
+    for _ in range(REPS):
+        if flush is not None:
+            flush()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(); fn(); e.record(); torch.cuda.synchronize()
+        ts.append(s.elapsed_time(e) * 1e3)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def main():
+    cache = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    cache.zero_()
+    acc = torch.empty((), dtype=torch.int64, device="cuda")
+    protocols = {
+        "write-flush": lambda: cache.zero_(),
+        "read-flush": lambda: torch.sum(cache, out=acc),
+        "back-to-back": None,
+    }
+    big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    big2 = torch.empty_like(big)
+    t_big = timed(lambda: big2.copy_(big), protocols["write-flush"])
+    ref = 2 * big.numel() / (t_big * 1e-6) / 1e9
+    del big, big2
+    print(f"{torch.cuda.get_device_name()}: copy 1 GiB (read+write), write-flush: {t_big:.1f} µs = {ref:.0f} GB/s (the reference)")
+    print(f"{'shape':5s} {'op':28s} {'MB moved':>9s} " + " ".join(f"{p:>22s}" for p in protocols))
+    for key in ("a", "b", "c", "d"):
+        E, Mg, K, N = bench.SHAPES[key]
+        M = E * Mg
+        X = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        W = torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) * 0.05
+        ops = [
+            ("quantize X 1x32 (flat)", lambda: bench.quantize(X, bench.ROWS, variant=2, tpc=0), M * K * 3 + M * K // 32),
+            ("quantize W 32x32 + T (t32)", lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=10, tpc=0), E * N * K * 4 + E * N * K // 512),
+        ]
+        for name, fn, nbytes in ops:
+            src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+            dst = torch.empty_like(src)
+            for label, f in ((name, fn), ("copy, same bytes", lambda: dst.copy_(src))):
+                cells = []
+                for p, fl in protocols.items():
+                    t = timed(f, fl)
+                    cells.append(f"{t:8.1f} µs {nbytes / (t * 1e-6) / 1e9 / ref * 100:5.1f} %")
+                print(f"{key:5s} {label:28s} {nbytes / 1e6:9.1f} " + " ".join(f"{c:>22s}" for c in cells), flush=True)
+            del src, dst
+        del X, W
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
