@@ -36,6 +36,7 @@ class FQP(ctypes.Structure):  # MxFakeQuantParams (mx_quantize.cu): offsets 0, 8
 lib = ctypes.CDLL(os.path.join(HERE, "libmxbench.so"))
 lib.mx_launch_fakequant.argtypes = [c_int, c_int, ctypes.POINTER(FQP), c_int, c_vp]
 lib.mx_launch_fakequant_rows.argtypes = [c_int, c_int, c_vp, c_vp, ctypes.c_longlong, c_int, c_vp]
+lib.mx_launch_fakequant_rows_bulk.argtypes = [c_int, c_int, c_vp, c_vp, ctypes.c_longlong, c_int, c_vp]
 lib.mx_launch_dequantize_any.argtypes = [c_vp, c_vp, c_vp, c_int, c_int, c_i64, c_i64, c_int, c_int, c_i64, c_int, c_vp]
 lib.mx_launch_gemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
 lib.mx_launch_tgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(GP), c_int, c_vp]
@@ -48,6 +49,7 @@ lib.mx_launch_quantize_v.argtypes = [c_int, c_int, c_int, ctypes.POINTER(QP), c_
 # 6 = warp-per-block 32x32 kernel (mx_quantize_tiles_*) (2..6: tpc = CTAs per SM, 0 = host rule),
 # 7/8 = the tiled kernel for bf16 input with the register prefetch / a 2-slot cp.async ring,
 # 9 = flat with the next round's loads issued early (e4m3 only), 10 = mx_quantize_t32_* (TMA ring), 11 = the same at 5 CTAs/SM (e4m3);
+# 12 = the flat kernel fed by bulk copies (mx_quantize_rows_bulk_*, 4-slot ring), 13/14 = its 3/5-slot rings (e4m3 only);
 # tpc 0 = host rule (mx_quant_grid_y, as the Rust backend), n > 0 = ceil(tiles/n) CTAs in y, -1 = grid y 1
 QUANT_GEOMS = [(0, 0), (0, 1), (0, 2), (0, 8), (1, 0)]  # timed per shape (--quant-geoms)
 lib.mx_launch_scales_to_f32.argtypes = [c_vp, c_i64, c_i64, c_i64, c_vp, c_i64, c_i64, c_i64, c_int, c_int, c_int, c_int, c_int, c_vp]
@@ -373,7 +375,7 @@ def check_quant_more(results):
                 for (Bt, R, C) in ((1, 70, 256), (3, 33, 96), (1, 1000, 2880), (2, 513, 32), (1, 4096, 4096)):
                     x = make_input((Bt, R, C), dtype, gen=gen)
                     qr = [ref_rows(x[i], fmt, mode) for i in range(Bt)]
-                    for variant in ((2, 3, 4, 5, 9) if fmt == 0 else (2,)):
+                    for variant in ((2, 3, 4, 5, 9, 12, 13, 14) if fmt == 0 else (2, 12)):
                         for tpc in (0, 1, 5):
                             o = quantize(x, ROWS, fmt, mode, variant=variant, tpc=tpc)
                             ok = all(torch.equal(o["qa"][i], qr[i][0]) and torch.equal(o["sa"][i], qr[i][1]) for i in range(Bt))
@@ -763,18 +765,19 @@ def check_fakequant_rows(results):
                     q = quantize(x, ROWS, fmt, mode, variant=2)
                     deq = torch.empty(R, C, dtype=torch.bfloat16, device=DEV)
                     ck(lib.mx_launch_dequantize_any(ptr(q["qa"]), ptr(q["sa"]), ptr(deq), 1, fmt, R, C, 1, 32, C // 32, 0, None), "dequantize")
-                    o = torch.full((R, C), 0x1357, dtype=torch.int16, device=DEV).view(torch.bfloat16)
-                    ck(lib.mx_launch_fakequant_rows(1 if dtype == torch.bfloat16 else 0, fmt, ptr(x), ptr(o), R * C // 32, mode, None), "fakequant rows")
-                    torch.cuda.synchronize()
-                    oi, ri = o.view(torch.int16), deq.view(torch.int16)
-                    ok = torch.equal(oi, ri)
-                    if not ok:
-                        d = (oi != ri).nonzero()[:3].tolist()
-                        fails.append(f"dtype={dtype} fmt={fmt} mode={mode} shape={(R, C)}: first diffs {d} "
-                                     f"got {[hex(oi[i][j].item() & 0xFFFF) for i, j in d]} ref {[hex(ri[i][j].item() & 0xFFFF) for i, j in d]}")
-                        print("FAKEQUANT ROWS FAIL " + fails[-1], flush=True)
-                    ok_all &= ok
-    results.append(("fakequant rows bit-exact == flat 1x32 quantize + mx_dequantize bf16; 2 dtypes x 2 fmts x 3 modes x 4 shapes, specials", ok_all, f"{len(fails)} failing cases" if fails else ""))
+                    for kind, launch in (("ldg", lib.mx_launch_fakequant_rows), ("bulk", lib.mx_launch_fakequant_rows_bulk)):
+                        o = torch.full((R, C), 0x1357, dtype=torch.int16, device=DEV).view(torch.bfloat16)
+                        ck(launch(1 if dtype == torch.bfloat16 else 0, fmt, ptr(x), ptr(o), R * C // 32, mode, None), "fakequant rows")
+                        torch.cuda.synchronize()
+                        oi, ri = o.view(torch.int16), deq.view(torch.int16)
+                        ok = torch.equal(oi, ri)
+                        if not ok:
+                            d = (oi != ri).nonzero()[:3].tolist()
+                            fails.append(f"{kind} dtype={dtype} fmt={fmt} mode={mode} shape={(R, C)}: first diffs {d} "
+                                         f"got {[hex(oi[i][j].item() & 0xFFFF) for i, j in d]} ref {[hex(ri[i][j].item() & 0xFFFF) for i, j in d]}")
+                            print("FAKEQUANT ROWS FAIL " + fails[-1], flush=True)
+                        ok_all &= ok
+    results.append(("fakequant rows (LDG- and bulk-fed) bit-exact == flat 1x32 quantize + mx_dequantize bf16; 2 dtypes x 2 fmts x 3 modes x 4 shapes, specials", ok_all, f"{len(fails)} failing cases" if fails else ""))
     return ok_all
 
 
@@ -943,10 +946,10 @@ def time_quant(key, rows, rep, X, W, offs, offs_host, M, E, N, K):
                 if "32x32" not in name:
                     continue  # the warp-per-block kernel is 32x32 only
                 tag = "warp/block, host rule" if tpc == 0 else f"warp/block, {tpc} CTAs/SM"
-            elif variant in (2, 3, 4, 5, 9) and ("rows" not in name or "colsT" in name):
+            elif variant in (2, 3, 4, 5, 9, 12, 13, 14) and ("rows" not in name or "colsT" in name):
                 continue  # the flat kernels are 1x32 rows only
-            elif variant in (2, 3, 4, 5, 9):
-                fv = {2: "flat", 3: "flat u8", 4: "flat cs", 5: "flat u8cs", 9: "flat pf"}[variant]
+            elif variant in (2, 3, 4, 5, 9, 12, 13, 14):
+                fv = {2: "flat", 3: "flat u8", 4: "flat cs", 5: "flat u8cs", 9: "flat pf", 12: "flat bulk", 13: "flat bulk3", 14: "flat bulk5"}[variant]
                 tag = f"{fv}, host rule" if tpc == 0 else (f"{fv}, plain cap" if tpc == -1 else f"{fv}, {tpc} CTAs/SM")
             else:
                 if variant in (7, 8) and "f32" in name:

@@ -41,10 +41,9 @@ def timed(fn, flush):
 def main():
     cache = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     cache.zero_()
-    acc = torch.empty((), dtype=torch.int64, device="cuda")
     protocols = {
         "write-flush": lambda: cache.zero_(),
-        "read-flush": lambda: torch.sum(cache, out=acc),
+        "read-flush": lambda: cache.sum(),
         "back-to-back": None,
     }
     big = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
@@ -53,27 +52,39 @@ def main():
     ref = 2 * big.numel() / (t_big * 1e-6) / 1e9
     del big, big2
     print(f"{torch.cuda.get_device_name()}: copy 1 GiB (read+write), write-flush: {t_big:.1f} µs = {ref:.0f} GB/s (the reference)")
-    print(f"{'shape':5s} {'op':28s} {'MB moved':>9s} " + " ".join(f"{p:>22s}" for p in protocols))
+    print(f"{'shape':5s} {'op':52s} {'MB moved':>9s} " + " ".join(f"{p:>22s}" for p in protocols))
     for key in ("a", "b", "c", "d"):
         E, Mg, K, N = bench.SHAPES[key]
         M = E * Mg
         X = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         W = torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) * 0.05
+        xq = bench.quantize(X, bench.ROWS, variant=2, tpc=0)
+        fq = torch.empty_like(X)
+        q = lambda v, t: (lambda: bench.quantize(X, bench.ROWS, variant=v, tpc=t))
+        fake = lambda launch: (lambda: bench.ck(launch(1, 0, bench.ptr(X), bench.ptr(fq), M * K // 32, 0, None), "fakequant rows"))
+        xbytes = M * K * 3 + M * K // 32
         ops = [
-            ("quantize X 1x32 (flat)", lambda: bench.quantize(X, bench.ROWS, variant=2, tpc=0), M * K * 3 + M * K // 32),
-            ("quantize W 32x32 + T (t32)", lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=10, tpc=0), E * N * K * 4 + E * N * K // 512),
+            ("quantize X 1x32", [("flat (LDG)", q(2, 0)), ("bulk, 4 slots", q(12, 0)), ("bulk, 4 slots, 3 CTAs/SM", q(12, 3)),
+                                 ("bulk, 4 slots, 6 CTAs/SM", q(12, 6)), ("bulk, 3 slots", q(13, 0)), ("bulk, 5 slots", q(14, 0))], xbytes),
+            ("fake-quantize X 1x32 -> bf16", [("flat (LDG)", fake(bench.lib.mx_launch_fakequant_rows)),
+                                              ("bulk", fake(bench.lib.mx_launch_fakequant_rows_bulk))], M * K * 4),
+            ("quantize W 32x32 + T", [("t32", lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=10, tpc=0))], E * N * K * 4 + E * N * K // 512),
         ]
-        for name, fn, nbytes in ops:
+        for o in (bench.quantize(X, bench.ROWS, variant=12, tpc=0), bench.quantize(X, bench.ROWS, variant=12, tpc=6)):
+            if not (torch.equal(o["qa"], xq["qa"]) and torch.equal(o["sa"], xq["sa"])):
+                print(f"{key}: MISMATCH bulk != flat", flush=True)
+        del xq
+        for name, kernels, nbytes in ops:
             src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
             dst = torch.empty_like(src)
-            for label, f in ((name, fn), ("copy, same bytes", lambda: dst.copy_(src))):
+            for label, f in [(f"{name} [{k}]", fn) for k, fn in kernels] + [("copy, same bytes", lambda: dst.copy_(src))]:
                 cells = []
                 for p, fl in protocols.items():
                     t = timed(f, fl)
                     cells.append(f"{t:8.1f} µs {nbytes / (t * 1e-6) / 1e9 / ref * 100:5.1f} %")
-                print(f"{key:5s} {label:28s} {nbytes / 1e6:9.1f} " + " ".join(f"{c:>22s}" for c in cells), flush=True)
+                print(f"{key:5s} {label:52s} {nbytes / 1e6:9.1f} " + " ".join(f"{c:>22s}" for c in cells), flush=True)
             del src, dst
-        del X, W
+        del X, W, fq
         torch.cuda.empty_cache()
 
 

@@ -77,7 +77,7 @@ extern "C" int mx_quant_flat_grid(long long nblocks, int in_bf16, int u, int cta
 // 3..5 and 9 exist for e4m3 only. tpc 0: MXQF_CTAS_PER_SM CTAs per SM at most,
 // tpc > 0: tpc CTAs per SM at most (more than fit at once run a second partial wave).
 static int launch_quant_flat(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gz, int tpc, void* stream) {
-  if (p->flags != MXQ_ROWS || (p->C & 31) != 0 || (variant > 2 && fmt != 0)) return 1;
+  if (p->flags != MXQ_ROWS || (p->C & 31) != 0 || (variant > 2 && variant != 12 && fmt != 0)) return 1;
   if (gz > 1 && (p->in_bs != (long long)p->R * p->C || p->qa_bs != (long long)p->R * p->C || p->sa_bs != (long long)p->R * p->C / 32))
     return 1;
   MxQuantFlatParams f;
@@ -91,12 +91,18 @@ static int launch_quant_flat(int variant, int in_bf16, int fmt, const MxQuantPar
     case 4: k = in_bf16 ? mx_quantize_rows_cs_bf16_e4m3 : mx_quantize_rows_cs_f32_e4m3; break;
     case 5: k = in_bf16 ? mx_quantize_rows_u8cs_bf16_e4m3 : mx_quantize_rows_u8cs_f32_e4m3; u = 8; break;
     case 9: k = in_bf16 ? mx_quantize_rows_pf_bf16_e4m3 : mx_quantize_rows_pf_f32_e4m3; break;
+    // bulk-copy-fed (mx_quant_flat_bulk): a round is one 8 KB slab = 512 chunks (u = 2)
+    case 12: k = in_bf16 ? (fmt ? mx_quantize_rows_bulk_bf16_e5m2 : mx_quantize_rows_bulk_bf16_e4m3)
+                         : (fmt ? mx_quantize_rows_bulk_f32_e5m2 : mx_quantize_rows_bulk_f32_e4m3); u = 2; break;
+    case 13: k = in_bf16 ? mx_quantize_rows_bulk3_bf16_e4m3 : mx_quantize_rows_bulk3_f32_e4m3; u = 2; break;
+    case 14: k = in_bf16 ? mx_quantize_rows_bulk5_bf16_e4m3 : mx_quantize_rows_bulk5_f32_e4m3; u = 2; break;
     default:
       k = in_bf16 ? (fmt ? mx_quantize_rows_bf16_e5m2 : mx_quantize_rows_bf16_e4m3)
                   : (fmt ? mx_quantize_rows_f32_e5m2 : mx_quantize_rows_f32_e4m3);
   }
   // tpc > 0: cap tpc CTAs/SM, balanced; tpc == -1: the plain cap of MXQF_CTAS_PER_SM (A/B)
-  const int g = mx_quant_flat_grid(f.nblocks, in_bf16, u, tpc > 0 ? tpc : tpc == -1 ? -MXQF_CTAS_PER_SM : MXQF_CTAS_PER_SM, num_sms());
+  const int cap = variant >= 12 ? MXQB_CTAS_PER_SM : MXQF_CTAS_PER_SM;
+  const int g = mx_quant_flat_grid(f.nblocks, in_bf16, u, tpc > 0 ? tpc : tpc == -1 ? -cap : cap, num_sms());
   k<<<g, 256, 0, (cudaStream_t)stream>>>(f);
   return (int)cudaGetLastError();
 }
@@ -138,7 +144,7 @@ static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx
 extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz,
                                     int tpc, void* stream) {
   if (variant == 6) return launch_quant_tiles(in_bf16, fmt, p, gz, tpc, stream);
-  if ((variant >= 2 && variant <= 5) || variant == 9) return launch_quant_flat(variant, in_bf16, fmt, p, gz, tpc, stream);
+  if ((variant >= 2 && variant <= 5) || variant == 9 || (variant >= 12 && variant <= 14)) return launch_quant_flat(variant, in_bf16, fmt, p, gz, tpc, stream);
   QuantK k;
   if (variant == 1)
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2_legacy : mx_quantize_bf16_e4m3_legacy)
@@ -399,15 +405,24 @@ extern "C" int mx_launch_fakequant(int in_bf16, int fmt, const MxFakeQuantParams
 
 // Fake quantization along rows (mx_fakequant_rows_*): the flat kernel over nblocks blocks,
 // bf16 values to out, with the backend's grid rule.
-extern "C" int mx_launch_fakequant_rows(int in_bf16, int fmt, const void* in, void* out, long long nblocks, int mode, void* stream) {
+// mx_launch_fakequant_rows_bulk: the same through mx_fakequant_rows_bulk_* (the backend's on Hopper).
+static int launch_fakequant_rows(bool bulk, int in_bf16, int fmt, const void* in, void* out, long long nblocks, int mode, void* stream) {
   if (nblocks <= 0) return 0;
   MxQuantFlatParams f;
   f.in = in; f.q = (mx_u8*)out; f.s = nullptr; f.nblocks = nblocks; f.mode = mode;
-  QuantFlatK k = in_bf16 ? (fmt ? mx_fakequant_rows_bf16_e5m2 : mx_fakequant_rows_bf16_e4m3)
-                         : (fmt ? mx_fakequant_rows_f32_e5m2 : mx_fakequant_rows_f32_e4m3);
-  const int g = mx_quant_flat_grid(nblocks, in_bf16, MXQF_U, MXQF_CTAS_PER_SM, num_sms());
+  QuantFlatK k = bulk ? (in_bf16 ? (fmt ? mx_fakequant_rows_bulk_bf16_e5m2 : mx_fakequant_rows_bulk_bf16_e4m3)
+                                 : (fmt ? mx_fakequant_rows_bulk_f32_e5m2 : mx_fakequant_rows_bulk_f32_e4m3))
+                      : (in_bf16 ? (fmt ? mx_fakequant_rows_bf16_e5m2 : mx_fakequant_rows_bf16_e4m3)
+                                 : (fmt ? mx_fakequant_rows_f32_e5m2 : mx_fakequant_rows_f32_e4m3));
+  const int g = mx_quant_flat_grid(nblocks, in_bf16, bulk ? 2 : MXQF_U, bulk ? MXQB_CTAS_PER_SM : MXQF_CTAS_PER_SM, num_sms());
   k<<<g, 256, 0, (cudaStream_t)stream>>>(f);
   return (int)cudaGetLastError();
+}
+extern "C" int mx_launch_fakequant_rows(int in_bf16, int fmt, const void* in, void* out, long long nblocks, int mode, void* stream) {
+  return launch_fakequant_rows(false, in_bf16, fmt, in, out, nblocks, mode, stream);
+}
+extern "C" int mx_launch_fakequant_rows_bulk(int in_bf16, int fmt, const void* in, void* out, long long nblocks, int mode, void* stream) {
+  return launch_fakequant_rows(true, in_bf16, fmt, in, out, nblocks, mode, stream);
 }
 
 // mx_dequantize (per element, the reference) or mx_dequantize16 (use16), batch 1, either output.
