@@ -914,11 +914,11 @@ MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
 // The flat 1x32 quantizer fed by bulk copies (mx_quantize_rows_bulk_*, mx_fakequant_rows_bulk_*;
 // sm_90): the same blocks, the same per-chunk code (mxqf_chunk) and the same bytes out as
 // mx_quantize_rows_* / mx_fakequant_rows_*; only how the input reaches the threads differs.
-// Why: under the timing protocol's L2 flush (do_bench zeroes 256 MB before every call, which
-// leaves the L2 full of dirty lines) the LDG-fed kernel took 11 µs longer on a 203 MB tensor
-// than after a read-only flush, a copy of the same bytes 3 µs, and the 32x32 quantizer, whose
-// input comes by TMA, 3 µs (docs/perf.md run 59): its loads wait behind the write-backs, and
-// 64 bytes in flight per thread do not cover that latency.
+// Why it was tried: under the timing protocol's L2 flush (do_bench zeroes 256 MB before every
+// call, which leaves the L2 full of dirty lines) the LDG-fed kernel took 7-11 µs longer on a
+// 203 MB tensor than after a read-only flush, a copy of the same bytes 3 µs, and the 32x32
+// quantizer, whose input comes by TMA, 3 µs (docs/perf.md run 59). It did not help: 2-8 %
+// slower than the LDG-fed kernel under every flush (run 60), so it stays in the harness.
 // Layout: the input is cut into slabs of MXQB_SLAB bytes (the last one shorter); CTA i takes
 // slabs i, i + G, ... (G = grid size). A ring of AS slots in static shared memory, one bulk
 // copy per slab, per slot a full mbarrier (transaction bytes) and an empty one (one arrival
@@ -1009,11 +1009,11 @@ MXQFF_INST(mx_fakequant_rows_f32_e4m3, 0, 0)
 MXQFF_INST(mx_fakequant_rows_bf16_e4m3, 1, 0)
 MXQFF_INST(mx_fakequant_rows_f32_e5m2, 0, 1)
 MXQFF_INST(mx_fakequant_rows_bf16_e5m2, 1, 1)
-// The bulk-copy-fed flat kernels (mx_quant_flat_bulk): bulk copies and the transaction-count
-// mbarrier need sm_90, so a portable build has none and the backend takes the LDG-fed ones.
+// The bulk-copy-fed flat kernels (mx_quant_flat_bulk), HARNESS ONLY: 2-8 % slower than the
+// LDG-fed ones under both flushes on every anchor shape (docs/perf.md run 60).
 #define MXQB_INST(NAME, BF, F, AS, FAKE) \
   extern "C" __global__ void __launch_bounds__(256, MXQB_CTAS_PER_SM) NAME(const MxQuantFlatParams p) { mx_quant_flat_bulk<BF, F, AS, FAKE>(p); }
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#if defined(MXQF_INSTANTIATE_VARIANTS) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
 MXQB_INST(mx_quantize_rows_bulk_f32_e4m3, 0, 0, MXQB_AS, 0)
 MXQB_INST(mx_quantize_rows_bulk_bf16_e4m3, 1, 0, MXQB_AS, 0)
 MXQB_INST(mx_quantize_rows_bulk_f32_e5m2, 0, 1, MXQB_AS, 0)
@@ -1022,12 +1022,11 @@ MXQB_INST(mx_fakequant_rows_bulk_f32_e4m3, 0, 0, MXQB_AS, 1)
 MXQB_INST(mx_fakequant_rows_bulk_bf16_e4m3, 1, 0, MXQB_AS, 1)
 MXQB_INST(mx_fakequant_rows_bulk_f32_e5m2, 0, 1, MXQB_AS, 1)
 MXQB_INST(mx_fakequant_rows_bulk_bf16_e5m2, 1, 1, MXQB_AS, 1)
-#ifdef MXQF_INSTANTIATE_VARIANTS  // harness A/B only: ring depth 3 and 5
+// ring depth 3 and 5
 MXQB_INST(mx_quantize_rows_bulk3_bf16_e4m3, 1, 0, 3, 0)
 MXQB_INST(mx_quantize_rows_bulk5_bf16_e4m3, 1, 0, 5, 0)
 MXQB_INST(mx_quantize_rows_bulk3_f32_e4m3, 0, 0, 3, 0)
 MXQB_INST(mx_quantize_rows_bulk5_f32_e4m3, 0, 0, 5, 0)
-#endif
 #endif
 #ifdef MXQF_INSTANTIATE_VARIANTS  // harness A/B only (bench/launch.cu)
 MXQF_INST(mx_quantize_rows_u8_bf16_e4m3, 1, 0, 8, 0, 0)
