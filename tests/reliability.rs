@@ -19,7 +19,11 @@ fn guests_on_threads_with_plugin_switches_all_succeed() {
         std::thread::spawn(move || {
             let mut flips = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let name = if flips % 2 == 0 { "bf16" } else { "mxfp8" };
+                let name = if flips.is_multiple_of(2) {
+                    "bf16"
+                } else {
+                    "mxfp8"
+                };
                 shared.plugins.select(name).unwrap();
                 flips += 1;
                 std::thread::sleep(Duration::from_millis(1));

@@ -97,31 +97,6 @@ impl Capabilities {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dir_specs() {
-        let tmp = std::env::temp_dir();
-        let t = tmp.to_str().unwrap();
-        assert_eq!(
-            DirGrant::parse(t).unwrap(),
-            DirGrant {
-                host: tmp.clone(),
-                guest: t.into(),
-                writable: false
-            }
-        );
-        let g = DirGrant::parse(&format!("{t}:/data:rw")).unwrap();
-        assert_eq!((g.guest.as_str(), g.writable), ("/data", true));
-        assert!(DirGrant::parse("/definitely/not/here").is_err());
-        assert!(DirGrant::parse(&format!("{t}:a:b:c")).is_err());
-        assert_eq!(parse_env("A=b=c").unwrap(), ("A".into(), "b=c".into()));
-        assert!(parse_env("=x").is_err());
-    }
-}
-
 /// Clock resolution guests see: enough to time a training step, too coarse for
 /// timing side channels on the host's native code.
 pub const CLOCK_RESOLUTION: std::time::Duration = std::time::Duration::from_millis(1);
@@ -165,5 +140,30 @@ impl wasmtime_wasi::HostMonotonicClock for CoarseMonotonicClock {
     fn now(&self) -> u64 {
         let step = CLOCK_RESOLUTION.as_nanos();
         ((self.0.elapsed().as_nanos() / step) * step) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dir_specs() {
+        let tmp = std::env::temp_dir();
+        let t = tmp.to_str().unwrap();
+        assert_eq!(
+            DirGrant::parse(t).unwrap(),
+            DirGrant {
+                host: tmp.clone(),
+                guest: t.into(),
+                writable: false
+            }
+        );
+        let g = DirGrant::parse(&format!("{t}:/data:rw")).unwrap();
+        assert_eq!((g.guest.as_str(), g.writable), ("/data", true));
+        assert!(DirGrant::parse("/definitely/not/here").is_err());
+        assert!(DirGrant::parse(&format!("{t}:a:b:c")).is_err());
+        assert_eq!(parse_env("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+        assert!(parse_env("=x").is_err());
     }
 }

@@ -79,7 +79,7 @@ mod tests {
 
     #[test]
     fn capacity_drops_are_counted() {
-        let logits = vec![1.0, 0.0].repeat(10);
+        let logits = [1.0, 0.0].repeat(10);
         let r = RouteRequest {
             tokens: 10,
             experts: 2,

@@ -417,6 +417,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one expert's row range
     fn empty_outputs_are_fine() {
         let groups = [0..2];
         grouped_gemm_f32(
@@ -436,6 +437,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one expert's row range
     fn inconsistent_sizes_are_errors() {
         let groups = [0..2, 1..3];
         let err = grouped_gemm_f32(

@@ -34,13 +34,16 @@ enum Pass {
 const PASSES: [Pass; 3] = [Pass::Forward, Pass::Dgrad, Pass::Wgrad];
 
 /// The problem: host tensors plus guest copies for the FP64 references.
+/// An operand on the host and the values it was made from.
+type HostOperand = (Tensor, Vec<f32>);
+
 struct Problem {
     offs: Vec<i32>,
     rows: usize,
     used: usize,
-    x: (Tensor, Vec<f32>),
-    w: (Tensor, Vec<f32>),
-    dy: (Tensor, Vec<f32>),
+    x: HostOperand,
+    w: HostOperand,
+    dy: HostOperand,
 }
 
 impl Pass {
@@ -53,7 +56,7 @@ impl Pass {
     }
 
     /// The pass's operands: forward (x, w), dgrad (dy, w), wgrad (dy, x).
-    fn operands(self, p: &Problem) -> (&(Tensor, Vec<f32>), &(Tensor, Vec<f32>)) {
+    fn operands(self, p: &Problem) -> (&HostOperand, &HostOperand) {
         match self {
             Pass::Forward => (&p.x, &p.w),
             Pass::Dgrad => (&p.dy, &p.w),
