@@ -429,6 +429,7 @@ struct MxtProd {
   int pc;                // stages issued so far (0x7fffffff once the sequence is done)
   int nreal;             // PAD2 (v3) only: real stages of the tile (nst = nreal rounded up to even)
   int step;              // tile stride of this producer's sequence (gridDim.x; v4: 2 * gridDim.x)
+  int crank;             // MC (v6) only: this CTA's rank in its 2-CTA cluster (its 64-row half, its B half)
 };
 struct MxtCtx { int ntn, tiles_m, total, brows_e; const int* g_start; const int* g_pre; };
 
@@ -445,21 +446,27 @@ MX_DEV int mxt_tile_stages(const MxGemmParams& p, const MxgTile& T, const int* g
 // with zeros by this thread. Its k32 partials are +0 (all products +0 * +0), promoted as
 // fmaf(+0, 0 * s, acc) = acc exactly (acc is never -0: it starts at +0 and x + (+0) is +0
 // for x = -0 in round-to-nearest), so results equal the unpadded v2 kernel bit for bit.
-template <int SB2D, int STAGES, int PAD2 = 0, class LAY = MxtLay128<SB2D>>
+// MC (v6): the CTA is one half of a 2-CTA cluster that shares 128-row tiles: it loads its own
+// 64 rows of A and, multicast to both CTAs, its 64-row half of the tile's B (the peer loads
+// the other half), so each CTA's full[] barrier receives the whole B; tiles are decoded with
+// 2 * LAY::BM rows (both CTAs walk the same sequence) and empty[] counts both CTAs' consumers.
+template <int SB2D, int STAGES, int PAD2 = 0, class LAY = MxtLay128<SB2D>, int MC = 0>
 MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtCtx& c,
                      mx_u32 sbase, mx_u64* full, mx_u64* empty) {
+  static_assert(!(PAD2 && MC), "the zero stage (PAD2) has no multicast variant");
   constexpr int STAGE = LAY::STAGE;
   constexpr int ABYTES = LAY::BM * 128;
+  constexpr int DBM = MC ? 2 * LAY::BM : LAY::BM;   // rows of a decoded tile
   const MxGemmParams& p = P.g;
   while (s.pc < limit) {
     while (s.ks >= s.nst) {
       s.t += s.step;
       if (s.t >= c.total) { s.pc = 0x7fffffff; return; }
-      const MxgTile T = mxg_decode(p, s.t, LAY::BM, c.ntn, c.tiles_m, c.g_start, c.g_pre, LAY::BN);
+      const MxgTile T = mxg_decode(p, s.t, DBM, c.ntn, c.tiles_m, c.g_start, c.g_pre, LAY::BN);
       s.nst = mxt_tile_stages(p, T, c.g_pre);
       if (PAD2) { s.nreal = s.nst; s.nst = (s.nst + 1) & ~1; }
       s.ks = 0;
-      s.row0 = T.row0; s.n0 = T.n0; s.e = T.e; s.kbeg = T.kbeg;
+      s.row0 = T.row0 + (MC ? LAY::BM * s.crank : 0); s.n0 = T.n0; s.e = T.e; s.kbeg = T.kbeg;
       s.brow = T.e * c.brows_e + T.n0;
     }
     mbar_wait_parked(&empty[s.stage], s.phase ^ 1);
@@ -483,12 +490,19 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
     const int kb0 = k0 >> 5;
     int sa_rows = p.M - s.row0;
     sa_rows = sa_rows < LAY::BM ? sa_rows : LAY::BM;       // never read past the SA table
+    if (MC && sa_rows < 0) sa_rows = 0;                    // (a second half past the buffer's last row)
     constexpr mx_u32 SBW = LAY::BN == 192 ? 32 : 16;      // 2D: bytes of weight scales per kb
     const mx_u32 sb_bytes = SB2D ? 4 * SBW : 2048;
     mbar_arrive_expect_tx(&full[s.stage], ABYTES + LAY::BN * 128 + sa_rows * 16 + sb_bytes);
     tma_load_2d(dst, &P.tmA, k0, s.row0, &full[s.stage]);
-    tma_load_2d(dst + LAY::B_OFF, &P.tmB, k0, s.brow, &full[s.stage]);
-    bulk_load(dst + LAY::SA_OFF, p.SA + (mx_i64)(kb0 >> 2) * p.ldsa + (mx_i64)s.row0 * 4, sa_rows * 16, &full[s.stage]);
+    if (MC) {
+      const int h = LAY::BN / 2 * s.crank;   // this CTA's half of B (tensor map box BN / 2 rows)
+      tma_load_2d_multicast(dst + LAY::B_OFF + 128 * h, &P.tmB, k0, s.brow + h, &full[s.stage], (mx_u16)3);
+    } else {
+      tma_load_2d(dst + LAY::B_OFF, &P.tmB, k0, s.brow, &full[s.stage]);
+    }
+    if (!MC || sa_rows > 0)
+      bulk_load(dst + LAY::SA_OFF, p.SA + (mx_i64)(kb0 >> 2) * p.ldsa + (mx_i64)s.row0 * 4, sa_rows * 16, &full[s.stage]);
     const float* SBexp = p.SB + (mx_i64)s.e * p.sb_es;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -628,6 +642,9 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
 //   memory and TMA (mxt_epilogue_tma), overlapping the next tile's main loop. Needs the
 //   MxGemmTmaParamsO parameters, 5 stages and 32 KB of staging after them (mxt_v2t_smem_bytes).
 #define MXT_OPT_TMA_STORE 64
+// MXT_OPT_CLUSTER (v6): a released stage is also signalled to the peer CTA of the 2-CTA
+//   cluster (its producer multicasts into this CTA's copy of the stage as well).
+#define MXT_OPT_CLUSTER 128
 MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
 MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
 
@@ -703,10 +720,16 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
         // replaces the wgmma by an empty HGMMA.64x8x16)
         acc[0] += (s0 + s1 + sb4.x + sb4.y + sb4.z + sb4.w) * prv[0];
       }
-      if (TWO && pp == 3 && lane == 0) mbar_arrive(&empty[st0]);
+      if (TWO && pp == 3 && lane == 0) {
+        mbar_arrive(&empty[st0]);
+        if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[st0], cluster_ctarank() ^ 1u);
+      }
     }
   }
-  if ((PEND == 4 || PEND == 8) && lane == 0) mbar_arrive(&empty[PEND == 8 ? st1 : st0]);
+  if ((PEND == 4 || PEND == 8) && lane == 0) {
+    mbar_arrive(&empty[PEND == 8 ? st1 : st0]);
+    if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[PEND == 8 ? st1 : st0], cluster_ctarank() ^ 1u);
+  }
 #pragma unroll
   for (int g = 0; g < PEND / 4; ++g) {
     if (++stage == STAGES) { stage = 0; phase ^= 1; }
@@ -769,7 +792,7 @@ MX_DEV void mxt_epilogue(const MxGemmParams& p, const MxgTile& T, const float* a
 // so the stores overlap the next main loop instead of stalling the tensor core (run 25: the
 // register epilogue costs v2u 6-7 %). The staging buffer is reused one tile later, after
 // bulk_wait_read. Columns past N are clipped by the tensor map (rows are full by the caller).
-struct MxtStore { const MxTmap* tm; mx_u32 sbuf; int wg; int lt; };
+struct MxtStore { const MxTmap* tm; mx_u32 sbuf; int wg; int lt; int r64; };  // r64: the 64-row block of T it stores
 MX_DEV void mxt_epilogue_tma(const MxGemmParams& p, const MxgTile& T, const float* acc, const MxtStore& st, int lane) {
   if (st.lt == 0) bulk_wait_read<0>();
   named_bar_sync(1 + st.wg, 128);
@@ -785,7 +808,7 @@ MX_DEV void mxt_epilogue_tma(const MxGemmParams& p, const MxgTile& T, const floa
   fence_proxy_async_smem();
   named_bar_sync(1 + st.wg, 128);
   if (st.lt == 0) {
-    const int r = (p.batched ? T.e * p.M : 0) + T.row0 + 64 * st.wg;
+    const int r = (p.batched ? T.e * p.M : 0) + T.row0 + 64 * st.r64;
     tma_store_2d(st.tm, st.sbuf, T.n0, r);
     tma_store_2d(st.tm, st.sbuf + 8192, T.n0 + 64, r);
     bulk_commit();
@@ -841,16 +864,17 @@ MX_DEV void mxt_setup(const MxGemmTmaParams& P, mx_u64* full, mx_u64* empty, int
 
 // One producer thread: fills the STAGES-stage ring at sbase for the tiles first,
 // first + step, ... of this CTA's sequence until the sequence ends.
-template <int SB2D, int STAGES, int PAD2, class LAY>
+template <int SB2D, int STAGES, int PAD2, class LAY, int MC = 0>
 MX_DEV void mxt_produce(const MxGemmTmaParams& P, const int* g_start, const int* g_pre, mx_u32 sbase,
-                        int first, int step, mx_u64* full, mx_u64* empty) {
-  const MxtCtx c = mxt_ctx(P.g, g_start, g_pre, LAY::BM, LAY::BN);
+                        int first, int step, mx_u64* full, mx_u64* empty, int crank = 0) {
+  const MxtCtx c = mxt_ctx(P.g, g_start, g_pre, MC ? 2 * LAY::BM : LAY::BM, LAY::BN);
   MxtProd prod;
   prod.step = step;
+  prod.crank = crank;
   prod.t = first - step; prod.ks = 0; prod.nst = 0;
   prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
   prod.stage = 0; prod.phase = 0; prod.pc = 0; prod.nreal = 0;
-  mxt_fill<SB2D, STAGES, PAD2, LAY>(prod, 0x7ffffffe, P, c, sbase, full, empty);
+  mxt_fill<SB2D, STAGES, PAD2, LAY, MC>(prod, 0x7ffffffe, P, c, sbase, full, empty);
 }
 
 // The consumers' tile loop: for each tile of the sequence, zero acc, run_groups(nst) (the
@@ -859,10 +883,19 @@ MX_DEV void mxt_produce(const MxGemmTmaParams& P, const int* g_start, const int*
 // NACC accumulators per thread (BN / 2); run_groups(nst, sbsh) gets the tile's stage count and
 // (n0 / 32) & 3, where its first weight-scale column block sits in a v5 scale window.
 // With TMA (v2t), full 128-row tiles of a bf16 output leave through mxt_epilogue_tma.
+// half >= 0 (v6): the CTA computes 64-row half `half` of each bm-row tile (its rows and row
+// count cut to that half; a half past the tile's rows stores nothing).
+MX_DEV MxgTile mxt_half(MxgTile T, int half) {
+  if (half >= 0) {
+    T.row0 += 64 * half;
+    T.rows = min(max(T.rows - 64 * half, 0), 64);
+  }
+  return T;
+}
 template <int OUT_BF16, int NACC = 64, int BN = MXG_BN, bool STORE = true, bool TMA = false, class RunGroups>
 MX_DEV void mxt_consume(const MxGemmParams& p, const MxtCtx& c, const int* g_start, const int* g_pre, int bm,
                         int first, int step, float* acc, int wrow, int lane, RunGroups run_groups,
-                        const MxtStore* tst = nullptr) {
+                        const MxtStore* tst = nullptr, int half = -1) {
   for (int t = first; t < c.total; t += step) {
     int nst, sbsh;
     {
@@ -875,9 +908,9 @@ MX_DEV void mxt_consume(const MxGemmParams& p, const MxtCtx& c, const int* g_sta
     run_groups(nst, sbsh);
     int te = t;
     asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
-    const MxgTile T = mxg_decode(p, te, bm, c.ntn, c.tiles_m, g_start, g_pre, BN);
+    const MxgTile T = mxt_half(mxg_decode(p, te, bm, c.ntn, c.tiles_m, g_start, g_pre, BN), half);
     if constexpr (TMA && OUT_BF16 && NACC == 64) {
-      if (tst->tm != nullptr && T.rows == 128) { mxt_epilogue_tma(p, T, acc, *tst, lane); continue; }
+      if (tst->tm != nullptr && T.rows == (half >= 0 ? 64 : 128)) { mxt_epilogue_tma(p, T, acc, *tst, lane); continue; }
     }
     if (STORE || p.N < 0) mxt_epilogue<OUT_BF16, NACC>(p, T, acc, wrow, lane);  // !STORE: diagnostic, no stores
   }
@@ -981,7 +1014,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P, const MxTmap* tmO = nullp
   int stage = 0; mx_u32 phase = 0;
   float acc[64], t0[64], t1[64];
   constexpr bool TMA = (OPT & MXT_OPT_TMA_STORE) != 0;
-  const MxtStore tst{tmO, sbase + STAGES * MxtLay128<SB2D>::STAGE + wg * 16384, wg, lt};
+  const MxtStore tst{tmO, sbase + STAGES * MxtLay128<SB2D>::STAGE + wg * 16384, wg, lt, wg};
   mxt_consume<OUT_BF16, 64, MXG_BN, !(OPT & MXT_OPT_NO_STORE), TMA>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst, int) {
     if (NSG == 2) nst = (nst + 1) & ~1;   // the producer appends a zero stage to odd tiles
     if ((OPT & MXT_OPT_SKEW) && NSG == 1 && wg == 1) {
@@ -1167,6 +1200,85 @@ MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v4_impl<FA, FB, SB2D, OBF>(p); }
 
+// ---- v6 kernel: v4's decoupled rings with B shared by a 2-CTA cluster (TMA multicast) ----
+// v4 decoupled the two consumer warpgroups of an SM (separate rings, separate tiles: the
+// QGMMA warpgroup_arrive stall share fell from 17.8 to 10.0 %, ncu run 16) but loaded every B
+// tile once per 64 rows, 1.5x v2u's L2 -> shared bytes, and lost 2-12 % on the memory side
+// (L2 73.6 %, long-scoreboard stalls 2.5x). Here the CTAs come in clusters of 2 (on two SMs)
+// that share 128 x 128 tiles: warpgroup w of CTA r computes rows 64r .. 64r + 63 of the
+// cluster's w-th tile sequence (tiles 2q + w, step 2 * clusters), its producer loads those 64
+// rows of A and, multicast to both CTAs, half of the tile's B; so each SM moves v2u's bytes
+// per FLOP while its two warpgroups stay independent of each other (each is coupled only to
+// its peer on the other SM, through the ring slots they share). empty[] counts both CTAs'
+// four consumer warps; the producer waits on its own empty[] before multicasting into both.
+// Same wgmma shape and promotion order as v2u: bitwise-identical results. Launch: 384 threads,
+// grid = 2 * (clusters that fit at once), mxt6_smem_bytes<SB2D, ST, TMA>() of dynamic shared
+// memory; A and B tensor maps with boxes of 128 B x 64 rows; TMA: the v2t output map.
+template <int SB2D, int ST, bool TMA> constexpr int mxt6_smem_bytes() {
+  return 2 * ST * MxtLay64<SB2D>::STAGE + (TMA ? 2 * 16384 : 0) + 1024;
+}
+
+template <int FA, int FB, int SB2D, int OUT_BF16, int ST, bool TMA>
+MX_DEV void mx_tgemm_v6_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
+  typedef MxtLay64<SB2D> LAY;
+  constexpr int RING = ST * LAY::STAGE;
+  const MxGemmParams& p = P.g;
+  extern __shared__ __align__(1024) mx_u8 mxt_smem[];
+  __shared__ __align__(8) mx_u64 full[2 * ST], empty[2 * ST];
+  __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
+
+  const int tid = threadIdx.x;
+  mxt_setup(P, full, empty, 2 * ST, 8, 2 * LAY::BM, g_start, g_pre);
+  cluster_sync();  // the peer's barriers exist before any multicast or remote arrive reaches them
+  const int cr = (int)cluster_ctarank();
+  const int q = (int)blockIdx.x >> 1, nq = (int)gridDim.x >> 1;
+  if (tid >= 256) {
+    // ---- producers: lane 0 of warp 8 fills ring 0, lane 0 of warp 9 ring 1 ----
+    setmaxnreg_dec<MXT_V2_PREG>();
+    if (tid == 256 || tid == 288) {
+      const int ring = (tid - 256) >> 5;
+      mxt_produce<SB2D, ST, 0, LAY, 1>(P, g_start, g_pre, mxt_smem_base(mxt_smem) + ring * RING, 2 * q + ring, 2 * nq,
+                                       full + ring * ST, empty + ring * ST, cr);
+    }
+  } else {
+    // ---- consumers: warpgroup wg works ring wg only, half cr of each tile ----
+    setmaxnreg_inc<(504 - MXT_V2_PREG) / 2>();
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+    const mx_u32 sbase = mxt_smem_base(mxt_smem) + wg * RING;
+    const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
+    const MxtCtx c = mxt_ctx(p, g_start, g_pre, 2 * LAY::BM);
+    const int lt = tid & 127;
+    const int warp = lt >> 5, lane = lt & 31;
+    const int wrow = 16 * warp + (lane >> 2);
+    mx_u64* fullr = full + wg * ST;
+    mx_u64* emptyr = empty + wg * ST;
+    int stage = 0; mx_u32 phase = 0;
+    float acc[64], t0[64], t1[64];
+    const MxtStore tst{tmO, mxt_smem_base(mxt_smem) + 2 * RING + wg * 16384, wg, lt, 0};
+    mxt_consume<OUT_BF16, 64, MXG_BN, true, TMA>(p, c, g_start, g_pre, 2 * LAY::BM, 2 * q + wg, 2 * nq, acc, wrow, lane,
+                                                 [&](int nst, int) {
+      for (; nst >= 1; --nst)
+        mxt_group_v2<FA, FB, SB2D, 1, ST, LAY, MXT_OPT_CLUSTER>(acc, t0, t1, sbase, sgen, fullr, emptyr, stage, phase, 0, wrow, lane);
+    }, TMA ? &tst : nullptr, cr);
+    mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
+  }
+  __syncwarp();
+  cluster_sync();  // no CTA exits while its peer may still arrive on its barriers
+}
+
+// mx_tgemm_<...>_v6 / _v6t (see mx_tgemm_v6_impl): parameters MxGemmTmaParamsO (v6: the
+// output map unused), a cluster of 2 CTAs fixed at compile time (a plain launch works; the
+// grid must be even).
+#ifndef MXT6_STAGES
+#define MXT6_STAGES 4   // register epilogue
+#endif
+#ifndef MXT6T_STAGES
+#define MXT6T_STAGES 3  // TMA-store epilogue (32 KB of staging)
+#endif
+#define MXT_INST_V6(NAME, FA, FB, SB2D, OBF, ST, TMA) \
+  extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParamsO p) { mx_tgemm_v6_impl<FA, FB, SB2D, OBF, ST, TMA>(p.b, p.o_tma ? &p.tmO : nullptr); }
+
 // mx_tgemm_<...>_v2*: the v2 main loop (see mxt_group_v2 / mx_tgemm_v2_impl) with the OPT
 // bits MXT_OPT_*. Same launch and parameters as the corresponding mx_tgemm_* kernel.
 #define MXT_INST_V2_OPT(NAME, FA, FB, SB2D, OBF, ST, OPT) \
@@ -1283,6 +1395,13 @@ MXT_INST_V5(mx_tgemm_e4m3e4m3_w2d_bf16_v5, 0, 0, 1)
 MXT_INST_V5(mx_tgemm_e4m3e4m3_w2d_f32_v5,  0, 0, 0)
 #endif
 
+// v6 kernels, opt-in: define MXT_INSTANTIATE_V6 (bench/launch.cu does).
+#ifdef MXT_INSTANTIATE_V6
+MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_bf16_v6, 0, 0, 1, 1, MXT6_STAGES, false)
+MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_f32_v6,  0, 0, 1, 0, MXT6_STAGES, false)
+MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_bf16_v6t, 0, 0, 1, 1, MXT6T_STAGES, true)
+MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_f32_v6t,  0, 0, 1, 0, MXT6T_STAGES, true)
+#endif
 // v4 kernels, opt-in: define MXT_INSTANTIATE_V4 (bench/launch.cu does).
 #ifdef MXT_INSTANTIATE_V4
 MXT_INST_V4(mx_tgemm_e4m3e4m3_w2d_bf16_v4, 0, 0, 1, 1)

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <cuda.h>
 #include <cstring>
+#include <cstdio>
 #define MXQ_INSTANTIATE_LEGACY  // run-7 quantizer, mx_quantize_*_legacy (A/B timing only)
 #define MXQF_INSTANTIATE_VARIANTS  // flat 1x32 quantizer variants (u8, cs, u8cs; e4m3 only)
 #define MXQT_INSTANTIATE  // warp-per-block 32x32 quantizer mx_quantize_tiles_* (variant 6)
@@ -13,6 +14,7 @@
 #define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
 #define MXT_INSTANTIATE_V4   // v4: two independent 64-row rings: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v4
 #define MXT_INSTANTIATE_V5   // v5: 128 x 192 tiles: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v5
+#define MXT_INSTANTIATE_V6   // v6: v4's rings + a 2-CTA cluster sharing B: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v6{,t}
 #include "../mx_grouped_gemm.cu"
 #include "../mx_dequantize.cu"  // mx_dequantize: reference for the fake-quant check
 // Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
@@ -278,7 +280,7 @@ static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx
 
 typedef void (*TGemmK)(const MxGemmTmaParams);
 typedef void (*TGemmKO)(const MxGemmTmaParamsO);
-struct TVariant { const char* name; TGemmK k; int sb2d; int stages; int abox = 128; int bbox = 128; TGemmKO ko = nullptr; };  // A / B box rows (v4: A 64; v5: B 192); ko: v2t (output map)
+struct TVariant { const char* name; TGemmK k; int sb2d; int stages; int abox = 128; int bbox = 128; TGemmKO ko = nullptr; int smem = 0; };  // A / B box rows (v4: A 64; v5: B 192; v6: both 64); ko: v2t/v6 (output map); smem: v6's, which also marks the 2-CTA cluster kernels
 static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_bf16", mx_tgemm_e4m3e4m3_w2d_bf16, 1, 6},
   {"mx_tgemm_e4m3e4m3_w2d_f32",  mx_tgemm_e4m3e4m3_w2d_f32,  1, 6},
@@ -327,6 +329,10 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_f32_v4",  mx_tgemm_e4m3e4m3_w2d_f32_v4,  1, MXT4_STAGES, 64},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v5", mx_tgemm_e4m3e4m3_w2d_bf16_v5, 1, MXT5_STAGES, 128, 192},
   {"mx_tgemm_e4m3e4m3_w2d_f32_v5",  mx_tgemm_e4m3e4m3_w2d_f32_v5,  1, MXT5_STAGES, 128, 192},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v6", nullptr, 1, MXT6_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_bf16_v6, mxt6_smem_bytes<1, MXT6_STAGES, false>()},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v6",  nullptr, 1, MXT6_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_f32_v6,  mxt6_smem_bytes<1, MXT6_STAGES, false>()},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v6t", nullptr, 1, MXT6T_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_bf16_v6t, mxt6_smem_bytes<1, MXT6T_STAGES, true>()},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v6t",  nullptr, 1, MXT6T_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_f32_v6t,  mxt6_smem_bytes<1, MXT6T_STAGES, true>()},
 };
 
 extern "C" int mx_tgemm_smem(int sb2d, int stages) {
@@ -349,7 +355,8 @@ extern "C" int mx_launch_tgemm(const char* name, const MxGemmParams* p, int grid
       if (!rc) rc = encode_2d(&P.tmB, p->B, (unsigned long long)p->ldb, (unsigned long long)p->N, (unsigned long long)p->ldb, v.bbox);
     }
     if (rc) return rc;
-    int smem = v.abox == 64 ? (v.sb2d ? mxt4_smem_bytes<1>() : mxt4_smem_bytes<0>())
+    int smem = v.smem > 0 ? v.smem
+             : v.abox == 64 ? (v.sb2d ? mxt4_smem_bytes<1>() : mxt4_smem_bytes<0>())
              : v.bbox == 192 ? mxt5_smem_bytes()
              : v.ko ? (v.sb2d ? mxt_v2t_smem_bytes<1>() : mxt_v2t_smem_bytes<0>()) : mx_tgemm_smem(v.sb2d, v.stages);
     static bool done[sizeof(g_tvariants) / sizeof(g_tvariants[0])] = {false};
@@ -365,6 +372,23 @@ extern "C" int mx_launch_tgemm(const char* name, const MxGemmParams* p, int grid
       cudaGetDevice(&dev);
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
       grid = sms;
+      if (v.smem > 0) {
+        // 2-CTA clusters (v6): as many as fit at once (a GPC with an odd number of free SMs
+        // leaves one idle), two CTAs each
+        cudaLaunchConfig_t cfg;
+        memset(&cfg, 0, sizeof(cfg));
+        cfg.gridDim = dim3(sms & ~1, 1, 1);
+        cfg.blockDim = dim3(MXT_THREADS, 1, 1);
+        cfg.dynamicSmemBytes = smem;
+        int nc = 0;
+        cudaError_t e = cudaOccupancyMaxActiveClusters(&nc, (void*)v.ko, &cfg);
+        if (e != cudaSuccess || nc <= 0) return e != cudaSuccess ? (int)e : 1;
+        grid = 2 * nc;
+        static bool said = false;
+        if (!said) { fprintf(stderr, "v6: %d clusters of 2 CTAs on %d SMs\n", nc, sms); said = true; }
+      }
+    } else if (v.smem > 0) {
+      grid &= ~1;
     }
     if (v.ko) {
       // Output map (bf16 only): [rows][N], rows = M (grouped) or E * M (batched, needs

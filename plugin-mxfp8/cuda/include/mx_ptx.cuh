@@ -150,6 +150,27 @@ MX_DEV void tma_load_2d(mx_u32 dst, const MxTmap* map, int c0, int c1, mx_u64* b
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
       :: "r"(dst), "l"((mx_u64)map), "r"(c0), "r"(c1), "r"(smem_u32(bar)) : "memory");
 }
+// The same load multicast to the CTAs of this cluster in cta_mask: the box lands at the same
+// shared-memory offset in each of them and completes tx bytes on the mbarrier at bar's offset
+// in each (sm_90, a kernel launched with cluster dimensions).
+MX_DEV void tma_load_2d_multicast(mx_u32 dst, const MxTmap* map, int c0, int c1, mx_u64* bar, mx_u16 cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
+      :: "r"(dst), "l"((mx_u64)map), "r"(c0), "r"(c1), "r"(smem_u32(bar)), "h"(cta_mask) : "memory");
+}
+// ---- clusters (sm_90) ----
+MX_DEV mx_u32 cluster_ctarank() { mx_u32 r; asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r)); return r; }
+// Arrive on the mbarrier at bar's offset in CTA `cta` of this cluster (release at cluster scope:
+// this thread's earlier shared-memory reads come before it).
+MX_DEV void mbar_arrive_cluster(mx_u64* bar, mx_u32 cta) {
+  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n"
+               :: "r"(smem_u32(bar)), "r"(cta) : "memory");
+}
+// Every thread of every CTA of the cluster (warp-aligned): all of them arrive, then wait.
+MX_DEV void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 MX_DEV void tma_prefetch_desc(const MxTmap* map) {
   asm volatile("prefetch.tensormap [%0];\n" :: "l"((mx_u64)map) : "memory");
 }
