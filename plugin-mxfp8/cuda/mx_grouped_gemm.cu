@@ -469,7 +469,10 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
       s.row0 = T.row0 + (MC ? LAY::BM * s.crank : 0); s.n0 = T.n0; s.e = T.e; s.kbeg = T.kbeg;
       s.brow = T.e * c.brows_e + T.n0;
     }
-    mbar_wait_parked(&empty[s.stage], s.phase ^ 1);
+    // MC: the peer CTA's arrivals come through distributed shared memory; a parked wait
+    // (suspend-time hint) did not wake for them promptly (run 61: v6 at 0.55-0.6x v2u).
+    if (MC) mbar_wait(&empty[s.stage], s.phase ^ 1);
+    else mbar_wait_parked(&empty[s.stage], s.phase ^ 1);
     const mx_u32 dst = sbase + s.stage * STAGE;
     if (PAD2 && s.ks >= s.nreal) {
       // zero stage: scales 0 (generic stores, ordered before the consumers' reads by the
@@ -495,9 +498,12 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
     const mx_u32 sb_bytes = SB2D ? 4 * SBW : 2048;
     mbar_arrive_expect_tx(&full[s.stage], ABYTES + LAY::BN * 128 + sa_rows * 16 + sb_bytes);
     tma_load_2d(dst, &P.tmA, k0, s.row0, &full[s.stage]);
-    if (MC) {
+    if (MC == 1) {
       const int h = LAY::BN / 2 * s.crank;   // this CTA's half of B (tensor map box BN / 2 rows)
       tma_load_2d_multicast(dst + LAY::B_OFF + 128 * h, &P.tmB, k0, s.brow + h, &full[s.stage], (mx_u16)3);
+    } else if (MC == 2) {                    // (diagnostic v6n: both halves loaded here, no multicast)
+      tma_load_2d(dst + LAY::B_OFF, &P.tmB, k0, s.brow, &full[s.stage]);
+      tma_load_2d(dst + LAY::B_OFF + 64 * LAY::BN, &P.tmB, k0, s.brow + LAY::BN / 2, &full[s.stage]);
     } else {
       tma_load_2d(dst + LAY::B_OFF, &P.tmB, k0, s.brow, &full[s.stage]);
     }
@@ -1218,7 +1224,7 @@ template <int SB2D, int ST, bool TMA> constexpr int mxt6_smem_bytes() {
   return 2 * ST * MxtLay64<SB2D>::STAGE + (TMA ? 2 * 16384 : 0) + 1024;
 }
 
-template <int FA, int FB, int SB2D, int OUT_BF16, int ST, bool TMA>
+template <int FA, int FB, int SB2D, int OUT_BF16, int ST, bool TMA, int MC = 1>
 MX_DEV void mx_tgemm_v6_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
   typedef MxtLay64<SB2D> LAY;
   constexpr int RING = ST * LAY::STAGE;
@@ -1237,7 +1243,7 @@ MX_DEV void mx_tgemm_v6_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
     setmaxnreg_dec<MXT_V2_PREG>();
     if (tid == 256 || tid == 288) {
       const int ring = (tid - 256) >> 5;
-      mxt_produce<SB2D, ST, 0, LAY, 1>(P, g_start, g_pre, mxt_smem_base(mxt_smem) + ring * RING, 2 * q + ring, 2 * nq,
+      mxt_produce<SB2D, ST, 0, LAY, MC>(P, g_start, g_pre, mxt_smem_base(mxt_smem) + ring * RING, 2 * q + ring, 2 * nq,
                                        full + ring * ST, empty + ring * ST, cr);
     }
   } else {
@@ -1275,9 +1281,9 @@ MX_DEV void mx_tgemm_v6_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
 #ifndef MXT6T_STAGES
 #define MXT6T_STAGES 3  // TMA-store epilogue (32 KB of staging)
 #endif
-#define MXT_INST_V6(NAME, FA, FB, SB2D, OBF, ST, TMA) \
+#define MXT_INST_V6(NAME, FA, FB, SB2D, OBF, ST, TMA, MC) \
   extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParamsO p) { mx_tgemm_v6_impl<FA, FB, SB2D, OBF, ST, TMA>(p.b, p.o_tma ? &p.tmO : nullptr); }
+  NAME(const __grid_constant__ MxGemmTmaParamsO p) { mx_tgemm_v6_impl<FA, FB, SB2D, OBF, ST, TMA, MC>(p.b, p.o_tma ? &p.tmO : nullptr); }
 
 // mx_tgemm_<...>_v2*: the v2 main loop (see mxt_group_v2 / mx_tgemm_v2_impl) with the OPT
 // bits MXT_OPT_*. Same launch and parameters as the corresponding mx_tgemm_* kernel.
@@ -1397,10 +1403,13 @@ MXT_INST_V5(mx_tgemm_e4m3e4m3_w2d_f32_v5,  0, 0, 0)
 
 // v6 kernels, opt-in: define MXT_INSTANTIATE_V6 (bench/launch.cu does).
 #ifdef MXT_INSTANTIATE_V6
-MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_bf16_v6, 0, 0, 1, 1, MXT6_STAGES, false)
-MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_f32_v6,  0, 0, 1, 0, MXT6_STAGES, false)
-MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_bf16_v6t, 0, 0, 1, 1, MXT6T_STAGES, true)
-MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_f32_v6t,  0, 0, 1, 0, MXT6T_STAGES, true)
+MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_bf16_v6, 0, 0, 1, 1, MXT6_STAGES, false, 1)
+MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_f32_v6,  0, 0, 1, 0, MXT6_STAGES, false, 1)
+MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_bf16_v6t, 0, 0, 1, 1, MXT6T_STAGES, true, 1)
+MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_f32_v6t,  0, 0, 1, 0, MXT6T_STAGES, true, 1)
+// diagnostic: v6 without the multicast (each CTA loads the whole B), still cluster-coupled
+MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_bf16_v6n, 0, 0, 1, 1, MXT6_STAGES, false, 2)
+MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_f32_v6n,  0, 0, 1, 0, MXT6_STAGES, false, 2)
 #endif
 // v4 kernels, opt-in: define MXT_INSTANTIATE_V4 (bench/launch.cu does).
 #ifdef MXT_INSTANTIATE_V4

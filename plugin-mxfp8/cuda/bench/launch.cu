@@ -333,6 +333,8 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_f32_v6",  nullptr, 1, MXT6_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_f32_v6,  mxt6_smem_bytes<1, MXT6_STAGES, false>()},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v6t", nullptr, 1, MXT6T_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_bf16_v6t, mxt6_smem_bytes<1, MXT6T_STAGES, true>()},
   {"mx_tgemm_e4m3e4m3_w2d_f32_v6t",  nullptr, 1, MXT6T_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_f32_v6t,  mxt6_smem_bytes<1, MXT6T_STAGES, true>()},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v6n", nullptr, 1, MXT6_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_bf16_v6n, mxt6_smem_bytes<1, MXT6_STAGES, false>()},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v6n",  nullptr, 1, MXT6_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_f32_v6n,  mxt6_smem_bytes<1, MXT6_STAGES, false>()},
 };
 
 extern "C" int mx_tgemm_smem(int sb2d, int stages) {

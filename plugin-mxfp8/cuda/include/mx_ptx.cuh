@@ -160,11 +160,12 @@ MX_DEV void tma_load_2d_multicast(mx_u32 dst, const MxTmap* map, int c0, int c1,
 }
 // ---- clusters (sm_90) ----
 MX_DEV mx_u32 cluster_ctarank() { mx_u32 r; asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r)); return r; }
-// Arrive on the mbarrier at bar's offset in CTA `cta` of this cluster (release at cluster scope:
-// this thread's earlier shared-memory reads come before it).
+// Arrive on the mbarrier at bar's offset in CTA `cta` of this cluster. Default semantics
+// (release at CTA scope), as CUTLASS's ClusterBarrier::arrive: what it orders is this
+// warpgroup's reads of a stage, whose wgmmas have completed (wait_group) before it.
 MX_DEV void mbar_arrive_cluster(mx_u64* bar, mx_u32 cta) {
   asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n"
+               "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n"
                :: "r"(smem_u32(bar)), "r"(cta) : "memory");
 }
 // Every thread of every CTA of the cluster (warp-aligned): all of them arrive, then wait.
