@@ -1155,56 +1155,6 @@ MX_DEV void mx_tgemm_v5_impl(const MxGemmTmaParams& P) {
 #endif
 template <int SB2D> constexpr int mxt4_smem_bytes() { return 2 * MXT4_STAGES * MxtLay64<SB2D>::STAGE + 1024; }
 
-template <int FA, int FB, int SB2D, int OUT_BF16>
-MX_DEV void mx_tgemm_v4_impl(const MxGemmTmaParams& P) {
-  typedef MxtLay64<SB2D> LAY;
-  constexpr int ST = MXT4_STAGES;
-  constexpr int RING = ST * LAY::STAGE;
-  const MxGemmParams& p = P.g;
-  extern __shared__ __align__(1024) mx_u8 mxt_smem[];
-  __shared__ __align__(8) mx_u64 full[2 * ST], empty[2 * ST];
-  __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
-
-  const int tid = threadIdx.x;
-  mxt_setup(P, full, empty, 2 * ST, 4, LAY::BM, g_start, g_pre);
-
-  if (tid >= 256) {
-    // ---- producers: lane 0 of warp 8 fills ring 0, lane 0 of warp 9 ring 1 ----
-    setmaxnreg_dec<MXT_V2_PREG>();
-    if (tid == 256 || tid == 288) {
-      const int ring = (tid - 256) >> 5;
-      mxt_produce<SB2D, ST, 0, LAY>(P, g_start, g_pre, mxt_smem_base(mxt_smem) + ring * RING,
-                                    2 * (int)blockIdx.x + ring, 2 * (int)gridDim.x, full + ring * ST, empty + ring * ST);
-    }
-    return;
-  }
-  // ---- consumers: warpgroup wg works ring wg only ----
-  setmaxnreg_inc<(504 - MXT_V2_PREG) / 2>();
-  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
-  const mx_u32 sbase = mxt_smem_base(mxt_smem) + wg * RING;
-  const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
-  const MxtCtx c = mxt_ctx(p, g_start, g_pre, LAY::BM);
-  const int lt = tid & 127;
-  const int warp = lt >> 5, lane = lt & 31;
-  const int wrow = 16 * warp + (lane >> 2);
-  mx_u64* fullr = full + wg * ST;
-  mx_u64* emptyr = empty + wg * ST;
-  int stage = 0; mx_u32 phase = 0;
-  float acc[64], t0[64], t1[64];
-  mxt_consume<OUT_BF16>(p, c, g_start, g_pre, LAY::BM, 2 * (int)blockIdx.x + wg, 2 * (int)gridDim.x, acc, wrow, lane,
-                        [&](int nst, int) {
-    for (; nst >= 1; --nst)
-      mxt_group_v2<FA, FB, SB2D, 1, ST, LAY>(acc, t0, t1, sbase, sgen, fullr, emptyr, stage, phase, 0, wrow, lane);
-  });
-
-  mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
-}
-
-// mx_tgemm_<...>_v4 (see mx_tgemm_v4_impl): launch with 384 threads, mxt4_smem_bytes<SB2D>()
-// bytes of dynamic shared memory and an A tensor map whose box is 128 B x 64 rows.
-#define MXT_INST_V4(NAME, FA, FB, SB2D, OBF) \
-  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v4_impl<FA, FB, SB2D, OBF>(p); }
 
 // ---- v6 kernel: v4's decoupled rings with B shared by a 2-CTA cluster (TMA multicast) ----
 // v4 decoupled the two consumer warpgroups of an SM (separate rings, separate tiles: the
@@ -1224,9 +1174,12 @@ template <int SB2D, int ST, bool TMA> constexpr int mxt6_smem_bytes() {
   return 2 * ST * MxtLay64<SB2D>::STAGE + (TMA ? 2 * 16384 : 0) + 1024;
 }
 
-template <int FA, int FB, int SB2D, int OUT_BF16, int ST, bool TMA, int MC = 1>
-MX_DEV void mx_tgemm_v6_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
+// The kernel body of v4 (MC = 0: no cluster, 64-row tiles, each CTA on its own) and v6
+// (MC = 1; MC = 2: the diagnostic v6n). CL = CTAs per cluster.
+template <int FA, int FB, int SB2D, int OUT_BF16, int ST, bool TMA, int MC>
+MX_DEV void mx_tgemm_rings_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
   typedef MxtLay64<SB2D> LAY;
+  constexpr int CL = MC ? 2 : 1;
   constexpr int RING = ST * LAY::STAGE;
   const MxGemmParams& p = P.g;
   extern __shared__ __align__(1024) mx_u8 mxt_smem[];
@@ -1234,10 +1187,10 @@ MX_DEV void mx_tgemm_v6_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
   __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
 
   const int tid = threadIdx.x;
-  mxt_setup(P, full, empty, 2 * ST, 8, 2 * LAY::BM, g_start, g_pre);
-  cluster_sync();  // the peer's barriers exist before any multicast or remote arrive reaches them
-  const int cr = (int)cluster_ctarank();
-  const int q = (int)blockIdx.x >> 1, nq = (int)gridDim.x >> 1;
+  mxt_setup(P, full, empty, 2 * ST, 4 * CL, CL * LAY::BM, g_start, g_pre);
+  if (CL == 2) cluster_sync();  // the peer's barriers exist before any multicast or remote arrive reaches them
+  const int cr = CL == 2 ? (int)cluster_ctarank() : 0;
+  const int q = (int)blockIdx.x / CL, nq = (int)gridDim.x / CL;
   if (tid >= 256) {
     // ---- producers: lane 0 of warp 8 fills ring 0, lane 0 of warp 9 ring 1 ----
     setmaxnreg_dec<MXT_V2_PREG>();
@@ -1252,7 +1205,7 @@ MX_DEV void mx_tgemm_v6_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
     const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
     const mx_u32 sbase = mxt_smem_base(mxt_smem) + wg * RING;
     const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
-    const MxtCtx c = mxt_ctx(p, g_start, g_pre, 2 * LAY::BM);
+    const MxtCtx c = mxt_ctx(p, g_start, g_pre, CL * LAY::BM);
     const int lt = tid & 127;
     const int warp = lt >> 5, lane = lt & 31;
     const int wrow = 16 * warp + (lane >> 2);
@@ -1261,18 +1214,20 @@ MX_DEV void mx_tgemm_v6_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
     int stage = 0; mx_u32 phase = 0;
     float acc[64], t0[64], t1[64];
     const MxtStore tst{tmO, mxt_smem_base(mxt_smem) + 2 * RING + wg * 16384, wg, lt, 0};
-    mxt_consume<OUT_BF16, 64, MXG_BN, true, TMA>(p, c, g_start, g_pre, 2 * LAY::BM, 2 * q + wg, 2 * nq, acc, wrow, lane,
+    mxt_consume<OUT_BF16, 64, MXG_BN, true, TMA>(p, c, g_start, g_pre, CL * LAY::BM, 2 * q + wg, 2 * nq, acc, wrow, lane,
                                                  [&](int nst, int) {
       for (; nst >= 1; --nst)
-        mxt_group_v2<FA, FB, SB2D, 1, ST, LAY, MXT_OPT_CLUSTER>(acc, t0, t1, sbase, sgen, fullr, emptyr, stage, phase, 0, wrow, lane);
-    }, TMA ? &tst : nullptr, cr);
+        mxt_group_v2<FA, FB, SB2D, 1, ST, LAY, CL == 2 ? MXT_OPT_CLUSTER : 0>(acc, t0, t1, sbase, sgen, fullr, emptyr, stage, phase, 0, wrow, lane);
+    }, TMA ? &tst : nullptr, CL == 2 ? cr : -1);
     mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
   }
-  __syncwarp();
-  cluster_sync();  // no CTA exits while its peer may still arrive on its barriers
+  if (CL == 2) {
+    __syncwarp();
+    cluster_sync();  // no CTA exits while its peer may still arrive on its barriers
+  }
 }
 
-// mx_tgemm_<...>_v6 / _v6t (see mx_tgemm_v6_impl): parameters MxGemmTmaParamsO (v6: the
+// mx_tgemm_<...>_v6 / _v6t (see mx_tgemm_rings_impl): parameters MxGemmTmaParamsO (v6: the
 // output map unused), a cluster of 2 CTAs fixed at compile time (a plain launch works; the
 // grid must be even).
 #ifndef MXT6_STAGES
@@ -1283,7 +1238,12 @@ MX_DEV void mx_tgemm_v6_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
 #endif
 #define MXT_INST_V6(NAME, FA, FB, SB2D, OBF, ST, TMA, MC) \
   extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParamsO p) { mx_tgemm_v6_impl<FA, FB, SB2D, OBF, ST, TMA, MC>(p.b, p.o_tma ? &p.tmO : nullptr); }
+  NAME(const __grid_constant__ MxGemmTmaParamsO p) { mx_tgemm_rings_impl<FA, FB, SB2D, OBF, ST, TMA, MC>(p.b, p.o_tma ? &p.tmO : nullptr); }
+// mx_tgemm_<...>_v4: launch with 384 threads, mxt4_smem_bytes<SB2D>() bytes of dynamic shared
+// memory and an A tensor map whose box is 128 B x 64 rows.
+#define MXT_INST_V4(NAME, FA, FB, SB2D, OBF) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_rings_impl<FA, FB, SB2D, OBF, MXT4_STAGES, false, 0>(p, nullptr); }
 
 // mx_tgemm_<...>_v2*: the v2 main loop (see mxt_group_v2 / mx_tgemm_v2_impl) with the OPT
 // bits MXT_OPT_*. Same launch and parameters as the corresponding mx_tgemm_* kernel.
