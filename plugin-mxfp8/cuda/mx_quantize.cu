@@ -827,9 +827,11 @@ static_assert(sizeof(MxQuantFlatParams) == 40, "QuantFlatParams in src/backend/c
 // U: 16-byte loads in flight per thread; CS: streaming cache hints (ld.global.cs /
 // st.global.cs: evict-first in L2) instead of the read-only path and plain stores;
 // PF (harness A/B): the next round's loads are issued before this round is computed.
+// CS: 0 = read-only path (ld.global.nc), 1 = streaming (ld.global.cs), 2 = plain ld.global
+// (harness A/B).
 template <int CS> MX_DEV uint4 mxqf_load1(const uint4* in, mx_i64 c, mx_i64 nchunks) {
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
-  if (c < nchunks) v = CS ? __ldcs(in + c) : __ldg(in + c);
+  if (c < nchunks) v = CS == 1 ? __ldcs(in + c) : CS == 2 ? in[c] : __ldg(in + c);
   return v;
 }
 MX_DEV void mxqf_set(mx_u32 (&w)[4], uint4 v) { w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w; }
@@ -838,7 +840,8 @@ MX_DEV void mxqf_set(mx_u32 (&w)[4], uint4 v) { w[0] = v.x; w[1] = v.y; w[2] = v
 // the warp must call this: the lanes of a block are consecutive and aligned), then, for
 // c < nchunks, the chunk's FP8 bytes at p.q (FAKE: its MX values as bf16) and, from the
 // block's first lane, the scale byte. Shared by the LDG-fed and the bulk-copy-fed kernels.
-template <int IN_BF16, int FMT, int CS, int FAKE>
+// NOSC (harness diagnostic, wrong output): the scale bytes are not stored.
+template <int IN_BF16, int FMT, int CS, int FAKE, int NOSC = 0>
 MX_DEV void mxqf_chunk(const MxQuantFlatParams& p, const mx_u32 (&raw)[4], mx_i64 c, mx_i64 nchunks, int lane) {
   constexpr int CPB = IN_BF16 ? 4 : 8;  // chunks per block
   constexpr int QW = MxqG<IN_BF16>::QW;
@@ -867,15 +870,15 @@ MX_DEV void mxqf_chunk(const MxQuantFlatParams& p, const mx_u32 (&raw)[4], mx_i6
   }
   if (IN_BF16) {
     uint2* dst = reinterpret_cast<uint2*>(p.q + 8 * c);
-    if (CS) __stcs(dst, make_uint2(q[0], q[QW - 1])); else *dst = make_uint2(q[0], q[QW - 1]);
+    if (CS == 1) __stcs(dst, make_uint2(q[0], q[QW - 1])); else *dst = make_uint2(q[0], q[QW - 1]);
   } else {
     unsigned int* dst = reinterpret_cast<unsigned int*>(p.q + 4 * c);
-    if (CS) __stcs(dst, q[0]); else *dst = q[0];
+    if (CS == 1) __stcs(dst, q[0]); else *dst = q[0];
   }
-  if ((lane & (CPB - 1)) == 0) p.s[c / CPB] = (mx_u8)sb;
+  if (!NOSC && (lane & (CPB - 1)) == 0) p.s[c / CPB] = (mx_u8)sb;
 }
 
-template <int IN_BF16, int FMT, int U, int CS, int PF, int FAKE = 0>
+template <int IN_BF16, int FMT, int U, int CS, int PF, int FAKE = 0, int NOSC = 0>
 MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
   constexpr int CPB = IN_BF16 ? 4 : 8;  // chunks per block
   const mx_i64 nchunks = p.nblocks * CPB;
@@ -900,12 +903,45 @@ MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
       for (int u = 0; u < U; ++u) mxqf_set(raw[u], mxqf_load1<CS>(in, c0 + u * stride, nchunks));
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) mxqf_chunk<IN_BF16, FMT, CS, FAKE>(p, raw[u], c0 + u * stride, nchunks, lane);
+    for (int u = 0; u < U; ++u) mxqf_chunk<IN_BF16, FMT, CS, FAKE, NOSC>(p, raw[u], c0 + u * stride, nchunks, lane);
     if (PF) {
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int i = 0; i < 4; ++i) raw[u][i] = nxt[PF ? u : 0][i];
+    }
+  }
+}
+
+// Harness A/B (MXQF_INSTANTIATE_VARIANTS, variant 17, bf16 input only): the flat kernel with
+// each thread owning two adjacent chunks (32 input bytes, one 16-byte store of FP8 bytes)
+// instead of one (an 8-byte store), as a copy kernel stores; a block is two lanes.
+template <int FMT, int U>
+MX_DEV void mx_quant_flat_pairs(const MxQuantFlatParams& p) {
+  const mx_i64 npairs = p.nblocks * 2;  // bf16: 4 chunks = 2 pairs per block
+  const mx_i64 stride = (mx_i64)gridDim.x * blockDim.x;
+  const int lane = threadIdx.x & 31;
+  const uint4* in = reinterpret_cast<const uint4*>(p.in);
+  for (mx_i64 c0 = (mx_i64)blockIdx.x * blockDim.x + threadIdx.x; c0 - lane < npairs; c0 += U * stride) {
+    mx_u32 raw[U][2][4];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const mx_i64 c = c0 + u * stride;
+      mxqf_set(raw[u][0], mxqf_load1<0>(in, 2 * c, 2 * npairs));
+      mxqf_set(raw[u][1], mxqf_load1<0>(in, 2 * c + 1, 2 * npairs));
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const mx_i64 c = c0 + u * stride;
+      mx_u32 am = max(mxq_chunk_amax<1>(raw[u][0]), mxq_chunk_amax<1>(raw[u][1]));
+      am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
+      if (c >= npairs) continue;
+      const mx_u32 sb = mx_scale_byte<FMT, true>(am, p.mode);
+      mx_u32 q0[2], q1[2];
+      mxq_quant_chunk<1, FMT>(raw[u][0], sb, q0);
+      mxq_quant_chunk<1, FMT>(raw[u][1], sb, q1);
+      *reinterpret_cast<uint4*>(p.q + 16 * c) = make_uint4(q0[0], q0[1], q1[0], q1[1]);
+      if ((lane & 1) == 0) p.s[c / 2] = (mx_u8)sb;
     }
   }
 }
@@ -1037,6 +1073,12 @@ MXQF_INST(mx_quantize_rows_u8cs_bf16_e4m3, 1, 0, 8, 1, 0)
 MXQF_INST(mx_quantize_rows_u8cs_f32_e4m3, 0, 0, 8, 1, 0)
 MXQF_INST(mx_quantize_rows_pf_bf16_e4m3, 1, 0, MXQF_U, 0, 1)
 MXQF_INST(mx_quantize_rows_pf_f32_e4m3, 0, 0, MXQF_U, 0, 1)
+// variant 15 (diagnostic, no scale bytes stored), 16 (plain ld.global), 17 (chunk pairs)
+extern "C" __global__ void __launch_bounds__(256, MXQF_CTAS_PER_SM) mx_quantize_rows_nosc_bf16_e4m3(const MxQuantFlatParams p) { mx_quant_flat<1, 0, MXQF_U, 0, 0, 0, 1>(p); }
+extern "C" __global__ void __launch_bounds__(256, MXQF_CTAS_PER_SM) mx_quantize_rows_nosc_f32_e4m3(const MxQuantFlatParams p) { mx_quant_flat<0, 0, MXQF_U, 0, 0, 0, 1>(p); }
+MXQF_INST(mx_quantize_rows_plain_bf16_e4m3, 1, 0, MXQF_U, 2, 0)
+MXQF_INST(mx_quantize_rows_plain_f32_e4m3, 0, 0, MXQF_U, 2, 0)
+extern "C" __global__ void __launch_bounds__(256, MXQF_CTAS_PER_SM) mx_quantize_rows_pairs_bf16_e4m3(const MxQuantFlatParams p) { mx_quant_flat_pairs<0, 2>(p); }
 #endif
 
 // ============================================================================================

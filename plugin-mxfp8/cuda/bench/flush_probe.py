@@ -64,15 +64,17 @@ def main():
         fake = lambda launch: (lambda: bench.ck(launch(1, 0, bench.ptr(X), bench.ptr(fq), M * K // 32, 0, None), "fakequant rows"))
         xbytes = M * K * 3 + M * K // 32
         ops = [
-            ("quantize X 1x32", [("flat (LDG)", q(2, 0)), ("bulk, 4 slots", q(12, 0)), ("bulk, 4 slots, 3 CTAs/SM", q(12, 3)),
-                                 ("bulk, 4 slots, 6 CTAs/SM", q(12, 6)), ("bulk, 3 slots", q(13, 0)), ("bulk, 5 slots", q(14, 0))], xbytes),
+            ("quantize X 1x32", [("flat (LDG)", q(2, 0)), ("flat, no scale stores (diagnostic)", q(15, 0)),
+                                 ("flat, plain ld.global", q(16, 0)), ("flat, chunk pairs (16-byte stores)", q(17, 0)),
+                                 ("bulk, 4 slots", q(12, 0))], xbytes),
             ("fake-quantize X 1x32 -> bf16", [("flat (LDG)", fake(bench.lib.mx_launch_fakequant_rows)),
                                               ("bulk", fake(bench.lib.mx_launch_fakequant_rows_bulk))], M * K * 4),
             ("quantize W 32x32 + T", [("t32", lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=10, tpc=0))], E * N * K * 4 + E * N * K // 512),
         ]
-        for o in (bench.quantize(X, bench.ROWS, variant=12, tpc=0), bench.quantize(X, bench.ROWS, variant=12, tpc=6)):
-            if not (torch.equal(o["qa"], xq["qa"]) and torch.equal(o["sa"], xq["sa"])):
-                print(f"{key}: MISMATCH bulk != flat", flush=True)
+        for v, t in ((12, 0), (12, 6), (16, 0), (17, 0), (15, 0)):
+            o = bench.quantize(X, bench.ROWS, variant=v, tpc=t)
+            if not (torch.equal(o["qa"], xq["qa"]) and (v == 15 or torch.equal(o["sa"], xq["sa"]))):
+                print(f"{key}: MISMATCH variant {v} (tpc {t}) != flat", flush=True)
         del xq
         for name, kernels, nbytes in ops:
             src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")

@@ -80,6 +80,7 @@ extern "C" int mx_quant_flat_grid(long long nblocks, int in_bf16, int u, int cta
 // tpc > 0: tpc CTAs per SM at most (more than fit at once run a second partial wave).
 static int launch_quant_flat(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gz, int tpc, void* stream) {
   if (p->flags != MXQ_ROWS || (p->C & 31) != 0 || (variant > 2 && variant != 12 && fmt != 0)) return 1;
+  if (variant == 17 && !in_bf16) return 1;
   if (gz > 1 && (p->in_bs != (long long)p->R * p->C || p->qa_bs != (long long)p->R * p->C || p->sa_bs != (long long)p->R * p->C / 32))
     return 1;
   MxQuantFlatParams f;
@@ -98,6 +99,9 @@ static int launch_quant_flat(int variant, int in_bf16, int fmt, const MxQuantPar
                          : (fmt ? mx_quantize_rows_bulk_f32_e5m2 : mx_quantize_rows_bulk_f32_e4m3); u = 2; break;
     case 13: k = in_bf16 ? mx_quantize_rows_bulk3_bf16_e4m3 : mx_quantize_rows_bulk3_f32_e4m3; u = 2; break;
     case 14: k = in_bf16 ? mx_quantize_rows_bulk5_bf16_e4m3 : mx_quantize_rows_bulk5_f32_e4m3; u = 2; break;
+    case 15: k = in_bf16 ? mx_quantize_rows_nosc_bf16_e4m3 : mx_quantize_rows_nosc_f32_e4m3; break;    // diagnostic: no scales
+    case 16: k = in_bf16 ? mx_quantize_rows_plain_bf16_e4m3 : mx_quantize_rows_plain_f32_e4m3; break;
+    case 17: k = mx_quantize_rows_pairs_bf16_e4m3; break;  // 2 pairs (4 chunks) per thread and round: u stays 4
     default:
       k = in_bf16 ? (fmt ? mx_quantize_rows_bf16_e5m2 : mx_quantize_rows_bf16_e4m3)
                   : (fmt ? mx_quantize_rows_f32_e5m2 : mx_quantize_rows_f32_e4m3);
@@ -146,7 +150,7 @@ static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx
 extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz,
                                     int tpc, void* stream) {
   if (variant == 6) return launch_quant_tiles(in_bf16, fmt, p, gz, tpc, stream);
-  if ((variant >= 2 && variant <= 5) || variant == 9 || (variant >= 12 && variant <= 14)) return launch_quant_flat(variant, in_bf16, fmt, p, gz, tpc, stream);
+  if ((variant >= 2 && variant <= 5) || variant == 9 || (variant >= 12 && variant <= 17)) return launch_quant_flat(variant, in_bf16, fmt, p, gz, tpc, stream);
   QuantK k;
   if (variant == 1)
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2_legacy : mx_quantize_bf16_e4m3_legacy)
