@@ -77,12 +77,14 @@ MX_DEV MxgTile mxg_decode(const MxGemmParams& p, int t, int BM, int ntn, int til
   return T;
 }
 
-// Promotion of one half (64 columns) of a k32 step: acc[32h..32h+31] += tmp * sa[row] * sb[col].
+// Promotion of one 64-column half H of a k32 step into acc[32H .. 32H+31]:
+// acc += tmp * s_a[row] * s_b[column]; sb2 = the 2D weight scales of column blocks 2H, 2H+1,
+// sbrow = the stage's 1D weight-scale row (the TMA kernels; mxg_promote for cp.async).
 template <int SB2D, int H>
-MX_DEV void mxg_promote(float* acc, const float* tmp, float s0, float s1, const float* sbs, int lane) {
+MX_DEV void mxt_promote(float* acc, const float* tmp, float s0, float s1, const float2 sb2,
+                        const float* sbrow, int lane) {
   if (SB2D) {
-    const float2 sb = *reinterpret_cast<const float2*>(sbs + 2 * H);  // column blocks 2H, 2H+1
-    const float sbv[2] = {sb.x, sb.y};
+    const float sbv[2] = {sb2.x, sb2.y};
 #pragma unroll
     for (int cb = 0; cb < 2; ++cb) {
       const float p0 = s0 * sbv[cb], p1 = s1 * sbv[cb];
@@ -99,7 +101,7 @@ MX_DEV void mxg_promote(float* acc, const float* tmp, float s0, float s1, const 
     const int cofs = 64 * H + 2 * (lane & 3);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float2 sb = *reinterpret_cast<const float2*>(sbs + 8 * j + cofs);
+      const float2 sb = *reinterpret_cast<const float2*>(sbrow + 8 * j + cofs);
       const int q = 4 * j;
       acc[32 * H + q + 0] = fmaf(tmp[q + 0], s0 * sb.x, acc[32 * H + q + 0]);
       acc[32 * H + q + 1] = fmaf(tmp[q + 1], s0 * sb.y, acc[32 * H + q + 1]);
@@ -107,6 +109,13 @@ MX_DEV void mxg_promote(float* acc, const float* tmp, float s0, float s1, const 
       acc[32 * H + q + 3] = fmaf(tmp[q + 3], s1 * sb.y, acc[32 * H + q + 3]);
     }
   }
+}
+
+// The cp.async kernel's form: the step's 2D weight scales at sbs (+2H), 1D ones as a row at sbs.
+template <int SB2D, int H>
+MX_DEV void mxg_promote(float* acc, const float* tmp, float s0, float s1, const float* sbs, int lane) {
+  const float2 sb2 = SB2D ? *reinterpret_cast<const float2*>(sbs + 2 * H) : make_float2(0.f, 0.f);
+  mxt_promote<SB2D, H>(acc, tmp, s0, s1, sb2, sbs, lane);
 }
 
 template <int NC, int SB2D>
@@ -387,38 +396,6 @@ template <int SB2D> struct MxtLay192 {
   static constexpr int BM = 128, BN = 192, STAGE = 44032;
   static constexpr int A_WG = 8192, B_OFF = 16384, SA_OFF = 40960, SB_OFF = 43008;
 };
-
-// Promotion of one 64-column half H of a k32 step into acc[32H .. 32H+31].
-template <int SB2D, int H>
-MX_DEV void mxt_promote(float* acc, const float* tmp, float s0, float s1, const float2 sb2,
-                        const float* sbrow, int lane) {
-  if (SB2D) {
-    const float sbv[2] = {sb2.x, sb2.y};
-#pragma unroll
-    for (int cb = 0; cb < 2; ++cb) {
-      const float p0 = s0 * sbv[cb], p1 = s1 * sbv[cb];
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int q = (cb * 4 + jj) * 4;
-        acc[32 * H + q + 0] = fmaf(tmp[q + 0], p0, acc[32 * H + q + 0]);
-        acc[32 * H + q + 1] = fmaf(tmp[q + 1], p0, acc[32 * H + q + 1]);
-        acc[32 * H + q + 2] = fmaf(tmp[q + 2], p1, acc[32 * H + q + 2]);
-        acc[32 * H + q + 3] = fmaf(tmp[q + 3], p1, acc[32 * H + q + 3]);
-      }
-    }
-  } else {
-    const int cofs = 64 * H + 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 sb = *reinterpret_cast<const float2*>(sbrow + 8 * j + cofs);
-      const int q = 4 * j;
-      acc[32 * H + q + 0] = fmaf(tmp[q + 0], s0 * sb.x, acc[32 * H + q + 0]);
-      acc[32 * H + q + 1] = fmaf(tmp[q + 1], s0 * sb.y, acc[32 * H + q + 1]);
-      acc[32 * H + q + 2] = fmaf(tmp[q + 2], s1 * sb.x, acc[32 * H + q + 2]);
-      acc[32 * H + q + 3] = fmaf(tmp[q + 3], s1 * sb.y, acc[32 * H + q + 3]);
-    }
-  }
-}
 
 // Producer state (one thread of the producer warpgroup): it walks the same persistent tile
 // sequence as the consumers and issues one stage at a time.
