@@ -446,8 +446,9 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
       s.row0 = T.row0 + (MC ? LAY::BM * s.crank : 0); s.n0 = T.n0; s.e = T.e; s.kbeg = T.kbeg;
       s.brow = T.e * c.brows_e + T.n0;
     }
-    // MC: the peer CTA's arrivals come through distributed shared memory; a parked wait
-    // (suspend-time hint) did not wake for them promptly (run 61: v6 at 0.55-0.6x v2u).
+    // MC spins: switched while chasing run 61's slowdown (0.55-0.6x v2u), which turned out to
+    // be the consumers' remote-arrive scope (mbar_arrive_cluster); the parked wait was not
+    // measured again after that fix.
     if (MC) mbar_wait(&empty[s.stage], s.phase ^ 1);
     else mbar_wait_parked(&empty[s.stage], s.phase ^ 1);
     const mx_u32 dst = sbase + s.stage * STAGE;
@@ -1147,6 +1148,8 @@ template <int SB2D> constexpr int mxt4_smem_bytes() { return 2 * MXT4_STAGES * M
 // Same wgmma shape and promotion order as v2u: bitwise-identical results. Launch: 384 threads,
 // grid = 2 * (clusters that fit at once), mxt6_smem_bytes<SB2D, ST, TMA>() of dynamic shared
 // memory; A and B tensor maps with boxes of 128 B x 64 rows; TMA: the v2t output map.
+// Result (docs/perf.md runs 61-63, 65): bitwise identical to v2u, 2-5 % slower than v2t (v6t)
+// and 3-8 % slower than v2u (v6), so it stays in the harness.
 template <int SB2D, int ST, bool TMA> constexpr int mxt6_smem_bytes() {
   return 2 * ST * MxtLay64<SB2D>::STAGE + (TMA ? 2 * 16384 : 0) + 1024;
 }
