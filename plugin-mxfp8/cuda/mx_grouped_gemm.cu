@@ -446,11 +446,7 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
       s.row0 = T.row0 + (MC ? LAY::BM * s.crank : 0); s.n0 = T.n0; s.e = T.e; s.kbeg = T.kbeg;
       s.brow = T.e * c.brows_e + T.n0;
     }
-    // MC spins: switched while chasing run 61's slowdown (0.55-0.6x v2u), which turned out to
-    // be the consumers' remote-arrive scope (mbar_arrive_cluster); the parked wait was not
-    // measured again after that fix.
-    if (MC) mbar_wait(&empty[s.stage], s.phase ^ 1);
-    else mbar_wait_parked(&empty[s.stage], s.phase ^ 1);
+    mbar_wait_parked(&empty[s.stage], s.phase ^ 1);
     const mx_u32 dst = sbase + s.stage * STAGE;
     if (PAD2 && s.ks >= s.nreal) {
       // zero stage: scales 0 (generic stores, ordered before the consumers' reads by the
