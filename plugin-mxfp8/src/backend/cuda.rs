@@ -1587,7 +1587,7 @@ fn wgrad(call: &mut Call, args: &GemmArgs, out_bf16: bool) -> PluginResult<()> {
         cublas::wgrad_path()? != cublas::GemmPath::Fp8
     };
     if via_bf16 {
-        return wgrad_via_bf16(call, args, &args.a, &args.b, &groups, out_bf16);
+        return wgrad_via_bf16(call, args, &groups, out_bf16);
     }
     let starts: Vec<usize> = groups.iter().map(|g| g.start).collect();
     let sizes: Vec<usize> = groups.iter().map(|g| g.len()).collect();

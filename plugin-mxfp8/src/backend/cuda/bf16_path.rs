@@ -318,12 +318,11 @@ struct FakeQuantParams {
 pub(super) fn wgrad_via_bf16(
     call: &mut Call,
     args: &GemmArgs,
-    dy: &OperandArg,
-    x: &OperandArg,
     groups: &[std::ops::Range<usize>],
     out_bf16: bool,
 ) -> PluginResult<()> {
     let (n, k, rows) = (args.n, args.k, args.rows);
+    let (dy, x) = (&args.a, &args.b);
     let fmt = fmt_code(args.format()?);
     let mode = mode_code(args.mode()?);
     // (row0, nrows) of every 32-row block of every expert.
