@@ -27,7 +27,7 @@ MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150
     >"$out/selftest.txt" 2>"$trace"
 rc=$?
 # (At most 8 files come back from a device call: the trace is summarised, not kept.)
-echo "selftest rc=$rc; tgemm launches: $(grep -c mx_tgemm "$trace"), cp.async launches: $(grep -c 'mx_gemm_' "$trace"), fallbacks: $(grep -ci fallback "$trace")" | tee -a "$out/selftest.txt"
+echo "selftest rc=$rc; tgemm launches: $(grep -c mx_tgemm "$trace"), cp.async launches: $(grep -c 'mx_gemm_' "$trace"), fallbacks: $(grep -ci fallback "$trace"), forward/dgrad on kept values: $(grep -c "A's kept, B's kept" "$trace")" | tee -a "$out/selftest.txt"
 grep -i fallback "$trace" | sort | uniq -c | head -5
 grep -E "kernel family|FAIL|passed|failed" "$out/selftest.txt" | tail -6
 echo "== selftest, forward/dgrad forced onto dequantize-to-BF16 + cuBLAS (MXHOST_MX_FWD_DGRAD=bf16; auto takes it for large experts only), outputs poisoned"

@@ -8,7 +8,7 @@ use crate::device::Device;
 use crate::error::{OpError, OpResult};
 use crate::plugin::call::{self, KeepAlive};
 use crate::plugin::LoadedPlugin;
-use crate::tensor::{MxTensor, Storage, Tensor};
+use crate::tensor::{MxTensor, MxValues, Storage, Tensor};
 use crate::validate::{self, MxDesc, OperandDesc};
 use mxhost_plugin_abi::{
     caps, BlockLayout, DType, DequantizeDesc, GemmOptions, GemmPass, GroupedGemmDesc, MxFormat,
@@ -95,7 +95,32 @@ pub fn quantize(
     mode: ScaleMode,
     block: BlockLayout,
 ) -> OpResult<MxTensor> {
-    Ok(quantize_impl(plugin, x, format, mode, block, false)?.0)
+    Ok(quantize_with(plugin, x, format, mode, block, QuantizeExtras::default())?.0)
+}
+
+/// What a quantize call writes besides the MX tensor itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuantizeExtras {
+    /// The same MX tensor with its last two axes swapped (see [`quantize_with_transpose`]).
+    pub transposed: bool,
+    /// Keep the exact MX values in bf16 beside the bytes ([`MxTensor::values`]; shared by
+    /// the transposed result): 2 more bytes of device memory per element, written in the
+    /// same pass, so that GEMMs on the BF16 tensor cores (the dequantize-to-BF16 path)
+    /// skip their expansion pass. Needs a plugin of ABI minor ≥ 2.
+    pub keep_values: bool,
+}
+
+/// Quantize `x`, also writing what `extras` asks for; the second result is the
+/// transposed copy when `extras.transposed`.
+pub fn quantize_with(
+    plugin: &LoadedPlugin,
+    x: &Tensor,
+    format: MxFormat,
+    mode: ScaleMode,
+    block: BlockLayout,
+    extras: QuantizeExtras,
+) -> OpResult<(MxTensor, Option<MxTensor>)> {
+    quantize_impl(plugin, x, format, mode, block, extras)
 }
 
 /// Quantize `x` and, from the same pass, the same MX tensor with its last two axes
@@ -110,7 +135,11 @@ pub fn quantize_with_transpose(
     mode: ScaleMode,
     block: BlockLayout,
 ) -> OpResult<(MxTensor, MxTensor)> {
-    let (q, t) = quantize_impl(plugin, x, format, mode, block, true)?;
+    let extras = QuantizeExtras {
+        transposed: true,
+        ..QuantizeExtras::default()
+    };
+    let (q, t) = quantize_impl(plugin, x, format, mode, block, extras)?;
     Ok((q, t.expect("requested")))
 }
 
@@ -120,8 +149,9 @@ fn quantize_impl(
     format: MxFormat,
     mode: ScaleMode,
     block: BlockLayout,
-    transposed: bool,
+    extras: QuantizeExtras,
 ) -> OpResult<(MxTensor, Option<MxTensor>)> {
+    let transposed = extras.transposed;
     if !plugin.has(caps::QUANTIZE) {
         return Err(OpError::unsupported(format!(
             "plugin `{}` cannot quantize",
@@ -144,6 +174,12 @@ fn quantize_impl(
             )));
         }
     }
+    if extras.keep_values && plugin.abi_minor < 2 {
+        return Err(OpError::unsupported(format!(
+            "plugin `{}` speaks ABI 1.{}: keeping the MX values in bf16 needs 1.2",
+            plugin.name, plugin.abi_minor
+        )));
+    }
     let dev = x.location();
     if needs_staging(plugin, dev) {
         let (q, t) = quantize_impl(
@@ -152,17 +188,33 @@ fn quantize_impl(
             format,
             mode,
             block,
-            transposed,
+            extras,
         )?;
         let t = t.map(|t| t.to_device(dev)).transpose()?;
         return Ok((q.to_device(dev)?, t));
     }
+    // The values' writable view is taken while the tensor is unshared; both results
+    // then hold it.
+    let (values, values_view) = if extras.keep_values {
+        let mut v = output_on(dev, &x.shape, DType::Bf16)?;
+        let view = v.view_mut().expect("fresh output is unshared");
+        (Some(v), view)
+    } else {
+        (None, TensorView::absent())
+    };
+    let kept = |swapped: bool| {
+        values.as_ref().map(|t| MxValues {
+            tensor: t.clone(),
+            swapped,
+        })
+    };
     let mut out = MxTensor {
         data: output_on(dev, &x.shape, format.dtype())?,
         scales: output_on(dev, &scales_shape, DType::E8m0)?,
         format,
         mode,
         block,
+        values: kept(false),
     };
     let mut out_t = if transposed {
         let swap = mxhost_plugin_abi::transposed_shape;
@@ -172,6 +224,7 @@ fn quantize_impl(
             format,
             mode,
             block: mxhost_plugin_abi::transposed_block(block, rank),
+            values: kept(true),
         })
     } else {
         None
@@ -185,6 +238,7 @@ fn quantize_impl(
             Some(t) => t.view_mut().expect("fresh output is unshared"),
             None => mxhost_plugin_abi::MxTensorView::absent(),
         },
+        values: values_view,
     };
     let mut keep: Vec<Box<dyn std::any::Any>> = vec![Box::new(x.clone()), Box::new(out.clone())];
     if let Some(t) = &out_t {
@@ -240,7 +294,8 @@ impl GemmOperand<'_> {
         }
     }
 
-    fn abi(&self) -> Operand {
+    /// The ABI operand for a plugin of ABI minor `minor`: kept values go along from 1.2.
+    fn abi(&self, minor: u32) -> Operand {
         let empty_mx = mxhost_plugin_abi::MxTensorView {
             struct_size: std::mem::size_of::<mxhost_plugin_abi::MxTensorView>(),
             data: TensorView::empty(),
@@ -256,12 +311,25 @@ impl GemmOperand<'_> {
                 dense: t.view(),
                 mx: empty_mx,
             },
-            GemmOperand::Mx(q) => Operand {
-                struct_size: std::mem::size_of::<Operand>(),
-                kind: OperandKind::Mx as u32,
-                dense: TensorView::empty(),
-                mx: q.view(),
-            },
+            GemmOperand::Mx(q) => {
+                let (kind, dense) = match &q.values {
+                    Some(v) if minor >= 2 => (
+                        if v.swapped {
+                            OperandKind::MxWithValuesSwapped
+                        } else {
+                            OperandKind::MxWithValues
+                        },
+                        v.tensor.view(),
+                    ),
+                    _ => (OperandKind::Mx, TensorView::empty()),
+                };
+                Operand {
+                    struct_size: std::mem::size_of::<Operand>(),
+                    kind: kind as u32,
+                    dense,
+                    mx: q.view(),
+                }
+            }
         }
     }
 
@@ -389,8 +457,8 @@ pub fn grouped_gemm(
     let desc = GroupedGemmDesc {
         struct_size: std::mem::size_of::<GroupedGemmDesc>(),
         pass: pass as u32,
-        a: a.abi(),
-        b: b.abi(),
+        a: a.abi(plugin.abi_minor),
+        b: b.abi(plugin.abi_minor),
         offs_host: offs_owned.as_ptr(),
         offs_device: offs_dev.as_ref().map_or(std::ptr::null(), |s| {
             s.view_ptr() as *const std::ffi::c_void

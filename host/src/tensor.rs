@@ -284,11 +284,28 @@ pub struct MxTensor {
     pub format: MxFormat,
     pub mode: ScaleMode,
     pub block: BlockLayout,
+    /// The exact MX values in bf16, when the quantize call was asked to keep them
+    /// (ABI 1.2): GEMMs on the BF16 tensor cores read these instead of expanding the FP8
+    /// bytes each call. Shared, not copied, by the two results of a transposing quantize.
+    pub values: Option<MxValues>,
+}
+
+/// The bf16 values kept beside an [`MxTensor`]'s bytes.
+#[derive(Clone)]
+pub struct MxValues {
+    pub tensor: Tensor,
+    /// Stored with the last two axes of the MX tensor's shape swapped (the transposed
+    /// result of a transposing quantize shares its partner's values).
+    pub swapped: bool,
 }
 
 impl MxTensor {
+    /// Bytes held: data, scales and kept values (counted in full by both tensors that
+    /// share them).
     pub fn byte_len(&self) -> u64 {
-        self.data.byte_len() + self.scales.byte_len()
+        self.data.byte_len()
+            + self.scales.byte_len()
+            + self.values.as_ref().map_or(0, |v| v.tensor.byte_len())
     }
     pub fn view(&self) -> mxhost_plugin_abi::MxTensorView {
         mxhost_plugin_abi::MxTensorView {
@@ -310,6 +327,13 @@ impl MxTensor {
             format: self.format,
             mode: self.mode,
             block: self.block,
+            values: match &self.values {
+                Some(v) => Some(MxValues {
+                    tensor: v.tensor.to_device(device)?,
+                    swapped: v.swapped,
+                }),
+                None => None,
+            },
         })
     }
 

@@ -214,6 +214,16 @@ impl TensorView {
             shape: [0; MAX_RANK],
         }
     }
+    /// The "absent" view of an optional descriptor field (`struct_size` 0).
+    pub fn absent() -> Self {
+        TensorView {
+            struct_size: 0,
+            ..TensorView::empty()
+        }
+    }
+    pub fn is_absent(&self) -> bool {
+        self.struct_size == 0
+    }
     pub fn dims(&self) -> &[u64] {
         &self.shape[..(self.rank as usize).min(MAX_RANK)]
     }
@@ -247,6 +257,15 @@ abi_enum!(
         Dense = 0,
         /// Already quantized.
         Mx = 1,
+        /// ABI 1.2: already quantized, and `dense` holds its exact MX values in bf16 with
+        /// the shape of `mx.data` (what `QuantizeDesc::values` wrote). A plugin may compute
+        /// from either member: they are the same numbers. A host sends this kind only to
+        /// plugins of minor ≥ 2.
+        MxWithValues = 2,
+        /// ABI 1.2: as `MxWithValues`, but `dense` holds the values with the last two axes
+        /// swapped (shape `transposed_shape(mx.data.shape)`): the copy a
+        /// `quantize`-with-`transposed` call keeps once for both of its results.
+        MxWithValuesSwapped = 3,
     }
 );
 
@@ -328,10 +347,17 @@ pub struct QuantizeDesc {
     /// step's GEMMs read. Absent when `struct_size` is 0 (and in a 1.0 descriptor, which
     /// ends before this field).
     pub transposed: MxTensorView,
+    /// ABI 1.2: also write `output`'s exact MX values (what `dequantize` would give) as
+    /// bf16 here, shape of `input`, from the same pass, so that GEMMs on the BF16 tensor
+    /// cores read them instead of expanding the FP8 bytes each call. Absent when
+    /// `struct_size` is 0 (and in an older descriptor, which ends before this field).
+    pub values: TensorView,
 }
 
 /// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.0 host (no `transposed`).
 pub const QUANTIZE_DESC_SIZE_1_0: usize = std::mem::offset_of!(QuantizeDesc, transposed);
+/// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.1 host (no `values`).
+pub const QUANTIZE_DESC_SIZE_1_1: usize = std::mem::offset_of!(QuantizeDesc, values);
 
 impl MxTensorView {
     /// The "absent" view (`struct_size` 0, null buffers).

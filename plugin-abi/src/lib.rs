@@ -22,7 +22,10 @@
 //!
 //! History: 1.0 first version; 1.1 appended `QuantizeDesc::transposed` (quantize into
 //! both layouts of the last two axes in one call). A host only sets it for plugins that
-//! report minor ≥ 1; plugins read 1.0 descriptors with `read_desc_grown`.
+//! report minor ≥ 1; plugins read 1.0 descriptors with `read_desc_grown`. 1.2 appended
+//! `QuantizeDesc::values` (also write the exact MX values in bf16) and the operand kinds
+//! `MxWithValues` / `MxWithValuesSwapped` that pass them to a GEMM; a host uses either only
+//! with plugins that report minor ≥ 2.
 
 use std::ffi::{c_char, c_void};
 
@@ -36,7 +39,7 @@ pub const ENTRY_SYMBOL: &[u8] = b"mxhost_plugin_entry\0";
 /// `"MXHOSTPL"` in ASCII: the first field of every [`PluginApi`].
 pub const PLUGIN_MAGIC: u64 = 0x4D58_484F_5354_504C;
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 1;
+pub const ABI_MINOR: u32 = 2;
 
 /// Type of the exported entry symbol.
 pub type PluginEntryFn = unsafe extern "C" fn() -> *const PluginApi;

@@ -163,6 +163,19 @@ pub struct MxArg {
     pub format: MxFormat,
     pub mode: ScaleMode,
     pub block: BlockLayout,
+    /// ABI 1.2, GEMM operands only: the tensor's exact MX values in bf16, kept by the
+    /// quantize call that made it (checked: bf16, the data's shape or its last two axes
+    /// swapped, same device).
+    pub values: Option<MxValues>,
+}
+
+/// The exact MX values of an [`MxArg`] in bf16 (operand kinds `MxWithValues` /
+/// `MxWithValuesSwapped`).
+#[derive(Debug, Clone)]
+pub struct MxValues {
+    pub t: TensorArg,
+    /// The values are stored with the last two axes of the data's shape swapped.
+    pub swapped: bool,
 }
 
 impl MxArg {
@@ -197,7 +210,27 @@ impl MxArg {
             format,
             mode,
             block: view.block,
+            values: None,
         })
+    }
+
+    /// `self` with the values of an `MxWithValues(Swapped)` operand attached, checked.
+    fn with_values(mut self, view: &TensorView, swapped: bool, what: &str) -> PluginResult<Self> {
+        let t = TensorArg::parse(view, &format!("{what}.values"))?;
+        t.expect_dtype(&[DType::Bf16])?;
+        let shape = if swapped {
+            mxhost_plugin_abi::transposed_shape(&self.data.shape)
+        } else {
+            self.data.shape.clone()
+        };
+        t.expect_shape(&shape)?;
+        if (t.device, t.ordinal) != (self.data.device, self.data.ordinal) {
+            return Err(PluginError::invalid(format!(
+                "{what}: values and data live on different devices"
+            )));
+        }
+        self.values = Some(MxValues { t, swapped });
+        Ok(self)
     }
 
     pub fn shape(&self) -> &[u64] {
@@ -222,6 +255,11 @@ impl OperandArg {
                 Ok(OperandArg::Dense(t))
             }
             Some(OperandKind::Mx) => Ok(OperandArg::Mx(MxArg::parse(&op.mx, what)?)),
+            Some(k @ (OperandKind::MxWithValues | OperandKind::MxWithValuesSwapped)) => {
+                let swapped = k == OperandKind::MxWithValuesSwapped;
+                let m = MxArg::parse(&op.mx, what)?.with_values(&op.dense, swapped, what)?;
+                Ok(OperandArg::Mx(m))
+            }
             None => Err(PluginError::invalid(format!(
                 "{what}: unknown operand kind {}",
                 op.kind
@@ -246,7 +284,11 @@ impl OperandArg {
     fn tensors(&self) -> Vec<&TensorArg> {
         match self {
             OperandArg::Dense(t) => vec![t],
-            OperandArg::Mx(m) => vec![&m.data, &m.scales],
+            OperandArg::Mx(m) => {
+                let mut v = vec![&m.data, &m.scales];
+                v.extend(m.values.as_ref().map(|v| &v.t));
+                v
+            }
         }
     }
 }
@@ -294,6 +336,9 @@ pub struct QuantizeArgs {
     /// ABI 1.1: also write this copy, `output` with its last two axes swapped (checked:
     /// shape, block layout, format and mode match; disjoint from every other buffer).
     pub transposed: Option<MxArg>,
+    /// ABI 1.2: also write `output`'s exact MX values here (checked: bf16, the input's
+    /// shape, disjoint from every other buffer).
+    pub values: Option<TensorArg>,
     pub device: DeviceKind,
     pub ordinal: i32,
     pub stream: *mut c_void,
@@ -325,11 +370,23 @@ impl QuantizeArgs {
             }
             Some(t)
         };
+        let values = if desc.values.is_absent() {
+            None
+        } else {
+            let v = TensorArg::parse(&desc.values, "quantize.values")?;
+            v.expect_dtype(&[DType::Bf16])?;
+            v.expect_shape(&input.shape)?;
+            Some(v)
+        };
         let mut tensors = vec![&input, &output.data, &output.scales];
         let mut outs = vec![&output.data, &output.scales];
         if let Some(t) = &transposed {
             tensors.extend([&t.data, &t.scales]);
             outs.extend([&t.data, &t.scales]);
+        }
+        if let Some(v) = &values {
+            tensors.push(v);
+            outs.push(v);
         }
         let (device, ordinal) = common_device(&tensors)?;
         check_disjoint(&outs, &[&input])?;
@@ -337,6 +394,7 @@ impl QuantizeArgs {
             input,
             output,
             transposed,
+            values,
             device,
             ordinal,
             stream: desc.stream,

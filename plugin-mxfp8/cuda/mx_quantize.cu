@@ -840,9 +840,11 @@ MX_DEV void mxqf_set(mx_u32 (&w)[4], uint4 v) { w[0] = v.x; w[1] = v.y; w[2] = v
 // the warp must call this: the lanes of a block are consecutive and aligned), then, for
 // c < nchunks, the chunk's FP8 bytes at p.q (FAKE: its MX values as bf16) and, from the
 // block's first lane, the scale byte. Shared by the LDG-fed and the bulk-copy-fed kernels.
+// FAKE 2: both, the FP8 bytes and scale at p.q / p.s and the MX values as bf16 at vals.
 // NOSC (harness diagnostic, wrong output): the scale bytes are not stored.
 template <int IN_BF16, int FMT, int CS, int FAKE, int NOSC = 0>
-MX_DEV void mxqf_chunk(const MxQuantFlatParams& p, const mx_u32 (&raw)[4], mx_i64 c, mx_i64 nchunks, int lane) {
+MX_DEV void mxqf_chunk(const MxQuantFlatParams& p, const mx_u32 (&raw)[4], mx_i64 c, mx_i64 nchunks, int lane,
+                       mx_u16* vals = nullptr) {
   constexpr int CPB = IN_BF16 ? 4 : 8;  // chunks per block
   constexpr int QW = MxqG<IN_BF16>::QW;
   mx_u32 am = mxq_chunk_amax<IN_BF16>(raw);
@@ -857,7 +859,7 @@ MX_DEV void mxqf_chunk(const MxQuantFlatParams& p, const mx_u32 (&raw)[4], mx_i6
     // mx_fakequant_rows_*: the chunk's MX values as bf16 at p.q (2 bytes per element)
     constexpr mx_u32 THR = FMT == 0 ? 10u : 17u;
     const bool fast = (sb >= THR && sb <= 253u) || am == 0u;
-    mx_u16* out = reinterpret_cast<mx_u16*>(p.q);
+    mx_u16* out = FAKE == 1 ? reinterpret_cast<mx_u16*>(p.q) : vals;
     if (IN_BF16) {
       *reinterpret_cast<uint4*>(out + 8 * c) =
           make_uint4(mxfq_bf16x2<FMT>(q[0] & 0xFFFFu, sb, fast), mxfq_bf16x2<FMT>(q[0] >> 16, sb, fast),
@@ -866,7 +868,7 @@ MX_DEV void mxqf_chunk(const MxQuantFlatParams& p, const mx_u32 (&raw)[4], mx_i6
       *reinterpret_cast<uint2*>(out + 4 * c) =
           make_uint2(mxfq_bf16x2<FMT>(q[0] & 0xFFFFu, sb, fast), mxfq_bf16x2<FMT>(q[0] >> 16, sb, fast));
     }
-    return;
+    if (FAKE == 1) return;
   }
   if (IN_BF16) {
     uint2* dst = reinterpret_cast<uint2*>(p.q + 8 * c);
@@ -879,7 +881,7 @@ MX_DEV void mxqf_chunk(const MxQuantFlatParams& p, const mx_u32 (&raw)[4], mx_i6
 }
 
 template <int IN_BF16, int FMT, int U, int CS, int PF, int FAKE = 0, int NOSC = 0>
-MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
+MX_DEV void mx_quant_flat(const MxQuantFlatParams& p, mx_u16* vals = nullptr) {
   constexpr int CPB = IN_BF16 ? 4 : 8;  // chunks per block
   const mx_i64 nchunks = p.nblocks * CPB;
   const mx_i64 stride = (mx_i64)gridDim.x * blockDim.x;
@@ -903,7 +905,7 @@ MX_DEV void mx_quant_flat(const MxQuantFlatParams& p) {
       for (int u = 0; u < U; ++u) mxqf_set(raw[u], mxqf_load1<CS>(in, c0 + u * stride, nchunks));
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) mxqf_chunk<IN_BF16, FMT, CS, FAKE, NOSC>(p, raw[u], c0 + u * stride, nchunks, lane);
+    for (int u = 0; u < U; ++u) mxqf_chunk<IN_BF16, FMT, CS, FAKE, NOSC>(p, raw[u], c0 + u * stride, nchunks, lane, vals);
     if (PF) {
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -1045,6 +1047,21 @@ MXQFF_INST(mx_fakequant_rows_f32_e4m3, 0, 0)
 MXQFF_INST(mx_fakequant_rows_bf16_e4m3, 1, 0)
 MXQFF_INST(mx_fakequant_rows_f32_e5m2, 0, 1)
 MXQFF_INST(mx_fakequant_rows_bf16_e5m2, 1, 1)
+// Both in one pass (quantize with ABI 1.2 `values`): the FP8 bytes and scales of
+// mx_quantize_rows_* and, at vals, the MX values of mx_fakequant_rows_* (nblocks * 32 bf16,
+// 16-byte aligned). The values serve the GEMMs that run on the BF16 tensor cores without
+// a dequantization pass per call.
+struct MxQuantFlatValsParams {
+  MxQuantFlatParams p;
+  mx_u16* vals;
+};
+static_assert(sizeof(MxQuantFlatValsParams) == 48, "QuantFlatValsParams in src/backend/cuda.rs hard-codes 48 bytes");
+#define MXQFV_INST(NAME, BF, F) \
+  extern "C" __global__ void __launch_bounds__(256, MXQF_CTAS_PER_SM) NAME(const MxQuantFlatValsParams p) { mx_quant_flat<BF, F, MXQF_U, 0, 0, 2>(p.p, p.vals); }
+MXQFV_INST(mx_quantize_rows_vals_f32_e4m3, 0, 0)
+MXQFV_INST(mx_quantize_rows_vals_bf16_e4m3, 1, 0)
+MXQFV_INST(mx_quantize_rows_vals_f32_e5m2, 0, 1)
+MXQFV_INST(mx_quantize_rows_vals_bf16_e5m2, 1, 1)
 // The bulk-copy-fed flat kernels (mx_quant_flat_bulk), HARNESS ONLY: 2-8 % slower than the
 // LDG-fed ones under both flushes on every anchor shape (docs/perf.md run 60).
 #define MXQB_INST(NAME, BF, F, AS, FAKE) \

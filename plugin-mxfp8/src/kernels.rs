@@ -161,6 +161,7 @@ impl Unit {
                         v.push(format!("mx_quantize_rows_{i}_{f}"));
                         v.push(format!("mx_fakequant_m32_{i}_{f}"));
                         v.push(format!("mx_fakequant_rows_{i}_{f}"));
+                        v.push(format!("mx_quantize_rows_vals_{i}_{f}"));
                     }
                 }
                 if !is_portable(arch) {

@@ -73,6 +73,7 @@ fn quantize_desc(input: TensorView, output: MxTensorView) -> QuantizeDesc {
         output,
         stream: std::ptr::null_mut(),
         transposed: MxTensorView::absent(),
+        values: TensorView::absent(),
     }
 }
 
@@ -519,4 +520,102 @@ fn mx_operands_through_the_abi() {
     let (st, msg) = gemm(&reference);
     assert_eq!(st, Status::Ok, "{msg}");
     assert_eq!(g.out, want);
+}
+
+/// ABI 1.2: the values a quantize call keeps are its output dequantized to bf16, for
+/// every block layout; a 1.1 descriptor (no `values`) is read without the field.
+#[test]
+fn kept_values_are_the_dequantized_output() {
+    let mut rng = Rng::new(7);
+    let shape = [70u64, 96];
+    let mut x = rng.normals(70 * 96, 3.0);
+    for block in [
+        BlockLayout::vector(1),
+        BlockLayout::vector(0),
+        BlockLayout::tile(),
+    ] {
+        let ns = scale_count(&shape, block).unwrap();
+        let (mut d, mut s) = (vec![0u8; x.len()], vec![0u8; ns]);
+        let mut v = vec![half::bf16::from_f32(f32::NAN); x.len()];
+        let mut desc = quantize_desc(
+            view(&mut x, DType::F32, &shape),
+            mx_view(&mut d, &mut s, &shape, MxFormat::E4m3, block),
+        );
+        desc.values = view(&mut v, DType::Bf16, &shape);
+        // SAFETY: valid descriptor over live buffers.
+        let (st, msg) = call(|e| unsafe { (api().quantize)(&desc, e) });
+        assert_eq!(st, Status::Ok, "{msg}");
+        let mut want = vec![half::bf16::ZERO; x.len()];
+        dequantize_mx(&d, &s, &shape, block, MxFormat::E4m3, &mut want).unwrap();
+        assert_eq!(v, want, "{block:?}");
+
+        // An ABI 1.1 host's descriptor ends before `values`: garbage there is not read.
+        let mut v2 = vec![half::bf16::ZERO; x.len()];
+        desc.values = view(&mut v2, DType::Bf16, &shape);
+        desc.struct_size = QUANTIZE_DESC_SIZE_1_1;
+        // SAFETY: as above.
+        let (st, msg) = call(|e| unsafe { (api().quantize)(&desc, e) });
+        assert_eq!(st, Status::Ok, "{msg}");
+        assert!(v2.iter().all(|b| *b == half::bf16::ZERO));
+    }
+}
+
+/// Kept values must be bf16 with the input's shape and may not overlap the outputs;
+/// a GEMM operand's values must match its data's shape (or the swapped one) in bf16.
+#[test]
+fn malformed_kept_values_are_rejected() {
+    let shape = [32u64, 64];
+    let mut x = vec![1.0f32; 32 * 64];
+    let (mut d, mut s) = (vec![0u8; 32 * 64], vec![0u8; 64]);
+    let mut vf = vec![0f32; 32 * 64];
+    let mut vb = vec![half::bf16::ZERO; 32 * 64];
+    let mut desc = quantize_desc(
+        view(&mut x, DType::F32, &shape),
+        mx_view(
+            &mut d,
+            &mut s,
+            &shape,
+            MxFormat::E4m3,
+            BlockLayout::vector(1),
+        ),
+    );
+    let run = |desc: &QuantizeDesc| {
+        // SAFETY: every buffer is live and as large as its view says.
+        call(|e| unsafe { (api().quantize)(desc, e) })
+    };
+    desc.values = view(&mut vf, DType::F32, &shape);
+    assert_eq!(run(&desc).0, Status::InvalidArgument, "f32 values");
+    desc.values = view(&mut vb, DType::Bf16, &[64, 32]);
+    assert_eq!(run(&desc).0, Status::InvalidArgument, "wrong shape");
+    // The f32 input's first half seen as the bf16 values: large enough, but it overlaps.
+    desc.values = TensorView {
+        dtype: DType::Bf16 as u32,
+        ..desc.input
+    };
+    assert_eq!(run(&desc).0, Status::InvalidArgument, "overlaps the input");
+
+    // A GEMM operand with values of the wrong shape.
+    let mut g = Gemm::forward();
+    let wshape = [2u64, 48, 64];
+    let block = BlockLayout::vector(2);
+    let (mut wd, mut ws) = (
+        vec![0u8; g.w.len()],
+        vec![0u8; scale_count(&wshape, block).unwrap()],
+    );
+    let mut wv = vec![half::bf16::ZERO; g.w.len()];
+    let mut desc = g.desc();
+    desc.b.kind = OperandKind::MxWithValues as u32;
+    desc.b.mx = mx_view(&mut wd, &mut ws, &wshape, MxFormat::E4m3, block);
+    desc.b.dense = view(&mut wv, DType::Bf16, &[2, 64, 48]);
+    assert_eq!(
+        gemm(&desc).0,
+        Status::InvalidArgument,
+        "values not the data's shape"
+    );
+    desc.b.kind = OperandKind::MxWithValuesSwapped as u32;
+    assert_eq!(
+        gemm(&desc).0,
+        Status::Ok,
+        "swapped values have the swapped shape"
+    );
 }

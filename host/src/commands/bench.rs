@@ -435,7 +435,136 @@ fn bench_shape(
     ) {
         eprintln!("mxhost bench: step with 32x32 activations skipped: {e:#}");
     }
+    if plugin.abi_minor >= 2 {
+        let (xwd, cfgs) = ((&x, &w, &dy), (&cfg, &cfg_kn));
+        bench_kept_values(plugin, (device, timing), s, xwd, cfgs, &mut push)?;
+    }
     Ok(out)
+}
+
+/// `push` of [`bench_shape`]: label, peer pass, seconds, FLOP, bytes.
+type PushRow<'a> = dyn FnMut(&str, &str, f64, Option<f64>, f64) + 'a;
+
+/// Rows with the quantizers keeping the exact MX values in bf16 beside the bytes (ABI
+/// 1.2, `ops::QuantizeExtras::keep_values`): the quantize passes that write them, the
+/// GEMMs that then run on the BF16 tensor cores without an expansion pass, and the two
+/// training steps built on them. Measured after every other row of the shape (see the
+/// note on positions above).
+#[allow(clippy::too_many_arguments)]
+fn bench_kept_values(
+    plugin: &LoadedPlugin,
+    (device, timing): (Device, Timing),
+    s: Shape,
+    (x, w, dy): (&Tensor, &Tensor, &Tensor),
+    (cfg, cfg_kn): (&GemmConfig, &GemmConfig),
+    push: &mut PushRow<'_>,
+) -> anyhow::Result<()> {
+    use GemmOperand::{Dense, Mx};
+    let rows = s.e * s.m;
+    let offs: Vec<i32> = (1..=s.e).map(|i| (i * s.m) as i32).collect();
+    let keep = ops::QuantizeExtras {
+        transposed: false,
+        keep_values: true,
+    };
+    let keep_t = ops::QuantizeExtras {
+        transposed: true,
+        ..keep
+    };
+    let qv = |t: &Tensor, block: BlockLayout| {
+        ops::quantize_with(plugin, t, MxFormat::E4m3, ScaleMode::Rceil, block, keep).map(|r| r.0)
+    };
+    let qwv = |w: &Tensor| {
+        ops::quantize_with(
+            plugin,
+            w,
+            MxFormat::E4m3,
+            ScaleMode::Rceil,
+            BlockLayout::tile(),
+            keep_t,
+        )
+        .map(|(q, t)| (q, t.expect("requested")))
+    };
+    let gemm = |pass, a: GemmOperand<'_>, b: GemmOperand<'_>, c: &GemmConfig| {
+        ops::grouped_gemm(plugin, pass, a, b, &offs, c).map(drop)
+    };
+    let (xb, wb) = ((rows * s.k) as f64, (s.e * s.n * s.k) as f64);
+    let t = time(device, timing, || qv(x, BlockLayout::vector(1)).map(drop))?;
+    push(
+        "quantize X 1x32, values kept (bf16→e4m3 + bf16)",
+        "-",
+        t,
+        None,
+        xb * 2.0 + xb + xb / 32.0 + 2.0 * xb,
+    );
+    let t = time(device, timing, || qwv(w).map(drop))?;
+    push(
+        "quantize W 32x32 + transposed copy, values kept",
+        "-",
+        t,
+        None,
+        wb * 2.0 + 2.0 * (wb + wb / 1024.0) + 2.0 * wb,
+    );
+    let flops = 2.0 * (rows * s.n * s.k) as f64;
+    let gemm_bytes = |a: u64, b: u64, o: u64| 2.0 * (a + b) as f64 + 2.0 * o as f64;
+    let mut gemm_row = |label: &str,
+                        pass: &str,
+                        f: &mut dyn FnMut() -> OpResult<()>,
+                        (fl, bytes): (f64, f64)|
+     -> anyhow::Result<()> {
+        let t = time(device, timing, f)?;
+        push(label, pass, t, Some(fl), bytes);
+        Ok(())
+    };
+    let (qx, (qw, qw_t), qdy) = (
+        qv(x, BlockLayout::vector(1))?,
+        qwv(w)?,
+        qv(dy, BlockLayout::vector(1))?,
+    );
+    gemm_row(
+        "forward X 1x32 · W 32x32, values kept (pre-quantized)",
+        "forward",
+        &mut || gemm(GemmPass::Forward, Mx(&qx), Mx(&qw), cfg),
+        (flops, gemm_bytes(rows * s.k, s.e * s.n * s.k, rows * s.n)),
+    )?;
+    gemm_row(
+        "dgrad dY 1x32 · W 32x32 [E,K,N], values kept (pre-quantized)",
+        "dgrad",
+        &mut || gemm(GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), cfg_kn),
+        (flops, gemm_bytes(rows * s.n, s.e * s.n * s.k, rows * s.k)),
+    )?;
+    drop((qx, qw, qw_t, qdy));
+    // The default recipe's step as the quantizers keep values: forward and dgrad on
+    // cuBLAS from the kept values, wgrad from dense X and dY (1×32 along M in the call).
+    let step = || -> OpResult<()> {
+        let qx = qv(x, BlockLayout::vector(1))?;
+        let (qw, qw_t) = qwv(w)?;
+        let qdy = qv(dy, BlockLayout::vector(1))?;
+        gemm(GemmPass::Forward, Mx(&qx), Mx(&qw), cfg)?;
+        gemm(GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), cfg_kn)?;
+        gemm(GemmPass::Wgrad, Dense(dy), Dense(x), cfg)
+    };
+    gemm_row(
+        "training step, values kept (default recipe)",
+        "step",
+        &mut { step },
+        (3.0 * flops, 0.0),
+    )?;
+    // X and dY in 32×32 tiles with values kept: each tensor's values serve both GEMMs
+    // that read it, wgrad included.
+    let step_tiles = || -> OpResult<()> {
+        let qx = qv(x, BlockLayout::tile())?;
+        let (qw, qw_t) = qwv(w)?;
+        let qdy = qv(dy, BlockLayout::tile())?;
+        gemm(GemmPass::Forward, Mx(&qx), Mx(&qw), cfg)?;
+        gemm(GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), cfg_kn)?;
+        gemm(GemmPass::Wgrad, Mx(&qdy), Mx(&qx), cfg)
+    };
+    gemm_row(
+        "training step, X and dY in 32x32 tiles, values kept",
+        "step",
+        &mut { step_tiles },
+        (3.0 * flops, 0.0),
+    )
 }
 
 /// The rows for a plugin that does not quantize (the bf16 baseline): the three passes

@@ -299,6 +299,39 @@ impl Ctx {
                 bad_d += pd.iter().zip(dg.iter()).filter(|(a, b)| a != b).count();
                 bad_s += ps.iter().zip(sg.iter()).filter(|(a, b)| a != b).count();
             }
+            // With the values kept (ABI 1.2): the same bytes (and transposed copy), and
+            // values bit-identical to the CPU's (its dequantized output in bf16).
+            let mut bad_vals = 0;
+            if self.plugin.abi_minor >= 2 {
+                let extras = ops::QuantizeExtras {
+                    transposed: rank >= 2,
+                    keep_values: true,
+                };
+                let (vq_c, _) = ops::quantize_with(&self.plugin, &xc, format, mode, block, extras)?;
+                let (vq_g, vt_g) =
+                    ops::quantize_with(&self.plugin, &xg, format, mode, block, extras)?;
+                let mut bytes_g = vq_g.data.host_bytes()?.to_vec();
+                let mut scales_g = vq_g.scales.host_bytes()?.to_vec();
+                if let Some(t) = &vt_g {
+                    bytes_g.extend_from_slice(&t.data.host_bytes()?);
+                    scales_g.extend_from_slice(&t.scales.host_bytes()?);
+                }
+                bad_d += bytes_g.iter().zip(&dc).filter(|(a, b)| a != b).count();
+                bad_s += scales_g.iter().zip(&sc).filter(|(a, b)| a != b).count();
+                let values = |q: &MxTensor| -> OpResult<Vec<u8>> {
+                    let v = q.values.as_ref().ok_or_else(|| {
+                        crate::error::OpError::invalid("quantize did not keep the values")
+                    })?;
+                    Ok(v.tensor.host_bytes()?.to_vec())
+                };
+                let (vc, vg) = (values(&vq_c)?, values(&vq_g)?);
+                bad_vals = vc
+                    .chunks(2)
+                    .zip(vg.chunks(2))
+                    .filter(|(a, b)| a != b)
+                    .count()
+                    + vc.len().abs_diff(vg.len());
+            }
             // Dequantize too (skipped for anchor-size tensors: host time).
             let check_deq = v.len() <= 1 << 22;
             let bad_deq = if check_deq {
@@ -312,14 +345,15 @@ impl Ctx {
             } else {
                 0
             };
-            let ok = bad_d == 0 && bad_s == 0 && bad_deq == 0 && dc.len() == dg.len();
+            let ok =
+                bad_d == 0 && bad_s == 0 && bad_deq == 0 && bad_vals == 0 && dc.len() == dg.len();
             Ok((
                 ok,
                 None,
                 None,
                 if ok {
                     format!(
-                        "{} data + {} scale bytes identical{}{}",
+                        "{} data + {} scale bytes identical{}{}{}",
                         dc.len(),
                         sc.len(),
                         if tc.is_some() {
@@ -331,10 +365,15 @@ impl Ctx {
                             ", dequantize identical"
                         } else {
                             ""
+                        },
+                        if self.plugin.abi_minor >= 2 {
+                            ", kept values identical"
+                        } else {
+                            ""
                         }
                     )
                 } else {
-                    format!("{bad_d} data / {bad_s} scale bytes differ, {bad_deq} dequantized values differ")
+                    format!("{bad_d} data / {bad_s} scale bytes differ, {bad_deq} dequantized values differ, {bad_vals} kept values differ")
                 },
             ))
         })();
@@ -469,8 +508,47 @@ impl Ctx {
         } else {
             (None, None)
         };
-        let qa_g = qa_c.as_ref().map(|a| a.to_device(self.gpu)).transpose()?;
-        let qb_g = qb_c.as_ref().map(|b| b.to_device(self.gpu)).transpose()?;
+        let mut qa_g = qa_c.as_ref().map(|a| a.to_device(self.gpu)).transpose()?;
+        let mut qb_g = qb_c.as_ref().map(|b| b.to_device(self.gpu)).transpose()?;
+        // Values kept (ABI 1.2): the GPU operands quantized on the GPU with their bf16
+        // values (the same bytes: the quantizer checks above are bit-exact), the weight
+        // with swapped values by quantizing its transpose with a transposed copy.
+        if let (Some(swapped), true) = (g.keep_values, g.mx && !g.dense_b) {
+            let keep = ops::QuantizeExtras {
+                transposed: false,
+                keep_values: true,
+            };
+            let q = |t: &Tensor, blk, extras| {
+                ops::quantize_with(&self.plugin, t, g.format, ScaleMode::Rceil, blk, extras)
+            };
+            qa_g = Some(q(&ag, a_blk, keep)?.0);
+            qb_g = Some(if swapped {
+                let (b0, r, c) = (
+                    b_shape[0] as usize,
+                    b_shape[1] as usize,
+                    b_shape[2] as usize,
+                );
+                let mut bt = vec![0f32; b_vals.len()];
+                for (i, v) in b_vals.iter().enumerate() {
+                    let (bi, ri, ci) = (i / (r * c), i / c % r, i % c);
+                    bt[bi * r * c + ci * r + ri] = *v;
+                }
+                let btg = Tensor::from_bytes_on(
+                    self.gpu,
+                    vec![b0 as u64, c as u64, r as u64],
+                    DType::Bf16,
+                    &bytes_bf16(&bt),
+                )?;
+                let extras = ops::QuantizeExtras {
+                    transposed: true,
+                    ..keep
+                };
+                let blk_t = mxhost_plugin_abi::transposed_block(b_blk, 3);
+                q(&btg, blk_t, extras)?.1.expect("requested")
+            } else {
+                q(&bg, b_blk, keep)?.0
+            });
+        }
         let out_g = ops::grouped_gemm(
             &self.plugin,
             g.pass,
@@ -659,6 +737,10 @@ struct GemmCase {
     a_block: Option<BlockLayout>,
     /// With `mx`: only A pre-quantized, B dense (quantized in the call).
     dense_b: bool,
+    /// With `mx`: the GPU operands quantized on the GPU keeping their bf16 values
+    /// (Some(true): the weight's values stored swapped, as a transposing quantize keeps
+    /// them for its second result).
+    keep_values: Option<bool>,
 }
 
 impl GemmCase {
@@ -681,6 +763,7 @@ impl GemmCase {
             wgrad_x_block: None,
             a_block: None,
             dense_b: false,
+            keep_values: None,
         }
     }
     fn sizes_desc(&self) -> String {
@@ -713,6 +796,11 @@ impl GemmCase {
         }
         if self.dense_b {
             v.push("B dense".into());
+        }
+        match self.keep_values {
+            Some(false) => v.push("values kept".into()),
+            Some(true) => v.push("values kept, W's swapped".into()),
+            None => {}
         }
         if v.is_empty() {
             String::new()
@@ -892,6 +980,34 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
     g.nan_row = true;
     g.mx = true;
     ctx.gemm_case("NaN propagation", &g);
+    // Operands quantized with their bf16 values kept (ABI 1.2): forward/dgrad read them
+    // on the dequantize-to-BF16 path (both kept: cuBLAS alone), from either stored layout
+    // of the weight and with its values stored swapped; wgrad reads A's and B's.
+    if ctx.plugin.abi_minor >= 2 {
+        for pass in [GemmPass::Forward, GemmPass::Dgrad] {
+            for (layout, swapped, out) in [
+                (WeightLayout::Nk, false, DType::F32),
+                (WeightLayout::Nk, true, DType::Bf16),
+                (WeightLayout::Kn, false, DType::Bf16),
+                (WeightLayout::Kn, true, DType::F32),
+            ] {
+                let mut g = GemmCase::new(pass, odd.clone(), 2880, 208);
+                (g.pad_rows, g.mx, g.layout, g.out) = (13, true, layout, out);
+                g.keep_values = Some(swapped);
+                ctx.gemm_case("odd experts", &g);
+            }
+            let mut g = GemmCase::new(pass, odd.clone(), 2880, 208);
+            (g.mx, g.a_block, g.keep_values) = (true, Some(BlockLayout::tile()), Some(true));
+            ctx.gemm_case("A in 32x32 tiles", &g);
+        }
+        if std::env::var("MXHOST_MX_WGRAD").as_deref() != Ok("fp8") {
+            let mut g = GemmCase::new(GemmPass::Wgrad, vec![129, 0, 300, 64, 31], 304, 272);
+            (g.mx, g.pad_rows, g.keep_values) = (true, 9, Some(false));
+            ctx.gemm_case("values kept", &g);
+            g.wgrad_x_block = Some(BlockLayout::tile());
+            ctx.gemm_case("values kept", &g);
+        }
+    }
     let mut g = GemmCase::new(GemmPass::Forward, vec![0, 0, 0], 256, 128);
     g.pad_rows = 40;
     ctx.gemm_case("all experts empty", &g);

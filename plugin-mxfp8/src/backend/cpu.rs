@@ -41,6 +41,14 @@ impl Backend for CpuBackend {
             host::transpose_last2(data, data_t, shape);
             host::transpose_last2(scales, scales_t, &o.scales.shape);
         }
+        if let Some(v) = &args.values {
+            // SAFETY: as above; `QuantizeArgs::parse` checked the values buffer (bf16, the
+            // input's shape) and that it overlaps nothing else.
+            let DenseMut::Bf16(out) = (unsafe { host::dense_mut(v)? }) else {
+                unreachable!("QuantizeArgs::parse checked: bf16")
+            };
+            dequantize_mx(data, scales, shape, o.block, o.format, out)?;
+        }
         Ok(())
     }
 

@@ -129,6 +129,27 @@ struct QuantFlatParams {
 }
 const _: () = assert!(std::mem::size_of::<QuantFlatParams>() == 40);
 
+/// `MxQuantFlatValsParams` of mx_quantize.cu: the flat parameters plus where the MX
+/// values go in bf16 (`mx_quantize_rows_vals_*`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct QuantFlatValsParams {
+    p: QuantFlatParams,
+    vals: u64,
+}
+const _: () = assert!(std::mem::size_of::<QuantFlatValsParams>() == 48);
+
+/// What the flat 1×32 kernel writes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum FlatOut {
+    /// FP8 bytes and scales (`mx_quantize_rows_*`).
+    Quantized,
+    /// The MX values in bf16 only, at the bytes' address (`mx_fakequant_rows_*`).
+    Values,
+    /// Both, the values at this 16-byte aligned address (`mx_quantize_rows_vals_*`).
+    QuantizedAndValues(u64),
+}
+
 /// The flat 1×32 quantizer's round: 16-byte loads per thread (`MXQF_U`) and its CTA cap
 /// per SM (`MXQF_CTAS_PER_SM`), as in mx_quantize.cu.
 const QUANT_FLAT_U: usize = 4;
@@ -627,7 +648,8 @@ impl Call {
         // C % 32 == 0: the tensor is one run of whole blocks; the flat kernel reads it in
         // 512-byte warp loads (docs/perf.md run 28). Otherwise the tiled kernel.
         if cols.is_multiple_of(32) && x.is_multiple_of(16) && q.is_multiple_of(8) {
-            return self.flat_rows(x, in_bf16, rows * (cols / 32), fmt, mode, (q, s), false);
+            let nblocks = rows * (cols / 32);
+            return self.flat_rows(x, in_bf16, nblocks, fmt, mode, (q, s), FlatOut::Quantized);
         }
         let chunk = GRID_YZ_MAX * 32;
         let cb = cdiv(cols, 32);
@@ -651,8 +673,9 @@ impl Call {
     }
 
     /// The flat 1×32 kernel over `nblocks` 32-element blocks of a row-major tensor whose
-    /// last axis is a multiple of 32: `mx_quantize_rows_*` into FP8 `q` and scales `s`, or
-    /// (`fake`) `mx_fakequant_rows_*`, the same blocks as their MX values in bf16 at `q`.
+    /// last axis is a multiple of 32: `mx_quantize_rows_*` into FP8 `q` and scales `s`,
+    /// `mx_fakequant_rows_*` (the same blocks as their MX values in bf16 at `q`), or
+    /// `mx_quantize_rows_vals_*` (both), as `what` says.
     #[allow(clippy::too_many_arguments)]
     fn flat_rows(
         &self,
@@ -662,7 +685,7 @@ impl Call {
         fmt: u8,
         mode: i32,
         (q, s): (u64, u64),
-        fake: bool,
+        what: FlatOut,
     ) -> PluginResult<()> {
         if nblocks == 0 {
             return Ok(());
@@ -678,19 +701,34 @@ impl Call {
             nblocks * if in_bf16 { 4 } else { 8 },
             QUANT_FLAT_CTAS_PER_SM * self.dev.sms as usize,
         );
+        let kind = match what {
+            FlatOut::Quantized => "quantize_rows",
+            FlatOut::Values => "fakequant_rows",
+            FlatOut::QuantizedAndValues(_) => "quantize_rows_vals",
+        };
         let name = format!(
-            "mx_{}_rows_{}_{}",
-            if fake { "fakequant" } else { "quantize" },
+            "mx_{kind}_{}_{}",
             if in_bf16 { "bf16" } else { "f32" },
             if fmt == 0 { "e4m3" } else { "e5m2" }
         );
+        let pv = QuantFlatValsParams {
+            p,
+            vals: match what {
+                FlatOut::QuantizedAndValues(v) => v,
+                _ => 0,
+            },
+        };
+        let param = match what {
+            FlatOut::QuantizedAndValues(_) => arg(&pv),
+            _ => arg(&p),
+        };
         self.launch(
             Unit::Quantize,
             &name,
             (grid, 1, 1),
             (256, 1, 1),
             0,
-            &mut [arg(&p)],
+            &mut [param],
         )
     }
 
@@ -715,7 +753,8 @@ impl Call {
         if gemm_trace() {
             eprintln!("mxhost-mxfp8: fake-quantize {rows} x {cols} to bf16 with mx_fakequant_rows (one pass)");
         }
-        self.flat_rows(x, in_bf16, rows * (cols / 32), fmt, mode, (out, 0), true)?;
+        let nblocks = rows * (cols / 32);
+        self.flat_rows(x, in_bf16, nblocks, fmt, mode, (out, 0), FlatOut::Values)?;
         Ok(true)
     }
 }
@@ -733,7 +772,7 @@ impl Backend for CudaBackend {
         if x.numel == 0 {
             return Ok(());
         }
-        let call = Call::new(args.ordinal, args.stream)?;
+        let mut call = Call::new(args.ordinal, args.stream)?;
         let in_bf16 = x.dtype == DType::Bf16;
         let fmt = fmt_code(o.format);
         let mode = mode_code(o.mode);
@@ -744,6 +783,67 @@ impl Backend for CudaBackend {
             .ok_or_else(|| PluginError::invalid("quantize.output: unknown block layout"))?;
         // The transposed copy (ABI 1.1): the COLS and TILE kernels write it in the same
         // pass; after ROWS it is a byte transpose of data and scales.
+        let tr = args.transposed.as_ref();
+        // The MX values in bf16 (ABI 1.2): written by the flat 1×32 kernel in the same
+        // pass where it takes the tensor, else expanded from the bytes just written.
+        let vals = args.values.as_ref().map(ptr);
+        let flat_vals = vals.filter(|&v| {
+            matches!(block, Blocking::Vector { axis } if axis + 1 == rank)
+                && last.is_multiple_of(32)
+                && ptr(x).is_multiple_of(16)
+                && ptr(&o.data).is_multiple_of(8)
+                && v.is_multiple_of(16)
+        });
+        if let Some(v) = flat_vals {
+            let nblocks = x.numel / 32;
+            let (q, s) = (ptr(&o.data), ptr(&o.scales));
+            let what = FlatOut::QuantizedAndValues(v);
+            call.flat_rows(ptr(x), in_bf16, nblocks, fmt, mode, (q, s), what)?;
+            if let Some(t) = tr {
+                let (batch, r, c) = (leading(shape), shape[rank - 2] as usize, last);
+                call.transpose(q, ptr(&t.data), batch, r, c)?;
+                call.transpose(s, ptr(&t.scales), batch, r, c / 32)?;
+            }
+            return Ok(());
+        }
+        self.quantize_bytes(&mut call, args, block)?;
+        if let Some(v) = vals {
+            dequantize_into(&call, o, v, true)?;
+        }
+        Ok(())
+    }
+
+    fn dequantize(&self, args: &DequantizeArgs) -> PluginResult<()> {
+        if args.output.numel == 0 {
+            return Ok(());
+        }
+        let call = Call::new(args.ordinal, args.stream)?;
+        let out_bf16 = args.output.dtype == DType::Bf16;
+        dequantize_into(&call, &args.input, ptr(&args.output), out_bf16)
+    }
+
+    fn grouped_gemm(&self, args: &GemmArgs) -> PluginResult<()> {
+        let mut call = Call::new(args.ordinal, args.stream)?;
+        gemm(&mut call, args)
+    }
+}
+
+impl CudaBackend {
+    /// The FP8 bytes and scales of `args.output` (and `args.transposed`), by layout.
+    fn quantize_bytes(
+        &self,
+        call: &mut Call,
+        args: &QuantizeArgs,
+        block: Blocking,
+    ) -> PluginResult<()> {
+        let x = &args.input;
+        let o = &args.output;
+        let in_bf16 = x.dtype == DType::Bf16;
+        let fmt = fmt_code(o.format);
+        let mode = mode_code(o.mode);
+        let shape = &x.shape;
+        let rank = shape.len();
+        let last = shape[rank - 1] as usize;
         let tr = args.transposed.as_ref();
         match block {
             Blocking::Vector { axis } if axis + 1 == rank => {
@@ -768,7 +868,6 @@ impl Backend for CudaBackend {
                 // COLS writes data [C][R] and scales [C][RB] per batch; transpose both back.
                 let (batch, r, c) = (leading(shape), shape[rank - 2] as usize, last);
                 let rb = cdiv(r, 32);
-                let mut call = call;
                 let (qt, st) = match tr {
                     Some(t) => (ptr(&t.data), ptr(&t.scales)),
                     None => (call.alloc(batch * r * c)?, call.alloc(batch * rb * c)?),
@@ -825,20 +924,6 @@ impl Backend for CudaBackend {
             ))),
         }
     }
-
-    fn dequantize(&self, args: &DequantizeArgs) -> PluginResult<()> {
-        if args.output.numel == 0 {
-            return Ok(());
-        }
-        let call = Call::new(args.ordinal, args.stream)?;
-        let out_bf16 = args.output.dtype == DType::Bf16;
-        dequantize_into(&call, &args.input, ptr(&args.output), out_bf16)
-    }
-
-    fn grouped_gemm(&self, args: &GemmArgs) -> PluginResult<()> {
-        let mut call = Call::new(args.ordinal, args.stream)?;
-        gemm(&mut call, args)
-    }
 }
 
 /// A-side operand ready for the GEMM: FP8 `[rows][red]` (K-major) and E8M0 scales
@@ -857,6 +942,9 @@ struct AMat {
 /// scale mode.
 enum RowsA {
     Mx(AMat),
+    /// The exact MX values in bf16 `[rows][red]`, kept by quantize (dequantize-to-BF16
+    /// path only).
+    Values(u64),
     Dense {
         x: u64,
         in_bf16: bool,
@@ -871,6 +959,9 @@ impl RowsA {
     fn quantized(&self, call: &mut Call, rows: usize, red: usize) -> PluginResult<AMat> {
         match *self {
             RowsA::Mx(a) => Ok(a),
+            RowsA::Values(_) => Err(PluginError::invalid(
+                "CUDA backend: the FP8 kernels need the FP8 bytes, not the bf16 values",
+            )),
             RowsA::Dense {
                 x,
                 in_bf16,
@@ -980,20 +1071,43 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     }
                 },
             };
+            // Operands quantized with their values kept (ABI 1.2): bf16 the cuBLAS path reads
+            // as they are. A's must be [rows][red]; W's either stored layout.
+            let a_vals = match &args.a {
+                OperandArg::Mx(m) => m.values.as_ref().filter(|v| !v.swapped).map(|v| ptr(&v.t)),
+                OperandArg::Dense(_) => None,
+            };
+            let b_vals = match &args.b {
+                OperandArg::Mx(m) => m.values.as_ref().map(|v| {
+                    if stored_is_kmajor(args, fwd) != v.swapped {
+                        Bf16Weight::KMajor(ptr(&v.t))
+                    } else {
+                        Bf16Weight::StoredRedMajor(ptr(&v.t))
+                    }
+                }),
+                OperandArg::Dense(_) => None,
+            };
             let groups = args.groups();
             let rows_per_expert: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+            // With both operands' values at hand the BF16 path is cuBLAS alone, faster
+            // than the FP8 kernel on every anchor shape (docs/perf.md run 70).
             let via_bf16 = call.dev.portable
                 || match cublas::rows_path()? {
                     cublas::GemmPath::Fp8 => false,
                     cublas::GemmPath::DequantBf16 => true,
-                    cublas::GemmPath::Auto => cublas::bf16_rows_faster(&rows_per_expert, cols, red),
+                    cublas::GemmPath::Auto => {
+                        (a_vals.is_some() && b_vals.is_some())
+                            || cublas::bf16_rows_faster(&rows_per_expert, cols, red)
+                    }
                 };
             if via_bf16 {
                 // A pre-quantized weight whose stored last axis is not the reduction:
                 // expanded where it is (cuBLAS reads it transposed) instead of transposed
                 // to K-major first. Everything else goes through `weights` (quantizing
                 // dense weights, checking layouts) and is expanded K-major.
+                let b_kept = b_vals.is_some();
                 let b = match &args.b {
+                    _ if b_kept => b_vals.expect("checked"),
                     OperandArg::Mx(m)
                         if !stored_is_kmajor(args, fwd)
                             && matches!(
@@ -1025,7 +1139,12 @@ fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     }
                     _ => Bf16Weight::Fp8(weights(call, args, fwd, cols, red, e)?),
                 };
-                return gemm_rows_bf16(call, &a, &b, out, &groups, rows, cols, red, out_bf16);
+                let a = match a_vals {
+                    Some(v) => RowsA::Values(v),
+                    None => a,
+                };
+                let dims = (rows, cols, red);
+                return gemm_rows_bf16(call, &a, &b, out, &groups, dims, out_bf16, b_kept);
             }
             let a = a.quantized(call, rows, red)?;
             let b = weights(call, args, fwd, cols, red, e)?;

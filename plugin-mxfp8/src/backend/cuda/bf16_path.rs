@@ -208,10 +208,9 @@ pub(super) fn gemm_rows_bf16(
     b: &Bf16Weight,
     out: &TensorArg,
     groups: &[std::ops::Range<usize>],
-    rows: usize,
-    cols: usize,
-    red: usize,
+    (rows, cols, red): (usize, usize, usize),
     out_bf16: bool,
+    b_kept: bool,
 ) -> PluginResult<()> {
     need_cublas()?;
     let e = groups.len();
@@ -223,13 +222,20 @@ pub(super) fn gemm_rows_bf16(
             "faster than the FP8 kernel for GEMMs this large; MXHOST_MX_FWD_DGRAD=fp8 forces it"
                 .to_string()
         };
+        let kept = |yes: bool| if yes { "kept" } else { "expanded" };
         eprintln!(
-            "mxhost-mxfp8: rows GEMM E={e} M={rows} N={cols} K={red} ({why}): MX values as bf16 + cuBLAS"
+            "mxhost-mxfp8: rows GEMM E={e} M={rows} N={cols} K={red} ({why}): MX values as bf16 + cuBLAS (A's {}, B's {})",
+            kept(matches!(a, RowsA::Values(_))),
+            kept(b_kept)
         );
     }
-    let ab = call.alloc(used * red * 2)?;
+    let ab = match *a {
+        RowsA::Values(v) => v,
+        _ => call.alloc(used * red * 2)?,
+    };
     // Dense values: fake-quantized in one pass where the flat kernel takes them.
     let expanded = match *a {
+        RowsA::Values(_) => true,
         RowsA::Dense {
             x,
             in_bf16,
@@ -350,6 +356,12 @@ pub(super) fn wgrad_via_bf16(
             0
         };
         let mut to_bf16 = |op: &OperandArg, p: usize| -> PluginResult<u64> {
+            // Pre-quantized with its values kept ([rows][P]): read as they are.
+            if let OperandArg::Mx(m) = op {
+                if let Some(v) = m.values.as_ref().filter(|v| !v.swapped) {
+                    return Ok(ptr(&v.t));
+                }
+            }
             let out = call.alloc(rows * p * 2)?;
             let t = match op {
                 OperandArg::Dense(t) => t,
