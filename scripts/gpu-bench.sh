@@ -59,7 +59,7 @@ OUT="$out" timeout 150 python3 dist/bench_peers.py --shapes "$shapes" --budget-s
 echo "peers rc=$?"
 for k in ${FAMILIES:-tgemm}; do
     echo "== mxhost bench ($k)"
-    MXHOST_MX_GEMM_KERNEL=$k timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+    MXHOST_MX_GEMM_KERNEL=$k timeout 200 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --peers "$out/peer_bench.csv" --json "$out/bench_$k.json" 2>&1
 done
 if [ -n "${BACK_TO_BACK_TOO:-}" ]; then
