@@ -20,6 +20,8 @@ struct MxQuantParams {
   const int* offs;     // grouped rows (batch must be 1), or null
   int E;
   int grouped_tiles;   // grouped: Rp/32 (padded row tiles); ungrouped: 0
+  mx_u16* vals;        // TILE, bf16 input, C % 8 == 0 (mx_quantize_t32_*): also the MX values as bf16
+                       // [R][C] beside qa (quantize with ABI 1.2 values), or null
 };
 
 template <int IN_BF16>
@@ -279,6 +281,8 @@ MX_DEV void mxq_transpose4x4(mx_u32 a0, mx_u32 a1, mx_u32 a2, mx_u32 a3, mx_u32&
   o2 = __byte_perm(t1, t3, 0x5410); o3 = __byte_perm(t1, t3, 0x7632);
 }
 
+template <int FMT> MX_DEV mx_u32 mxfq_bf16x2(mx_u32 q16, mx_u32 sb, bool fast);
+
 template <int IN_BF16, int FMT, int MASK>
 MX_DEV void mxq_process(const MxQuantParams& p, MxqSmem& s, const MxqTile& tl, int c0, int b, int par, int pflags,
                         const mx_u32 (&raw)[MxqG<IN_BF16>::NCH][4]) {
@@ -358,6 +362,22 @@ MX_DEV void mxq_process(const MxQuantParams& p, MxqSmem& s, const MxqTile& tl, i
       else     { o[0] = q[0][0]; o[1] = q[0][1 % QW]; o[2] = r0; o[3] = r1; }
       const int gcol = c0 + (odd ? 64 + 8 * (j - 1) : 8 * j);
       if (rowok && gcol < C) store16(qrow + gcol, o, C - gcol, (C & 15) == 0);
+      if ((flags & MXQ_TILE) && p.vals != nullptr && rowok) {
+        // The MX values (mx_fakequant_rows_*'s bytes), chunk k at column mxq_chunk_col: C % 8 == 0
+        // (the t32 contract), so a chunk is whole and 16-byte aligned.
+        constexpr mx_u32 THR = FMT == 0 ? 10u : 17u;
+        mx_u16* vrow = p.vals + b * p.qa_bs + (mx_i64)(tl.src0 + r) * C;
+#pragma unroll
+        for (int k = 0; k < NCH; ++k) {
+          const int vc = c0 + mxq_chunk_col(IN_BF16, k, j);
+          const bool fast = sbk[k] >= THR && sbk[k] <= 253u;
+          if (vc < C)
+            *reinterpret_cast<uint4*>(vrow + vc) =
+                make_uint4(mxfq_bf16x2<FMT>(q[k][0] & 0xFFFFu, sbk[k], fast), mxfq_bf16x2<FMT>(q[k][0] >> 16, sbk[k], fast),
+                           mxfq_bf16x2<FMT>(q[k][QW - 1] & 0xFFFFu, sbk[k], fast),
+                           mxfq_bf16x2<FMT>(q[k][QW - 1] >> 16, sbk[k], fast));
+        }
+      }
     } else {
 #pragma unroll
       for (int k = 0; k < NCH; ++k) {
@@ -596,7 +616,7 @@ struct MxQuantTmaParams {
   MxTmap tm;        // bf16 [B * R][C], box {128, 32}, SWIZZLE_NONE, OOB zero fill
   MxQuantParams p;  // as for mx_quantize_*; flags within TILE | TILE_T; in_bs == R * C
 };
-static_assert(sizeof(MxQuantParams) == 120 && sizeof(MxQuantTmaParams) == 256,
+static_assert(sizeof(MxQuantParams) == 128 && sizeof(MxQuantTmaParams) == 256,
               "QuantParams / QuantTmaParams in src/backend/cuda.rs hard-code these sizes");
 
 template <int FMT, int AS>

@@ -19,7 +19,8 @@ class QP(ctypes.Structure):
     _fields_ = [("inp", c_vp), ("in_bs", c_i64), ("R", c_int), ("C", c_int), ("flags", c_int), ("mode", c_int),
                 ("qa", c_vp), ("sa", c_vp), ("qa_bs", c_i64), ("sa_bs", c_i64),
                 ("qt", c_vp), ("st", c_vp), ("qt_bs", c_i64), ("st_bs", c_i64), ("ldt", c_int), ("ldst", c_int),
-                ("offs", c_vp), ("E", c_int), ("grouped_tiles", c_int)]
+                ("offs", c_vp), ("E", c_int), ("grouped_tiles", c_int),
+                ("vals", c_vp)]
 
 
 class GP(ctypes.Structure):

@@ -87,6 +87,8 @@ struct QuantParams {
     offs: u64,
     e: i32,
     grouped_tiles: i32,
+    /// TILE, bf16 input, C % 8 == 0: the MX values in bf16 `[R][C]` beside `qa`, or 0.
+    vals: u64,
 }
 
 /// Whether `mx_quantize_t32_*` can take this quantization (mx_quantize.cu,
@@ -112,7 +114,7 @@ struct QuantTmaParams {
 }
 
 const _: () = {
-    assert!(std::mem::size_of::<QuantParams>() == 120);
+    assert!(std::mem::size_of::<QuantParams>() == 128);
     assert!(std::mem::size_of::<QuantTmaParams>() == 256);
 };
 
@@ -806,8 +808,16 @@ impl Backend for CudaBackend {
             }
             return Ok(());
         }
-        self.quantize_bytes(&mut call, args, block)?;
-        if let Some(v) = vals {
+        // 32×32 tiles from bf16 rows of whole 16-byte chunks: the tile kernel writes the
+        // values in its pass; anything else expands them from the bytes just written.
+        let tile_vals = vals.filter(|&v| {
+            matches!(block, Blocking::Tile)
+                && in_bf16
+                && last.is_multiple_of(8)
+                && v.is_multiple_of(16)
+        });
+        self.quantize_bytes(&mut call, args, block, tile_vals)?;
+        if let (Some(v), None) = (vals, tile_vals) {
             dequantize_into(&call, o, v, true)?;
         }
         Ok(())
@@ -835,6 +845,7 @@ impl CudaBackend {
         call: &mut Call,
         args: &QuantizeArgs,
         block: Blocking,
+        tile_vals: Option<u64>,
     ) -> PluginResult<()> {
         let x = &args.input;
         let o = &args.output;
@@ -905,6 +916,7 @@ impl CudaBackend {
                     sa: ptr(&o.scales),
                     qa_bs: (r * c) as i64,
                     sa_bs: (rb * cb) as i64,
+                    vals: tile_vals.unwrap_or(0),
                     ..Default::default()
                 };
                 if let Some(t) = tr {
