@@ -79,5 +79,14 @@ def quantize_with_transpose(x, spec):
     return _mx.quantize_with_transpose(x, spec)
 
 
+def quantize_keep_values(x, spec):
+    """x quantized with its exact MX values kept in bf16 beside the bytes (2 more bytes of
+    device memory per element): GEMMs on the BF16 tensor cores read them instead of
+    expanding the bytes; on CUDA, forward and dgrad with both operands kept run on cuBLAS
+    alone. The products are the same MX values."""
+    q, _ = _mx.quantize_ext(x, spec, _mx.QuantizeOptions(transposed=False, keep_values=True))
+    return q
+
+
 def dequantize(q):
     return _mx.dequantize(q)

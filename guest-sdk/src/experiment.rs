@@ -2,7 +2,7 @@
 //! grouped GEMM with default options, plugin switching and metrics.
 
 pub use crate::bindings::mxhost::runtime::grouped_gemm::{GemmOptions, Operand, WeightLayout};
-pub use crate::bindings::mxhost::runtime::mx::MxTensor;
+pub use crate::bindings::mxhost::runtime::mx::{MxTensor, QuantizeOptions};
 pub use crate::bindings::mxhost::runtime::plugins::PluginInfo;
 pub use crate::bindings::mxhost::runtime::routing_types::{RoutePlan, RouteRequest};
 pub use crate::bindings::mxhost::runtime::tensors::Tensor;
@@ -118,6 +118,25 @@ pub mod gemm {
         spec: MxSpec,
     ) -> Result<(MxTensor, MxTensor), Error> {
         mx::quantize_with_transpose(x, spec)
+    }
+    /// `x` quantized with the exact MX values kept beside the bytes (2 more bytes of
+    /// device memory per element): GEMMs on the BF16 tensor cores skip their expansion
+    /// pass; with both operands kept, forward and dgrad on CUDA run on cuBLAS alone.
+    pub fn quantize_keep_values(x: &Tensor, spec: MxSpec) -> Result<MxTensor, Error> {
+        let options = QuantizeOptions {
+            transposed: false,
+            keep_values: true,
+        };
+        mx::quantize_ext(x, spec, options).map(|(q, _)| q)
+    }
+    /// `quantize`/`quantize_with_transpose` with explicit options; the second result is
+    /// the transposed copy when `options.transposed`.
+    pub fn quantize_ext(
+        x: &Tensor,
+        spec: MxSpec,
+        options: QuantizeOptions,
+    ) -> Result<(MxTensor, Option<MxTensor>), Error> {
+        mx::quantize_ext(x, spec, options)
     }
     pub fn dequantize(q: &MxTensor) -> Result<Tensor, Error> {
         mx::dequantize(q)

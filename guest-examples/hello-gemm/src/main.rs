@@ -251,6 +251,33 @@ fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
     }
     let exact = Pass::Dgrad.reference(&deq(&qdy)?, &w_exact, p);
     row(Pass::Dgrad, "pre-quantized W^T copy kn", &out, Some(exact))?;
+    // The same recipe with the exact MX values kept beside the bytes (quantize-ext): GEMMs
+    // on the BF16 tensor cores read them (on CUDA, forward and dgrad run on cuBLAS alone);
+    // the products are the same MX values, so the dequantized reference still holds.
+    let (kx, kw, kdy) = (
+        quantize_keep_values(&p.x.0, along(1))?,
+        quantize_keep_values(&p.w.0, tile)?,
+        quantize_keep_values(&p.dy.0, along(1))?,
+    );
+    if !(kx.has_values() && kw.has_values() && kdy.has_values()) || qx.has_values() {
+        return Err("quantize-ext's keep-values is not reflected by has-values".into());
+    }
+    let out = Pass::Forward.call(
+        Operand::Quantized(&kx),
+        Operand::Quantized(&kw),
+        &p.offs,
+        &opts,
+    )?;
+    let exact = Pass::Forward.reference(&deq(&kx)?, &w_exact, p);
+    row(Pass::Forward, "values kept, W 32x32", &out, Some(exact))?;
+    let out = Pass::Dgrad.call(
+        Operand::Quantized(&kdy),
+        Operand::Quantized(&kw),
+        &p.offs,
+        &opts,
+    )?;
+    let exact = Pass::Dgrad.reference(&deq(&kdy)?, &w_exact, p);
+    row(Pass::Dgrad, "values kept, W 32x32", &out, Some(exact))?;
     // Same tensors, other precision: switching moves no data.
     plugin::select("bf16")?;
     for pass in PASSES {

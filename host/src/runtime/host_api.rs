@@ -239,6 +239,30 @@ impl mx::Host for HostState {
         Ok((q, t))
     }
 
+    fn quantize_ext(
+        &mut self,
+        x: Resource<Tensor>,
+        spec: types::MxSpec,
+        options: mx::QuantizeOptions,
+    ) -> OpResult<(Resource<MxTensor>, Option<Resource<MxTensor>>)> {
+        let copies = if options.transposed { 2 } else { 1 };
+        let (x, plugin) = self.quantize_prologue(&x, &spec, copies)?;
+        if options.keep_values {
+            // bf16 values, counted once per result that holds them (push_mx).
+            self.check_room(copies * 2 * x.numel())?;
+        }
+        let (format, mode) = (format_from_wit(spec.format), mode_from_wit(spec.mode));
+        let extras = ops::QuantizeExtras {
+            transposed: options.transposed,
+            keep_values: options.keep_values,
+        };
+        let block = block_from_wit(spec.block);
+        let (q, t) = ops::quantize_with(&plugin, &x, format, mode, block, extras)?;
+        let q = self.push_mx(q)?;
+        let t = t.map(|t| self.push_mx(t)).transpose()?;
+        Ok((q, t))
+    }
+
     fn dequantize(&mut self, q: Resource<MxTensor>) -> OpResult<Resource<Tensor>> {
         let q = self.mx_tensor(&q)?.clone();
         self.check_room(q.data.numel() * 4)?;
@@ -270,6 +294,10 @@ impl mx::HostMxTensor for HostState {
         let t = self.table.get(&this)?.data.clone();
         self.push_tensor(t)
             .map_err(|e| wasmtime::Error::msg(e.message))
+    }
+
+    fn has_values(&mut self, this: Resource<MxTensor>) -> wasmtime::Result<bool> {
+        Ok(self.table.get(&this)?.values.is_some())
     }
 
     fn scales(&mut self, this: Resource<MxTensor>) -> wasmtime::Result<Resource<Tensor>> {
