@@ -4,7 +4,12 @@
 //!
 //! Precision follows the active plugin: the GEMMs pass dense operands that a MX plugin
 //! quantizes inside the call (E4M3, rceil, 1×32 or 32×32 weight blocks), so
-//! `plugin::select("bf16")` turns the same model into the BF16 baseline.
+//! `plugin::select("bf16")` turns the same model into the BF16 baseline. On a GPU with an
+//! MX plugin, [`GroupedLinear`] instead quantizes forward's and dgrad's operands itself with
+//! the same recipe, keeping their exact values in bf16 (`gemm::quantize_keep_values`): the
+//! GEMMs then run on the BF16 tensor cores without an expansion pass and the weight is
+//! quantized once per step (same MX values, so the same model; `keep_values(false)` turns
+//! it off to save device memory).
 //!
 //! ```ignore
 //! let mut moe = MoeLayer::new(MoeConfig { experts: 8, hidden: 256, ffn: 512, top_k: 2, ..Default::default() }, seed)?;
@@ -19,7 +24,10 @@
 
 use crate::ops::{self, Activation, AdamwConfig};
 use crate::topk;
-use crate::{gemm, route, Dtype, Error, GemmOptions, Operand, RoutePlan, RouteRequest, Tensor};
+use crate::{
+    gemm, plugin, route, BlockLayout, DeviceKind, Dtype, Error, ErrorKind, GemmOptions, MxSpec,
+    MxTensor, Operand, RoutePlan, RouteRequest, Tensor,
+};
 
 type R<T> = Result<T, Error>;
 
@@ -45,7 +53,18 @@ pub struct GroupedLinear {
     /// GEMM options (format, scale mode, 32×32 weight blocks); dense operands are
     /// quantized in-call by MX plugins and ignored by `bf16`.
     pub options: GemmOptions,
-    saved: Option<(Tensor, Vec<i32>)>,
+    /// Quantize forward's and dgrad's operands here, keeping their values, when the
+    /// tensors are on a GPU and the active plugin quantizes (default on).
+    pub keep_values: bool,
+    saved: Option<LinearSaved>,
+}
+
+/// What forward keeps for backward: the input, the offsets and, with kept values, the
+/// weight's quantization for dgrad.
+struct LinearSaved {
+    x: Tensor,
+    offs: Vec<i32>,
+    w_dgrad: Option<MxTensor>,
 }
 
 impl GroupedLinear {
@@ -67,8 +86,57 @@ impl GroupedLinear {
             weight,
             grad: None,
             options: gemm::options(),
+            keep_values: true,
             saved: None,
         }
+    }
+    /// Quantize forward's and dgrad's operands with their values kept on a GPU (see the
+    /// module docs); off: every operand goes dense and is quantized inside the call.
+    pub fn keep_values(mut self, on: bool) -> Self {
+        self.keep_values = on;
+        self
+    }
+    /// The in-call recipe for an operand quantized along `block`.
+    fn spec(&self, block: BlockLayout) -> MxSpec {
+        MxSpec {
+            format: self.options.format,
+            mode: self.options.mode,
+            block,
+        }
+    }
+    /// Whether this call quantizes its operands here: kept values on, the weight on a GPU
+    /// and the active plugin one that quantizes.
+    fn keeps_values(&self) -> bool {
+        let active = plugin::active();
+        self.keep_values
+            && self.weight.device() == DeviceKind::Cuda
+            && plugin::list()
+                .iter()
+                .any(|p| p.name == active && p.capabilities.iter().any(|c| c == "quantize"))
+    }
+    /// `t` quantized with its values kept; `None` when the plugin cannot keep them (an
+    /// older ABI): the caller passes the operand dense instead.
+    fn quantize_kept(&self, t: &Tensor, block: BlockLayout) -> R<Option<MxTensor>> {
+        match gemm::quantize_keep_values(t, self.spec(block)) {
+            Ok(q) => Ok(Some(q)),
+            Err(e) if e.kind == ErrorKind::Unsupported => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+    /// The weight's quantization for forward (along K, or 32×32 tiles) and for dgrad
+    /// (along N, or the same tiles), values kept.
+    fn weight_kept(&self) -> R<Option<(MxTensor, Option<MxTensor>)>> {
+        if self.options.weight_blocks_2d {
+            return Ok(self
+                .quantize_kept(&self.weight, BlockLayout::Tile32x32)?
+                .map(|q| (q, None)));
+        }
+        let Some(fwd) = self.quantize_kept(&self.weight, BlockLayout::Along(2))? else {
+            return Ok(None);
+        };
+        Ok(self
+            .quantize_kept(&self.weight, BlockLayout::Along(1))?
+            .map(|d| (fwd, Some(d))))
     }
     /// Quantize weights with 32×32 tiles (one copy serves forward and dgrad).
     pub fn weight_blocks_2d(mut self, on: bool) -> Self {
@@ -78,13 +146,37 @@ impl GroupedLinear {
     /// `y = x_e · W_eᵀ` per expert; `x` `[rows, K]` sorted by expert with cumulative end
     /// offsets `offs`. Keeps `x` for the backward pass.
     pub fn forward(&mut self, x: Tensor, offs: &[i32]) -> R<Tensor> {
+        if self.keeps_values() {
+            if let (Some(qx), Some((qw, qw_dgrad))) = (
+                self.quantize_kept(&x, BlockLayout::Along(1))?,
+                self.weight_kept()?,
+            ) {
+                let y = gemm::forward(
+                    Operand::Quantized(&qx),
+                    Operand::Quantized(&qw),
+                    offs,
+                    &self.options,
+                )?;
+                let w_dgrad = Some(qw_dgrad.unwrap_or(qw));
+                self.saved = Some(LinearSaved {
+                    x,
+                    offs: offs.to_vec(),
+                    w_dgrad,
+                });
+                return Ok(y);
+            }
+        }
         let y = gemm::forward(
             Operand::Dense(&x),
             Operand::Dense(&self.weight),
             offs,
             &self.options,
         )?;
-        self.saved = Some((x, offs.to_vec()));
+        self.saved = Some(LinearSaved {
+            x,
+            offs: offs.to_vec(),
+            w_dgrad: None,
+        });
         Ok(y)
     }
     /// `y` without keeping anything (inference).
@@ -106,7 +198,7 @@ impl GroupedLinear {
         self.backward_impl(dy, false).map(|_| ())
     }
     fn backward_impl(&mut self, dy: &Tensor, want_dx: bool) -> R<Option<Tensor>> {
-        let (x, offs) = self
+        let LinearSaved { x, offs, w_dgrad } = self
             .saved
             .take()
             .ok_or_else(|| invalid("GroupedLinear::backward before forward".into()))?;
@@ -118,6 +210,18 @@ impl GroupedLinear {
         )?);
         if !want_dx {
             return Ok(None);
+        }
+        // dY along N (its last axis) with values kept, beside the weight's kept values.
+        if let Some(qw) = &w_dgrad {
+            if let Some(qdy) = self.quantize_kept(dy, BlockLayout::Along(1))? {
+                let dx = gemm::dgrad(
+                    Operand::Quantized(&qdy),
+                    Operand::Quantized(qw),
+                    &offs,
+                    &self.options,
+                )?;
+                return Ok(Some(dx));
+            }
         }
         let dx = gemm::dgrad(
             Operand::Dense(dy),

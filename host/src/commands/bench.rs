@@ -521,6 +521,31 @@ fn bench_kept_values(
         (flops, gemm_bytes(rows * s.n, s.e * s.n * s.k, rows * s.k)),
     )?;
     drop((qx, qw, qdy));
+    // wgrad from kept values (1×32 along M, X also in 32×32 tiles): cuBLAS alone. The
+    // quantizations along M are not timed here (the in-call row above times its own).
+    let (kdy_m, kx_m, kx_tile) = (
+        qv(dy, BlockLayout::vector(0))?,
+        qv(x, BlockLayout::vector(0))?,
+        qv(x, BlockLayout::tile())?,
+    );
+    let wgrad_bytes = gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k);
+    // (The FP8 kernel, MXHOST_MX_WGRAD=fp8, does not take 32×32 X: say so, go on.)
+    for (label, xq) in [
+        (
+            "wgrad dY 1x32 on M · X 1x32 on M, values kept (pre-quantized)",
+            &kx_m,
+        ),
+        (
+            "wgrad dY 1x32 on M · X 32x32, values kept (pre-quantized)",
+            &kx_tile,
+        ),
+    ] {
+        let mut f = || gemm(GemmPass::Wgrad, Mx(&kdy_m), Mx(xq), cfg);
+        if let Err(e) = gemm_row(label, "wgrad", &mut f, (flops, wgrad_bytes)) {
+            eprintln!("mxhost bench: {label} skipped: {e:#}");
+        }
+    }
+    drop((kdy_m, kx_m, kx_tile));
     // The default recipe's step as the quantizers keep values: forward and dgrad on
     // cuBLAS from the kept values, wgrad from dense X and dY (1×32 along M in the call).
     let step = || -> OpResult<()> {
