@@ -5,11 +5,12 @@
 //! Precision follows the active plugin: the GEMMs pass dense operands that a MX plugin
 //! quantizes inside the call (E4M3, rceil, 1×32 or 32×32 weight blocks), so
 //! `plugin::select("bf16")` turns the same model into the BF16 baseline. On a GPU with an
-//! MX plugin, [`GroupedLinear`] instead quantizes forward's and dgrad's operands itself with
-//! the same recipe, keeping their exact values in bf16 (`gemm::quantize_keep_values`): the
-//! GEMMs then run on the BF16 tensor cores without an expansion pass and the weight is
-//! quantized once per step (same MX values, so the same model; `keep_values(false)` turns
-//! it off to save device memory).
+//! MX plugin, [`GroupedLinear`] quantizes its weight itself, once per forward, with the
+//! in-call recipe and its exact values kept in bf16 (`gemm::quantize_keep_values`): forward
+//! and dgrad both read that one copy on the BF16 tensor cores instead of each quantizing and
+//! expanding the weight (same MX values, so the same model; `keep_values(false)` passes the
+//! weight dense again, saving its bf16 copy's device memory). Activations and gradients
+//! stay dense (quantized in the call): each is read by one GEMM per recipe.
 //!
 //! ```ignore
 //! let mut moe = MoeLayer::new(MoeConfig { experts: 8, hidden: 256, ffn: 512, top_k: 2, ..Default::default() }, seed)?;
@@ -53,8 +54,8 @@ pub struct GroupedLinear {
     /// GEMM options (format, scale mode, 32×32 weight blocks); dense operands are
     /// quantized in-call by MX plugins and ignored by `bf16`.
     pub options: GemmOptions,
-    /// Quantize forward's and dgrad's operands here, keeping their values, when the
-    /// tensors are on a GPU and the active plugin quantizes (default on).
+    /// Quantize the weight here once per forward, keeping its values, when it is on a GPU
+    /// and the active plugin quantizes (default on).
     pub keep_values: bool,
     saved: Option<LinearSaved>,
 }
@@ -90,8 +91,8 @@ impl GroupedLinear {
             saved: None,
         }
     }
-    /// Quantize forward's and dgrad's operands with their values kept on a GPU (see the
-    /// module docs); off: every operand goes dense and is quantized inside the call.
+    /// Quantize the weight once per forward with its values kept on a GPU (see the module
+    /// docs); off: the weight goes dense and is quantized inside each call.
     pub fn keep_values(mut self, on: bool) -> Self {
         self.keep_values = on;
         self
@@ -104,8 +105,8 @@ impl GroupedLinear {
             block,
         }
     }
-    /// Whether this call quantizes its operands here: kept values on, the weight on a GPU
-    /// and the active plugin one that quantizes.
+    /// Whether this forward quantizes the weight here: kept values on, the weight on a
+    /// GPU and the active plugin one that quantizes.
     fn keeps_values(&self) -> bool {
         let active = plugin::active();
         self.keep_values
@@ -147,12 +148,9 @@ impl GroupedLinear {
     /// offsets `offs`. Keeps `x` for the backward pass.
     pub fn forward(&mut self, x: Tensor, offs: &[i32]) -> R<Tensor> {
         if self.keeps_values() {
-            if let (Some(qx), Some((qw, qw_dgrad))) = (
-                self.quantize_kept(&x, BlockLayout::Along(1))?,
-                self.weight_kept()?,
-            ) {
+            if let Some((qw, qw_dgrad)) = self.weight_kept()? {
                 let y = gemm::forward(
-                    Operand::Quantized(&qx),
+                    Operand::Dense(&x),
                     Operand::Quantized(&qw),
                     offs,
                     &self.options,
@@ -211,24 +209,12 @@ impl GroupedLinear {
         if !want_dx {
             return Ok(None);
         }
-        // dY along N (its last axis) with values kept, beside the weight's kept values.
-        if let Some(qw) = &w_dgrad {
-            if let Some(qdy) = self.quantize_kept(dy, BlockLayout::Along(1))? {
-                let dx = gemm::dgrad(
-                    Operand::Quantized(&qdy),
-                    Operand::Quantized(qw),
-                    &offs,
-                    &self.options,
-                )?;
-                return Ok(Some(dx));
-            }
-        }
-        let dx = gemm::dgrad(
-            Operand::Dense(dy),
-            Operand::Dense(&self.weight),
-            &offs,
-            &self.options,
-        )?;
+        // The weight's quantization from forward (values kept), else dense.
+        let w = match &w_dgrad {
+            Some(qw) => Operand::Quantized(qw),
+            None => Operand::Dense(&self.weight),
+        };
+        let dx = gemm::dgrad(Operand::Dense(dy), w, &offs, &self.options)?;
         Ok(Some(dx))
     }
     pub fn parameters(&mut self) -> Vec<Param<'_>> {

@@ -521,31 +521,6 @@ fn bench_kept_values(
         (flops, gemm_bytes(rows * s.n, s.e * s.n * s.k, rows * s.k)),
     )?;
     drop((qx, qw, qdy));
-    // wgrad from kept values (1×32 along M, X also in 32×32 tiles): cuBLAS alone. The
-    // quantizations along M are not timed here (the in-call row above times its own).
-    let (kdy_m, kx_m, kx_tile) = (
-        qv(dy, BlockLayout::vector(0))?,
-        qv(x, BlockLayout::vector(0))?,
-        qv(x, BlockLayout::tile())?,
-    );
-    let wgrad_bytes = gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k);
-    // (The FP8 kernel, MXHOST_MX_WGRAD=fp8, does not take 32×32 X: say so, go on.)
-    for (label, xq) in [
-        (
-            "wgrad dY 1x32 on M · X 1x32 on M, values kept (pre-quantized)",
-            &kx_m,
-        ),
-        (
-            "wgrad dY 1x32 on M · X 32x32, values kept (pre-quantized)",
-            &kx_tile,
-        ),
-    ] {
-        let mut f = || gemm(GemmPass::Wgrad, Mx(&kdy_m), Mx(xq), cfg);
-        if let Err(e) = gemm_row(label, "wgrad", &mut f, (flops, wgrad_bytes)) {
-            eprintln!("mxhost bench: {label} skipped: {e:#}");
-        }
-    }
-    drop((kdy_m, kx_m, kx_tile));
     // The default recipe's step as the quantizers keep values: forward and dgrad on
     // cuBLAS from the kept values, wgrad from dense X and dY (1×32 along M in the call).
     let step = || -> OpResult<()> {
@@ -576,6 +551,68 @@ fn bench_kept_values(
         "training step, X and dY in 32x32 tiles, values kept",
         "step",
         &mut { step_tiles },
+        (3.0 * flops, 0.0),
+    )?;
+    // Rows added in run 73 (after the steps, which keep run 71's positions).
+    // wgrad from kept values (1×32 along M, X also in 32×32 tiles): cuBLAS alone. The
+    // quantizations along M are not timed here (the in-call row above times its own).
+    let (kdy_m, kx_m, kx_tile) = (
+        qv(dy, BlockLayout::vector(0))?,
+        qv(x, BlockLayout::vector(0))?,
+        qv(x, BlockLayout::tile())?,
+    );
+    let wgrad_bytes = gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k);
+    // (The FP8 kernel, MXHOST_MX_WGRAD=fp8, does not take 32×32 X: say so, go on.)
+    for (label, xq) in [
+        (
+            "wgrad dY 1x32 on M · X 1x32 on M, values kept (pre-quantized)",
+            &kx_m,
+        ),
+        (
+            "wgrad dY 1x32 on M · X 32x32, values kept (pre-quantized)",
+            &kx_tile,
+        ),
+    ] {
+        let mut f = || gemm(GemmPass::Wgrad, Mx(&kdy_m), Mx(xq), cfg);
+        if let Err(e) = gemm_row(label, "wgrad", &mut f, (flops, wgrad_bytes)) {
+            eprintln!("mxhost bench: {label} skipped: {e:#}");
+        }
+    }
+    drop((kdy_m, kx_m, kx_tile));
+    // As guest-sdk's GroupedLinear runs a step on a GPU: only the weight quantized here
+    // (values kept, once), X and dY dense and quantized in each call.
+    let qw = qwv(w)?;
+    gemm_row(
+        "forward X bf16 (quantized in the call) · W 32x32, W's values kept",
+        "forward",
+        &mut || gemm(GemmPass::Forward, Dense(x), Mx(&qw), cfg),
+        (flops, gemm_bytes(rows * s.k, s.e * s.n * s.k, rows * s.n)),
+    )?;
+    drop(qw);
+    // The same step with keep_values(false): every operand dense, quantized in each call
+    // (measured first: a later row reads slower, so this order favours it).
+    // (`cfg` quantizes dense weights in 32×32 tiles.)
+    let step_dense = || -> OpResult<()> {
+        gemm(GemmPass::Forward, Dense(x), Dense(w), cfg)?;
+        gemm(GemmPass::Wgrad, Dense(dy), Dense(x), cfg)?;
+        gemm(GemmPass::Dgrad, Dense(dy), Dense(w), cfg)
+    };
+    gemm_row(
+        "training step as GroupedLinear, all operands quantized in the calls",
+        "step",
+        &mut { step_dense },
+        (3.0 * flops, 0.0),
+    )?;
+    let step_linear = || -> OpResult<()> {
+        let qw = qwv(w)?;
+        gemm(GemmPass::Forward, Dense(x), Mx(&qw), cfg)?;
+        gemm(GemmPass::Wgrad, Dense(dy), Dense(x), cfg)?;
+        gemm(GemmPass::Dgrad, Dense(dy), Mx(&qw), cfg)
+    };
+    gemm_row(
+        "training step as GroupedLinear (W's values kept, X and dY in the call)",
+        "step",
+        &mut { step_linear },
         (3.0 * flops, 0.0),
     )
 }

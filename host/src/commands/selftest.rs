@@ -488,13 +488,17 @@ impl Ctx {
         )?;
         let (qa_c, qb_c) = if g.mx {
             (
-                Some(ops::quantize(
-                    &self.plugin,
-                    &a_cpu_full,
-                    g.format,
-                    ScaleMode::Rceil,
-                    a_blk,
-                )?),
+                if g.dense_a {
+                    None
+                } else {
+                    Some(ops::quantize(
+                        &self.plugin,
+                        &a_cpu_full,
+                        g.format,
+                        ScaleMode::Rceil,
+                        a_blk,
+                    )?)
+                },
                 if g.dense_b {
                     None
                 } else {
@@ -523,7 +527,11 @@ impl Ctx {
             let q = |t: &Tensor, blk, extras| {
                 ops::quantize_with(&self.plugin, t, g.format, ScaleMode::Rceil, blk, extras)
             };
-            qa_g = Some(q(&ag, a_blk, keep)?.0);
+            qa_g = if g.dense_a {
+                None
+            } else {
+                Some(q(&ag, a_blk, keep)?.0)
+            };
             qb_g = Some(if swapped {
                 let (b0, r, c) = (
                     b_shape[0] as usize,
@@ -739,6 +747,8 @@ struct GemmCase {
     a_block: Option<BlockLayout>,
     /// With `mx`: only A pre-quantized, B dense (quantized in the call).
     dense_b: bool,
+    /// With `mx`: only B pre-quantized, A dense (as guest-sdk's GroupedLinear passes them).
+    dense_a: bool,
     /// With `mx`: the GPU operands quantized on the GPU keeping their bf16 values
     /// (Some(true): the weight's values stored swapped, as a transposing quantize keeps
     /// them for its second result).
@@ -765,6 +775,7 @@ impl GemmCase {
             wgrad_x_block: None,
             a_block: None,
             dense_b: false,
+            dense_a: false,
             keep_values: None,
         }
     }
@@ -798,6 +809,9 @@ impl GemmCase {
         }
         if self.dense_b {
             v.push("B dense".into());
+        }
+        if self.dense_a {
+            v.push("A dense".into());
         }
         match self.keep_values {
             Some(false) => v.push("values kept".into()),
@@ -1001,6 +1015,13 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
             let mut g = GemmCase::new(pass, odd.clone(), 2880, 208);
             (g.mx, g.a_block, g.keep_values) = (true, Some(BlockLayout::tile()), Some(true));
             ctx.gemm_case("A in 32x32 tiles", &g);
+            // A dense (quantized in the call), only the weight kept: GroupedLinear's case.
+            for w2d in [true, false] {
+                let mut g = GemmCase::new(pass, odd.clone(), 2880, 208);
+                (g.mx, g.dense_a, g.w2d, g.keep_values) = (true, true, w2d, Some(false));
+                (g.pad_rows, g.out) = (6, DType::Bf16);
+                ctx.gemm_case("odd experts", &g);
+            }
         }
         if std::env::var("MXHOST_MX_WGRAD").as_deref() != Ok("fp8") {
             let mut g = GemmCase::new(GemmPass::Wgrad, vec![129, 0, 300, 64, 31], 304, 272);
