@@ -51,6 +51,10 @@ pub struct BenchArgs {
     /// Write the rows as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Idle this long before each row, so that rows start from a similar card state (a
+    /// row measured late in a long sequence reads slower: docs/perf.md runs 54, 72-74).
+    #[arg(long, default_value_t = 0)]
+    pub cooldown_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -144,6 +148,7 @@ const L2_FLUSH_BYTES: usize = 256_000_000;
 struct Timing {
     reps: u32,
     back_to_back: bool,
+    cooldown: std::time::Duration,
 }
 
 /// Seconds per call of `f` after 2 warm-up calls. On a GPU, the protocol bench_peers.py
@@ -156,6 +161,7 @@ fn time(
     mut f: impl FnMut() -> OpResult<()>,
 ) -> anyhow::Result<f64> {
     let reps = timing.reps;
+    std::thread::sleep(timing.cooldown);
     for _ in 0..2 {
         f()?;
     }
@@ -744,6 +750,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
     let timing = Timing {
         reps: args.reps,
         back_to_back: args.back_to_back,
+        cooldown: std::time::Duration::from_millis(args.cooldown_ms),
     };
     let mut all = Vec::new();
     for s in shapes {
