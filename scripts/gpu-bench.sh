@@ -55,11 +55,17 @@ if [ -z "${NO_PORTABLE:-}" ]; then
     grep -E "kernel family|FAIL|checks," "$out/selftest.txt" | tail -3
 fi
 echo "== bench_peers.py"
-OUT="$out" timeout 150 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-70}" >"$out/peers.txt" 2>&1
+# WARMUP_MS (e.g. 500): time everything with the power limiter settled (docs/perf.md runs
+# 74-75): bench_peers.py --warmup/--rep and mxhost bench --warmup-ms of that length.
+peer_timing=()
+if [ -n "${WARMUP_MS:-}" ]; then peer_timing=(--warmup "$WARMUP_MS" --rep "$WARMUP_MS"); fi
+OUT="$out" timeout 250 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-70}" \
+    ${peer_timing[@]+"${peer_timing[@]}"} >"$out/peers.txt" 2>&1
 echo "peers rc=$?"
 for k in ${FAMILIES:-tgemm}; do
     echo "== mxhost bench ($k)"
-    MXHOST_MX_GEMM_KERNEL=$k timeout 200 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+    MXHOST_MX_GEMM_KERNEL=$k timeout 300 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        --warmup-ms "${WARMUP_MS:-0}" \
         --peers "$out/peer_bench.csv" --json "$out/bench_$k.json" 2>&1
 done
 if [ -n "${BACK_TO_BACK_TOO:-}" ]; then

@@ -51,10 +51,17 @@ pub struct BenchArgs {
     /// Write the rows as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Idle this long before each row, so that rows start from a similar card state (a
-    /// row measured late in a long sequence reads slower: docs/perf.md runs 54, 72-74).
+    /// Idle this long before each row (diagnostic): the card's power limiter lets the
+    /// first ~0.5 s of work after idle run at up to 1980 MHz and then caps the clock at
+    /// ~1450-1700 MHz (docs/perf.md run 74), so rows then read "burst" figures that
+    /// bench_peers.py's torch rows do not get. Not for ratios.
     #[arg(long, default_value_t = 0)]
     pub cooldown_ms: u64,
+    /// Run each row's call for this long before timing it, so that every row is timed
+    /// with the power limiter settled (sustained clocks, as training runs), whatever came
+    /// before it. Pair with bench_peers.py `--warmup` of the same length (run 75).
+    #[arg(long, default_value_t = 0)]
+    pub warmup_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -149,6 +156,7 @@ struct Timing {
     reps: u32,
     back_to_back: bool,
     cooldown: std::time::Duration,
+    warmup: std::time::Duration,
 }
 
 /// Seconds per call of `f` after 2 warm-up calls. On a GPU, the protocol bench_peers.py
@@ -166,6 +174,12 @@ fn time(
         f()?;
     }
     device::synchronize(device)?;
+    // Sustained state: one call in flight at a time, so the warm-up lasts what it says.
+    let warm = Instant::now();
+    while warm.elapsed() < timing.warmup {
+        f()?;
+        device::synchronize(device)?;
+    }
     #[cfg(feature = "cuda")]
     if let (Device::Cuda(_), false) = (device, timing.back_to_back) {
         let dev = crate::cuda::device()?;
@@ -751,6 +765,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
         reps: args.reps,
         back_to_back: args.back_to_back,
         cooldown: std::time::Duration::from_millis(args.cooldown_ms),
+        warmup: std::time::Duration::from_millis(args.warmup_ms),
     };
     let mut all = Vec::new();
     for s in shapes {
