@@ -55,17 +55,19 @@ if [ -z "${NO_PORTABLE:-}" ]; then
     grep -E "kernel family|FAIL|checks," "$out/selftest.txt" | tail -3
 fi
 echo "== bench_peers.py"
-# WARMUP_MS (e.g. 500): time everything with the power limiter settled (docs/perf.md runs
-# 74-75): bench_peers.py --warmup/--rep and mxhost bench --warmup-ms of that length.
+# WARMUP_MS (default 500): both sides timed with the card's power limiter settled (docs/perf.md
+# runs 74-75): bench_peers.py --warmup/--rep and mxhost bench --warmup-ms of that length.
+# WARMUP_MS=0: the short warm-ups of runs before 75 (bench_peers.py's defaults).
+WARMUP_MS="${WARMUP_MS:-500}"
 peer_timing=()
-if [ -n "${WARMUP_MS:-}" ]; then peer_timing=(--warmup "$WARMUP_MS" --rep "$WARMUP_MS"); fi
-OUT="$out" timeout 250 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-70}" \
+if [ "$WARMUP_MS" != 0 ]; then peer_timing=(--warmup "$WARMUP_MS" --rep "$WARMUP_MS"); fi
+OUT="$out" timeout 250 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-200}" \
     ${peer_timing[@]+"${peer_timing[@]}"} >"$out/peers.txt" 2>&1
 echo "peers rc=$?"
 for k in ${FAMILIES:-tgemm}; do
     echo "== mxhost bench ($k)"
     MXHOST_MX_GEMM_KERNEL=$k timeout 300 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
-        --warmup-ms "${WARMUP_MS:-0}" \
+        --warmup-ms "$WARMUP_MS" \
         --peers "$out/peer_bench.csv" --json "$out/bench_$k.json" 2>&1
 done
 if [ -n "${BACK_TO_BACK_TOO:-}" ]; then
@@ -89,7 +91,7 @@ if [ -n "${PORTABLE_BENCH:-}" ]; then
         --reps "${REPS:-10}" --peers "$out/peer_bench.csv" 2>&1
 fi
 echo "== mxhost bench, plugin bf16 (cuBLAS, in process)"
-timeout 120 dist/mxhost bench --device cuda --plugin bf16 --shapes "$shapes" --reps "${REPS:-10}" \
+timeout 150 dist/mxhost bench --device cuda --plugin bf16 --shapes "$shapes" --reps "${REPS:-10}" --warmup-ms "$WARMUP_MS" \
     --peers "$out/peer_bench.csv" 2>&1
 if [ -n "${HARNESS_ARGS:-}" ]; then
     # The kernel harness (plugin-mxfp8/cuda/bench), e.g. HARNESS_ARGS="--shapes a,c --rep 20 --variants _v2 --gemm-only".
