@@ -276,3 +276,38 @@ fn missing_componentize_py_says_how_to_install_it() {
         r.stderr
     );
 }
+
+/// `gemm.quantize_keep_values` reaches the host's `quantize-ext` from Python: the MX
+/// tensor says it keeps its values, and a forward on it gives what the same forward on
+/// plainly quantized operands gives (the same MX values; on the CPU the same bits).
+#[test]
+fn python_kept_values_reach_the_gemm() {
+    let dir = temp_dir("kept");
+    let script = dir.join("kept_values.py");
+    std::fs::write(
+        &script,
+        r#"from mxhost_guest import Failure, Tensor, Tile32x32, gemm, mx_spec, plugin
+
+def run(args):
+    plugin.select("mxfp8")
+    x = Tensor.randn_f32([64, 64], 1)
+    w = Tensor.randn_f32([2, 32, 64], 2)
+    offs = [32, 64]
+    kx = gemm.quantize_keep_values(x, mx_spec())
+    kw = gemm.quantize_keep_values(w, mx_spec(block=Tile32x32))
+    qx, qw = gemm.quantize(x, mx_spec()), gemm.quantize(w, mx_spec(block=Tile32x32))
+    if not (kx.has_values() and kw.has_values()) or qx.has_values():
+        raise Failure("has_values does not follow keep-values")
+    a = gemm.forward(kx, kw, offs).to_f32()
+    b = gemm.forward(qx, qw, offs).to_f32()
+    if a != b:
+        raise Failure("kept values changed the result")
+    return "kept values: same result"
+"#,
+    )
+    .unwrap();
+    let r = run_py(&script, &[], &[]);
+    assert_eq!(r.code, Some(0), "{}", r.both());
+    assert!(r.stdout.contains("kept values: same result"), "{}", r.both());
+    let _ = std::fs::remove_dir_all(&dir);
+}
