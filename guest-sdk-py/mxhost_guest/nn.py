@@ -23,9 +23,11 @@ from componentize_py_types import Err
 from wit_world.imports import routing as _routing
 from wit_world.imports.routing_types import RouteRequest
 from wit_world.imports.tensors import Tensor
-from wit_world.imports.types import Dtype
+from wit_world.imports.types import (
+    BlockLayout_Along as Along, BlockLayout_Tile32x32, DeviceKind, Dtype, ErrorKind, MxSpec,
+)
 
-from . import gemm, ops, topk
+from . import gemm, ops, plugin, topk
 from ._f32 import f32
 from .ops import Activation, AdamwConfig
 
@@ -64,7 +66,10 @@ class GroupedLinear:
 
     `weight` is [E, N, K] f32 (nn.Linear layout per expert); `grad` the ∂L/∂W of the
     last backward pass; `options` the GEMM options (dense operands are quantized in the
-    call by MX plugins and ignored by bf16).
+    call by MX plugins and ignored by bf16). `keep_values` (default on): on a GPU with a
+    quantizing plugin, forward quantizes the weight once with the in-call recipe and its
+    exact values kept in bf16, and forward and dgrad both read that copy (as the Rust
+    SDK's GroupedLinear; the same MX values, so the same model).
     """
 
     def __init__(self, experts, in_features, out_features, seed, weight=None):
@@ -74,6 +79,7 @@ class GroupedLinear:
         self.weight = weight
         self.grad = None
         self.options = gemm.options()
+        self.keep_values = True
         self._saved = None
 
     @classmethod
@@ -86,10 +92,35 @@ class GroupedLinear:
         self.options.weight_blocks_2d = bool(on)
         return self
 
+    def _weight_kept(self):
+        """The weight's quantization for forward and for dgrad with values kept, or None
+        (kept values off, the weight not on a GPU, a plugin that does not quantize or
+        cannot keep values): then the weight goes dense into each call."""
+        active = plugin.active()
+        if not (self.keep_values and self.weight.device() == DeviceKind.CUDA
+                and any(p.name == active and "quantize" in p.capabilities for p in plugin.list())):
+            return None
+        o = self.options
+
+        def kept(block):
+            return gemm.quantize_keep_values(self.weight, MxSpec(o.format, o.mode, block))
+
+        try:
+            if o.weight_blocks_2d:
+                q = kept(BlockLayout_Tile32x32())
+                return q, q
+            return kept(Along(2)), kept(Along(1))
+        except Err as e:
+            if e.value.kind == ErrorKind.UNSUPPORTED:
+                return None
+            raise
+
     def forward(self, x, offs):
-        """y = x_e · W_eᵀ per expert; keeps x for the backward pass."""
-        y = gemm.forward(gemm._Dense(x), gemm._Dense(self.weight), offs, self.options)
-        self._saved = (x, list(offs))
+        """y = x_e · W_eᵀ per expert; keeps x (and a kept weight) for the backward pass."""
+        kept = self._weight_kept()
+        w = gemm._Dense(self.weight) if kept is None else gemm._Quantized(kept[0])
+        y = gemm.forward(gemm._Dense(x), w, offs, self.options)
+        self._saved = (x, list(offs), None if kept is None else kept[1])
         return y
 
     def apply(self, x, offs):
@@ -107,13 +138,14 @@ class GroupedLinear:
     def _backward(self, dy, want_dx):
         if self._saved is None:
             raise ValueError("GroupedLinear.backward before forward")
-        x, offs = self._saved
+        x, offs, w_dgrad = self._saved
         self._saved = None
         self.grad = gemm.wgrad(gemm._Dense(dy), gemm._Dense(x), offs, self.options)
         del x
         if not want_dx:
             return None
-        return gemm.dgrad(gemm._Dense(dy), gemm._Dense(self.weight), offs, self.options)
+        w = gemm._Dense(self.weight) if w_dgrad is None else gemm._Quantized(w_dgrad)
+        return gemm.dgrad(gemm._Dense(dy), w, offs, self.options)
 
     def parameters(self):
         return [Param(self, "weight", self.grad)]
