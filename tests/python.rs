@@ -308,6 +308,10 @@ def run(args):
     .unwrap();
     let r = run_py(&script, &[], &[]);
     assert_eq!(r.code, Some(0), "{}", r.both());
-    assert!(r.stdout.contains("kept values: same result"), "{}", r.both());
+    assert!(
+        r.stdout.contains("kept values: same result"),
+        "{}",
+        r.both()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

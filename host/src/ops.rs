@@ -110,19 +110,6 @@ pub struct QuantizeExtras {
     pub keep_values: bool,
 }
 
-/// Quantize `x`, also writing what `extras` asks for; the second result is the
-/// transposed copy when `extras.transposed`.
-pub fn quantize_with(
-    plugin: &LoadedPlugin,
-    x: &Tensor,
-    format: MxFormat,
-    mode: ScaleMode,
-    block: BlockLayout,
-    extras: QuantizeExtras,
-) -> OpResult<(MxTensor, Option<MxTensor>)> {
-    quantize_impl(plugin, x, format, mode, block, extras)
-}
-
 /// Quantize `x` and, from the same pass, the same MX tensor with its last two axes
 /// swapped (the quantization of `xᵀ`; bytes and scales transposed, nothing re-rounded).
 /// A weight quantized this way serves forward (`[E, N, K]`) and dgrad (`[E, K, N]`,
@@ -139,11 +126,13 @@ pub fn quantize_with_transpose(
         transposed: true,
         ..QuantizeExtras::default()
     };
-    let (q, t) = quantize_impl(plugin, x, format, mode, block, extras)?;
+    let (q, t) = quantize_with(plugin, x, format, mode, block, extras)?;
     Ok((q, t.expect("requested")))
 }
 
-fn quantize_impl(
+/// Quantize `x`, also writing what `extras` asks for; the second result is the
+/// transposed copy when `extras.transposed`.
+pub fn quantize_with(
     plugin: &LoadedPlugin,
     x: &Tensor,
     format: MxFormat,
@@ -182,7 +171,7 @@ fn quantize_impl(
     }
     let dev = x.location();
     if needs_staging(plugin, dev) {
-        let (q, t) = quantize_impl(
+        let (q, t) = quantize_with(
             plugin,
             &x.to_device(Device::Cpu)?,
             format,

@@ -767,22 +767,54 @@ fn leading(shape: &[u64]) -> usize {
         .product::<u64>() as usize
 }
 
+/// A quantize request with what every kernel choice reads from it.
+#[derive(Clone, Copy)]
+struct QuantJob<'a> {
+    args: &'a QuantizeArgs,
+    in_bf16: bool,
+    fmt: u8,
+    mode: i32,
+    rank: usize,
+    /// Length of the last axis.
+    last: usize,
+    block: Blocking,
+}
+
+impl<'a> QuantJob<'a> {
+    fn new(args: &'a QuantizeArgs) -> PluginResult<Self> {
+        let (x, o) = (&args.input, &args.output);
+        let block = Blocking::from_abi(o.block)
+            .ok_or_else(|| PluginError::invalid("quantize.output: unknown block layout"))?;
+        Ok(QuantJob {
+            args,
+            in_bf16: x.dtype == DType::Bf16,
+            fmt: fmt_code(o.format),
+            mode: mode_code(o.mode),
+            rank: x.shape.len(),
+            last: x.shape[x.shape.len() - 1] as usize,
+            block,
+        })
+    }
+}
+
 impl Backend for CudaBackend {
     fn quantize(&self, args: &QuantizeArgs) -> PluginResult<()> {
-        let x = &args.input;
-        let o = &args.output;
+        let (x, o) = (&args.input, &args.output);
         if x.numel == 0 {
             return Ok(());
         }
         let mut call = Call::new(args.ordinal, args.stream)?;
-        let in_bf16 = x.dtype == DType::Bf16;
-        let fmt = fmt_code(o.format);
-        let mode = mode_code(o.mode);
+        let job = QuantJob::new(args)?;
+        let QuantJob {
+            in_bf16,
+            fmt,
+            mode,
+            rank,
+            last,
+            block,
+            ..
+        } = job;
         let shape = &x.shape;
-        let rank = shape.len();
-        let last = shape[rank - 1] as usize;
-        let block = Blocking::from_abi(o.block)
-            .ok_or_else(|| PluginError::invalid("quantize.output: unknown block layout"))?;
         // The transposed copy (ABI 1.1): the COLS and TILE kernels write it in the same
         // pass; after ROWS it is a byte transpose of data and scales.
         let tr = args.transposed.as_ref();
@@ -816,7 +848,7 @@ impl Backend for CudaBackend {
                 && last.is_multiple_of(8)
                 && v.is_multiple_of(16)
         });
-        self.quantize_bytes(&mut call, args, block, tile_vals)?;
+        self.quantize_bytes(&mut call, &job, tile_vals)?;
         if let (Some(v), None) = (vals, tile_vals) {
             dequantize_into(&call, o, v, true)?;
         }
@@ -843,18 +875,19 @@ impl CudaBackend {
     fn quantize_bytes(
         &self,
         call: &mut Call,
-        args: &QuantizeArgs,
-        block: Blocking,
+        job: &QuantJob<'_>,
         tile_vals: Option<u64>,
     ) -> PluginResult<()> {
-        let x = &args.input;
-        let o = &args.output;
-        let in_bf16 = x.dtype == DType::Bf16;
-        let fmt = fmt_code(o.format);
-        let mode = mode_code(o.mode);
-        let shape = &x.shape;
-        let rank = shape.len();
-        let last = shape[rank - 1] as usize;
+        let QuantJob {
+            args,
+            in_bf16,
+            fmt,
+            mode,
+            rank,
+            last,
+            block,
+        } = *job;
+        let (x, o, shape) = (&args.input, &args.output, &args.input.shape);
         let tr = args.transposed.as_ref();
         match block {
             Blocking::Vector { axis } if axis + 1 == rank => {
