@@ -32,7 +32,9 @@ fn main() {
     jobs.extend(Unit::PORTABLE.iter().map(|&u| (u, "compute_80")));
     let results = Mutex::new(Vec::new());
     let next = Mutex::new(0usize);
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4);
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(4);
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| loop {
@@ -42,7 +44,9 @@ fn main() {
                     *n += 1;
                     i
                 };
-                let Some(&(unit, arch)) = jobs.get(i) else { break };
+                let Some(&(unit, arch)) = jobs.get(i) else {
+                    break;
+                };
                 let line = match kernels::compile(unit, arch) {
                     Ok(image) => format!(
                         "{:<40} {:<10} {:>9} bytes  {:016x}",
@@ -51,7 +55,12 @@ fn main() {
                         image.len(),
                         fnv64(&image)
                     ),
-                    Err(log) => format!("{:<40} {:<10} FAILED: {}", unit.label(), arch, log.lines().next().unwrap_or("")),
+                    Err(log) => format!(
+                        "{:<40} {:<10} FAILED: {}",
+                        unit.label(),
+                        arch,
+                        log.lines().next().unwrap_or("")
+                    ),
                 };
                 results.lock().unwrap().push((i, line));
             });
