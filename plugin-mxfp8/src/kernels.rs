@@ -29,13 +29,33 @@ use std::ffi::{c_char, c_int, CString};
 use std::path::PathBuf;
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 3] = [
+pub const HEADERS: [(&str, &str); 8] = [
     ("mx_ptx.cuh", include_str!("../cuda/include/mx_ptx.cuh")),
     (
         "mx_numerics.cuh",
         include_str!("../cuda/include/mx_numerics.cuh"),
     ),
     ("mx_wgmma.cuh", include_str!("../cuda/include/mx_wgmma.cuh")),
+    (
+        "mx_quant_blocks.cuh",
+        include_str!("../cuda/include/mx_quant_blocks.cuh"),
+    ),
+    (
+        "mx_quant_tile.cuh",
+        include_str!("../cuda/include/mx_quant_tile.cuh"),
+    ),
+    (
+        "mx_quant_values.cuh",
+        include_str!("../cuda/include/mx_quant_values.cuh"),
+    ),
+    (
+        "mx_quant_flat.cuh",
+        include_str!("../cuda/include/mx_quant_flat.cuh"),
+    ),
+    (
+        "mx_fakequant.cuh",
+        include_str!("../cuda/include/mx_fakequant.cuh"),
+    ),
 ];
 pub const QUANTIZE_CU: &str = include_str!("../cuda/mx_quantize.cu");
 pub const GEMM_CU: &str = include_str!("../cuda/mx_grouped_gemm.cu");

@@ -10,6 +10,7 @@
 #define MXQT_INSTANTIATE  // warp-per-block 32x32 quantizer mx_quantize_tiles_* (variant 6)
 #define MXQ_INSTANTIATE_SYNC  // bf16 tiled quantizer without its cp.async ring (7) / 2 slots (8)
 #include "../mx_quantize.cu"
+#include "mx_quantize_variants.cuh"  // the harness-only quantizer variants the defines above name
 #define MXT_INSTANTIATE_V2   // v2 (run 8): mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v2
 #define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
 #define MXT_INSTANTIATE_V4   // v4: two independent 64-row rings: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v4

@@ -13,7 +13,7 @@ def compile_one(lib_path, fname, defines=()):
     nv = ctypes.CDLL(lib_path)
     src = open(os.path.join(CUDA, fname), "rb").read()
     # Headers passed in memory, by the names the .cu files include (what the Rust side does).
-    hdr_names = ["mx_ptx.cuh", "mx_wgmma.cuh", "mx_numerics.cuh"]
+    hdr_names = sorted(f for f in os.listdir(os.path.join(CUDA, "include")) if f.endswith(".cuh"))
     hdrs = [open(os.path.join(CUDA, "include", h), "rb").read() for h in hdr_names]
     prog = ctypes.c_void_p()
     H = len(hdrs)
