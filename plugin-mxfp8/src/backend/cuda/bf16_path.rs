@@ -5,7 +5,17 @@
 //! [`super::cublas::bf16_rows_faster`] says so, and every GEMM of the portable build; the
 //! products equal the FP8 kernels', only the summation order differs (docs/numerics.md).
 
-use super::*;
+use super::cublas;
+use super::device::Call;
+use super::gemm::{gemm_trace, BMat, RowsA};
+use super::{arg, cdiv, fmt_code, i32_of, leading, mode_code, ptr, GRID_YZ_MAX};
+use crate::kernels::Unit;
+use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use mxhost_plugin_abi::{DType, WeightLayout};
+use mxhost_plugin_common::args::{Blocking, GemmArgs, MxArg, OperandArg, TensorArg};
+use mxhost_plugin_common::cuda::drv;
+
+use cudarc::driver::result as cr;
 
 /// Expand the MX tensor `i` (any block layout) into `out` (f32 or bf16, same shape,
 /// device memory) with `mx_dequantize`.
@@ -176,6 +186,8 @@ impl Call {
 /// The weight operand of forward/dgrad on the dequantize-to-BF16 path.
 pub(super) enum Bf16Weight {
     /// FP8 `[E][cols][red]` with its scales ([`weights`]), to expand to bf16 K-major.
+    ///
+    /// [`weights`]: super::gemm::weights
     Fp8(BMat),
     /// Already bf16, as stored: `[E][red][cols]`.
     StoredRedMajor(u64),

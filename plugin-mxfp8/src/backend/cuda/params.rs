@@ -1,0 +1,186 @@
+//! The kernels' parameter blocks: `#[repr(C)]` mirrors of the structs of mx_quantize.cu
+//! and mx_grouped_gemm.cu, passed by value as a launch's single parameter, with compile-time
+//! checks of their size and field offsets against the CUDA side.
+
+use super::{TILE, TILE_T};
+
+/// `MxQuantParams` of mx_quantize.cu (natural C layout).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(super) struct QuantParams {
+    pub(super) inp: u64,
+    pub(super) in_bs: i64,
+    pub(super) r: i32,
+    pub(super) c: i32,
+    pub(super) flags: i32,
+    pub(super) mode: i32,
+    pub(super) qa: u64,
+    pub(super) sa: u64,
+    pub(super) qa_bs: i64,
+    pub(super) sa_bs: i64,
+    pub(super) qt: u64,
+    pub(super) st: u64,
+    pub(super) qt_bs: i64,
+    pub(super) st_bs: i64,
+    pub(super) ldt: i32,
+    pub(super) ldst: i32,
+    pub(super) offs: u64,
+    pub(super) e: i32,
+    pub(super) grouped_tiles: i32,
+    /// TILE, bf16 input, C % 8 == 0: the MX values in bf16 `[R][C]` beside `qa`, or 0.
+    pub(super) vals: u64,
+}
+
+/// Whether `mx_quantize_t32_*` can take this quantization (mx_quantize.cu,
+/// `mx_quant_tile32`): bf16 input, only 32×32 outputs (TILE, TILE_T), rows of whole
+/// 16-byte chunks (TMA global stride) and contiguous batches (one map over B·R rows).
+/// The input address is checked when the map is encoded.
+pub(super) fn t32_takes(in_bf16: bool, p: &QuantParams) -> bool {
+    in_bf16
+        && p.flags & (TILE | TILE_T) != 0
+        && p.flags & !(TILE | TILE_T) == 0
+        && p.c % 8 == 0
+        && p.in_bs == p.r as i64 * p.c as i64
+}
+
+/// `MxQuantTmaParams` of mx_quantize.cu (the parameter of `mx_quantize_t32_*`): the
+/// input's tensor map (bf16 [B·R][C], box 128 × 32, no swizzle) and `MxQuantParams`,
+/// 64-byte aligned, 256 B.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub(super) struct QuantTmaParams {
+    pub(super) tm: [u64; 16],
+    pub(super) p: QuantParams,
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<QuantParams>() == 128);
+    assert!(std::mem::size_of::<QuantTmaParams>() == 256);
+};
+
+/// `MxQuantFlatParams` of mx_quantize.cu (natural C layout, 40 bytes: the CUDA side
+/// static_asserts the size).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct QuantFlatParams {
+    pub(super) inp: u64,
+    pub(super) q: u64,
+    pub(super) s: u64,
+    pub(super) nblocks: i64,
+    pub(super) mode: i32,
+}
+const _: () = assert!(std::mem::size_of::<QuantFlatParams>() == 40);
+
+/// `MxQuantFlatValsParams` of mx_quantize.cu: the flat parameters plus where the MX
+/// values go in bf16 (`mx_quantize_rows_vals_*`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct QuantFlatValsParams {
+    pub(super) p: QuantFlatParams,
+    pub(super) vals: u64,
+}
+const _: () = assert!(std::mem::size_of::<QuantFlatValsParams>() == 48);
+
+/// `MxGemmParams` of mx_grouped_gemm.cu (natural C layout).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(super) struct GemmParams {
+    pub(super) a: u64,
+    pub(super) lda: i64,
+    pub(super) b: u64,
+    pub(super) ldb: i64,
+    pub(super) b_es: i64,
+    pub(super) sa: u64,
+    pub(super) ldsa: i64,
+    pub(super) sb: u64,
+    pub(super) ldsb: i64,
+    pub(super) sb_es: i64,
+    pub(super) out: u64,
+    pub(super) ldo: i64,
+    pub(super) o_es: i64,
+    pub(super) offs: u64,
+    pub(super) e: i32,
+    pub(super) m: i32,
+    pub(super) n: i32,
+    pub(super) k: i32,
+    pub(super) batched: i32,
+    pub(super) out_t: i32,
+}
+
+/// `MxGemmTmaParams` of mx_grouped_gemm.cu (the single parameter of `mx_tgemm_*`):
+/// two opaque `CUtensorMap`s (128 B each) and `MxGemmParams`, 64-byte aligned, 448 B.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub(super) struct TGemmParams {
+    pub(super) tm_a: [u64; 16],
+    pub(super) tm_b: [u64; 16],
+    pub(super) g: GemmParams,
+    pub(super) _pad: [u8; 56],
+}
+
+/// `MxGemmTmaParamsO` of mx_grouped_gemm.cu (the parameter of the TMA-store `v2t`
+/// kernels, [`Unit::tma_store`]): the parameters above, the output's tensor map (bf16,
+/// box 64 × 64, SWIZZLE_128B) and whether to use it (`o_tma = 0`: every tile takes the
+/// register epilogue), 640 B.
+///
+/// [`Unit::tma_store`]: crate::kernels::Unit::tma_store
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub(super) struct TGemmParamsO {
+    pub(super) b: TGemmParams,
+    pub(super) tm_o: [u64; 16],
+    pub(super) o_tma: i32,
+    pub(super) _pad: [u8; 60],
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<TGemmParamsO>() == 640);
+    assert!(std::mem::offset_of!(TGemmParamsO, tm_o) == 448);
+    assert!(std::mem::offset_of!(TGemmParamsO, o_tma) == 576);
+    assert!(std::mem::size_of::<GemmParams>() == 136);
+    assert!(std::mem::size_of::<TGemmParams>() == 448);
+    assert!(std::mem::align_of::<TGemmParams>() == 64);
+    assert!(std::mem::offset_of!(TGemmParams, tm_a) == 0);
+    assert!(std::mem::offset_of!(TGemmParams, tm_b) == 128);
+    assert!(std::mem::offset_of!(TGemmParams, g) == 256);
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cuda::{COLS, ROWS};
+
+    /// The TMA quantizer takes bf16 32×32 work with 16-byte rows and contiguous batches,
+    /// nothing else (the rest goes to `mx_quantize_*`).
+    #[test]
+    fn t32_takes_only_what_its_tensor_map_describes() {
+        let p = |flags, r: i32, c: i32, in_bs: i64| QuantParams {
+            flags,
+            r,
+            c,
+            in_bs,
+            ..Default::default()
+        };
+        assert!(t32_takes(true, &p(TILE | TILE_T, 4096, 4096, 4096 * 4096)));
+        assert!(t32_takes(true, &p(TILE, 70, 200, 70 * 200)));
+        assert!(t32_takes(true, &p(TILE_T, 96, 8, 96 * 8)));
+        assert!(
+            !t32_takes(false, &p(TILE | TILE_T, 64, 64, 64 * 64)),
+            "f32 input"
+        );
+        assert!(
+            !t32_takes(true, &p(TILE | ROWS, 64, 64, 64 * 64)),
+            "row-wise outputs"
+        );
+        assert!(!t32_takes(true, &p(COLS, 64, 64, 64 * 64)), "32x1 columns");
+        assert!(!t32_takes(true, &p(0, 64, 64, 64 * 64)), "nothing to write");
+        assert!(
+            !t32_takes(true, &p(TILE, 64, 76, 64 * 76)),
+            "rows not whole 16-byte chunks"
+        );
+        assert!(
+            !t32_takes(true, &p(TILE, 64, 64, 64 * 64 + 8)),
+            "batches not contiguous"
+        );
+    }
+}

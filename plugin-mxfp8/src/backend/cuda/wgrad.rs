@@ -1,0 +1,202 @@
+//! Wgrad on the FP8 kernels (`MXHOST_MX_WGRAD=fp8`): both operands relaid to the GEMM's
+//! padded transposed layout with 1×32 scales along M (quantized in the call, or shifted
+//! exactly by `mx_wgrad_relayout`), then one batched GEMM launch. The default
+//! dequantize-to-BF16 wgrad is [`wgrad_via_bf16`].
+
+use super::bf16_path::{need_cublas, wgrad_via_bf16};
+use super::cublas;
+use super::device::Call;
+use super::gemm::{launch_gemm, offsets_on_device, unsupported_layout};
+use super::params::{GemmParams, QuantParams};
+use super::{arg, cdiv, fmt_code, i32_of, mode_code, ptr, rup, COLS, GRID_YZ_MAX};
+use crate::kernels::Unit;
+use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use mxhost_plugin_abi::{DType, WeightLayout};
+use mxhost_plugin_common::args::{Blocking, GemmArgs, MxArg, OperandArg, TensorArg};
+use mxhost_plugin_common::cuda::drv;
+
+use cudarc::driver::result as cr;
+
+/// wgrad: out_e = dY_eᵀ · X_e over each expert's rows. Both operands go to the GEMM's
+/// padded transposed layout `[P][Mpad]` with 1×32 scales along M:
+/// - dense: quantized in the call per expert (`COLS`, grouped: blocks restart at each
+///   expert, as the CPU backend does);
+/// - pre-quantized (1×32 along axis 0, blocks from row 0): relaid exactly by
+///   `mx_wgrad_relayout`, each expert shifted by `start_e % 32` so every block keeps its
+///   scale; the GEMM sees `m_e + shift_e` rows per expert (the extra ones are zeros).
+pub(super) fn wgrad(call: &mut Call, args: &GemmArgs, out_bf16: bool) -> PluginResult<()> {
+    let (n, k, rows) = (args.n, args.k, args.rows);
+    let e = args.offs.len();
+    let groups = args.groups();
+    // The portable build has no FP8 kernel: always the dequantize-to-BF16 path.
+    let via_bf16 = if call.dev.portable {
+        need_cublas()?;
+        true
+    } else {
+        cublas::wgrad_path()? != cublas::GemmPath::Fp8
+    };
+    if via_bf16 {
+        return wgrad_via_bf16(call, args, &groups, out_bf16);
+    }
+    let starts: Vec<usize> = groups.iter().map(|g| g.start).collect();
+    let sizes: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+    let offs = offsets_on_device(call, args)?;
+    match (&args.a, &args.b) {
+        (OperandArg::Dense(dy), OperandArg::Dense(x)) => {
+            let mpad: usize = sizes.iter().map(|&m| rup(m, 128)).sum();
+            let mp = mpad / 32;
+            if mp > GRID_YZ_MAX {
+                return Err(PluginError::unsupported(format!(
+                    "CUDA backend: wgrad over {mpad} padded rows exceeds the quantizer's grid limit"
+                )));
+            }
+            let fmt = fmt_code(args.format()?);
+            let mode = mode_code(args.mode()?);
+            let mut cols_t = |t: &TensorArg, p: usize| -> PluginResult<(u64, u64)> {
+                let qt = call.alloc(p * mpad)?;
+                let st = call.alloc(p * mp)?;
+                let qp = QuantParams {
+                    inp: ptr(t),
+                    r: i32_of("rows", rows)?,
+                    c: i32_of("cols", p)?,
+                    flags: COLS,
+                    mode,
+                    qt,
+                    st,
+                    ldt: i32_of("padded rows", mpad)?,
+                    ldst: mp as i32,
+                    offs,
+                    e: e as i32,
+                    grouped_tiles: mp as i32,
+                    ..Default::default()
+                };
+                call.quant(t.dtype == DType::Bf16, fmt, &qp, mp, 1)?;
+                Ok((qt, st))
+            };
+            let dyq = cols_t(dy, n)?;
+            let xq = cols_t(x, k)?;
+            let ops = ((dyq.0, dyq.1, fmt), (xq.0, xq.1, fmt));
+            wgrad_gemm(call, args, ops, mpad, offs, out_bf16)
+        }
+        (OperandArg::Mx(dy), OperandArg::Mx(x)) => {
+            for (m, what) in [(dy, "dY"), (x, "X")] {
+                if Blocking::from_abi(m.block) != Some(Blocking::Vector { axis: 0 }) {
+                    return Err(unsupported_layout(
+                        "wgrad",
+                        what,
+                        m,
+                        "1×32 blocks along M (axis 0), the axis wgrad contracts over",
+                    ));
+                }
+            }
+            // Shifted padded layout and the offsets the GEMM sees.
+            let mut tbl: Vec<i32> = Vec::with_capacity(4 * e);
+            let mut fake_offs: Vec<i32> = Vec::with_capacity(e);
+            let (mut seg, mut cum) = (0usize, 0usize);
+            for i in 0..e {
+                let sh = if sizes[i] == 0 { 0 } else { starts[i] % 32 };
+                let m2 = sizes[i] + sh;
+                tbl.extend([seg, sh, starts[i], sizes[i]].map(|v| v as i32));
+                cum += m2;
+                fake_offs.push(i32_of("rows", cum)?);
+                seg += rup(m2, 128);
+            }
+            let mpad = seg;
+            i32_of("padded rows", mpad)?;
+            let tbl_d = call.alloc(tbl.len() * 4)?;
+            let offs_d = call.alloc(e * 4)?;
+            // SAFETY: both buffers hold the copied i32s; pageable copies are staged.
+            unsafe {
+                cr::memcpy_htod_async(tbl_d, &tbl, call.stream).map_err(drv("cuMemcpyHtoDAsync"))?;
+                cr::memcpy_htod_async(offs_d, &fake_offs, call.stream)
+                    .map_err(drv("cuMemcpyHtoDAsync"))?;
+            }
+            let mut relayout = |m: &MxArg, p: usize| -> PluginResult<(u64, u64, u8)> {
+                let qt = call.alloc(p * mpad)?;
+                let st = call.alloc(p * (mpad / 32))?;
+                let (q, s) = (ptr(&m.data), ptr(&m.scales));
+                let (p32, e32, mpad32) = (i32_of("cols", p)?, e as i32, mpad as i32);
+                call.launch(
+                    Unit::Aux,
+                    "mx_wgrad_relayout",
+                    (mpad / 32, cdiv(p, 32), 1),
+                    (32, 8, 1),
+                    0,
+                    &mut [
+                        arg(&q),
+                        arg(&s),
+                        arg(&p32),
+                        arg(&tbl_d),
+                        arg(&e32),
+                        arg(&qt),
+                        arg(&st),
+                        arg(&mpad32),
+                    ],
+                )?;
+                Ok((qt, st, fmt_code(m.format)))
+            };
+            let dyq = relayout(dy, n)?;
+            let xq = relayout(x, k)?;
+            wgrad_gemm(call, args, (dyq, xq), mpad, offs_d, out_bf16)
+        }
+        _ => Err(PluginError::unsupported(
+            "CUDA backend: wgrad with one pre-quantized and one dense operand is not supported by the FP8 kernel (MXHOST_MX_WGRAD=fp8: their M blocks would not line up); the default dequantize-to-BF16 path takes it",
+        )),
+    }
+}
+
+/// The wgrad GEMM on padded transposed operands `(data [P][mpad], scales [P][mpad/32],
+/// format)` for dY (P = N) and X (P = K): the FP8 path (`MXHOST_MX_WGRAD=fp8`); the
+/// default dequantize-to-BF16 path is [`wgrad_via_bf16`].
+fn wgrad_gemm(
+    call: &mut Call,
+    args: &GemmArgs,
+    (dyq, xq): ((u64, u64, u8), (u64, u64, u8)),
+    mpad: usize,
+    offs: u64,
+    out_bf16: bool,
+) -> PluginResult<()> {
+    let (n, k, e) = (args.n, args.k, args.offs.len());
+    let mp = mpad / 32;
+    // Output [E][N][K] (Nk) or [E][K][N] (Kn). GEMM rows × cols with out_t = 0 needs an
+    // even column count; the transposed store has no such rule. Pick the orientation.
+    let kn = args.weight_layout == WeightLayout::Kn;
+    // (A = rows operand, B = cols operand, GEMM rows, GEMM cols, out_t)
+    let (a, b, pr, qc, out_t) = match (kn, k % 2 == 0, n % 2 == 0) {
+        (false, true, _) => (dyq, xq, n, k, 0),
+        (false, false, _) => (xq, dyq, k, n, 1),
+        (true, _, true) => (xq, dyq, k, n, 0),
+        (true, _, false) => (dyq, xq, n, k, 1),
+    };
+    let sa = call.scales_f32(a.1, 0, (mp as i64, 1), 1, pr, mp, pr, mp, 1, true)?;
+    let qp = rup(qc, 128);
+    let sb = call.scales_f32(b.1, 0, (1, 1), mp as i64, mp, qc, mp, qp, 1, false)?;
+    let (ldo, o_es) = if out_t == 1 {
+        (pr as i64, (qc * pr) as i64)
+    } else {
+        (qc as i64, (pr * qc) as i64)
+    };
+    let p = GemmParams {
+        a: a.0,
+        lda: mpad as i64,
+        b: b.0,
+        ldb: mpad as i64,
+        b_es: 0,
+        sa,
+        ldsa: 4 * pr as i64,
+        sb,
+        ldsb: qp as i64,
+        sb_es: 0,
+        out: ptr(&args.out),
+        ldo,
+        o_es,
+        offs,
+        e: e as i32,
+        m: pr as i32,
+        n: qc as i32,
+        k: 0,
+        batched: 1,
+        out_t,
+    };
+    launch_gemm(call, a.2, b.2, false, out_bf16, &p)
+}
