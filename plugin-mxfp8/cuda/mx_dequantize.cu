@@ -46,7 +46,7 @@ __device__ __forceinline__ mxd_u16 mxd_bf16_rne(float f) {
 // out[b][r][c] = fp8(q[b][r][c]) * e8m0(s[b*sbs + (r/rdiv)*srs + (c/cdiv)*scs]) for r<R, c<C.
 // Layouts: 1x32 along C: rdiv 1, cdiv 32, srs ceil(C/32), scs 1; 1x32 along R: rdiv 32,
 // cdiv 1, srs C, scs 1; 32x32: rdiv 32, cdiv 32, srs ceil(C/32), scs 1. scs != 1: scales
-// stored with the other axis inner (the portable GEMM's weights, cuda.rs gemm_rows_bf16).
+// stored with the other axis inner (the portable GEMM's weights, cuda/bf16_path.rs gemm_rows_bf16).
 // grid: x = ceil(R*C/256), y = batch.
 extern "C" __global__ void __launch_bounds__(256) mx_dequantize(
     const mxd_u8* __restrict__ q, const mxd_u8* __restrict__ s, void* __restrict__ out,

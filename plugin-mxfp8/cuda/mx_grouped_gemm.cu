@@ -1245,13 +1245,13 @@ MX_DEV void mx_tgemm_rings_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
 // MxGemmTmaParamsO, 384 threads, mxt_v2t_smem_bytes<SB2D>() of dynamic shared memory.
 #define MXT_V2T_STAGES 5
 template <int SB2D> constexpr int mxt_v2t_smem_bytes() { return MXT_V2T_STAGES * MxtLayout<SB2D>::STAGE + 2 * 16384 + 1024; }
-// The backend's side of this contract (plugin-mxfp8/src/backend/cuda.rs: tgemm_smem,
+// The backend's side of this contract (plugin-mxfp8/src/backend/cuda/device.rs: tgemm_smem,
 // TGemmParamsO) hard-codes these numbers; NVRTC compiles this file in CI, so a change here
 // that forgets the Rust side fails there instead of on a GPU.
-static_assert(mxt_v2t_smem_bytes<1>() == 212992, "tgemm_smem(w2d, tma_store) in cuda.rs");
-// (tmO then sits at 448 and o_tma at 576, as cuda.rs asserts; NVRTC has no offsetof.)
+static_assert(mxt_v2t_smem_bytes<1>() == 212992, "tgemm_smem(w2d, tma_store) in src/backend/cuda/device.rs");
+// (tmO then sits at 448 and o_tma at 576, as src/backend/cuda/params.rs asserts; NVRTC has no offsetof.)
 static_assert(sizeof(MxGemmTmaParams) == 448 && alignof(MxTmap) == 64 && sizeof(MxGemmTmaParamsO) == 640,
-              "TGemmParams / TGemmParamsO in cuda.rs");
+              "TGemmParams / TGemmParamsO in src/backend/cuda/params.rs");
 #define MXT_INST_V2T(NAME, FA, FB, SB2D, OBF) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParamsO p) { \

@@ -43,7 +43,7 @@ static int num_sms() {
 }
 
 // Host rule for the quantizer's grid y (mx_quantize.cu, "Launch contract"); `tiles` = T.
-// Same formula as `fn quant` in plugin-mxfp8/src/backend/cuda.rs.
+// Same formula as `fn quant` in plugin-mxfp8/src/backend/cuda/quantize.rs.
 // ring: the kernel's 32x32 loop reads through the cp.async ring (bf16 input, variants 0, 8).
 extern "C" int mx_quant_grid_y(int tiles, int gx, int gz, int sms, int flags, int ring) {
   const int tpc = (flags & (MXQ_TILE | MXQ_TILE_T)) && !ring ? 2 : MXQ_TILES_PER_CTA;

@@ -19,7 +19,7 @@
 // Requires: in 16-byte aligned, q 8-byte (bf16) / 4-byte (f32) aligned. nblocks = R*C/32.
 // Launch: block 256, any grid x >= 1 (host rule: the fewest grid-stride rounds that at most
 // MXQF_CTAS_PER_SM CTAs per SM allow, then the fewest CTAs that do them; quant_flat_grid in
-// src/backend/cuda.rs, mx_quant_flat_grid in bench/launch.cu).
+// src/backend/cuda/quantize.rs, mx_quant_flat_grid in bench/launch.cu).
 // ============================================================================================
 #define MXQF_U 4
 #ifndef MXQF_CTAS_PER_SM
@@ -32,7 +32,7 @@ struct MxQuantFlatParams {
   mx_i64 nblocks;
   int mode;
 };
-static_assert(sizeof(MxQuantFlatParams) == 40, "QuantFlatParams in src/backend/cuda.rs hard-codes 40 bytes");
+static_assert(sizeof(MxQuantFlatParams) == 40, "QuantFlatParams in src/backend/cuda/params.rs hard-codes 40 bytes");
 
 // U: 16-byte loads in flight per thread; CS: streaming cache hints (ld.global.cs /
 // st.global.cs: evict-first in L2) instead of the read-only path and plain stores;
@@ -133,4 +133,4 @@ struct MxQuantFlatValsParams {
   MxQuantFlatParams p;
   mx_u16* vals;
 };
-static_assert(sizeof(MxQuantFlatValsParams) == 48, "QuantFlatValsParams in src/backend/cuda.rs hard-codes 48 bytes");
+static_assert(sizeof(MxQuantFlatValsParams) == 48, "QuantFlatValsParams in src/backend/cuda/params.rs hard-codes 48 bytes");

@@ -369,7 +369,7 @@ struct MxQuantTmaParams {
   MxQuantParams p;  // as for mx_quantize_*; flags within TILE | TILE_T; in_bs == R * C
 };
 static_assert(sizeof(MxQuantParams) == 128 && sizeof(MxQuantTmaParams) == 256,
-              "QuantParams / QuantTmaParams in src/backend/cuda.rs hard-code these sizes");
+              "QuantParams / QuantTmaParams in src/backend/cuda/params.rs hard-code these sizes");
 
 template <int FMT, int AS>
 MX_DEV void mxq_loop_tma(const MxQuantTmaParams& P, MxqSmem& s, mx_u8* slots, mx_u64* bars, int nt, int flags) {
@@ -476,7 +476,7 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
 //   gy = max(ceil(tiles / tpc), min(tiles, ceil(16 * sms / (gx * gz))))
 // tpc = 2 for TILE/TILE_T without the ring (f32 input; run 9: 80-82 % of copy at 2, 75-78 %
 // at 4), MXQ_TILES_PER_CTA (4) otherwise (the ring's 3 slots want tiles to prefetch).
-// Implemented by `fn quant` (plugin-mxfp8/src/backend/cuda.rs), mirrored by bench/launch.cu.
+// Implemented by `fn quant` (plugin-mxfp8/src/backend/cuda/quantize.rs), mirrored by bench/launch.cu.
 
 // bf16 input: 64 registers (4 CTAs = 1024 threads per SM); f32 input: 80 (3 CTAs): its
 // 16-register tiles do not fit the transposing paths in 64 without spilling.

@@ -315,7 +315,7 @@ pub(super) fn gemm_rows_bf16(
     }
 }
 
-/// `MxFakeQuantParams` of mx_quantize.cu (natural C layout).
+/// `MxFakeQuantParams` of cuda/include/mx_fakequant.cuh (natural C layout).
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct FakeQuantParams {

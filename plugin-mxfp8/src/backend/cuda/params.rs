@@ -1,10 +1,11 @@
-//! The kernels' parameter blocks: `#[repr(C)]` mirrors of the structs of mx_quantize.cu
-//! and mx_grouped_gemm.cu, passed by value as a launch's single parameter, with compile-time
-//! checks of their size and field offsets against the CUDA side.
+//! The kernels' parameter blocks: `#[repr(C)]` mirrors of the structs of the quantizer
+//! (`cuda/include/mx_quant_*.cuh`, `mx_fakequant.cuh`) and of `mx_grouped_gemm.cu`, passed
+//! by value as a launch's single parameter, with compile-time checks of their size and
+//! field offsets against the CUDA side.
 
 use super::{TILE, TILE_T};
 
-/// `MxQuantParams` of mx_quantize.cu (natural C layout).
+/// `MxQuantParams` of cuda/include/mx_quant_blocks.cuh (natural C layout).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub(super) struct QuantParams {
@@ -31,7 +32,7 @@ pub(super) struct QuantParams {
     pub(super) vals: u64,
 }
 
-/// Whether `mx_quantize_t32_*` can take this quantization (mx_quantize.cu,
+/// Whether `mx_quantize_t32_*` can take this quantization (cuda/include/mx_quant_tile.cuh,
 /// `mx_quant_tile32`): bf16 input, only 32×32 outputs (TILE, TILE_T), rows of whole
 /// 16-byte chunks (TMA global stride) and contiguous batches (one map over B·R rows).
 /// The input address is checked when the map is encoded.
@@ -43,7 +44,7 @@ pub(super) fn t32_takes(in_bf16: bool, p: &QuantParams) -> bool {
         && p.in_bs == p.r as i64 * p.c as i64
 }
 
-/// `MxQuantTmaParams` of mx_quantize.cu (the parameter of `mx_quantize_t32_*`): the
+/// `MxQuantTmaParams` of cuda/include/mx_quant_tile.cuh (the parameter of `mx_quantize_t32_*`): the
 /// input's tensor map (bf16 [B·R][C], box 128 × 32, no swizzle) and `MxQuantParams`,
 /// 64-byte aligned, 256 B.
 #[repr(C, align(64))]
@@ -58,7 +59,7 @@ const _: () = {
     assert!(std::mem::size_of::<QuantTmaParams>() == 256);
 };
 
-/// `MxQuantFlatParams` of mx_quantize.cu (natural C layout, 40 bytes: the CUDA side
+/// `MxQuantFlatParams` of cuda/include/mx_quant_flat.cuh (natural C layout, 40 bytes: the CUDA side
 /// static_asserts the size).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -71,7 +72,7 @@ pub(super) struct QuantFlatParams {
 }
 const _: () = assert!(std::mem::size_of::<QuantFlatParams>() == 40);
 
-/// `MxQuantFlatValsParams` of mx_quantize.cu: the flat parameters plus where the MX
+/// `MxQuantFlatValsParams` of cuda/include/mx_quant_flat.cuh: the flat parameters plus where the MX
 /// values go in bf16 (`mx_quantize_rows_vals_*`).
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -28,7 +28,7 @@ pub(super) enum FlatOut {
 }
 
 /// The flat 1×32 quantizer's round: 16-byte loads per thread (`MXQF_U`) and its CTA cap
-/// per SM (`MXQF_CTAS_PER_SM`), as in mx_quantize.cu.
+/// per SM (`MXQF_CTAS_PER_SM`), as in cuda/mx_quantize.cu.
 const QUANT_FLAT_U: usize = 4;
 const QUANT_FLAT_CTAS_PER_SM: usize = 4;
 
@@ -53,7 +53,7 @@ impl Call {
     ) -> PluginResult<()> {
         let fmt_name = if fmt == 0 { "e4m3" } else { "e5m2" };
         // 32×32 tiles (and their transposed copy) from bf16 rows TMA can describe: the
-        // kernel whose ring is filled by one 2D TMA load per tile (mx_quantize.cu,
+        // kernel whose ring is filled by one 2D TMA load per tile (cuda/include/mx_quant_tile.cuh,
         // mx_quant_tile32); same launch contract and bytes. Its tensor map covers all
         // batches as gz·R rows, so the batches must be contiguous.
         let tma_map = (t32_takes(in_bf16, p) && tensor_map_available(self.dev))
@@ -80,7 +80,7 @@ impl Call {
             )
         };
         let gx = cdiv(p.c as usize, 128);
-        // `gy` = row tiles T; any grid y in 1..=T is valid (mx_quantize.cu "Launch
+        // `gy` = row tiles T; any grid y in 1..=T is valid (cuda/include/mx_quant_tile.cuh "Launch
         // contract"): ~4 tiles per CTA, but at least ~16 CTAs per SM when T allows. 32×32
         // tiles from f32 input take 2 (the register prefetch: 80–82 % of copy bandwidth at 2
         // vs 75–78 % at 4 on the H200, run 9); from bf16 the rings (cp.async in
