@@ -29,7 +29,7 @@ use std::ffi::{c_char, c_int, CString};
 use std::path::PathBuf;
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 8] = [
+pub const HEADERS: [(&str, &str); 14] = [
     ("mx_ptx.cuh", include_str!("../cuda/include/mx_ptx.cuh")),
     (
         "mx_numerics.cuh",
@@ -55,6 +55,30 @@ pub const HEADERS: [(&str, &str); 8] = [
     (
         "mx_fakequant.cuh",
         include_str!("../cuda/include/mx_fakequant.cuh"),
+    ),
+    (
+        "mx_gemm_common.cuh",
+        include_str!("../cuda/include/mx_gemm_common.cuh"),
+    ),
+    (
+        "mx_gemm_cpasync.cuh",
+        include_str!("../cuda/include/mx_gemm_cpasync.cuh"),
+    ),
+    (
+        "mx_tgemm_pipeline.cuh",
+        include_str!("../cuda/include/mx_tgemm_pipeline.cuh"),
+    ),
+    (
+        "mx_tgemm_mainloop.cuh",
+        include_str!("../cuda/include/mx_tgemm_mainloop.cuh"),
+    ),
+    (
+        "mx_tgemm_roles.cuh",
+        include_str!("../cuda/include/mx_tgemm_roles.cuh"),
+    ),
+    (
+        "mx_tgemm_kernels.cuh",
+        include_str!("../cuda/include/mx_tgemm_kernels.cuh"),
     ),
 ];
 pub const QUANTIZE_CU: &str = include_str!("../cuda/mx_quantize.cu");

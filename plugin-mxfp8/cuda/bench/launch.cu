@@ -17,6 +17,7 @@
 #define MXT_INSTANTIATE_V5   // v5: 128 x 192 tiles: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v5
 #define MXT_INSTANTIATE_V6   // v6: v4's rings + a 2-CTA cluster sharing B: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v6{,t}
 #include "../mx_grouped_gemm.cu"
+#include "mx_gemm_variants.cuh"  // the harness-only GEMM variants and opt-in lists the defines above name
 #include "../mx_dequantize.cu"  // mx_dequantize: reference for the fake-quant check
 // Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
 MXT_INST_M(mx_tgemm_e4m3e4m3_w2d_bf16_m1, 0, 0, 1, 1, 6, 1)

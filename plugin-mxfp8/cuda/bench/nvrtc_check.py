@@ -12,6 +12,8 @@ CUDA = os.path.dirname(HERE)
 def compile_one(lib_path, fname, defines=()):
     nv = ctypes.CDLL(lib_path)
     src = open(os.path.join(CUDA, fname), "rb").read()
+    if defines and fname == "mx_grouped_gemm.cu":  # the opt-in harness kernels live in bench/
+        src += b"\n" + open(os.path.join(HERE, "mx_gemm_variants.cuh"), "rb").read()
     # Headers passed in memory, by the names the .cu files include (what the Rust side does).
     hdr_names = sorted(f for f in os.listdir(os.path.join(CUDA, "include")) if f.endswith(".cuh"))
     hdrs = [open(os.path.join(CUDA, "include", h), "rb").read() for h in hdr_names]
