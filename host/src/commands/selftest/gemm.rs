@@ -1,0 +1,457 @@
+//! The grouped GEMM checks: a `GemmCase` (pass, expert sizes, layouts, operand kinds) run
+//! on both devices, the CPU reference on all experts or a sample, compared by SNR.
+
+use super::compare::compare;
+use super::inputs::{bytes_bf16, gen};
+use super::Ctx;
+use crate::device::Device;
+use crate::error::{ErrorKind, OpResult};
+use crate::ops::{self, GemmConfig, GemmOperand};
+use crate::tensor::Tensor;
+use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode, WeightLayout};
+use std::time::Instant;
+
+impl Ctx {
+    /// One grouped GEMM pass on both devices.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemm_case(&mut self, label: &str, g: &GemmCase) {
+        if !self.quantizes && (g.mx || g.expect_unsupported) {
+            return;
+        }
+        let t0 = Instant::now();
+        let case = format!(
+            "{} E={} m={} K={} N={}{}",
+            label,
+            g.sizes.len(),
+            g.sizes_desc(),
+            g.k,
+            g.n,
+            g.extra()
+        );
+        let check = format!(
+            "{} {}{}",
+            match g.pass {
+                GemmPass::Forward => "fwd",
+                GemmPass::Dgrad => "dgrad",
+                GemmPass::Wgrad => "wgrad",
+            },
+            if g.mx { "MX " } else { "dense " },
+            if g.pass == GemmPass::Wgrad {
+                "1x32".to_string()
+            } else if g.w2d {
+                "w32x32".into()
+            } else {
+                "w1x32".into()
+            }
+        );
+        let r = self.run_gemm(g);
+        self.push(&check, case, t0, r);
+    }
+
+    fn run_gemm(&self, g: &GemmCase) -> OpResult<(bool, Option<f64>, Option<f64>, String)> {
+        let (k, n, e) = (g.k, g.n, g.sizes.len());
+        let mut offs = Vec::with_capacity(e);
+        let mut acc = 0usize;
+        for &m in &g.sizes {
+            acc += m;
+            offs.push(acc as i32);
+        }
+        let rows = acc + g.pad_rows;
+        let a_cols = if g.pass == GemmPass::Forward { k } else { n };
+        let mut a = gen(rows, a_cols, g.seed, 1.0, false);
+        if g.nan_row {
+            a[5 * a_cols + a_cols / 3] = f32::NAN;
+        }
+        let kn = g.layout == WeightLayout::Kn;
+        let wshape: [usize; 3] = if kn { [e, k, n] } else { [e, n, k] };
+        let b_vals = if g.pass == GemmPass::Wgrad {
+            gen(rows, k, g.seed + 1, 1.0, false)
+        } else {
+            gen(e * wshape[1], wshape[2], g.seed + 1, 0.05, false)
+        };
+        let b_shape: Vec<u64> = if g.pass == GemmPass::Wgrad {
+            vec![rows as u64, k as u64]
+        } else {
+            wshape.iter().map(|&d| d as u64).collect()
+        };
+        let cfg = GemmConfig {
+            format: g.format,
+            mode: ScaleMode::Rceil,
+            weight_blocks_2d: g.w2d,
+            weight_layout: g.layout,
+            out_dtype: g.out,
+            ..GemmConfig::default()
+        };
+        // ---- GPU, full problem ----
+        let ag = Tensor::from_bytes_on(
+            self.gpu,
+            vec![rows as u64, a_cols as u64],
+            DType::Bf16,
+            &bytes_bf16(&a),
+        )?;
+        let bg =
+            Tensor::from_bytes_on(self.gpu, b_shape.clone(), DType::Bf16, &bytes_bf16(&b_vals))?;
+        // Pre-quantized operands: quantized once on the CPU, the same bytes on both sides.
+        let (a_blk, b_blk) = match g.pass {
+            GemmPass::Forward | GemmPass::Dgrad => (
+                g.a_block.unwrap_or(BlockLayout::vector(1)),
+                if g.w2d {
+                    BlockLayout::tile()
+                } else {
+                    // along the reduction axis of the stored weight
+                    let red_last = (g.pass == GemmPass::Forward) != kn;
+                    BlockLayout::vector(if red_last { 2 } else { 1 })
+                },
+            ),
+            GemmPass::Wgrad => (
+                BlockLayout::vector(0),
+                g.wgrad_x_block.unwrap_or(BlockLayout::vector(0)),
+            ),
+        };
+        let a_cpu_full =
+            Tensor::from_bytes_on(Device::Cpu, ag.shape.clone(), DType::Bf16, &bytes_bf16(&a))?;
+        let b_cpu_full = Tensor::from_bytes_on(
+            Device::Cpu,
+            bg.shape.clone(),
+            DType::Bf16,
+            &bytes_bf16(&b_vals),
+        )?;
+        let (qa_c, qb_c) = if g.mx {
+            (
+                if g.dense_a {
+                    None
+                } else {
+                    Some(ops::quantize(
+                        &self.plugin,
+                        &a_cpu_full,
+                        g.format,
+                        ScaleMode::Rceil,
+                        a_blk,
+                    )?)
+                },
+                if g.dense_b {
+                    None
+                } else {
+                    Some(ops::quantize(
+                        &self.plugin,
+                        &b_cpu_full,
+                        g.format,
+                        ScaleMode::Rceil,
+                        b_blk,
+                    )?)
+                },
+            )
+        } else {
+            (None, None)
+        };
+        let mut qa_g = qa_c.as_ref().map(|a| a.to_device(self.gpu)).transpose()?;
+        let mut qb_g = qb_c.as_ref().map(|b| b.to_device(self.gpu)).transpose()?;
+        // Values kept (ABI 1.2): the GPU operands quantized on the GPU with their bf16
+        // values (the same bytes: the quantizer checks above are bit-exact), the weight
+        // with swapped values by quantizing its transpose with a transposed copy.
+        if let (Some(swapped), true) = (g.keep_values, g.mx && !g.dense_b) {
+            let keep = ops::QuantizeExtras {
+                transposed: false,
+                keep_values: true,
+            };
+            let q = |t: &Tensor, blk, extras| {
+                ops::quantize_with(&self.plugin, t, g.format, ScaleMode::Rceil, blk, extras)
+            };
+            qa_g = if g.dense_a {
+                None
+            } else {
+                Some(q(&ag, a_blk, keep)?.0)
+            };
+            qb_g = Some(if swapped {
+                let (b0, r, c) = (
+                    b_shape[0] as usize,
+                    b_shape[1] as usize,
+                    b_shape[2] as usize,
+                );
+                let mut bt = vec![0f32; b_vals.len()];
+                for (i, v) in b_vals.iter().enumerate() {
+                    let (bi, ri, ci) = (i / (r * c), i / c % r, i % c);
+                    bt[bi * r * c + ci * r + ri] = *v;
+                }
+                let btg = Tensor::from_bytes_on(
+                    self.gpu,
+                    vec![b0 as u64, c as u64, r as u64],
+                    DType::Bf16,
+                    &bytes_bf16(&bt),
+                )?;
+                let extras = ops::QuantizeExtras {
+                    transposed: true,
+                    ..keep
+                };
+                let blk_t = mxhost_plugin_abi::transposed_block(b_blk, 3);
+                q(&btg, blk_t, extras)?.1.expect("requested")
+            } else {
+                q(&bg, b_blk, keep)?.0
+            });
+        }
+        let out_g = ops::grouped_gemm(
+            &self.plugin,
+            g.pass,
+            qa_g.as_ref()
+                .map_or(GemmOperand::Dense(&ag), GemmOperand::Mx),
+            qb_g.as_ref()
+                .map_or(GemmOperand::Dense(&bg), GemmOperand::Mx),
+            &offs,
+            &cfg,
+        );
+        let out_g = match (out_g, g.expect_unsupported) {
+            (Err(e), true) if e.kind == ErrorKind::Unsupported => {
+                return Ok((
+                    true,
+                    None,
+                    None,
+                    format!("Unsupported as expected: {}", e.message),
+                ))
+            }
+            (Ok(_), true) => {
+                return Ok((
+                    false,
+                    None,
+                    None,
+                    "expected Unsupported, got a result".into(),
+                ))
+            }
+            (r, _) => r?,
+        };
+        let gpu_out = out_g.try_to_f32_vec()?;
+        // ---- CPU reference, on a sample of experts when the problem is large ----
+        let sample: Vec<usize> = if g.sample && e > 2 {
+            vec![0, e - 1]
+        } else {
+            (0..e).collect()
+        };
+        let full = sample.len() == e && !g.sample;
+        let starts: Vec<usize> = (0..e)
+            .map(|i| if i == 0 { 0 } else { offs[i - 1] as usize })
+            .collect();
+        let (out_c, ref_gpu): (Vec<f32>, Vec<f32>) = if full {
+            let out_c = ops::grouped_gemm(
+                &self.plugin,
+                g.pass,
+                qa_c.as_ref()
+                    .map_or(GemmOperand::Dense(&a_cpu_full), GemmOperand::Mx),
+                qb_c.as_ref()
+                    .map_or(GemmOperand::Dense(&b_cpu_full), GemmOperand::Mx),
+                &offs,
+                &cfg,
+            )?;
+            (out_c.try_to_f32_vec()?, gpu_out)
+        } else {
+            // Sub-problem: the sampled experts' rows (forward/dgrad: up to 128 rows at
+            // each end of the expert), their weights; rows of the GPU output to match.
+            let out_cols = match g.pass {
+                GemmPass::Forward => n,
+                GemmPass::Dgrad => k,
+                GemmPass::Wgrad => 0,
+            };
+            let mut row_sel: Vec<usize> = Vec::new();
+            let mut sub_offs: Vec<i32> = Vec::new();
+            for &ei in &sample {
+                let (s, m) = (starts[ei], g.sizes[ei]);
+                if g.pass == GemmPass::Wgrad || m <= 256 {
+                    row_sel.extend(s..s + m);
+                } else {
+                    row_sel.extend(s..s + 128);
+                    row_sel.extend(s + m - 128..s + m);
+                }
+                sub_offs.push(row_sel.len() as i32);
+            }
+            let a_host = a_cpu_full.host_bytes()?;
+            let a_rb = a_cols * 2;
+            let a_sub: Vec<u8> = row_sel
+                .iter()
+                .flat_map(|&r| a_host[r * a_rb..(r + 1) * a_rb].iter().copied())
+                .collect();
+            let a_sub_t = Tensor::from_bytes_on(
+                Device::Cpu,
+                vec![row_sel.len() as u64, a_cols as u64],
+                DType::Bf16,
+                &a_sub,
+            )?;
+            let b_host = b_cpu_full.host_bytes()?;
+            let b_sub_t = if g.pass == GemmPass::Wgrad {
+                let rb = k * 2;
+                let b_sub: Vec<u8> = row_sel
+                    .iter()
+                    .flat_map(|&r| b_host[r * rb..(r + 1) * rb].iter().copied())
+                    .collect();
+                Tensor::from_bytes_on(
+                    Device::Cpu,
+                    vec![row_sel.len() as u64, k as u64],
+                    DType::Bf16,
+                    &b_sub,
+                )?
+            } else {
+                let per = wshape[1] * wshape[2] * 2;
+                let b_sub: Vec<u8> = sample
+                    .iter()
+                    .flat_map(|&ei| b_host[ei * per..(ei + 1) * per].iter().copied())
+                    .collect();
+                Tensor::from_bytes_on(
+                    Device::Cpu,
+                    vec![sample.len() as u64, wshape[1] as u64, wshape[2] as u64],
+                    DType::Bf16,
+                    &b_sub,
+                )?
+            };
+            let out_c = ops::grouped_gemm(
+                &self.plugin,
+                g.pass,
+                GemmOperand::Dense(&a_sub_t),
+                GemmOperand::Dense(&b_sub_t),
+                &sub_offs,
+                &cfg,
+            )?
+            .try_to_f32_vec()?;
+            let mut sel = Vec::with_capacity(out_c.len());
+            if g.pass == GemmPass::Wgrad {
+                let per = n * k;
+                for &ei in &sample {
+                    sel.extend_from_slice(&gpu_out[ei * per..(ei + 1) * per]);
+                }
+            } else {
+                for &r in &row_sel {
+                    sel.extend_from_slice(&gpu_out[r * out_cols..(r + 1) * out_cols]);
+                }
+            }
+            (out_c, sel)
+        };
+        let (rel, snr, nan_ok) = compare(&ref_gpu, &out_c);
+        let (snr_gate, rel_gate) = if g.out == DType::Bf16 {
+            (40.0, 2e-2)
+        } else {
+            (75.0, 2e-3)
+        };
+        let mut ok = nan_ok && snr >= snr_gate && rel <= rel_gate && ref_gpu.len() == out_c.len();
+        let mut note = format!(
+            "gate SNR≥{snr_gate} dB, rel≤{rel_gate:.0e}{}",
+            if full {
+                ""
+            } else {
+                "; CPU on experts {first,last}"
+            }
+        );
+        if g.nan_row {
+            // The NaN row must be all NaN (its X row has a NaN), every other row finite.
+            let cols = if g.pass == GemmPass::Forward { n } else { k };
+            let row_nan = ref_gpu[5 * cols..6 * cols].iter().all(|x| x.is_nan());
+            let others = ref_gpu
+                .iter()
+                .enumerate()
+                .filter(|(i, x)| x.is_nan() && i / cols != 5)
+                .count();
+            ok &= row_nan && others == 0;
+            note = format!("NaN row all NaN: {row_nan}, NaN elsewhere: {others}; {note}");
+        }
+        if !nan_ok {
+            note = format!("NaN positions differ; {note}");
+        }
+        Ok((ok, Some(rel), Some(snr), note))
+    }
+}
+
+#[derive(Clone)]
+pub(super) struct GemmCase {
+    pass: GemmPass,
+    sizes: Vec<usize>,
+    pub(super) pad_rows: usize,
+    k: usize,
+    n: usize,
+    pub(super) w2d: bool,
+    pub(super) layout: WeightLayout,
+    pub(super) out: DType,
+    pub(super) format: MxFormat,
+    pub(super) mx: bool,
+    pub(super) nan_row: bool,
+    pub(super) sample: bool,
+    pub(super) expect_unsupported: bool,
+    pub(super) seed: u64,
+    /// wgrad with `mx`: X's block layout (default 1×32 along M).
+    pub(super) wgrad_x_block: Option<BlockLayout>,
+    /// forward/dgrad with `mx`: A's block layout (default 1×32 along its last axis).
+    pub(super) a_block: Option<BlockLayout>,
+    /// With `mx`: only A pre-quantized, B dense (quantized in the call).
+    pub(super) dense_b: bool,
+    /// With `mx`: only B pre-quantized, A dense (as guest-sdk's GroupedLinear passes them).
+    pub(super) dense_a: bool,
+    /// With `mx`: the GPU operands quantized on the GPU keeping their bf16 values
+    /// (Some(true): the weight's values stored swapped, as a transposing quantize keeps
+    /// them for its second result).
+    pub(super) keep_values: Option<bool>,
+}
+
+impl GemmCase {
+    pub(super) fn new(pass: GemmPass, sizes: Vec<usize>, k: usize, n: usize) -> Self {
+        GemmCase {
+            pass,
+            sizes,
+            pad_rows: 0,
+            k,
+            n,
+            w2d: true,
+            layout: WeightLayout::Nk,
+            out: DType::F32,
+            format: MxFormat::E4m3,
+            mx: false,
+            nan_row: false,
+            sample: false,
+            expect_unsupported: false,
+            seed: 7,
+            wgrad_x_block: None,
+            a_block: None,
+            dense_b: false,
+            dense_a: false,
+            keep_values: None,
+        }
+    }
+    fn sizes_desc(&self) -> String {
+        let s = &self.sizes;
+        if s.iter().all(|&m| m == s[0]) {
+            format!("{}x{}", s.len(), s[0])
+        } else {
+            format!("{s:?}")
+        }
+    }
+    fn extra(&self) -> String {
+        let mut v = Vec::new();
+        if self.pad_rows > 0 {
+            v.push(format!("pad={}", self.pad_rows));
+        }
+        if self.layout == WeightLayout::Kn {
+            v.push("Kn".into());
+        }
+        if self.out == DType::Bf16 {
+            v.push("bf16-out".into());
+        }
+        if self.format == MxFormat::E5m2 {
+            v.push("e5m2".into());
+        }
+        if self.nan_row {
+            v.push("NaN in A".into());
+        }
+        if self.wgrad_x_block == Some(BlockLayout::tile()) {
+            v.push("X 32x32".into());
+        }
+        if self.dense_b {
+            v.push("B dense".into());
+        }
+        if self.dense_a {
+            v.push("A dense".into());
+        }
+        match self.keep_values {
+            Some(false) => v.push("values kept".into()),
+            Some(true) => v.push("values kept, W's swapped".into()),
+            None => {}
+        }
+        if v.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", v.join(" "))
+        }
+    }
+}
