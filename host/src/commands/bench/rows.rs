@@ -1,0 +1,235 @@
+//! One shape's rows (`bench_shape`): the random inputs, then on an MX plugin quantize, the
+//! three GEMM passes and training steps; `dense` and `kept_values` add the other rows.
+
+use super::dense::bench_dense;
+use super::kept_values::bench_kept_values;
+use super::peers::Peers;
+use super::timing::{time, Timing};
+use super::{Row, Shape};
+use crate::device::Device;
+use crate::error::OpResult;
+use crate::ops::{self, GemmConfig, GemmOperand};
+use crate::plugin::LoadedPlugin;
+use crate::tensor::{CpuBuffer, Storage, Tensor};
+use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode, WeightLayout};
+use rand::SeedableRng;
+use rand_distr::Distribution;
+
+fn random_bf16(device: Device, shape: &[u64], seed: u64) -> OpResult<Tensor> {
+    let n: u64 = shape.iter().product();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let normal = rand_distr::StandardNormal;
+    let mut buf = CpuBuffer::zeroed(n as usize * 2);
+    for c in buf.as_bytes_mut().chunks_exact_mut(2) {
+        let v: f32 = normal.sample(&mut rng);
+        c.copy_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes());
+    }
+    Tensor::new(shape.to_vec(), DType::Bf16, Storage::Cpu(buf)).to_device(device)
+}
+
+pub(super) fn bench_shape(
+    plugin: &LoadedPlugin,
+    device: Device,
+    s: Shape,
+    timing: Timing,
+    peers: &Peers,
+) -> anyhow::Result<Vec<Row>> {
+    use GemmOperand::{Dense, Mx};
+    let rows = s.e * s.m;
+    let offs: Vec<i32> = (1..=s.e).map(|i| (i * s.m) as i32).collect();
+    let x = random_bf16(device, &[rows, s.k], 1)?;
+    let w = random_bf16(device, &[s.e, s.n, s.k], 2)?;
+    let dy = random_bf16(device, &[rows, s.n], 3)?;
+    if !plugin.has(mxhost_plugin_abi::caps::QUANTIZE) {
+        return bench_dense(plugin, device, s, timing, peers, &offs, (&x, &w, &dy));
+    }
+    let q = |t: &Tensor, block: BlockLayout| {
+        ops::quantize(plugin, t, MxFormat::E4m3, ScaleMode::Rceil, block)
+    };
+    let cfg = GemmConfig {
+        weight_blocks_2d: true,
+        out_dtype: DType::Bf16,
+        ..GemmConfig::default()
+    };
+    let qwt = |w: &Tensor| {
+        ops::quantize_with_transpose(
+            plugin,
+            w,
+            MxFormat::E4m3,
+            ScaleMode::Rceil,
+            BlockLayout::tile(),
+        )
+    };
+    // The weight in both layouts from one pass: [E, N, K] for forward, [E, K, N] for dgrad.
+    let ((qx, (qw, qw_t)), qdy) = (
+        (q(&x, BlockLayout::vector(1))?, qwt(&w)?),
+        q(&dy, BlockLayout::vector(1))?,
+    );
+    let cfg_kn = GemmConfig {
+        weight_layout: WeightLayout::Kn,
+        ..cfg
+    };
+    let flops = 2.0 * (rows * s.n * s.k) as f64;
+    let label = format!("{} E{} M{} K{} N{}", s.key, s.e, s.m, s.k, s.n);
+    let ratio = |pass: &str, secs: f64| peers.ms(s.key, pass).map(|ms| ms / 1e3 / secs);
+    let mut out = Vec::new();
+    let mut push = |op: &str, pass: &str, secs: f64, gemm_flops: Option<f64>, bytes: f64| {
+        out.push(Row {
+            shape: label.clone(),
+            op: op.to_string(),
+            us: secs * 1e6,
+            tflops: gemm_flops.map(|f| f / secs / 1e12),
+            gbps: bytes / secs / 1e9,
+            // byte-moving rows (no FLOP count): quantize
+            pct_copy: match (gemm_flops, peers.copy_gbps) {
+                (None, Some(c)) if bytes > 0.0 => Some(100.0 * bytes / secs / 1e9 / c),
+                _ => None,
+            },
+            x_bf16: ratio(pass, secs),
+        });
+    };
+    let xb = (rows * s.k) as f64;
+    let t = time(device, timing, || q(&x, BlockLayout::vector(1)).map(drop))?;
+    push(
+        "quantize X 1x32 (bf16→e4m3)",
+        "-",
+        t,
+        None,
+        xb * 2.0 + xb + xb / 32.0,
+    );
+    let wb = (s.e * s.n * s.k) as f64;
+    let t = time(device, timing, || qwt(&w).map(drop))?;
+    push(
+        "quantize W 32x32 + transposed copy (bf16→e4m3)",
+        "-",
+        t,
+        None,
+        wb * 2.0 + 2.0 * (wb + wb / 1024.0),
+    );
+    let gemm_bytes = |a: u64, b: u64, o: u64| (a + b) as f64 + 2.0 * o as f64;
+    let gemm = |pass, a: GemmOperand<'_>, b: GemmOperand<'_>, c: &GemmConfig| {
+        ops::grouped_gemm(plugin, pass, a, b, &offs, c).map(drop)
+    };
+    // One timed GEMM row: label, the peer pass it is compared with, the call, its FLOP
+    // and bytes.
+    let mut gemm_row = |label: &str,
+                        pass: &str,
+                        f: &mut dyn FnMut() -> OpResult<()>,
+                        (fl, bytes): (f64, f64)|
+     -> anyhow::Result<()> {
+        let t = time(device, timing, f)?;
+        push(label, pass, t, Some(fl), bytes);
+        Ok(())
+    };
+    gemm_row(
+        "forward X 1x32 · W 32x32 (pre-quantized)",
+        "forward",
+        &mut || gemm(GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
+        (flops, gemm_bytes(rows * s.k, s.e * s.n * s.k, rows * s.n)),
+    )?;
+    gemm_row(
+        "dgrad dY 1x32 · W 32x32 [E,N,K] (re-laid out in the call)",
+        "dgrad",
+        &mut || gemm(GemmPass::Dgrad, Mx(&qdy), Mx(&qw), &cfg),
+        (flops, gemm_bytes(rows * s.n, s.e * s.n * s.k, rows * s.k)),
+    )?;
+    gemm_row(
+        "dgrad dY 1x32 · W 32x32 [E,K,N] (transposed copy)",
+        "dgrad",
+        &mut || gemm(GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), &cfg_kn),
+        (flops, gemm_bytes(rows * s.n, s.e * s.n * s.k, rows * s.k)),
+    )?;
+    gemm_row(
+        "wgrad dY·X 1x32 on M (quantized in the call)",
+        "wgrad",
+        &mut || gemm(GemmPass::Wgrad, Dense(&dy), Dense(&x), &cfg),
+        (flops, gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k)),
+    )?;
+    // wgrad with X in 32×32 tiles (one copy serves forward and wgrad) and dY 1×32 along M,
+    // both pre-quantized.
+    let (qdy_m, qx_tile) = (q(&dy, BlockLayout::vector(0))?, q(&x, BlockLayout::tile())?);
+    // The FP8 kernel (MXHOST_MX_WGRAD=fp8) does not take 32×32 X: say so, go on.
+    if let Err(e) = gemm_row(
+        "wgrad dY 1x32 on M · X 32x32 (pre-quantized)",
+        "wgrad",
+        &mut || gemm(GemmPass::Wgrad, Mx(&qdy_m), Mx(&qx_tile), &cfg),
+        (flops, gemm_bytes(rows * s.n, rows * s.k, s.e * s.n * s.k)),
+    ) {
+        eprintln!("mxhost bench: wgrad with X 32x32 skipped: {e:#}");
+    }
+    drop((qdy_m, qx_tile));
+    // One training step of a grouped linear with the default recipe, as a guest would
+    // write it: X and dY quantized 1×32 along K/N, the weight once in 32×32 tiles with
+    // its transposed copy, then forward, dgrad (transposed copy, layout kn) and wgrad
+    // from the dense bf16 X and dY (quantized 1×32 along M inside the call).
+    let step = || -> OpResult<()> {
+        let qx = q(&x, BlockLayout::vector(1))?;
+        let (qw, qw_t) = qwt(&w)?;
+        let qdy = q(&dy, BlockLayout::vector(1))?;
+        for (pass, a, b, c) in [
+            (GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
+            (GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), &cfg_kn),
+            (GemmPass::Wgrad, Dense(&dy), Dense(&x), &cfg),
+        ] {
+            gemm(pass, a, b, c)?;
+        }
+        Ok(())
+    };
+    gemm_row(
+        "training step: 3 GEMMs + all quantization (bf16 in)",
+        "step",
+        &mut { step },
+        (3.0 * flops, 0.0),
+    )?;
+    // Rows added in runs 53–54 come after the default step: rows measured later in a
+    // shape's sequence read slower (docs/perf.md run 54), so new rows go last and leave the
+    // positions of the rows earlier runs compare unchanged.
+    // The same forward with X passed dense (quantized inside the call), as guest-sdk's
+    // GroupedLinear passes its activations.
+    gemm_row(
+        "forward X bf16 (quantized in the call) · W 32x32",
+        "forward",
+        &mut || gemm(GemmPass::Forward, Dense(&x), Mx(&qw), &cfg),
+        (
+            flops,
+            gemm_bytes(2 * rows * s.k, s.e * s.n * s.k, rows * s.n),
+        ),
+    )?;
+    let qx_tile = q(&x, BlockLayout::tile())?;
+    gemm_row(
+        "forward X 32x32 · W 32x32 (pre-quantized)",
+        "forward",
+        &mut || gemm(GemmPass::Forward, Mx(&qx_tile), Mx(&qw), &cfg),
+        (flops, gemm_bytes(rows * s.k, s.e * s.n * s.k, rows * s.n)),
+    )?;
+    drop(qx_tile);
+    // The same step with X and dY in 32×32 tiles: one quantized copy per tensor serves both
+    // GEMMs that read it (forward + wgrad, dgrad + wgrad); coarser scales, less work.
+    let step_tiles = || -> OpResult<()> {
+        let qx = q(&x, BlockLayout::tile())?;
+        let (qw, qw_t) = qwt(&w)?;
+        let qdy = q(&dy, BlockLayout::tile())?;
+        for (pass, a, b, c) in [
+            (GemmPass::Forward, &qx, &qw, &cfg),
+            (GemmPass::Dgrad, &qdy, &qw_t, &cfg_kn),
+            (GemmPass::Wgrad, &qdy, &qx, &cfg),
+        ] {
+            gemm(pass, Mx(a), Mx(b), c)?;
+        }
+        Ok(())
+    };
+    // wgrad on the FP8 kernel (MXHOST_MX_WGRAD=fp8) takes 1×32 along M only.
+    if let Err(e) = gemm_row(
+        "training step, X and dY in 32x32 tiles (one copy each)",
+        "step",
+        &mut { step_tiles },
+        (3.0 * flops, 0.0),
+    ) {
+        eprintln!("mxhost bench: step with 32x32 activations skipped: {e:#}");
+    }
+    if plugin.abi_minor >= 2 {
+        let xwd = (&x, &w, &dy);
+        bench_kept_values(plugin, (device, timing), s, xwd, &cfg, &mut push)?;
+    }
+    Ok(out)
+}

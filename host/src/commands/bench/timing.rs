@@ -1,0 +1,60 @@
+//! How a row is timed: after warm-up, on a GPU as bench_peers.py times torch (L2 flushed,
+//! CUDA events, the median), on the CPU (or back to back) the mean wall time.
+
+#[cfg(doc)]
+use super::BenchArgs;
+use crate::device::{self, Device};
+use crate::error::OpResult;
+use std::time::Instant;
+
+/// Bytes overwritten before every timed call on a GPU to evict the L2 cache: Triton's
+/// `do_bench` (which bench_peers.py times torch with) zeroes 256 MB the same way.
+const L2_FLUSH_BYTES: usize = 256_000_000;
+
+/// How rows are timed ([`BenchArgs::reps`], [`BenchArgs::back_to_back`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timing {
+    pub(super) reps: u32,
+    pub(super) back_to_back: bool,
+    pub(super) cooldown: std::time::Duration,
+    pub(super) warmup: std::time::Duration,
+}
+
+/// Seconds per call of `f` after 2 warm-up calls. On a GPU, the protocol bench_peers.py
+/// times torch with (Triton's `do_bench`): the L2 cache flushed before each call, each
+/// call timed by CUDA events, the median of `reps`. On the CPU (or with `back_to_back`),
+/// the mean wall time of `reps` calls in a row.
+pub(super) fn time(
+    device: Device,
+    timing: Timing,
+    mut f: impl FnMut() -> OpResult<()>,
+) -> anyhow::Result<f64> {
+    let reps = timing.reps;
+    std::thread::sleep(timing.cooldown);
+    for _ in 0..2 {
+        f()?;
+    }
+    device::synchronize(device)?;
+    // Sustained state: one call in flight at a time, so the warm-up lasts what it says.
+    let warm = Instant::now();
+    while warm.elapsed() < timing.warmup {
+        f()?;
+        device::synchronize(device)?;
+    }
+    #[cfg(feature = "cuda")]
+    if let (Device::Cuda(_), false) = (device, timing.back_to_back) {
+        let dev = crate::cuda::device()?;
+        let flush = dev.alloc(L2_FLUSH_BYTES)?;
+        let mut times = (0..reps.max(1))
+            .map(|_| dev.time_on_stream(Some(&flush), &mut f))
+            .collect::<OpResult<Vec<f64>>>()?;
+        times.sort_by(f64::total_cmp);
+        return Ok(times[times.len() / 2]);
+    }
+    let start = Instant::now();
+    for _ in 0..reps {
+        f()?;
+    }
+    device::synchronize(device)?;
+    Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)
+}
