@@ -19,7 +19,7 @@ type PushRow<'a> = dyn FnMut(&str, &str, f64, Option<f64>, f64) + 'a;
 /// 1.2, `ops::QuantizeExtras::keep_values`): the quantize passes that write them, the
 /// GEMMs that then run on the BF16 tensor cores without an expansion pass, and the two
 /// training steps built on them. Measured after every other row of the shape (see the
-/// note on positions above).
+/// note on positions in [`bench_shape`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn bench_kept_values(
     plugin: &LoadedPlugin,
