@@ -47,6 +47,11 @@ if __name__ == "__main__":
     # The second grouped-GEMM compile adds the opt-in harness kernels (MXT_INSTANTIATE_V2/_V3/_V4/_V5).
     for f, defs in (("mx_quantize.cu", []), ("mx_grouped_gemm.cu", []),
                     ("mx_grouped_gemm.cu", ["MXT_INSTANTIATE_V2", "MXT_INSTANTIATE_V3", "MXT_INSTANTIATE_V4", "MXT_INSTANTIATE_V5"])):
-        r = subprocess.run([sys.executable, __file__, lib, f] + defs)
+        # NVRTC loads libnvrtc-builtins from the library path: the children get the folder of
+        # the libnvrtc given here on it.
+        env = dict(os.environ)
+        if os.path.dirname(lib):
+            env["LD_LIBRARY_PATH"] = os.path.dirname(os.path.abspath(lib)) + ":" + env.get("LD_LIBRARY_PATH", "")
+        r = subprocess.run([sys.executable, __file__, lib, f] + defs, env=env)
         bad |= r.returncode != 0
     sys.exit(1 if bad else 0)
