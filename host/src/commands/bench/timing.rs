@@ -9,12 +9,15 @@ use std::time::Instant;
 
 /// Bytes overwritten before every timed call on a GPU to evict the L2 cache: Triton's
 /// `do_bench` (which bench_peers.py times torch with) zeroes 256 MB the same way.
+#[cfg(feature = "cuda")]
 const L2_FLUSH_BYTES: usize = 256_000_000;
 
 /// How rows are timed ([`BenchArgs::reps`], [`BenchArgs::back_to_back`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Timing {
     pub(super) reps: u32,
+    /// Read only where a GPU can be timed by events (the `cuda` feature).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(super) back_to_back: bool,
     pub(super) cooldown: std::time::Duration,
     pub(super) warmup: std::time::Duration,
