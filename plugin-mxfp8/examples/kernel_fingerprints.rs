@@ -18,14 +18,8 @@
 //! which NVRTC's `-default-device` emits as initialized globals). `--dump DIR` also writes each image to
 //! `DIR/<unit>.<arch>` (ELF cubins: `readelf -S` shows which section a difference is in).
 
-use mxhost_plugin_mxfp8::kernels::{self, Unit};
-use std::sync::Mutex;
-
-fn fnv64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
+use mxhost_plugin_mxfp8::kernels::{self, fnv, Unit};
+use rayon::prelude::*;
 
 /// The `.text.*` sections of an ELF64 little-endian cubin, concatenated in section order;
 /// `None` when `image` is not such an ELF (PTX).
@@ -66,7 +60,7 @@ fn code_sections(image: &[u8]) -> Option<Vec<u8>> {
     let mut code = Vec::new();
     for i in 0..shnum {
         let (name, off, size) = section(i)?;
-        let name_bytes = &image[str_off + name..];
+        let name_bytes = image.get(str_off + name..)?;
         let end = name_bytes.iter().position(|&b| b == 0)?;
         if name_bytes[..end].starts_with(b".text.") {
             code.extend_from_slice(image.get(off..off + size)?);
@@ -91,55 +85,41 @@ fn main() {
     }
     let mut jobs: Vec<(Unit, &str)> = Unit::all().into_iter().map(|u| (u, "sm_90a")).collect();
     jobs.extend(Unit::PORTABLE.iter().map(|&u| (u, "compute_80")));
-    let results = Mutex::new(Vec::new());
-    let next = Mutex::new(0usize);
-    let workers = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .min(4);
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| loop {
-                let i = {
-                    let mut n = next.lock().unwrap();
-                    let i = *n;
-                    *n += 1;
-                    i
-                };
-                let Some(&(unit, arch)) = jobs.get(i) else {
-                    break;
-                };
-                let line = match kernels::compile(unit, arch) {
-                    Ok(image) => {
-                        if let Some(d) = &dump {
-                            let path = d.join(format!("{}.{arch}", unit.label()));
-                            std::fs::write(&path, &image)
-                                .expect("kernel_fingerprints: write failed");
-                        }
-                        let code = code_sections(&image).unwrap_or_else(|| image.clone());
-                        format!(
-                            "{:<40} {:<10} {:>9} bytes  image {:016x}  code {:016x}",
-                            unit.label(),
-                            arch,
-                            image.len(),
-                            fnv64(&image),
-                            fnv64(&code)
-                        )
+    // NVRTC compiles one unit per thread; a few at a time bound its memory.
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .expect("kernel_fingerprints: thread pool");
+    let results: Vec<String> = pool.install(|| {
+        jobs.par_iter()
+            .map(|&(unit, arch)| match kernels::compile(unit, arch) {
+                Ok(image) => {
+                    if let Some(d) = &dump {
+                        let path = d.join(format!("{}.{arch}", unit.label()));
+                        std::fs::write(&path, &image).expect("kernel_fingerprints: write failed");
                     }
-                    Err(log) => format!(
-                        "{:<40} {:<10} FAILED: {}",
+                    let code = code_sections(&image);
+                    format!(
+                        "{:<40} {:<10} {:>9} bytes  image {:016x}  code {:016x}",
                         unit.label(),
                         arch,
-                        log.lines().next().unwrap_or("")
-                    ),
-                };
-                results.lock().unwrap().push((i, line));
-            });
-        }
+                        image.len(),
+                        fnv(0, &[&image]),
+                        fnv(0, &[code.as_deref().unwrap_or(&image)])
+                    )
+                }
+                Err(log) => format!(
+                    "{:<40} {:<10} FAILED: {}",
+                    unit.label(),
+                    arch,
+                    log.lines().next().unwrap_or("")
+                ),
+            })
+            .collect()
     });
-    let mut results = results.into_inner().unwrap();
-    results.sort();
-    let failed = results.iter().filter(|(_, l)| l.contains("FAILED")).count();
-    for (_, line) in &results {
+    let failed = results.iter().filter(|l| l.contains("FAILED")).count();
+    for line in &results {
         println!("{line}");
     }
     if failed > 0 {

@@ -504,8 +504,9 @@ pub fn compile_with_log(
     }
 }
 
-/// FNV-1a 64 over `parts`, with a seed (two seeds give a 128-bit key).
-fn fnv(seed: u64, parts: &[&[u8]]) -> u64 {
+/// FNV-1a 64 over `parts`, with a seed (two seeds give a 128-bit key): the cache key's
+/// hash, also what `examples/kernel_fingerprints.rs` prints.
+pub fn fnv(seed: u64, parts: &[&[u8]]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64 ^ seed;
     for p in parts {
         for &b in *p {
