@@ -28,58 +28,29 @@
 use std::ffi::{c_char, c_int, CString};
 use std::path::PathBuf;
 
+/// One entry of [`HEADERS`]: the name the sources include and the embedded file.
+macro_rules! header {
+    ($name:literal) => {
+        ($name, include_str!(concat!("../cuda/include/", $name)))
+    };
+}
+
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
 pub const HEADERS: [(&str, &str); 14] = [
-    ("mx_ptx.cuh", include_str!("../cuda/include/mx_ptx.cuh")),
-    (
-        "mx_numerics.cuh",
-        include_str!("../cuda/include/mx_numerics.cuh"),
-    ),
-    ("mx_wgmma.cuh", include_str!("../cuda/include/mx_wgmma.cuh")),
-    (
-        "mx_quant_blocks.cuh",
-        include_str!("../cuda/include/mx_quant_blocks.cuh"),
-    ),
-    (
-        "mx_quant_tile.cuh",
-        include_str!("../cuda/include/mx_quant_tile.cuh"),
-    ),
-    (
-        "mx_quant_values.cuh",
-        include_str!("../cuda/include/mx_quant_values.cuh"),
-    ),
-    (
-        "mx_quant_flat.cuh",
-        include_str!("../cuda/include/mx_quant_flat.cuh"),
-    ),
-    (
-        "mx_fakequant.cuh",
-        include_str!("../cuda/include/mx_fakequant.cuh"),
-    ),
-    (
-        "mx_gemm_common.cuh",
-        include_str!("../cuda/include/mx_gemm_common.cuh"),
-    ),
-    (
-        "mx_gemm_cpasync.cuh",
-        include_str!("../cuda/include/mx_gemm_cpasync.cuh"),
-    ),
-    (
-        "mx_tgemm_pipeline.cuh",
-        include_str!("../cuda/include/mx_tgemm_pipeline.cuh"),
-    ),
-    (
-        "mx_tgemm_mainloop.cuh",
-        include_str!("../cuda/include/mx_tgemm_mainloop.cuh"),
-    ),
-    (
-        "mx_tgemm_roles.cuh",
-        include_str!("../cuda/include/mx_tgemm_roles.cuh"),
-    ),
-    (
-        "mx_tgemm_kernels.cuh",
-        include_str!("../cuda/include/mx_tgemm_kernels.cuh"),
-    ),
+    header!("mx_ptx.cuh"),
+    header!("mx_numerics.cuh"),
+    header!("mx_wgmma.cuh"),
+    header!("mx_quant_blocks.cuh"),
+    header!("mx_quant_tile.cuh"),
+    header!("mx_quant_values.cuh"),
+    header!("mx_quant_flat.cuh"),
+    header!("mx_fakequant.cuh"),
+    header!("mx_gemm_common.cuh"),
+    header!("mx_gemm_cpasync.cuh"),
+    header!("mx_tgemm_pipeline.cuh"),
+    header!("mx_tgemm_mainloop.cuh"),
+    header!("mx_tgemm_roles.cuh"),
+    header!("mx_tgemm_kernels.cuh"),
 ];
 pub const QUANTIZE_CU: &str = include_str!("../cuda/mx_quantize.cu");
 pub const GEMM_CU: &str = include_str!("../cuda/mx_grouped_gemm.cu");
