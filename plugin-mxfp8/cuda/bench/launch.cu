@@ -323,6 +323,8 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w1d_f32_v2o",  mx_tgemm_e4m3e4m3_w1d_f32_v2o,  0, 6},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v2n", mx_tgemm_e4m3e4m3_w2d_bf16_v2n, 1, 6},  // diagnostic: no promotion, wrong results
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v2e", mx_tgemm_e4m3e4m3_w2d_bf16_v2e, 1, 6},  // diagnostic: no output stores
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v2r", mx_tgemm_e4m3e4m3_w2d_bf16_v2r, 1, 6},  // diagnostic: operands resident
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v2re", mx_tgemm_e4m3e4m3_w2d_bf16_v2re, 1, 6},  // diagnostic: resident, no stores
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v2t", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_bf16_v2t},
   {"mx_tgemm_e4m3e4m3_w2d_f32_v2t",  nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_f32_v2t},
   {"mx_tgemm_e4m3e4m3_w1d_bf16_v2t", nullptr, 0, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w1d_bf16_v2t},

@@ -236,6 +236,10 @@ MXT_INST_V2O(mx_tgemm_e4m3e4m3_w1d_bf16_v2o, 0, 0, 0, 1, 6)
 MXT_INST_V2O(mx_tgemm_e4m3e4m3_w1d_f32_v2o,  0, 0, 0, 0, 6)
 MXT_INST_V2N(mx_tgemm_e4m3e4m3_w2d_bf16_v2n, 0, 0, 1, 1, 6)
 MXT_INST_V2E(mx_tgemm_e4m3e4m3_w2d_bf16_v2e, 0, 0, 1, 1, 6)
+// v2r / v2re (diagnostics, wrong results, run 79): v2u / v2e with operands resident in shared
+// memory after the ring's first fill (MXT_OPT_RESIDENT).
+MXT_INST_V2_OPT(mx_tgemm_e4m3e4m3_w2d_bf16_v2r, 0, 0, 1, 1, 6, MXT_OPT_UWG | MXT_OPT_RESIDENT)
+MXT_INST_V2_OPT(mx_tgemm_e4m3e4m3_w2d_bf16_v2re, 0, 0, 1, 1, 6, MXT_OPT_UWG | MXT_OPT_RESIDENT | MXT_OPT_NO_STORE)
 MXT_INST_V2T(mx_tgemm_e4m3e4m3_w2d_bf16_v2t, 0, 0, 1, 1)
 MXT_INST_V2T(mx_tgemm_e4m3e4m3_w2d_f32_v2t,  0, 0, 1, 0)
 MXT_INST_V2T(mx_tgemm_e4m3e4m3_w1d_bf16_v2t, 0, 0, 0, 1)

@@ -83,7 +83,8 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P, const MxTmap* tmO = nullp
     // ---- producer warpgroup: one thread issues every TMA / bulk copy ----
     setmaxnreg_dec<MXT_V2_PREG>();
     if (tid == 256)
-      mxt_produce<SB2D, STAGES, NSG == 2, MxtLay128<SB2D>>(P, g_start, g_pre, mxt_smem_base(mxt_smem), blockIdx.x, gridDim.x, full, empty);
+      mxt_produce<SB2D, STAGES, NSG == 2, MxtLay128<SB2D>, 0, (OPT & MXT_OPT_RESIDENT) != 0>(
+          P, g_start, g_pre, mxt_smem_base(mxt_smem), blockIdx.x, gridDim.x, full, empty);
     return;
   }
   // ---- consumers ----

@@ -50,6 +50,12 @@
 // MXT_OPT_CLUSTER (v6): a released stage is also signalled to the peer CTA of the 2-CTA
 //   cluster (its producer multicasts into this CTA's copy of the stage as well).
 #define MXT_OPT_CLUSTER 128
+// MXT_OPT_RESIDENT (diagnostic only, WRONG results): the producer fills the ring once; every
+//   later stage is released to the consumers by a plain arrive on full[] with no TMA or bulk
+//   copy, so the consumers run the same waits, wgmmas, promotions and epilogue on operands
+//   that stay resident in shared memory (no L2 -> shared traffic), as the anchors' main-loop
+//   microbenchmark does (docs/perf.md run 79).
+#define MXT_OPT_RESIDENT 256
 MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
 MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
 

@@ -87,7 +87,9 @@ MX_DEV int mxt_tile_stages(const MxGemmParams& p, const MxgTile& T, const int* g
 // 64 rows of A and, multicast to both CTAs, its 64-row half of the tile's B (the peer loads
 // the other half), so each CTA's full[] barrier receives the whole B; tiles are decoded with
 // 2 * LAY::BM rows (both CTAs walk the same sequence) and empty[] counts both CTAs' consumers.
-template <int SB2D, int STAGES, int PAD2 = 0, class LAY = MxtLay128<SB2D>, int MC = 0>
+// RES (diagnostic, MXT_OPT_RESIDENT): stages after the first STAGES are released by a plain
+// arrive, without loading anything (the consumers read what the ring already holds).
+template <int SB2D, int STAGES, int PAD2 = 0, class LAY = MxtLay128<SB2D>, int MC = 0, int RES = 0>
 MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtCtx& c,
                      mx_u32 sbase, mx_u64* full, mx_u64* empty) {
   static_assert(!(PAD2 && MC), "the zero stage (PAD2) has no multicast variant");
@@ -111,6 +113,12 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
     if (MC) mbar_wait(&empty[s.stage], s.phase ^ 1);
     else mbar_wait_parked(&empty[s.stage], s.phase ^ 1);
     const mx_u32 dst = sbase + s.stage * STAGE;
+    if (RES && s.pc >= STAGES) {
+      mbar_arrive(&full[s.stage]);
+      ++s.ks; ++s.pc;
+      if (++s.stage == STAGES) { s.stage = 0; s.phase ^= 1; }
+      continue;
+    }
     if (PAD2 && s.ks >= s.nreal) {
       // zero stage: scales 0 (generic stores, ordered before the consumers' reads by the
       // mbarrier arrive's release; the proxy fence orders them before later bulk copies

@@ -132,7 +132,7 @@ MX_DEV void mxt_setup(const MxGemmTmaParams& P, mx_u64* full, mx_u64* empty, int
 
 // One producer thread: fills the STAGES-stage ring at sbase for the tiles first,
 // first + step, ... of this CTA's sequence until the sequence ends.
-template <int SB2D, int STAGES, int PAD2, class LAY, int MC = 0>
+template <int SB2D, int STAGES, int PAD2, class LAY, int MC = 0, int RES = 0>
 MX_DEV void mxt_produce(const MxGemmTmaParams& P, const int* g_start, const int* g_pre, mx_u32 sbase,
                         int first, int step, mx_u64* full, mx_u64* empty, int crank = 0) {
   const MxtCtx c = mxt_ctx(P.g, g_start, g_pre, MC ? 2 * LAY::BM : LAY::BM, LAY::BN);
@@ -142,7 +142,7 @@ MX_DEV void mxt_produce(const MxGemmTmaParams& P, const int* g_start, const int*
   prod.t = first - step; prod.ks = 0; prod.nst = 0;
   prod.row0 = prod.brow = prod.n0 = prod.e = prod.kbeg = 0;
   prod.stage = 0; prod.phase = 0; prod.pc = 0; prod.nreal = 0;
-  mxt_fill<SB2D, STAGES, PAD2, LAY, MC>(prod, 0x7ffffffe, P, c, sbase, full, empty);
+  mxt_fill<SB2D, STAGES, PAD2, LAY, MC, RES>(prod, 0x7ffffffe, P, c, sbase, full, empty);
 }
 
 // The consumers' tile loop: for each tile of the sequence, zero acc, run_groups(nst) (the
