@@ -15,6 +15,7 @@
 #define MXT_INSTANTIATE_V3   // v3: v2 with 8 k32 steps per group: mx_tgemm_e4m3e4m3_{w2d,w1d}_{bf16,f32}_v3
 #define MXT_INSTANTIATE_V4   // v4: two independent 64-row rings: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v4
 #define MXT_INSTANTIATE_V5   // v5: 128 x 192 tiles: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v5
+#define MXT_INSTANTIATE_V7   // v7: v2t's CTA in a 2-CTA cluster, two 128-row tiles sharing B: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v7t
 #define MXT_INSTANTIATE_V6   // v6: v4's rings + a 2-CTA cluster sharing B: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v6{,t}
 #include "../mx_grouped_gemm.cu"
 #include "mx_gemm_variants.cuh"  // the harness-only GEMM variants and opt-in lists the defines above name
@@ -343,6 +344,8 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_f32_v6t",  nullptr, 1, MXT6T_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_f32_v6t,  mxt6_smem_bytes<1, MXT6T_STAGES, true>()},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v6n", nullptr, 1, MXT6_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_bf16_v6n, mxt6_smem_bytes<1, MXT6_STAGES, false>()},
   {"mx_tgemm_e4m3e4m3_w2d_f32_v6n",  nullptr, 1, MXT6_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_f32_v6n,  mxt6_smem_bytes<1, MXT6_STAGES, false>()},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v7t", nullptr, 1, MXT_V2T_STAGES, 128, 64, mx_tgemm_e4m3e4m3_w2d_bf16_v7t, mxt_v2t_smem_bytes<1>()},
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v7t",  nullptr, 1, MXT_V2T_STAGES, 128, 64, mx_tgemm_e4m3e4m3_w2d_f32_v7t,  mxt_v2t_smem_bytes<1>()},
 };
 
 extern "C" int mx_tgemm_smem(int sb2d, int stages) {

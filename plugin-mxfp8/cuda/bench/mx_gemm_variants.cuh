@@ -195,6 +195,57 @@ MX_DEV void mx_tgemm_rings_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
   }
 }
 
+// ---- v7 (run 80): v2t's CTA in a 2-CTA cluster sharing B between two full 128-row tiles ----
+// Why: run 79 measured that the L2 -> shared traffic, not the schedule, holds v2u at the power
+// cap (operands resident: +18 %, at the maximum clock). The CTAs of a cluster take the two
+// 128-row halves of a 256 x 128 tile pair (same expert, same n0): each loads its own A rows
+// (128 x 128 B per stage) and one 64-row half of B multicast to both, so a CTA reads 6 KB
+// from L2 per k32 step instead of 8 (a quarter less per FLOP; v6 halved a shared 128-row
+// tile instead, which kept the bytes per SM). The consumers run v2t's main loop and
+// epilogue unchanged, releasing each stage to both producers (empty[] counts 16 warps).
+template <int FA, int FB, int SB2D, int OUT_BF16, int ST>
+MX_DEV void mx_tgemm_pair_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
+  typedef MxtLay128<SB2D> LAY;
+  const MxGemmParams& p = P.g;
+  extern __shared__ __align__(1024) mx_u8 mxt_smem[];
+  __shared__ __align__(8) mx_u64 full[ST], empty[ST];
+  __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
+  const int tid = threadIdx.x;
+  mxt_setup(P, full, empty, ST, 16, 2 * LAY::BM, g_start, g_pre);
+  cluster_sync();  // the peer's barriers exist before any multicast or remote arrive reaches them
+  const int cr = (int)cluster_ctarank();
+  const int q = (int)blockIdx.x / 2, nq = (int)gridDim.x / 2;
+  if (tid >= 256) {
+    setmaxnreg_dec<MXT_V2_PREG>();
+    if (tid == 256)
+      mxt_produce<SB2D, ST, 0, LAY, 1>(P, g_start, g_pre, mxt_smem_base(mxt_smem), q, nq, full, empty, cr);
+  } else {
+    setmaxnreg_inc<(504 - MXT_V2_PREG) / 2>();
+    const mx_u32 sbase = mxt_smem_base(mxt_smem);
+    const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
+    const MxtCtx c = mxt_ctx(p, g_start, g_pre, 2 * LAY::BM);
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+    const int lt = tid & 127;
+    const int warp = lt >> 5, lane = lt & 31;
+    const int wrow = 64 * wg + 16 * warp + (lane >> 2);
+    int stage = 0; mx_u32 phase = 0;
+    float acc[64], t0[64], t1[64];
+    const MxtStore tst{tmO, sbase + ST * LAY::STAGE + wg * 16384, wg, lt, wg};
+    mxt_consume<OUT_BF16, 64, MXG_BN, true, true>(p, c, g_start, g_pre, 2 * LAY::BM, q, nq, acc, wrow, lane, [&](int nst, int) {
+      for (; nst >= 1; --nst)
+        mxt_group_v2<FA, FB, SB2D, 1, ST, LAY, MXT_OPT_UWG | MXT_OPT_CLUSTER>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+    }, &tst, cr, LAY::BM);
+    mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
+  }
+  __syncwarp();
+  cluster_sync();  // no CTA exits while its peer may still multicast into it or arrive on its barriers
+}
+// Launch: as v2t (MxGemmTmaParamsO, mxt_v2t_smem_bytes), a B tensor map box of 64 rows, an
+// even grid of 2-CTA clusters.
+#define MXT_INST_V7(NAME, FA, FB, SB2D, OBF) \
+  extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParamsO p) { mx_tgemm_pair_impl<FA, FB, SB2D, OBF, MXT_V2T_STAGES>(p.b, p.o_tma ? &p.tmO : nullptr); }
+
 // mx_tgemm_<...>_v6 / _v6t (see mx_tgemm_rings_impl): parameters MxGemmTmaParamsO (v6: the
 // output map unused), a cluster of 2 CTAs fixed at compile time (a plain launch works; the
 // grid must be even).
@@ -269,6 +320,11 @@ MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_f32_v6t,  0, 0, 1, 0, MXT6T_STAGES, true, 1)
 // diagnostic: v6 without the multicast (each CTA loads the whole B), still cluster-coupled
 MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_bf16_v6n, 0, 0, 1, 1, MXT6_STAGES, false, 2)
 MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_f32_v6n,  0, 0, 1, 0, MXT6_STAGES, false, 2)
+#endif
+// v7 kernels, opt-in: define MXT_INSTANTIATE_V7 (bench/launch.cu does).
+#ifdef MXT_INSTANTIATE_V7
+MXT_INST_V7(mx_tgemm_e4m3e4m3_w2d_bf16_v7t, 0, 0, 1, 1)
+MXT_INST_V7(mx_tgemm_e4m3e4m3_w2d_f32_v7t,  0, 0, 1, 0)
 #endif
 // v4 kernels, opt-in: define MXT_INSTANTIATE_V4 (bench/launch.cu does).
 #ifdef MXT_INSTANTIATE_V4

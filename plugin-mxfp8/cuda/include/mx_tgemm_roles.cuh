@@ -151,19 +151,19 @@ MX_DEV void mxt_produce(const MxGemmTmaParams& P, const int* g_start, const int*
 // NACC accumulators per thread (BN / 2); run_groups(nst, sbsh) gets the tile's stage count and
 // (n0 / 32) & 3, where its first weight-scale column block sits in a v5 scale window.
 // With TMA (v2t), full 128-row tiles of a bf16 output leave through mxt_epilogue_tma.
-// half >= 0 (v6): the CTA computes 64-row half `half` of each bm-row tile (its rows and row
-// count cut to that half; a half past the tile's rows stores nothing).
-MX_DEV MxgTile mxt_half(MxgTile T, int half) {
+// half >= 0 (v6, v7): the CTA computes the hrows-row half `half` of each bm-row tile (its rows
+// and row count cut to that half; a half past the tile's rows stores nothing).
+MX_DEV MxgTile mxt_half(MxgTile T, int half, int hrows = 64) {
   if (half >= 0) {
-    T.row0 += 64 * half;
-    T.rows = min(max(T.rows - 64 * half, 0), 64);
+    T.row0 += hrows * half;
+    T.rows = min(max(T.rows - hrows * half, 0), hrows);
   }
   return T;
 }
 template <int OUT_BF16, int NACC = 64, int BN = MXG_BN, bool STORE = true, bool TMA = false, class RunGroups>
 MX_DEV void mxt_consume(const MxGemmParams& p, const MxtCtx& c, const int* g_start, const int* g_pre, int bm,
                         int first, int step, float* acc, int wrow, int lane, RunGroups run_groups,
-                        const MxtStore* tst = nullptr, int half = -1) {
+                        const MxtStore* tst = nullptr, int half = -1, int hrows = 64) {
   for (int t = first; t < c.total; t += step) {
     int nst, sbsh;
     {
@@ -176,9 +176,9 @@ MX_DEV void mxt_consume(const MxGemmParams& p, const MxtCtx& c, const int* g_sta
     run_groups(nst, sbsh);
     int te = t;
     asm volatile("" : "+r"(te));   // decode again after the main loop (no live range across it)
-    const MxgTile T = mxt_half(mxg_decode(p, te, bm, c.ntn, c.tiles_m, g_start, g_pre, BN), half);
+    const MxgTile T = mxt_half(mxg_decode(p, te, bm, c.ntn, c.tiles_m, g_start, g_pre, BN), half, hrows);
     if constexpr (TMA && OUT_BF16 && NACC == 64) {
-      if (tst->tm != nullptr && T.rows == (half >= 0 ? 64 : 128)) { mxt_epilogue_tma(p, T, acc, *tst, lane); continue; }
+      if (tst->tm != nullptr && T.rows == (half >= 0 ? hrows : 128)) { mxt_epilogue_tma(p, T, acc, *tst, lane); continue; }
     }
     if (STORE || p.N < 0) mxt_epilogue<OUT_BF16, NACC>(p, T, acc, wrow, lane);  // !STORE: diagnostic, no stores
   }
