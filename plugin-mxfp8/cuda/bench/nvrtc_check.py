@@ -44,9 +44,9 @@ if __name__ == "__main__":
         sys.exit(compile_one(sys.argv[1], sys.argv[2], sys.argv[3:]))
     lib = sys.argv[1] if len(sys.argv) > 1 else "libnvrtc.so.13"
     bad = 0
-    # The second grouped-GEMM compile adds the opt-in harness kernels (MXT_INSTANTIATE_V2/_V3/_V4/_V5).
+    # The second grouped-GEMM compile adds the opt-in harness kernels (MXT_INSTANTIATE_V2 to _V7).
     for f, defs in (("mx_quantize.cu", []), ("mx_grouped_gemm.cu", []),
-                    ("mx_grouped_gemm.cu", ["MXT_INSTANTIATE_V2", "MXT_INSTANTIATE_V3", "MXT_INSTANTIATE_V4", "MXT_INSTANTIATE_V5"])):
+                    ("mx_grouped_gemm.cu", ["MXT_INSTANTIATE_V2", "MXT_INSTANTIATE_V3", "MXT_INSTANTIATE_V4", "MXT_INSTANTIATE_V5", "MXT_INSTANTIATE_V6", "MXT_INSTANTIATE_V7"])):
         # NVRTC loads libnvrtc-builtins from the library path: the children get the folder of
         # the libnvrtc given here on it.
         env = dict(os.environ)
