@@ -18,6 +18,8 @@ cp target/wasm32-wasip2/release/{hello-gemm,toy-moe,snr}.wasm dist/
 # The peer benchmark, for side-by-side ratios (`mxhost bench --peers`); shared/ does not
 # travel with the working tree.
 if [ -f ../shared/anchors/bench_peers.py ]; then cp ../shared/anchors/bench_peers.py dist/; fi
+# The anchors' main-loop microbenchmark, for plugin-mxfp8/cuda/bench/anchor_clock.sh.
+if [ -f ../shared/anchors/mx_mainloop_overlap.cu ]; then cp ../shared/anchors/mx_mainloop_overlap.cu dist/; fi
 strip dist/mxhost dist/*.so
 # The kernel harness library (plugin-mxfp8/cuda/bench), prebuilt when this machine has
 # nvcc from the CUDA 13.0 wheels in .venv-cuda (scripts/common.sh installs NVRTC there;
