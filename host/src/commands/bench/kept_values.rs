@@ -3,7 +3,7 @@
 
 #[cfg(doc)]
 use super::rows::bench_shape;
-use super::timing::{time, Timing};
+use super::timing::{push_gemm_row, time, PushRow, Timing};
 use super::Shape;
 use crate::device::Device;
 use crate::error::OpResult;
@@ -11,9 +11,6 @@ use crate::ops::{self, GemmConfig, GemmOperand};
 use crate::plugin::LoadedPlugin;
 use crate::tensor::Tensor;
 use mxhost_plugin_abi::{BlockLayout, GemmPass, MxFormat, ScaleMode};
-
-/// `push` of [`bench_shape`]: label, peer pass, seconds, FLOP, bytes.
-type PushRow<'a> = dyn FnMut(&str, &str, f64, Option<f64>, f64) + 'a;
 
 /// Rows with the quantizers keeping the exact MX values in bf16 beside the bytes (ABI
 /// 1.2, `ops::QuantizeExtras::keep_values`): the quantize passes that write them, the
@@ -64,14 +61,8 @@ pub(super) fn bench_kept_values(
     );
     let flops = 2.0 * (rows * s.n * s.k) as f64;
     let gemm_bytes = |a: u64, b: u64, o: u64| 2.0 * (a + b) as f64 + 2.0 * o as f64;
-    let mut gemm_row = |label: &str,
-                        pass: &str,
-                        f: &mut dyn FnMut() -> OpResult<()>,
-                        (fl, bytes): (f64, f64)|
-     -> anyhow::Result<()> {
-        let t = time(device, timing, f)?;
-        push(label, pass, t, Some(fl), bytes);
-        Ok(())
+    let mut gemm_row = |label: &str, pass: &str, f: &mut dyn FnMut() -> OpResult<()>, fb| {
+        push_gemm_row((device, timing), push, (label, pass), f, fb)
     };
     let (qx, qw, qdy) = (
         qv(x, BlockLayout::vector(1))?,

@@ -4,7 +4,7 @@
 use super::dense::bench_dense;
 use super::kept_values::bench_kept_values;
 use super::peers::Peers;
-use super::timing::{time, Timing};
+use super::timing::{push_gemm_row, time, Timing};
 use super::{Row, Shape};
 use crate::device::Device;
 use crate::error::OpResult;
@@ -112,14 +112,8 @@ pub(super) fn bench_shape(
     };
     // One timed GEMM row: label, the peer pass it is compared with, the call, its FLOP
     // and bytes.
-    let mut gemm_row = |label: &str,
-                        pass: &str,
-                        f: &mut dyn FnMut() -> OpResult<()>,
-                        (fl, bytes): (f64, f64)|
-     -> anyhow::Result<()> {
-        let t = time(device, timing, f)?;
-        push(label, pass, t, Some(fl), bytes);
-        Ok(())
+    let mut gemm_row = |label: &str, pass: &str, f: &mut dyn FnMut() -> OpResult<()>, fb| {
+        push_gemm_row((device, timing), &mut push, (label, pass), f, fb)
     };
     gemm_row(
         "forward X 1x32 · W 32x32 (pre-quantized)",

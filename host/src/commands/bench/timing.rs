@@ -61,3 +61,20 @@ pub(super) fn time(
     device::synchronize(device)?;
     Ok(start.elapsed().as_secs_f64() / reps.max(1) as f64)
 }
+
+/// How a shape's rows are recorded: label, peer pass, seconds, FLOP (GEMM rows), bytes.
+pub(super) type PushRow<'a> = dyn FnMut(&str, &str, f64, Option<f64>, f64) + 'a;
+
+/// One timed GEMM row: `f` timed by [`time`], recorded through `push` with its FLOP and
+/// bytes.
+pub(super) fn push_gemm_row(
+    (device, timing): (Device, Timing),
+    push: &mut PushRow<'_>,
+    (label, pass): (&str, &str),
+    f: &mut dyn FnMut() -> OpResult<()>,
+    (flops, bytes): (f64, f64),
+) -> anyhow::Result<()> {
+    let t = time(device, timing, f)?;
+    push(label, pass, t, Some(flops), bytes);
+    Ok(())
+}
