@@ -63,8 +63,7 @@ MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
 #define MXT_V2_PREG 40   // producer registers; consumers get (504 - MXT_V2_PREG) / 2 = 232
 #endif                   // (pool: 168 x 384 = 504 x 128; 24 -> 240 spills in the producer)
 // NSG = stages per straight-line group: 1 = v2; 2 = v3 (8 k32 steps per group, tiles padded
-// to an even stage count with a zero stage by the producer, see mxt_fill PAD2); 4 = v3q
-// (16 steps, padded to a multiple of 4).
+// to an even stage count with a zero stage by the producer, see mxt_fill PAD2).
 // OPT bits (MXT_OPT_*): DINC and PRESCALE are mxt_group_v2's (see there); with
 // MXT_OPT_UWG the warpgroup index is broadcast with a shuffle so the compiler knows it is
 // warp-uniform and builds the A-operand wgmma descriptor in the uniform datapath (no
@@ -84,7 +83,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P, const MxTmap* tmO = nullp
     // ---- producer warpgroup: one thread issues every TMA / bulk copy ----
     setmaxnreg_dec<MXT_V2_PREG>();
     if (tid == 256)
-      mxt_produce<SB2D, STAGES, NSG == 1 ? 0 : NSG, MxtLay128<SB2D>, 0, (OPT & MXT_OPT_RESIDENT) != 0>(
+      mxt_produce<SB2D, STAGES, NSG == 2, MxtLay128<SB2D>, 0, (OPT & MXT_OPT_RESIDENT) != 0>(
           P, g_start, g_pre, mxt_smem_base(mxt_smem), blockIdx.x, gridDim.x, full, empty);
     return;
   }
@@ -102,7 +101,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P, const MxTmap* tmO = nullp
   constexpr bool TMA = (OPT & MXT_OPT_TMA_STORE) != 0;
   const MxtStore tst{tmO, sbase + STAGES * MxtLay128<SB2D>::STAGE + wg * 16384, wg, lt, wg};
   mxt_consume<OUT_BF16, 64, MXG_BN, !(OPT & MXT_OPT_NO_STORE), TMA>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst, int) {
-    if (NSG > 1) nst = (nst + NSG - 1) / NSG * NSG;   // the producer appends zero stages
+    if (NSG == 2) nst = (nst + 1) & ~1;   // the producer appends a zero stage to odd tiles
     if ((OPT & MXT_OPT_SKEW) && NSG == 1 && wg == 1) {
       if (nst <= 0) return;
       typedef MxtLay128<SB2D> L;

@@ -56,84 +56,78 @@
 //   that stay resident in shared memory (no L2 -> shared traffic), as the anchors' main-loop
 //   microbenchmark does (docs/perf.md run 79).
 #define MXT_OPT_RESIDENT 256
+// MXT_OPT_WONLY (v2w, run 82): each wgmma's partial buffer is a write-only ("=f") operand and
+//   is not pinned before the wgmma, as in the anchors' main loop (mx_mainloop_overlap.cu F):
+//   ptxas may then write a promotion's FFMA results into the partial's own registers and
+//   give the next wgmma the registers the accumulators left, so that wgmma can issue before
+//   the promotion ends (F's SASS: the next QGMMA after ~40 of 64 FFMAs). Same arithmetic.
+#define MXT_OPT_WONLY 512
 MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
 MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
 
 // Skewed groups (Q0, NQ; MXT_OPT_SKEW): a group is the NQ k32 steps at positions
-// Q0 .. Q0+NQ-1 of the window of stages st[0], st[1], ... (positions 4i .. 4i+3 in st[i]).
-// The default (Q0 = 0, NQ = 4 * NS) is the v2 (NS = 1), v3 (2) or v3q (4) group above. A
-// stage is released (empty[] arrive) after the promotion of its last step, and `stage`
-// advances by the stages completed.
+// Q0 .. Q0+NQ-1 of the two-stage window st0 (positions 0-3), st1 (4-7). The default
+// (Q0 = 0, NQ = 4 * NS) is the v2/v3 group above. A stage is released (empty[] arrive)
+// after the promotion of its last step, and `stage` advances by the stages completed.
 template <int FA, int FB, int SB2D, int NS, int STAGES, class LAY = MxtLay128<SB2D>, int OPT = 0,
           int Q0 = 0, int NQ = 4 * NS>
 MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const mx_u8* sgen,
                          mx_u64* full, mx_u64* empty, int& stage, mx_u32& phase, int wg, int wrow, int lane) {
   constexpr int STAGE = LAY::STAGE;
   constexpr int PEND = Q0 + NQ;                  // one past the group's last position
-  constexpr int NW = (PEND + 3) / 4;             // stages the group reads
-  static_assert(Q0 >= 0 && Q0 < 4 && NQ >= 1 && NW <= 4 && NW <= STAGES, "a group lies in a window of at most four stages");
-  // LAZY (four-stage windows, v3q): a stage's full[] wait sits right before its first wgmma,
-  // not at the group's start: with a 5-stage ring the window's last stages are still loading
-  // when the group begins (their buffers are the previous group's, released during it).
-  constexpr bool LAZY = NW > 2;
-  int st[NW];
-  mx_u32 bs[NW];
-  st[0] = stage;
-#pragma unroll
-  for (int i = 1; i < NW; ++i) st[i] = (st[i - 1] + 1 == STAGES) ? 0 : st[i - 1] + 1;
-  mbar_wait(&full[st[0]], phase);
-  // a stage past the ring's end is in the next phase (st[i] <= st[0] once it wrapped)
-#pragma unroll
-  for (int i = 1; i < NW; ++i)
-    if (!LAZY) mbar_wait(&full[st[i]], st[i] <= st[0] ? (phase ^ 1) : phase);
-#pragma unroll
-  for (int i = 0; i < NW; ++i) bs[i] = sbase + st[i] * STAGE;
+  static_assert(Q0 >= 0 && Q0 < 4 && NQ >= 1 && PEND <= 8, "a group lies in a two-stage window");
+  constexpr bool TWO = PEND > 4;                 // the group reaches into st1
+  const int st0 = stage;
+  const int st1 = (stage + 1 == STAGES) ? 0 : stage + 1;
+  mbar_wait(&full[st0], phase);
+  if (TWO) mbar_wait(&full[st1], st1 == 0 ? (phase ^ 1) : phase);
+  const mx_u32 b0 = sbase + st0 * STAGE, b1 = sbase + st1 * STAGE;
   constexpr bool DINC = (OPT & MXT_OPT_DINC) != 0;
   constexpr bool PRE = SB2D && Q0 == 0 && PEND == 4 && (OPT & MXT_OPT_PRESCALE) != 0;
-  mx_u32 dA[NW], dB[NW];
-#pragma unroll
-  for (int i = 0; i < NW; ++i) {
-    dA[i] = DINC ? mxt_desc_lo(bs[i] + wg * LAY::A_WG) : 0u;
-    dB[i] = DINC ? mxt_desc_lo(bs[i] + LAY::B_OFF) : 0u;
+  mx_u32 dA0 = 0, dB0 = 0, dA1 = 0, dB1 = 0;
+  if (DINC) {
+    dA0 = mxt_desc_lo(b0 + wg * LAY::A_WG); dB0 = mxt_desc_lo(b0 + LAY::B_OFF);
+    if (TWO) { dA1 = mxt_desc_lo(b1 + wg * LAY::A_WG); dB1 = mxt_desc_lo(b1 + LAY::B_OFF); }
   }
   float4 sa0 = make_float4(0.f, 0.f, 0.f, 0.f), sa1 = sa0;
   float4 sbp[4] = {sa0, sa0, sa0, sa0};
   if (PRE) {
-    sa0 = lds_f32x4(bs[0] + LAY::SA_OFF + 16 * wrow);
-    sa1 = lds_f32x4(bs[0] + LAY::SA_OFF + 16 * (wrow + 8));
+    sa0 = lds_f32x4(b0 + LAY::SA_OFF + 16 * wrow);
+    sa1 = lds_f32x4(b0 + LAY::SA_OFF + 16 * (wrow + 8));
 #pragma unroll
-    for (int j = 0; j < 4; ++j) sbp[j] = lds_f32x4(bs[0] + LAY::SB_OFF + 16 * j);
+    for (int j = 0; j < 4; ++j) sbp[j] = lds_f32x4(b0 + LAY::SB_OFF + 16 * j);
   }
 #pragma unroll
   for (int q = 0; q < NQ + 1; ++q) {
     if (q < NQ) {
       const int pq = Q0 + q;                     // position of step q in the window
-      const mx_u32 bb = bs[pq >> 2] + 32 * (pq & 3);
-      if (LAZY && (pq & 3) == 0 && pq > 0) mbar_wait(&full[st[pq >> 2]], st[pq >> 2] <= st[0] ? (phase ^ 1) : phase);
+      const mx_u32 bb = (pq < 4 ? b0 : b1) + 32 * (pq & 3);
       float* cur = (q & 1) ? tb : ta;
-      reg_pin<64>(cur);
+      if (!(OPT & MXT_OPT_WONLY)) reg_pin<64>(cur);
       wgmma_fence();
-      if (DINC)
-        wgmma_m64n128k32_inplace<FA, FB>(cur, mxt_desc_from_lo(dA[pq >> 2] + 2 * (pq & 3)),
-                                         mxt_desc_from_lo(dB[pq >> 2] + 2 * (pq & 3)));
+      if (OPT & MXT_OPT_WONLY)
+        wgmma_m64n128k32<FA, FB>(cur, make_smem_desc_sw128(bb + wg * LAY::A_WG), make_smem_desc_sw128(bb + LAY::B_OFF));
+      else if (DINC)
+        wgmma_m64n128k32_inplace<FA, FB>(cur, mxt_desc_from_lo((pq < 4 ? dA0 : dA1) + 2 * (pq & 3)),
+                                         mxt_desc_from_lo((pq < 4 ? dB0 : dB1) + 2 * (pq & 3)));
       else
         wgmma_m64n128k32_inplace<FA, FB>(cur, make_smem_desc_sw128(bb + wg * LAY::A_WG), make_smem_desc_sw128(bb + LAY::B_OFF));
       wgmma_commit();
     }
     if (q >= 1) {
       const int ip = q - 1, pp = Q0 + ip, j = pp & 3;
-      const mx_u32 b = bs[pp >> 2];
+      const mx_u32 bs = pp < 4 ? b0 : b1;
       if ((j == 0 || ip == 0) && !PRE) {
         // This stage's A-row scales, kb 0..3 (stage-major: row*4 + kb, 16 bytes per row).
-        sa0 = lds_f32x4(b + LAY::SA_OFF + 16 * wrow);
-        sa1 = lds_f32x4(b + LAY::SA_OFF + 16 * (wrow + 8));
+        sa0 = lds_f32x4(bs + LAY::SA_OFF + 16 * wrow);
+        sa1 = lds_f32x4(bs + LAY::SA_OFF + 16 * (wrow + 8));
       }
       const float s0 = j == 0 ? sa0.x : (j == 1 ? sa0.y : (j == 2 ? sa0.z : sa0.w));
       const float s1 = j == 0 ? sa1.x : (j == 1 ? sa1.y : (j == 2 ? sa1.z : sa1.w));
       float4 sb4 = make_float4(0.f, 0.f, 0.f, 0.f);
       if (PRE) sb4 = sbp[j];
-      else if (SB2D) sb4 = lds_f32x4(b + LAY::SB_OFF + 16 * j);
-      const float* sBg = reinterpret_cast<const float*>(sgen + st[pp >> 2] * STAGE + LAY::SB_OFF);
+      else if (SB2D) sb4 = lds_f32x4(bs + LAY::SB_OFF + 16 * j);
+      const float* sBg = reinterpret_cast<const float*>(sgen + (pp < 4 ? st0 : st1) * STAGE + LAY::SB_OFF);
       if (q < NQ) wgmma_wait<1>(); else wgmma_wait<0>();
       float* prv = (ip & 1) ? tb : ta;
       reg_pin<64>(prv);
@@ -145,16 +139,15 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
         // replaces the wgmma by an empty HGMMA.64x8x16)
         acc[0] += (s0 + s1 + sb4.x + sb4.y + sb4.z + sb4.w) * prv[0];
       }
-      // a stage before the window's last is released as soon as its last step is promoted
-      if (j == 3 && (pp >> 2) < NW - 1 && lane == 0) {
-        mbar_arrive(&empty[st[pp >> 2]]);
-        if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[st[pp >> 2]], cluster_ctarank() ^ 1u);
+      if (TWO && pp == 3 && lane == 0) {
+        mbar_arrive(&empty[st0]);
+        if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[st0], cluster_ctarank() ^ 1u);
       }
     }
   }
-  if (PEND % 4 == 0 && lane == 0) {
-    mbar_arrive(&empty[st[NW - 1]]);
-    if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[st[NW - 1]], cluster_ctarank() ^ 1u);
+  if ((PEND == 4 || PEND == 8) && lane == 0) {
+    mbar_arrive(&empty[PEND == 8 ? st1 : st0]);
+    if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[PEND == 8 ? st1 : st0], cluster_ctarank() ^ 1u);
   }
 #pragma unroll
   for (int g = 0; g < PEND / 4; ++g) {

@@ -64,7 +64,7 @@ struct MxtProd {
   int row0, brow, n0, e, kbeg;
   int stage; mx_u32 phase;
   int pc;                // stages issued so far (0x7fffffff once the sequence is done)
-  int nreal;             // PAD2 (v3, v3q) only: real stages of the tile (nst = nreal rounded up to a multiple of PAD2)
+  int nreal;             // PAD2 (v3) only: real stages of the tile (nst = nreal rounded up to even)
   int step;              // tile stride of this producer's sequence (gridDim.x; v4: 2 * gridDim.x)
   int crank;             // MC (v6) only: this CTA's rank in its 2-CTA cluster (its 64-row half, its B half)
 };
@@ -77,8 +77,7 @@ MX_DEV int mxt_tile_stages(const MxGemmParams& p, const MxgTile& T, const int* g
 // Issue stages until `limit` stages have been issued or the tile sequence ends. Stage
 // number s reuses the buffers of stage s - STAGES: the wait on empty[] needs both
 // consumer warpgroups to have released that stage.
-// PAD2 (v3: 2, v3q: 4): a tile's stage count is rounded up to a multiple of PAD2; each extra
-// stage is a zero stage:
+// PAD2 (v3): a tile's stage count is rounded up to even; the extra stage is a zero stage:
 // both TMA boxes start at the tensor's inner extent (entirely out of bounds: TMA zero-fills
 // them and still completes the full box bytes) and its scale region (SA and SB) is written
 // with zeros by this thread. Its k32 partials are +0 (all products +0 * +0), promoted as
@@ -104,7 +103,7 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
       if (s.t >= c.total) { s.pc = 0x7fffffff; return; }
       const MxgTile T = mxg_decode(p, s.t, DBM, c.ntn, c.tiles_m, c.g_start, c.g_pre, LAY::BN);
       s.nst = mxt_tile_stages(p, T, c.g_pre);
-      if (PAD2) { s.nreal = s.nst; s.nst = (s.nst + PAD2 - 1) / PAD2 * PAD2; }
+      if (PAD2) { s.nreal = s.nst; s.nst = (s.nst + 1) & ~1; }
       s.ks = 0;
       s.row0 = T.row0 + (MC ? LAY::BM * s.crank : 0); s.n0 = T.n0; s.e = T.e; s.kbeg = T.kbeg;
       s.brow = T.e * c.brows_e + T.n0;
