@@ -4,6 +4,7 @@
 // 128x32 B bytes for every wgmma; a real kernel reads a new k32 slice every step. Here the same
 // loop (one warpgroup per CTA, 2 CTAs per SM, m64n128k32, 8-step straight-line groups, scales
 // from shared memory, write-only partials) reads NSL distinct slices in turn (NSL = 1 is F).
+// NWG = 2 puts two such warpgroups in one CTA that share the B slices (run 84).
 // Diagnostic (run 83); results are a checksum, not checked. Build and run on the GPU machine:
 //   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -o ms mainloop_slices.cu && ./ms
 // Each variant runs ~3 s back to back; sample the SM clock with nvidia-smi alongside.
@@ -42,19 +43,22 @@ __device__ __forceinline__ void promote(float* acc, const float* t, float s0, fl
   }
 }
 constexpr int ABYTES = 64 * 32, BBYTES = 128 * 32;
-// NSL slices of A and B (NSL * 6 KB of dynamic shared memory); step s reads slice s % NSL.
-template <int NSL>
-__global__ void __launch_bounds__(128, 1) slices(const uint8_t* gA, const uint8_t* gB, const float* gs, float* out, int iters) {
+// NSL slices of A and B; step s reads slice s % NSL. NWG = 1: one warpgroup per CTA (2 CTAs
+// per SM, as F), NSL * 6 KB; NWG = 2: two warpgroups per CTA sharing each B slice, each with
+// its own 64 rows of a 128-row A slice (the backend kernel's consumers, one CTA per SM),
+// NSL * 8 KB.
+template <int NSL, int NWG>
+__global__ void __launch_bounds__(128 * NWG, 1) slices(const uint8_t* gA, const uint8_t* gB, const float* gs, float* out, int iters) {
   extern __shared__ __align__(128) uint8_t sm[];
   __shared__ float ssa[16][64];
   __shared__ __align__(16) float ssb[16][128];
   uint8_t* sA = sm;
-  uint8_t* sB = sm + NSL * ABYTES;
-  const int t = threadIdx.x;
-  for (int i = t; i < NSL * ABYTES; i += 128) sA[i] = gA[i];
-  for (int i = t; i < NSL * BBYTES; i += 128) sB[i] = gB[i];
-  for (int i = t; i < 16 * 64; i += 128) (&ssa[0][0])[i] = gs[i & 255];
-  for (int i = t; i < 16 * 128; i += 128) (&ssb[0][0])[i] = gs[(i * 7) & 255];
+  uint8_t* sB = sm + NSL * NWG * ABYTES;
+  const int tid = threadIdx.x, t = tid & 127, wg = tid >> 7;
+  for (int i = tid; i < NSL * NWG * ABYTES; i += 128 * NWG) sA[i] = gA[i];
+  for (int i = tid; i < NSL * BBYTES; i += 128 * NWG) sB[i] = gB[i];
+  for (int i = tid; i < 16 * 64; i += 128 * NWG) (&ssa[0][0])[i] = gs[i & 255];
+  for (int i = tid; i < 16 * 128; i += 128 * NWG) (&ssb[0][0])[i] = gs[(i * 7) & 255];
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
   const uint32_t a0 = (uint32_t)__cvta_generic_to_shared(sA), b0 = (uint32_t)__cvta_generic_to_shared(sB);
@@ -62,7 +66,7 @@ __global__ void __launch_bounds__(128, 1) slices(const uint8_t* gA, const uint8_
   float acc[64], t0[64], t1[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  auto da = [&](int s) { return desc_of(a0 + (s % NSL) * ABYTES); };
+  auto da = [&](int s) { return desc_of(a0 + ((s % NSL) * NWG + wg) * ABYTES); };
   auto db = [&](int s) { return desc_of(b0 + (s % NSL) * BBYTES); };
   auto step = [&](float* buf, int ks) {
     float sb4[4];
@@ -83,33 +87,33 @@ __global__ void __launch_bounds__(128, 1) slices(const uint8_t* gA, const uint8_
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < 64; ++i) s += acc[i];
-  out[blockIdx.x * 128 + t] = s;
+  out[blockIdx.x * 128 * NWG + tid] = s;
 }
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA error %s at %d\n", cudaGetErrorString(e), __LINE__); exit(1); } } while (0)
-template <int NSL>
+template <int NSL, int NWG = 1>
 void run(const uint8_t* A, const uint8_t* B, const float* S, float* O, int ctas) {
-  const int smem = NSL * (ABYTES + BBYTES);
-  CK(cudaFuncSetAttribute(slices<NSL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int smem = NSL * (NWG * ABYTES + BBYTES);
+  CK(cudaFuncSetAttribute(slices<NSL, NWG>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int iters = 24000;
-  slices<NSL><<<ctas, 128, smem>>>(A, B, S, O, 64); CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+  slices<NSL, NWG><<<ctas, 128 * NWG, smem>>>(A, B, S, O, 64); CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
   cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
   int n = 0; float ms = 0.f;
   const double t0 = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   CK(cudaEventRecord(e0));
   for (; n < 4000; ++n) {
-    slices<NSL><<<ctas, 128, smem>>>(A, B, S, O, iters);
+    slices<NSL, NWG><<<ctas, 128 * NWG, smem>>>(A, B, S, O, iters);
     if (n % 50 == 49) { CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1)); CK(cudaEventElapsedTime(&ms, e0, e1)); if (ms > 3000) { ++n; break; } }
   }
   CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1)); CK(cudaEventElapsedTime(&ms, e0, e1));
-  const double flops = 2.0 * 64 * 128 * 32 * (double)iters * ctas * n;
+  const double flops = 2.0 * 64 * 128 * 32 * (double)iters * ctas * NWG * n;
   const double t1 = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  printf("slices=%2d (%3d KB smem/CTA), sustained %d launches in %.0f ms: %7.1f TFLOP/s  [epoch %.3f %.3f]\n", NSL, smem / 1024, n, ms,
+  printf("slices=%2d wg/CTA=%d (%3d KB smem/CTA), sustained %d launches in %.0f ms: %7.1f TFLOP/s  [epoch %.3f %.3f]\n", NSL, NWG, smem / 1024, n, ms,
          flops / (ms * 1e-3) / 1e12, t0, t1);
   fflush(stdout);
 }
 int main() {
   const int MAXSL = 16;
-  std::vector<uint8_t> a(MAXSL * ABYTES), b(MAXSL * BBYTES); std::vector<float> s(256);
+  std::vector<uint8_t> a(MAXSL * 2 * ABYTES), b(MAXSL * BBYTES); std::vector<float> s(256);
   srand(1);
   for (auto& x : a) { x = rand() & 0xFF; if ((x & 0x7F) == 0x7F) x = 0; }
   for (auto& x : b) { x = rand() & 0xFF; if ((x & 0x7F) == 0x7F) x = 0; }
@@ -122,6 +126,8 @@ int main() {
   run<1>(dA, dB, dS, dO, ctas);
   run<4>(dA, dB, dS, dO, ctas);
   run<16>(dA, dB, dS, dO, ctas);
-  run<1>(dA, dB, dS, dO, ctas);
+  run<16, 2>(dA, dB, dS, dO, ctas / 2);  // one CTA of two warpgroups per SM
+  run<1, 2>(dA, dB, dS, dO, ctas / 2);
+  run<16>(dA, dB, dS, dO, ctas);
   return 0;
 }
