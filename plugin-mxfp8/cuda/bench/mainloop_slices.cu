@@ -4,7 +4,8 @@
 // 128x32 B bytes for every wgmma; a real kernel reads a new k32 slice every step. Here the same
 // loop (one warpgroup per CTA, 2 CTAs per SM, m64n128k32, 8-step straight-line groups, scales
 // from shared memory, write-only partials) reads NSL distinct slices in turn (NSL = 1 is F).
-// NWG = 2 puts two such warpgroups in one CTA that share the B slices (run 84).
+// NWG = 2 puts two such warpgroups in one CTA that share the B slices (run 84); GS = 4 drains
+// every 4 steps as the backend's v2 does (run 85).
 // Diagnostic (run 83); results are a checksum, not checked. Build and run on the GPU machine:
 //   nvcc -gencode arch=compute_90a,code=sm_90a -O3 -o ms mainloop_slices.cu && ./ms
 // Each variant runs ~3 s back to back; sample the SM clock with nvidia-smi alongside.
@@ -47,7 +48,8 @@ constexpr int ABYTES = 64 * 32, BBYTES = 128 * 32;
 // per SM, as F), NSL * 6 KB; NWG = 2: two warpgroups per CTA sharing each B slice, each with
 // its own 64 rows of a 128-row A slice (the backend kernel's consumers, one CTA per SM),
 // NSL * 8 KB.
-template <int NSL, int NWG>
+// GS = k32 steps per straight-line group, drained at its end: 8 as F, 4 as the backend's v2.
+template <int NSL, int NWG, int GS>
 __global__ void __launch_bounds__(128 * NWG, 1) slices(const uint8_t* gA, const uint8_t* gB, const float* gs, float* out, int iters) {
   extern __shared__ __align__(128) uint8_t sm[];
   __shared__ float ssa[16][64];
@@ -74,15 +76,15 @@ __global__ void __launch_bounds__(128 * NWG, 1) slices(const uint8_t* gA, const 
     for (int b = 0; b < 4; ++b) sb4[b] = ssb[ks & 15][b * 32];
     promote(acc, buf, ssa[ks & 15][row0], ssa[ks & 15][row0 + 8], sb4);
   };
-  for (int it = 0; it < iters; it += 8) {
+  for (int it = 0; it < iters; it += GS) {
     fence(); mma(t0, da(it), db(it)); commit();
 #pragma unroll
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < GS / 2 - 1; ++k) {
       fence(); mma(t1, da(it + 2 * k + 1), db(it + 2 * k + 1)); commit(); wait<1>(); pin(t0); step(t0, it + 2 * k);
       fence(); mma(t0, da(it + 2 * k + 2), db(it + 2 * k + 2)); commit(); wait<1>(); pin(t1); step(t1, it + 2 * k + 1);
     }
-    fence(); mma(t1, da(it + 7), db(it + 7)); commit(); wait<1>(); pin(t0); step(t0, it + 6);
-    wait<0>(); pin(t1); step(t1, it + 7);
+    fence(); mma(t1, da(it + GS - 1), db(it + GS - 1)); commit(); wait<1>(); pin(t0); step(t0, it + GS - 2);
+    wait<0>(); pin(t1); step(t1, it + GS - 1);
   }
   float s = 0.f;
 #pragma unroll
@@ -90,24 +92,24 @@ __global__ void __launch_bounds__(128 * NWG, 1) slices(const uint8_t* gA, const 
   out[blockIdx.x * 128 * NWG + tid] = s;
 }
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA error %s at %d\n", cudaGetErrorString(e), __LINE__); exit(1); } } while (0)
-template <int NSL, int NWG = 1>
+template <int NSL, int NWG = 1, int GS = 8>
 void run(const uint8_t* A, const uint8_t* B, const float* S, float* O, int ctas) {
   const int smem = NSL * (NWG * ABYTES + BBYTES);
-  CK(cudaFuncSetAttribute(slices<NSL, NWG>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CK(cudaFuncSetAttribute(slices<NSL, NWG, GS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int iters = 24000;
-  slices<NSL, NWG><<<ctas, 128 * NWG, smem>>>(A, B, S, O, 64); CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+  slices<NSL, NWG, GS><<<ctas, 128 * NWG, smem>>>(A, B, S, O, 64); CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
   cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
   int n = 0; float ms = 0.f;
   const double t0 = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   CK(cudaEventRecord(e0));
   for (; n < 4000; ++n) {
-    slices<NSL, NWG><<<ctas, 128 * NWG, smem>>>(A, B, S, O, iters);
+    slices<NSL, NWG, GS><<<ctas, 128 * NWG, smem>>>(A, B, S, O, iters);
     if (n % 50 == 49) { CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1)); CK(cudaEventElapsedTime(&ms, e0, e1)); if (ms > 3000) { ++n; break; } }
   }
   CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1)); CK(cudaEventElapsedTime(&ms, e0, e1));
   const double flops = 2.0 * 64 * 128 * 32 * (double)iters * ctas * NWG * n;
   const double t1 = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  printf("slices=%2d wg/CTA=%d (%3d KB smem/CTA), sustained %d launches in %.0f ms: %7.1f TFLOP/s  [epoch %.3f %.3f]\n", NSL, NWG, smem / 1024, n, ms,
+  printf("slices=%2d wg/CTA=%d steps/group=%d (%3d KB smem/CTA), sustained %d launches in %.0f ms: %7.1f TFLOP/s  [epoch %.3f %.3f]\n", NSL, NWG, GS, smem / 1024, n, ms,
          flops / (ms * 1e-3) / 1e12, t0, t1);
   fflush(stdout);
 }
@@ -124,10 +126,10 @@ int main() {
   CK(cudaMemcpy(dS, s.data(), s.size() * 4, cudaMemcpyHostToDevice));
   const int ctas = 264;  // 2 per SM on 132 SMs
   run<1>(dA, dB, dS, dO, ctas);
-  run<4>(dA, dB, dS, dO, ctas);
   run<16>(dA, dB, dS, dO, ctas);
   run<16, 2>(dA, dB, dS, dO, ctas / 2);  // one CTA of two warpgroups per SM
-  run<1, 2>(dA, dB, dS, dO, ctas / 2);
+  run<16, 1, 4>(dA, dB, dS, dO, ctas);   // 4-step groups (v2's)
+  run<16, 2, 4>(dA, dB, dS, dO, ctas / 2);
   run<16>(dA, dB, dS, dO, ctas);
   return 0;
 }
