@@ -890,7 +890,7 @@ def time_shape(key, rows, rep):
             runs.append(("wgrad", f"wgrad 1x32 x X32x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)))
             continue
         runs.append(("wgrad", f"wgrad 1x32 x 1x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt["qt"], qxt["st"], offs, E, N, K, Mpad, False, o_wg)))
-        if sfx in ("_v2", "_v3", "_v2u", "_v2d", "_v2o", "_v2t", "_v2w", "_v3t"):
+        if sfx in V2_FAMILY:  # (the W2D_ONLY ones went on above)
             runs += [
                 ("fwd", f"fwd 1x32 x 1x32 [{sfx}]", lambda: fwd_call(qx["qa"], qx["sa"], qw1["qa"].view(E, N, K), sw1, offs, E, M, N, K, False, o_fwd)),
                 ("wgrad", f"wgrad 1x32 x X32x32 [{sfx}]", lambda: wgrad_call(qdyt["qt"], qdyt["st"], qxt2["qt"], qxt2["st"], offs, E, N, K, Mpad, True, o_wg)),

@@ -105,13 +105,10 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
       float* cur = (q & 1) ? tb : ta;
       if (!(OPT & MXT_OPT_WONLY)) reg_pin<64>(cur);
       wgmma_fence();
-      if (OPT & MXT_OPT_WONLY)
-        wgmma_m64n128k32<FA, FB>(cur, make_smem_desc_sw128(bb + wg * LAY::A_WG), make_smem_desc_sw128(bb + LAY::B_OFF));
-      else if (DINC)
-        wgmma_m64n128k32_inplace<FA, FB>(cur, mxt_desc_from_lo((pq < 4 ? dA0 : dA1) + 2 * (pq & 3)),
-                                         mxt_desc_from_lo((pq < 4 ? dB0 : dB1) + 2 * (pq & 3)));
-      else
-        wgmma_m64n128k32_inplace<FA, FB>(cur, make_smem_desc_sw128(bb + wg * LAY::A_WG), make_smem_desc_sw128(bb + LAY::B_OFF));
+      const mx_u64 da = DINC ? mxt_desc_from_lo((pq < 4 ? dA0 : dA1) + 2 * (pq & 3)) : make_smem_desc_sw128(bb + wg * LAY::A_WG);
+      const mx_u64 db = DINC ? mxt_desc_from_lo((pq < 4 ? dB0 : dB1) + 2 * (pq & 3)) : make_smem_desc_sw128(bb + LAY::B_OFF);
+      if (OPT & MXT_OPT_WONLY) wgmma_m64n128k32<FA, FB>(cur, da, db);
+      else wgmma_m64n128k32_inplace<FA, FB>(cur, da, db);
       wgmma_commit();
     }
     if (q >= 1) {
