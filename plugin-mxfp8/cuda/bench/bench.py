@@ -823,10 +823,10 @@ def tms(fn, rep_ms):
     return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
 
 
-V2_FAMILY = ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v4", "_v5", "_v6", "_v6t", "_v6n", "_v7t")  # the v2 main loop and its relatives (extra bitwise checks, repeats timed last)
-EQUAL_TO_V2U = ("_v4", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v5", "_v6", "_v6t", "_v6n", "_v7t")  # must equal v2u bit for bit (strict checks, extra edge cases)
-W2D_ONLY = ("_v4", "_v2p", "_v5", "_v6", "_v6t", "_v6n", "_v7t")  # variants built for 32x32 weight scales only (a 1x32 pass under them runs the default kernel)
-VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v4", "_v5", "_v6", "_v6t", "_v6n", "_v7t"]  # experimental tgemm variants checked and timed next to the default (--variants)
+V2_FAMILY = ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v2s", "_v3s", "_v4", "_v5", "_v6", "_v6t", "_v6n", "_v7t")  # the v2 main loop and its relatives (extra bitwise checks, repeats timed last)
+EQUAL_TO_V2U = ("_v4", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v2s", "_v3s", "_v5", "_v6", "_v6t", "_v6n", "_v7t")  # must equal v2u bit for bit (strict checks, extra edge cases)
+W2D_ONLY = ("_v4", "_v2p", "_v2s", "_v3s", "_v5", "_v6", "_v6t", "_v6n", "_v7t")  # variants built for 32x32 weight scales only (a 1x32 pass under them runs the default kernel)
+VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v2s", "_v3s", "_v4", "_v5", "_v6", "_v6t", "_v6n", "_v7t"]  # experimental tgemm variants checked and timed next to the default (--variants)
 GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
 QUANT_ONLY = False  # --quant-only: quantizer checks and timings only
 FAKEQUANT_ONLY = False  # --fakequant: fake-quant (mx_fakequant_m32_*) check and timings only
@@ -1046,7 +1046,7 @@ def main():
                 if sfx in V2_FAMILY:
                     check_gemm_case(results, f"odd-groups{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.bfloat16)
                     check_gemm_case(results, f"odd-groups-x2d{sfx}", 5, [129, 0, 300, 64, 31], 304, 272, torch.float32, x2d=True)
-                if sfx in ("_v3", "_v3t"):
+                if sfx in ("_v3", "_v3t", "_v3s"):
                     # stage counts (fwd K / dgrad N / wgrad segments): 1 (K=32, 128: one real + one
                     # zero stage), 2, 4 (even: no zero stage), 3; tiny, empty groups, padding rows
                     for args, kw in (((f"tiny-k32{sfx}", 4, [1, 0, 3, 130], 32, 64, torch.float32), dict(pad_rows=5)),
@@ -1118,7 +1118,7 @@ def main():
         for k, n, base in pairs:
             if (k, base) in byname:
                 print(f"{k} | {n} | {byname[(k, base)] / byname[(k, n)]:.3f}")
-    for ref, other in (("_v2", "_v3"), ("_v2", "_v2u"), ("_v2u", "_v2d"), ("_v2u", "_v2p"), ("_v2u", "_v2o"), ("_v2u", "_v2t"), ("_v2u", "_v4"), ("_v2u", "_v5"), ("_v2u", "_v6"), ("_v2t", "_v6t"), ("_v2u", "_v6n"), ("_v2t", "_v7t"), ("_v2t", "_v3t"), ("_v2t", "_v2w")):
+    for ref, other in (("_v2", "_v3"), ("_v2", "_v2u"), ("_v2u", "_v2d"), ("_v2u", "_v2p"), ("_v2u", "_v2o"), ("_v2u", "_v2t"), ("_v2u", "_v4"), ("_v2u", "_v5"), ("_v2u", "_v6"), ("_v2t", "_v6t"), ("_v2u", "_v6n"), ("_v2t", "_v7t"), ("_v2t", "_v3t"), ("_v2t", "_v2w"), ("_v2t", "_v2s"), ("_v2t", "_v3s")):
         if ref in VARIANTS and other in VARIANTS:
             print(f"\nshape | pass | {ref[1:]} µs / {other[1:]} µs (> 1 = {other[1:]} faster)")
             for k, n, *_ in rows:

@@ -304,6 +304,13 @@ MXT_INST_V2W(mx_tgemm_e4m3e4m3_w2d_bf16_v2w, 0, 0, 1, 1)
 MXT_INST_V2W(mx_tgemm_e4m3e4m3_w2d_f32_v2w,  0, 0, 1, 0)
 MXT_INST_V2W(mx_tgemm_e4m3e4m3_w1d_bf16_v2w, 0, 0, 0, 1)
 MXT_INST_V2W(mx_tgemm_e4m3e4m3_w1d_f32_v2w,  0, 0, 0, 0)
+// v2s (run 86): v2t with warpgroup 1 started ~0.8 us late (MXT_OPT_DELAY1). Launch as v2t.
+#define MXT_INST_V2S(NAME, FA, FB, SB2D, OBF, NSG) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParamsO p) { \
+    mx_tgemm_v2_impl<FA, FB, SB2D, OBF, MXT_V2T_STAGES, NSG, MXT_OPT_UWG | MXT_OPT_TMA_STORE | MXT_OPT_DELAY1>(p.b, p.o_tma ? &p.tmO : nullptr); }
+MXT_INST_V2S(mx_tgemm_e4m3e4m3_w2d_bf16_v2s, 0, 0, 1, 1, 1)
+MXT_INST_V2S(mx_tgemm_e4m3e4m3_w2d_f32_v2s,  0, 0, 1, 0, 1)
 #endif
 
 // v3 kernels, opt-in: define MXT_INSTANTIATE_V3 (bench/launch.cu does).
@@ -325,6 +332,9 @@ MXT_INST_V3T(mx_tgemm_e4m3e4m3_w2d_bf16_v3t, 0, 0, 1, 1)
 MXT_INST_V3T(mx_tgemm_e4m3e4m3_w2d_f32_v3t,  0, 0, 1, 0)
 MXT_INST_V3T(mx_tgemm_e4m3e4m3_w1d_bf16_v3t, 0, 0, 0, 1)
 MXT_INST_V3T(mx_tgemm_e4m3e4m3_w1d_f32_v3t,  0, 0, 0, 0)
+// v3s (run 86): v3t with warpgroup 1 started ~0.8 us late (MXT_OPT_DELAY1; macro beside v2w).
+MXT_INST_V2S(mx_tgemm_e4m3e4m3_w2d_bf16_v3s, 0, 0, 1, 1, 2)
+MXT_INST_V2S(mx_tgemm_e4m3e4m3_w2d_f32_v3s,  0, 0, 1, 0, 2)
 #endif
 
 // v5 kernels (128 x 192 tiles), opt-in: define MXT_INSTANTIATE_V5 (bench/launch.cu does).

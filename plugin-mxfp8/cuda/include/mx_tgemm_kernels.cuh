@@ -100,6 +100,7 @@ MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P, const MxTmap* tmO = nullp
   float acc[64], t0[64], t1[64];
   constexpr bool TMA = (OPT & MXT_OPT_TMA_STORE) != 0;
   const MxtStore tst{tmO, sbase + STAGES * MxtLay128<SB2D>::STAGE + wg * 16384, wg, lt, wg};
+  if ((OPT & MXT_OPT_DELAY1) && wg == 1) __nanosleep(800);
   mxt_consume<OUT_BF16, 64, MXG_BN, !(OPT & MXT_OPT_NO_STORE), TMA>(p, c, g_start, g_pre, MXT_BM, blockIdx.x, gridDim.x, acc, wrow, lane, [&](int nst, int) {
     if (NSG == 2) nst = (nst + 1) & ~1;   // the producer appends a zero stage to odd tiles
     if ((OPT & MXT_OPT_SKEW) && NSG == 1 && wg == 1) {

@@ -62,6 +62,10 @@
 //   give the next wgmma the registers the accumulators left, so that wgmma can issue before
 //   the promotion ends (F's SASS: the next QGMMA after ~40 of 64 FFMAs). Same arithmetic.
 #define MXT_OPT_WONLY 512
+// MXT_OPT_DELAY1 (v2s, v3s, run 86): consumer warpgroup 1 sleeps ~half an 8-step group
+//   (__nanosleep(800)) once before its first tile, so the two warpgroups start out of phase
+//   and, if nothing pulls them back together, drain at different moments. Same arithmetic.
+#define MXT_OPT_DELAY1 1024
 MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
 MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
 
