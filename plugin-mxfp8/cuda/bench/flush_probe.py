@@ -38,6 +38,22 @@ def timed(fn, flush):
     return ts[len(ts) // 2]
 
 
+def ab(key, label, fa, fb, flush, rounds=60):
+    """Interleaved A/B under `flush`: median of per-round A µs / B µs (> 1: B faster)."""
+    fa(); fb(); torch.cuda.synchronize()
+    ratios, ta, tb = [], [], []
+    for _ in range(rounds):
+        pair = []
+        for f in (fa, fb):
+            flush()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(); f(); e.record(); torch.cuda.synchronize()
+            pair.append(s.elapsed_time(e) * 1e3)
+        ta.append(pair[0]); tb.append(pair[1]); ratios.append(pair[0] / pair[1])
+    med = lambda v: sorted(v)[len(v) // 2]
+    print(f"{key:5s} A/B {label}: A {med(ta):.1f} µs, B {med(tb):.1f} µs, median A/B {med(ratios):.3f}", flush=True)
+
+
 def main():
     cache = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     cache.zero_()
@@ -69,8 +85,19 @@ def main():
                                  ("bulk, 4 slots", q(12, 0))], xbytes),
             ("fake-quantize X 1x32 -> bf16", [("flat (LDG)", fake(bench.lib.mx_launch_fakequant_rows)),
                                               ("bulk", fake(bench.lib.mx_launch_fakequant_rows_bulk))], M * K * 4),
-            ("quantize W 32x32 + T", [("t32", lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=10, tpc=0))], E * N * K * 4 + E * N * K // 512),
+            ("quantize W 32x32 + T", [("t32", lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=10, tpc=0)),
+                                      ("t32 row groups, W^T in 128-byte lines", lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=18, tpc=0)),
+                                      ("t32 row groups, no W^T stores (diagnostic)", lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=19, tpc=0))],
+             E * N * K * 4 + E * N * K // 512),
         ]
+        w10 = bench.quantize(W, bench.TILE | bench.TILE_T, variant=10, tpc=0)
+        w18 = bench.quantize(W, bench.TILE | bench.TILE_T, variant=18, tpc=0)
+        if not all(torch.equal(w10[k], w18[k]) for k in w10):
+            print(f"{key}: MISMATCH W 32x32 + T: variant 18 != t32", flush=True)
+        del w10, w18
+        ab(key, "quantize W 32x32 + T: t32 / row groups",
+           lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=10, tpc=0),
+           lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=18, tpc=0), protocols["write-flush"])
         for v, t in ((12, 0), (12, 6), (16, 0), (17, 0), (15, 0)):
             o = bench.quantize(X, bench.ROWS, variant=v, tpc=t)
             if not (torch.equal(o["qa"], xq["qa"]) and (v == 15 or torch.equal(o["sa"], xq["sa"]))):

@@ -142,7 +142,7 @@ static int launch_quant_tiles(int in_bf16, int fmt, const MxQuantParams* p, int 
   return (int)cudaGetLastError();
 }
 
-static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz, int tpc, void* stream, bool occ5);
+static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz, int tpc, void* stream, bool occ5, int lt = 0);
 
 // variant 0: current kernels, 1: run-7 kernels (mx_quantize_*_legacy; always grid y = tiles),
 // 2..5: the flat 1x32 kernels, 6: the warp-per-block 32x32 kernel (see above), 7/8: the
@@ -162,8 +162,10 @@ extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQ
     k = fmt ? mx_quantize_bf16_e5m2_sync : mx_quantize_bf16_e4m3_sync;
   else if (variant == 8 && in_bf16)
     k = fmt ? mx_quantize_bf16_e5m2_as2 : mx_quantize_bf16_e4m3_as2;
-  else if (variant == 10 || variant == 11)  // mx_quantize_t32_* (TMA ring), where the Rust backend picks it; 11: 5 CTAs/SM
+  else if (variant == 10 || variant == 11)  // t32 tile loop (mx_quantize_t32_* before run 87); 11: 5 CTAs/SM
     return launch_quant_t32(in_bf16, fmt, p, gx, tiles, gz, tpc, stream, variant == 11);
+  else if (variant == 18 || variant == 19)  // mx_quantize_t32_* (the backend's: W^T as whole lines), 19: without W^T stores (diagnostic)
+    return launch_quant_t32(in_bf16, fmt, p, gx, tiles, gz, tpc, stream, false, variant == 18 ? 1 : 2);
   else
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2 : mx_quantize_bf16_e4m3)
                 : (fmt ? mx_quantize_f32_e5m2 : mx_quantize_f32_e4m3);
@@ -269,9 +271,9 @@ static int encode_2d(MxTmap* out, const void* ptr, unsigned long long inner, uns
 // mx_quantize_t32_*: the input map over all batches (bf16 [gz * R][C], box 128 x 32, no
 // swizzle), as the Rust backend builds it; 1 where the backend would not pick it.
 typedef void (*QuantT32K)(const MxQuantTmaParams);
-static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz, int tpc, void* stream, bool occ5) {
+static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx, int tiles, int gz, int tpc, void* stream, bool occ5, int lt) {
   if (!in_bf16 || (p->flags & ~(MXQ_TILE | MXQ_TILE_T)) || (p->C & 7) || p->in_bs != (long long)p->R * p->C) return 1;
-  if (occ5 && fmt) return 1;
+  if ((occ5 || lt == 2) && fmt) return 1;
   if (gx == 0 || tiles == 0 || gz == 0) return 0;
   MxQuantTmaParams tp;
   tp.p = *p;
@@ -280,7 +282,11 @@ static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx
   if (tpc == 0) gy = mx_quant_grid_y(tiles, gx, gz, num_sms(), p->flags, 1);
   else if (tpc > 0) gy = (tiles + tpc - 1) / tpc;
   else gy = 1;
-  QuantT32K k = occ5 ? mx_quantize_t32o_bf16_e4m3 : fmt ? mx_quantize_t32_bf16_e5m2 : mx_quantize_t32_bf16_e4m3;
+  // lt: ungrouped TILE_T launches count row groups of 4 tiles in grid y (mx_quant_tile32)
+  if (lt && p->offs == nullptr && (p->flags & MXQ_TILE_T)) gy = gy < (tiles + 3) / 4 ? gy : (tiles + 3) / 4;
+  QuantT32K k = occ5 ? mx_quantize_t32o_bf16_e4m3 : fmt ? mx_quantize_t32t_bf16_e5m2 : mx_quantize_t32t_bf16_e4m3;
+  if (lt == 1) k = fmt ? mx_quantize_t32_bf16_e5m2 : mx_quantize_t32_bf16_e4m3;  // the backend's
+  if (lt == 2) k = mx_quantize_t32n_bf16_e4m3;
   k<<<dim3(gx, gy, gz), 256, 0, (cudaStream_t)stream>>>(tp);
   return (int)cudaGetLastError();
 }

@@ -8,6 +8,18 @@
 extern "C" __global__ void __launch_bounds__(256, 5) mx_quantize_t32o_bf16_e4m3(const __grid_constant__ MxQuantTmaParams p) {
   mx_quant_tile32<0, MXQ_ASYNC_STAGES>(p);
 }
+// 10: mx_quantize_t32_* before run 87 (the tile loop only: W^T in 32-byte row pieces per
+// tile); 18 is the backend's kernel (row groups of 4 tiles, mxq_loop_tma LT = 1); 19 the
+// same without the W^T stores (LT = 2, timing diagnostic).
+extern "C" __global__ void __launch_bounds__(256, 4) mx_quantize_t32t_bf16_e4m3(const __grid_constant__ MxQuantTmaParams p) {
+  mx_quant_tile32<0, MXQ_ASYNC_STAGES>(p);
+}
+extern "C" __global__ void __launch_bounds__(256, 4) mx_quantize_t32t_bf16_e5m2(const __grid_constant__ MxQuantTmaParams p) {
+  mx_quant_tile32<1, MXQ_ASYNC_STAGES>(p);
+}
+extern "C" __global__ void __launch_bounds__(256, 4) mx_quantize_t32n_bf16_e4m3(const __grid_constant__ MxQuantTmaParams p) {
+  mx_quant_tile32<0, MXQ_ASYNC_STAGES, 2>(p);
+}
 MXQ_INST(mx_quantize_bf16_e4m3_sync, 1, 0, 0)
 MXQ_INST(mx_quantize_bf16_e5m2_sync, 1, 1, 0)
 MXQ_INST(mx_quantize_bf16_e4m3_as2, 1, 0, 2)

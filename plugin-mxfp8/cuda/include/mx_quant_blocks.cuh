@@ -74,11 +74,14 @@ template <int IN_BF16> struct MxqG {
 
 struct MxqTile { int src0, nvalid, p0; bool cols_ok; };
 
+// Field order: what the 32x32 kernel's row-group loop never touches (the group tables,
+// COLS's column tables) comes first, so that mx_quant_tile32 can lay its W^T line buffer
+// over it (MXQ_LT_OFF).
 struct MxqSmem {
   int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
-  __align__(16) mx_u32 tam[2][8][4];     // per-warp tile amax (double-buffered by iteration)
   __align__(16) mx_u32 colmax[8][128];   // COLS: per-warp column amax
   __align__(16) mx_u8 csb[128];          // COLS: scale byte per column
+  __align__(16) mx_u32 tam[2][8][4];     // per-warp tile amax (double-buffered by iteration)
   mx_u32 bt[32 * 33];                    // quantized bytes [row][word], row stride 33 words
 };
 

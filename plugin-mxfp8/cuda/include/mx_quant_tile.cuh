@@ -35,9 +35,14 @@
 
 template <int FMT> MX_DEV mx_u32 mxfq_bf16x2(mx_u32 q16, mx_u32 sb, bool fast);
 
-template <int IN_BF16, int FMT, int MASK>
+// LT (bf16, ungrouped TILE_T only; see mxq_loop_tma): the transposed words of the tile go to
+// lt_buf (one row group of 4 tiles, mxq_lt_addr) instead of global memory; the loop stores
+// the group's transposed rows as whole 128-byte lines (mxq_lt_flush).
+MX_DEV mx_u32 mxq_lt_addr(int row, int chunk) { return row * 128 + 32 * (chunk ^ ((row >> 2) & 3)); }
+
+template <int IN_BF16, int FMT, int MASK, int LT = 0>
 MX_DEV void mxq_process(const MxQuantParams& p, MxqSmem& s, const MxqTile& tl, int c0, int b, int par, int pflags,
-                        const mx_u32 (&raw)[MxqG<IN_BF16>::NCH][4]) {
+                        const mx_u32 (&raw)[MxqG<IN_BF16>::NCH][4], mx_u8* lt_buf = nullptr, int lt_tile = 0) {
   constexpr int NCH = MxqG<IN_BF16>::NCH, QW = MxqG<IN_BF16>::QW;
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int r = 4 * w + (lane >> 3), j = lane & 7;
@@ -233,6 +238,14 @@ MX_DEV void mxq_process(const MxQuantParams& p, MxqSmem& s, const MxqTile& tl, i
         mxq_transpose4x4(s.bt[rr * 33 + cw], s.bt[(rr + 1) * 33 + cw], s.bt[(rr + 2) * 33 + cw], s.bt[(rr + 3) * 33 + cw],
                          o[0][g], o[1][g], o[2][g], o[3][g]);
       }
+      if (LT) {
+        // transposed row 4cw + m, bytes 32 lt_tile + 8h .. +7 of the group's 128; the chunk
+        // swizzle puts the 8 columns of a warp on 4 distinct 32-byte bank groups.
+#pragma unroll
+        for (int m = 0; m < 4; ++m)
+          *reinterpret_cast<uint2*>(lt_buf + mxq_lt_addr(4 * cw + m, lt_tile) + 8 * h) = make_uint2(o[m][0], o[m][1]);
+        return;
+      }
       // grouped: the whole 32-row padded block is written (zeros past nvalid);
       // ungrouped: rows up to min(32, R - p0).
       const int lim = p.offs != nullptr ? 32 : tl.nvalid;
@@ -371,8 +384,42 @@ struct MxQuantTmaParams {
 static_assert(sizeof(MxQuantParams) == 128 && sizeof(MxQuantTmaParams) == 256,
               "QuantParams / QuantTmaParams in src/backend/cuda/params.rs hard-code these sizes");
 
-template <int FMT, int AS>
-MX_DEV void mxq_loop_tma(const MxQuantTmaParams& P, MxqSmem& s, mx_u8* slots, mx_u64* bars, int nt, int flags) {
+// LT = 1 (ungrouped TILE_T; the caller checks): the CTA's tiles come in row groups of four
+// consecutive tiles (group g = blockIdx.y + i * gridDim.y holds tiles 4g .. 4g + 3, so grid
+// y counts groups), and each group's transposed bytes (128 rows of W^T, 128 bytes each)
+// are gathered in shared memory and stored as whole 128-byte lines. Why: with one tile the
+// transposed rows are 32 bytes long, so each warp store touched 8 lines per 256 bytes (the
+// W + W^T pass ran at 84-88 % of copy, W alone at 92-96 %). LT = 2: the same without the
+// global stores of W^T (harness diagnostic, wrong output).
+template <int LT>
+MX_DEV void mxq_lt_flush(const MxQuantParams& p, const mx_u8* lt_buf, int c0, int b, int g) {
+  __syncthreads();  // every thread's transposed words of the group are in lt_buf
+  const int t = threadIdx.x;
+  const int vlen = min(128, p.R - 128 * g);  // valid bytes of each transposed row
+  const bool vec = (p.ldt & 15) == 0 && (p.qt_bs & 15) == 0 && (reinterpret_cast<unsigned long long>(p.qt) & 15) == 0;
+#pragma unroll
+  for (int pass = 0; pass < 4; ++pass) {
+    const int row = 32 * pass + (t >> 3), q = t & 7, boff = 16 * q;
+    const int gcol = c0 + row;
+    if (LT == 1 && gcol < p.C && boff < vlen) {
+      const uint4 v = *reinterpret_cast<const uint4*>(lt_buf + mxq_lt_addr(row, q >> 1) + 16 * (q & 1));
+      mx_u8* dst = p.qt + b * p.qt_bs + (mx_i64)gcol * p.ldt + 128 * g + boff;
+      if (vec && boff + 16 <= vlen) {
+        *reinterpret_cast<uint4*>(dst) = v;
+      } else {
+#pragma unroll 1
+        for (int i = 0; i < 16 && boff + i < vlen; ++i) {
+          const mx_u32 w = i < 4 ? v.x : i < 8 ? v.y : i < 12 ? v.z : v.w;  // no local array
+          dst[i] = (mx_u8)(w >> (8 * (i & 3)));
+        }
+      }
+    }
+  }
+}
+
+template <int FMT, int AS, int LT = 0>
+MX_DEV void mxq_loop_tma(const MxQuantTmaParams& P, MxqSmem& s, mx_u8* slots, mx_u64* bars, int nt, int flags,
+                         mx_u8* lt_buf = nullptr) {
   const MxQuantParams& p = P.p;
   constexpr int SLOT = 32 * 128 * 2;
   constexpr int MASK = MXQ_ROWS | MXQ_TILE | MXQ_TILE_T;
@@ -380,7 +427,9 @@ MX_DEV void mxq_loop_tma(const MxQuantTmaParams& P, MxqSmem& s, mx_u8* slots, mx
   const int c0 = blockIdx.x * 128;
   const int b = blockIdx.z;
   const int G = (int)gridDim.y;
-  int ty = blockIdx.y;
+  // the CTA's i-th tile
+  auto tile_of = [&](int i) { return LT ? 4 * ((int)blockIdx.y + (i >> 2) * G) + (i & 3) : (int)blockIdx.y + i * G; };
+  int i = 0, ty = tile_of(0);
   const int r = 4 * (t >> 5) + ((t & 31) >> 3), j = t & 7;
   auto issue = [&](int tyi, int sl) {
     const MxqTile ti = mxq_map_tile(p, s, tyi);
@@ -390,13 +439,13 @@ MX_DEV void mxq_loop_tma(const MxQuantTmaParams& P, MxqSmem& s, mx_u8* slots, mx
   };
   if (t == 0) {
 #pragma unroll
-    for (int i = 0; i < AS - 1; ++i)
-      if (ty + i * G < nt) issue(ty + i * G, i);
+    for (int k = 0; k < AS - 1; ++k)
+      if (tile_of(k) < nt) issue(tile_of(k), k);
   }
   int slot = 0, par = 0;
   mx_u32 phases = 0;  // bit s: parity of slot s's next completion
   while (true) {
-    const int tyn = ty + (AS - 1) * G;
+    const int tyn = tile_of(i + AS - 1);
     const int sn = slot == 0 ? AS - 1 : slot - 1;  // read by every thread last iteration
     if (t == 0 && tyn < nt) issue(tyn, sn);
     const MxqTile tl = mxq_map_tile(p, s, ty);
@@ -411,8 +460,12 @@ MX_DEV void mxq_loop_tma(const MxQuantTmaParams& P, MxqSmem& s, mx_u8* slots, mx
       if (rowok && c0 + cc < p.C) v = *reinterpret_cast<const uint4*>(slots + slot * SLOT + r * 256 + cc * 2);
       cur[k][0] = v.x; cur[k][1] = v.y; cur[k][2] = v.z; cur[k][3] = v.w;
     }
-    mxq_process<1, FMT, MASK>(p, s, tl, c0, b, par, flags, cur);
-    ty += G;
+    mxq_process<1, FMT, MASK, LT ? 1 : 0>(p, s, tl, c0, b, par, flags, cur, lt_buf, i & 3);
+    const int tnext = tile_of(++i);
+    // a group ends after its 4th tile or at the tensor's last one (only a CTA's last group
+    // can be short)
+    if (LT && ((i & 3) == 0 || tnext >= nt)) mxq_lt_flush<LT>(p, lt_buf, c0, b, ty >> 2);
+    ty = tnext;
     if (ty >= nt) break;
     par ^= 1;
     slot = slot + 1 == AS ? 0 : slot + 1;
@@ -422,10 +475,19 @@ MX_DEV void mxq_loop_tma(const MxQuantTmaParams& P, MxqSmem& s, mx_u8* slots, mx
 // Kernel body of mx_quantize_t32_*: bf16 input, C % 8 == 0, in 16-byte aligned, batches
 // contiguous (in_bs == R * C), flags within TILE | TILE_T. Launch contract and host rule
 // as mx_quantize_* (4 tiles per CTA).
-template <int FMT, int AS>
+// LT (mxq_loop_tma): 1 or 2 take the row-group loop where the launch is ungrouped with
+// TILE_T (grid y then counts groups of 4 tiles: the host rule's tiles / 4), else the tile loop.
+// The group's 16 KB line buffer starts MXQ_LT_OFF bytes before the MxqSmem and covers its
+// group tables and COLS tables, which that loop never uses (4 CTAs per SM still fit under
+// the 48 KB static limit: 41.6 -> 45.6 KB).
+#define MXQ_LT_OFF (128 * 128 - (int)__builtin_offsetof(MxqSmem, tam))
+template <int FMT, int AS, int LT = 0>
 MX_DEV void mx_quant_tile32(const MxQuantTmaParams& P) {
   const MxQuantParams& p = P.p;
-  __shared__ MxqSmem s;
+  static_assert(MXQ_LT_OFF >= 0 && MXQ_LT_OFF % 16 == 0, "MxqSmem layout");
+  __shared__ __align__(16) mx_u8 sraw[(LT ? MXQ_LT_OFF : 0) + sizeof(MxqSmem)];
+  MxqSmem& s = *reinterpret_cast<MxqSmem*>(sraw + (LT ? MXQ_LT_OFF : 0));
+  mx_u8* lt_buf = sraw;
   __shared__ __align__(128) mx_u8 slots[AS * 32 * 128 * 2];
   __shared__ __align__(8) mx_u64 bars[AS];
   if (threadIdx.x == 0) {
@@ -437,7 +499,12 @@ MX_DEV void mx_quant_tile32(const MxQuantTmaParams& P) {
   __syncthreads();
   const int nt = mxq_num_tiles(p, s);
   if ((int)blockIdx.y >= nt) return;
-  mxq_loop_tma<FMT, AS>(P, s, slots, bars, nt, p.flags & (MXQ_TILE | MXQ_TILE_T));
+  const int flags = p.flags & (MXQ_TILE | MXQ_TILE_T);
+  if (LT && p.offs == nullptr && (flags & MXQ_TILE_T)) {
+    if ((int)blockIdx.y * 128 < p.R) mxq_loop_tma<FMT, AS, LT>(P, s, slots, bars, nt, flags, lt_buf);
+  } else {
+    mxq_loop_tma<FMT, AS>(P, s, slots, bars, nt, flags);
+  }
 }
 
 // AS: cp.async ring slots (0: register prefetch, mxq_loop).

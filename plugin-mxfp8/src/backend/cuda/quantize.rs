@@ -90,7 +90,12 @@ impl Call {
         } else {
             4
         };
-        let gy = gy.min(cdiv(gy, per_cta).max(cdiv(16 * self.dev.sms as usize, (gx * gz).max(1))));
+        let mut gy = gy.min(cdiv(gy, per_cta).max(cdiv(16 * self.dev.sms as usize, (gx * gz).max(1))));
+        // mx_quantize_t32_* on an ungrouped transposed copy walks row groups of 4 tiles (W^T
+        // stored in whole 128-byte lines, mx_quant_tile32 LT): grid y counts groups there.
+        if tma_map.is_some() && p.offs == 0 && p.flags & TILE_T != 0 {
+            gy = gy.min(cdiv(p.r as usize, 128)).max(1);
+        }
         // The TMA kernel takes the tensor map in front of the same parameters.
         let tp = tma_map.map(|tm| QuantTmaParams { tm, p: *p });
         let param = match &tp {
