@@ -182,6 +182,7 @@ impl Unit {
                 if !is_portable(arch) {
                     for f in fmts {
                         v.push(format!("mx_quantize_t32_bf16_{f}"));
+                        v.push(format!("mx_quantize_t32l_bf16_{f}"));
                     }
                 }
                 v.push("mx_scales_to_f32".into());

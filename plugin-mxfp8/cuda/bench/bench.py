@@ -49,9 +49,9 @@ lib.mx_launch_quantize_v.argtypes = [c_int, c_int, c_int, ctypes.POINTER(QP), c_
 # 2 = flat 1x32 rows kernel (mx_quantize_rows_*), 3/4/5 = its u8/cs/u8cs variants (e4m3 only),
 # 6 = warp-per-block 32x32 kernel (mx_quantize_tiles_*) (2..6: tpc = CTAs per SM, 0 = host rule),
 # 7/8 = the tiled kernel for bf16 input with the register prefetch / a 2-slot cp.async ring,
-# 9 = flat with the next round's loads issued early (e4m3 only), 10 = the t32 TMA-ring kernel's tile loop (mx_quantize_t32_* before run 87), 11 = the same at 5 CTAs/SM (e4m3);
+# 9 = flat with the next round's loads issued early (e4m3 only), 10 = mx_quantize_t32_* (TMA ring), 11 = the same at 5 CTAs/SM (e4m3);
 # 12 = the flat kernel fed by bulk copies (mx_quantize_rows_bulk_*, 4-slot ring), 13/14 = its 3/5-slot rings (e4m3 only);
-# 18 = mx_quantize_t32_* (the backend's: W^T stored as whole 128-byte lines from row groups of 4 tiles),
+# 18 = mx_quantize_t32l_* (W^T stored as whole 128-byte lines from row groups of 4 tiles; the backend's for ungrouped TILE_T),
 # 19 = the same without the W^T stores (timing diagnostic, wrong W^T; e4m3 only);
 # tpc 0 = host rule (mx_quant_grid_y, as the Rust backend), n > 0 = ceil(tiles/n) CTAs in y, -1 = grid y 1
 QUANT_GEOMS = [(0, 0), (0, 1), (0, 2), (0, 8), (1, 0)]  # timed per shape (--quant-geoms)

@@ -162,9 +162,9 @@ extern "C" int mx_launch_quantize_v(int variant, int in_bf16, int fmt, const MxQ
     k = fmt ? mx_quantize_bf16_e5m2_sync : mx_quantize_bf16_e4m3_sync;
   else if (variant == 8 && in_bf16)
     k = fmt ? mx_quantize_bf16_e5m2_as2 : mx_quantize_bf16_e4m3_as2;
-  else if (variant == 10 || variant == 11)  // t32 tile loop (mx_quantize_t32_* before run 87); 11: 5 CTAs/SM
+  else if (variant == 10 || variant == 11)  // mx_quantize_t32_* (TMA ring, tile loop); 11: 5 CTAs/SM
     return launch_quant_t32(in_bf16, fmt, p, gx, tiles, gz, tpc, stream, variant == 11);
-  else if (variant == 18 || variant == 19)  // mx_quantize_t32_* (the backend's: W^T as whole lines), 19: without W^T stores (diagnostic)
+  else if (variant == 18 || variant == 19)  // mx_quantize_t32l_* (W^T as whole lines; the backend's for ungrouped TILE_T), 19: without W^T stores (diagnostic)
     return launch_quant_t32(in_bf16, fmt, p, gx, tiles, gz, tpc, stream, false, variant == 18 ? 1 : 2);
   else
     k = in_bf16 ? (fmt ? mx_quantize_bf16_e5m2 : mx_quantize_bf16_e4m3)
@@ -284,8 +284,8 @@ static int launch_quant_t32(int in_bf16, int fmt, const MxQuantParams* p, int gx
   else gy = 1;
   // lt: ungrouped TILE_T launches count row groups of 4 tiles in grid y (mx_quant_tile32)
   if (lt && p->offs == nullptr && (p->flags & MXQ_TILE_T)) gy = gy < (tiles + 3) / 4 ? gy : (tiles + 3) / 4;
-  QuantT32K k = occ5 ? mx_quantize_t32o_bf16_e4m3 : fmt ? mx_quantize_t32t_bf16_e5m2 : mx_quantize_t32t_bf16_e4m3;
-  if (lt == 1) k = fmt ? mx_quantize_t32_bf16_e5m2 : mx_quantize_t32_bf16_e4m3;  // the backend's
+  QuantT32K k = occ5 ? mx_quantize_t32o_bf16_e4m3 : fmt ? mx_quantize_t32_bf16_e5m2 : mx_quantize_t32_bf16_e4m3;
+  if (lt == 1) k = fmt ? mx_quantize_t32l_bf16_e5m2 : mx_quantize_t32l_bf16_e4m3;
   if (lt == 2) k = mx_quantize_t32n_bf16_e4m3;
   k<<<dim3(gx, gy, gz), 256, 0, (cudaStream_t)stream>>>(tp);
   return (int)cudaGetLastError();

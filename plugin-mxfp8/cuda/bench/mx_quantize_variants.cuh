@@ -8,15 +8,7 @@
 extern "C" __global__ void __launch_bounds__(256, 5) mx_quantize_t32o_bf16_e4m3(const __grid_constant__ MxQuantTmaParams p) {
   mx_quant_tile32<0, MXQ_ASYNC_STAGES>(p);
 }
-// 10: mx_quantize_t32_* before run 87 (the tile loop only: W^T in 32-byte row pieces per
-// tile); 18 is the backend's kernel (row groups of 4 tiles, mxq_loop_tma LT = 1); 19 the
-// same without the W^T stores (LT = 2, timing diagnostic).
-extern "C" __global__ void __launch_bounds__(256, 4) mx_quantize_t32t_bf16_e4m3(const __grid_constant__ MxQuantTmaParams p) {
-  mx_quant_tile32<0, MXQ_ASYNC_STAGES>(p);
-}
-extern "C" __global__ void __launch_bounds__(256, 4) mx_quantize_t32t_bf16_e5m2(const __grid_constant__ MxQuantTmaParams p) {
-  mx_quant_tile32<1, MXQ_ASYNC_STAGES>(p);
-}
+// 19: mx_quantize_t32l_* without the W^T stores (LT = 2, timing diagnostic, wrong W^T).
 extern "C" __global__ void __launch_bounds__(256, 4) mx_quantize_t32n_bf16_e4m3(const __grid_constant__ MxQuantTmaParams p) {
   mx_quant_tile32<0, MXQ_ASYNC_STAGES, 2>(p);
 }

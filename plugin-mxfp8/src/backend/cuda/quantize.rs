@@ -71,7 +71,11 @@ impl Call {
                 .ok()
             })
             .flatten();
-        let name = if tma_map.is_some() {
+        // Ungrouped with a transposed copy: the row-group kernel (Wᵀ in whole lines, run 87).
+        let row_groups = tma_map.is_some() && p.offs == 0 && p.flags & TILE_T != 0;
+        let name = if row_groups {
+            format!("mx_quantize_t32l_bf16_{fmt_name}")
+        } else if tma_map.is_some() {
             format!("mx_quantize_t32_bf16_{fmt_name}")
         } else {
             format!(
@@ -91,9 +95,9 @@ impl Call {
             4
         };
         let mut gy = gy.min(cdiv(gy, per_cta).max(cdiv(16 * self.dev.sms as usize, (gx * gz).max(1))));
-        // mx_quantize_t32_* on an ungrouped transposed copy walks row groups of 4 tiles (W^T
-        // stored in whole 128-byte lines, mx_quant_tile32 LT): grid y counts groups there.
-        if tma_map.is_some() && p.offs == 0 && p.flags & TILE_T != 0 {
+        // mx_quantize_t32l_* walks row groups of 4 tiles (mx_quant_tile32 LT): grid y counts
+        // groups.
+        if row_groups {
             gy = gy.min(cdiv(p.r as usize, 128)).max(1);
         }
         // The TMA kernel takes the tensor map in front of the same parameters.
