@@ -84,6 +84,16 @@ struct MxqSmem {
   __align__(16) mx_u32 tam[2][8][4];     // per-warp tile amax (double-buffered by iteration)
   mx_u32 bt[32 * 33];                    // quantized bytes [row][word], row stride 33 words
 };
+// MxqSmem's fields before `tam`, alone: its size (a multiple of its 16-byte alignment) is
+// tam's offset. NVRTC has no offsetof; the nvcc build checks the two agree.
+struct MxqSmemHead {
+  int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
+  __align__(16) mx_u32 colmax[8][128];
+  __align__(16) mx_u8 csb[128];
+};
+#ifndef __CUDACC_RTC__
+static_assert(__builtin_offsetof(MxqSmem, tam) == sizeof(MxqSmemHead), "MxqSmemHead mirrors MxqSmem's head");
+#endif
 
 MX_DEV MxqTile mxq_map_tile(const MxQuantParams& p, const MxqSmem& s, int ty) {
   MxqTile t;

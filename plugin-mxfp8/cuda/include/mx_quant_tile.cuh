@@ -480,7 +480,7 @@ MX_DEV void mxq_loop_tma(const MxQuantTmaParams& P, MxqSmem& s, mx_u8* slots, mx
 // The group's 16 KB line buffer starts MXQ_LT_OFF bytes before the MxqSmem and covers its
 // group tables and COLS tables, which that loop never uses (4 CTAs per SM still fit under
 // the 48 KB static limit: 41.6 -> 45.6 KB).
-#define MXQ_LT_OFF (128 * 128 - (int)__builtin_offsetof(MxqSmem, tam))
+#define MXQ_LT_OFF (128 * 128 - (int)sizeof(MxqSmemHead))
 template <int FMT, int AS, int LT = 0>
 MX_DEV void mx_quant_tile32(const MxQuantTmaParams& P) {
   const MxQuantParams& p = P.p;
