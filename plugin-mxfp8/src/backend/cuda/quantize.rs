@@ -42,6 +42,14 @@ fn quant_flat_grid(chunks: usize, cap: usize) -> usize {
     cdiv(chunks, per_round * rounds).max(1)
 }
 
+/// `MXHOST_MX_T32_ROW_GROUPS=0`: ungrouped 32×32 quantizations with a transposed copy take
+/// the tile-loop kernel `mx_quantize_t32_*` instead of the row-group one (`mx_quantize_t32l_*`,
+/// the default since docs/perf.md run 87), for A/B runs of `mxhost bench`.
+fn t32_row_groups() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("MXHOST_MX_T32_ROW_GROUPS").as_deref() != Ok("0"))
+}
+
 impl Call {
     pub(super) fn quant(
         &self,
@@ -72,7 +80,7 @@ impl Call {
             })
             .flatten();
         // Ungrouped with a transposed copy: the row-group kernel (Wᵀ in whole lines, run 87).
-        let row_groups = tma_map.is_some() && p.offs == 0 && p.flags & TILE_T != 0;
+        let row_groups = tma_map.is_some() && p.offs == 0 && p.flags & TILE_T != 0 && t32_row_groups();
         let name = if row_groups {
             format!("mx_quantize_t32l_bf16_{fmt_name}")
         } else if tma_map.is_some() {
