@@ -80,7 +80,8 @@ impl Call {
             })
             .flatten();
         // Ungrouped with a transposed copy: the row-group kernel (Wᵀ in whole lines, run 87).
-        let row_groups = tma_map.is_some() && p.offs == 0 && p.flags & TILE_T != 0 && t32_row_groups();
+        let row_groups =
+            tma_map.is_some() && p.offs == 0 && p.flags & TILE_T != 0 && t32_row_groups();
         let name = if row_groups {
             format!("mx_quantize_t32l_bf16_{fmt_name}")
         } else if tma_map.is_some() {
@@ -102,7 +103,8 @@ impl Call {
         } else {
             4
         };
-        let mut gy = gy.min(cdiv(gy, per_cta).max(cdiv(16 * self.dev.sms as usize, (gx * gz).max(1))));
+        let mut gy =
+            gy.min(cdiv(gy, per_cta).max(cdiv(16 * self.dev.sms as usize, (gx * gz).max(1))));
         // mx_quantize_t32l_* walks row groups of 4 tiles (mx_quant_tile32 LT): grid y counts
         // groups.
         if row_groups {
