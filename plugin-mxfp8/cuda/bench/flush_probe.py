@@ -24,34 +24,38 @@ FLUSH_BYTES = 256 << 20
 REPS = 40
 
 
+def time_call(fn, flush):
+    """µs of one call of `fn` after `flush()` (or none), CUDA events around the call."""
+    if flush is not None:
+        flush()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); fn(); e.record(); torch.cuda.synchronize()
+    return s.elapsed_time(e) * 1e3
+
+
+def samples(fn, flush, n=REPS):
+    """Sorted µs of `n` calls of `fn`, each after `flush()`, after one warm-up call."""
+    fn(); torch.cuda.synchronize()
+    return sorted(time_call(fn, flush) for _ in range(n))
+
+
+def median(v):
+    return sorted(v)[len(v) // 2]
+
+
 def timed(fn, flush):
     """Median µs of `fn` over REPS calls, each after `flush()` (or none)."""
-    fn(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(REPS):
-        if flush is not None:
-            flush()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
+    return median(samples(fn, flush))
 
 
 def ab(key, label, fa, fb, flush, rounds=60):
     """Interleaved A/B under `flush`: median of per-round A µs / B µs (> 1: B faster)."""
     fa(); fb(); torch.cuda.synchronize()
-    ratios, ta, tb = [], [], []
+    ta, tb = [], []
     for _ in range(rounds):
-        pair = []
-        for f in (fa, fb):
-            flush()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); f(); e.record(); torch.cuda.synchronize()
-            pair.append(s.elapsed_time(e) * 1e3)
-        ta.append(pair[0]); tb.append(pair[1]); ratios.append(pair[0] / pair[1])
-    med = lambda v: sorted(v)[len(v) // 2]
-    print(f"{key:5s} A/B {label}: A {med(ta):.1f} µs, B {med(tb):.1f} µs, median A/B {med(ratios):.3f}", flush=True)
+        ta.append(time_call(fa, flush)); tb.append(time_call(fb, flush))
+    ratios = [a / b for a, b in zip(ta, tb)]
+    print(f"{key:5s} A/B {label}: A {median(ta):.1f} µs, B {median(tb):.1f} µs, median A/B {median(ratios):.3f}", flush=True)
 
 
 def main():
@@ -77,6 +81,7 @@ def main():
         xq = bench.quantize(X, bench.ROWS, variant=2, tpc=0)
         fq = torch.empty_like(X)
         q = lambda v, t: (lambda: bench.quantize(X, bench.ROWS, variant=v, tpc=t))
+        qw = lambda v: (lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=v, tpc=0))
         fake = lambda launch: (lambda: bench.ck(launch(1, 0, bench.ptr(X), bench.ptr(fq), M * K // 32, 0, None), "fakequant rows"))
         xbytes = M * K * 3 + M * K // 32
         ops = [
@@ -85,19 +90,15 @@ def main():
                                  ("bulk, 4 slots", q(12, 0))], xbytes),
             ("fake-quantize X 1x32 -> bf16", [("flat (LDG)", fake(bench.lib.mx_launch_fakequant_rows)),
                                               ("bulk", fake(bench.lib.mx_launch_fakequant_rows_bulk))], M * K * 4),
-            ("quantize W 32x32 + T", [("t32", lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=10, tpc=0)),
-                                      ("t32 row groups, W^T in 128-byte lines", lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=18, tpc=0)),
-                                      ("t32 row groups, no W^T stores (diagnostic)", lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=19, tpc=0))],
+            ("quantize W 32x32 + T", [("t32", qw(10)), ("t32 row groups, W^T in 128-byte lines", qw(18)),
+                                      ("t32 row groups, no W^T stores (diagnostic)", qw(19))],
              E * N * K * 4 + E * N * K // 512),
         ]
-        w10 = bench.quantize(W, bench.TILE | bench.TILE_T, variant=10, tpc=0)
-        w18 = bench.quantize(W, bench.TILE | bench.TILE_T, variant=18, tpc=0)
+        w10, w18 = qw(10)(), qw(18)()
         if not all(torch.equal(w10[k], w18[k]) for k in w10):
             print(f"{key}: MISMATCH W 32x32 + T: variant 18 != t32", flush=True)
         del w10, w18
-        ab(key, "quantize W 32x32 + T: t32 / row groups",
-           lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=10, tpc=0),
-           lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=18, tpc=0), protocols["write-flush"])
+        ab(key, "quantize W 32x32 + T: t32 / row groups", qw(10), qw(18), protocols["write-flush"])
         for v, t in ((12, 0), (12, 6), (16, 0), (17, 0), (15, 0)):
             o = bench.quantize(X, bench.ROWS, variant=v, tpc=t)
             if not (torch.equal(o["qa"], xq["qa"]) and (v == 15 or torch.equal(o["sa"], xq["sa"]))):

@@ -11,19 +11,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
-from flush_probe import FLUSH_BYTES  # noqa: E402
-
-
-def block(fn, flush, n=40):
-    fn(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(n):
-        flush()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); torch.cuda.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3)
-    ts.sort()
-    return ts[0], ts[len(ts) // 2], ts[-1]
+from flush_probe import FLUSH_BYTES, median, samples  # noqa: E402
 
 
 def main():
@@ -35,7 +23,8 @@ def main():
         nbytes = E * N * K * 4 + E * N * K // 512
         for rnd in range(3):
             for v, name in ((10, "t32 "), (18, "t32l")):
-                lo, med, hi = block(lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=v, tpc=0), flush)
+                ts = samples(lambda: bench.quantize(W, bench.TILE | bench.TILE_T, variant=v, tpc=0), flush, 40)
+                lo, med, hi = ts[0], median(ts), ts[-1]
                 print(f"{key} round {rnd} {name}: min {lo:7.1f}  median {med:7.1f}  max {hi:7.1f} µs  ({nbytes / med / 1e3:.0f} GB/s at the median)", flush=True)
         del W
         torch.cuda.empty_cache()
