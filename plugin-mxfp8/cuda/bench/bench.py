@@ -531,7 +531,11 @@ def err_stats(out, ref, mask=None):
     return mx, snr, False
 
 
-def check_gemm_case(results, tag, E, sizes, K, N, out_dtype, pad_rows=19, w2d=True, x2d=False):
+def check_gemm_case(results, tag, E, sizes, K, N, out_dtype, pad_rows=19, w2d=True, x2d=False, uniform=False):
+    """uniform: every 1x32 block of X and dY and every 32x32 block of W has the same amax (one
+    element set to the block's maximum), so every block scale of an operand is equal and the
+    v2c diagnostic (one promotion per 128-deep stage) is exact up to summation order; forward
+    and dgrad only (dY and X along M are not uniform)."""
     gen = torch.Generator(device=DEV); gen.manual_seed(hash(tag) & 0xFFFF)
     offs_host = []
     acc = 0
@@ -543,6 +547,10 @@ def check_gemm_case(results, tag, E, sizes, K, N, out_dtype, pad_rows=19, w2d=Tr
     X = torch.randn(M, K, device=DEV, generator=gen).to(torch.bfloat16)
     W = (torch.randn(E, N, K, device=DEV, generator=gen) * 0.05).to(torch.bfloat16)
     dY = torch.randn(M, N, device=DEV, generator=gen).to(torch.bfloat16)
+    if uniform:
+        X = X.clamp(-3, 3); X[:, ::32] = 8.0
+        dY = dY.clamp(-3, 3); dY[:, ::32] = 8.0
+        W = W.clamp(-0.15, 0.15); W[:, ::32, ::32] = 0.4
     tol_mx, tol_snr = (2e-3, 60.0) if out_dtype == torch.float32 else (8e-3, 45.0)
     # forward
     qx = quantize(X, ROWS)
@@ -578,6 +586,8 @@ def check_gemm_case(results, tag, E, sizes, K, N, out_dtype, pad_rows=19, w2d=Tr
             ref[starts[e]:offs_host[e]] = dYd[starts[e]:offs_host[e]] @ Wd[e]
     mx, snr, nan = err_stats(out, ref)
     results.append((f"dgrad {tag} {str(out_dtype)[6:]}", (not nan) and mx < tol_mx and snr > tol_snr, f"max_rel={mx:.2e} snr={snr:.1f}dB"))
+    if uniform:
+        return
     # wgrad: dW_e = dY_e^T X_e, with group-aware transposed copies
     segs, Mpad = padded_layout(offs_host)
     qdyt = quantize(dY, COLS, offs=offs, offs_host=offs_host)
@@ -839,7 +849,7 @@ def tms(fn, rep_ms):
 
 V2_FAMILY = ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v2s", "_v3s", "_v4", "_v5", "_v6", "_v6t", "_v6n", "_v7t")  # the v2 main loop and its relatives (extra bitwise checks, repeats timed last)
 EQUAL_TO_V2U = ("_v4", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v2s", "_v3s", "_v5", "_v6", "_v6t", "_v6n", "_v7t")  # must equal v2u bit for bit (strict checks, extra edge cases)
-W2D_ONLY = ("_v4", "_v2p", "_v2s", "_v3s", "_v5", "_v6", "_v6t", "_v6n", "_v7t")  # variants built for 32x32 weight scales only (a 1x32 pass under them runs the default kernel)
+W2D_ONLY = ("_v4", "_v2p", "_v2s", "_v3s", "_v5", "_v6", "_v6t", "_v6n", "_v7t", "_v2c")  # variants built for 32x32 weight scales only (a 1x32 pass under them runs the default kernel)
 VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v2s", "_v3s", "_v4", "_v5", "_v6", "_v6t", "_v6n", "_v7t"]  # experimental tgemm variants checked and timed next to the default (--variants)
 GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
 QUANT_ONLY = False  # --quant-only: quantizer checks and timings only
@@ -1101,6 +1111,18 @@ def main():
                             compare_bitwise(results, sfx, base="_v2", **kw)
                         except Exception as ex:
                             results.append((f"bitwise {sfx} vs _v2 {kw}", False, f"{type(ex).__name__}: {ex}"))
+            # v2c (diagnostic, one promotion per stage): exact up to summation order on operands
+            # with uniform block scales (the default kernel on the same inputs as control), and
+            # visibly wrong on ordinary random data (negative control: the check can fail).
+            for sfx in ("", "_v2c"):
+                SUFFIX = sfx
+                check_gemm_case(results, f"uniform-scales{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32, uniform=True)
+                check_gemm_case(results, f"uniform-scales{sfx}", 8, [512] * 8, 1024, 512, torch.bfloat16, pad_rows=0, uniform=True)
+            SUFFIX = "_v2c"
+            neg = []
+            check_gemm_case(neg, "random-scales_v2c", 3, [256, 129, 300], 512, 256, torch.float32)
+            fwd_neg = neg[0]
+            results.append((f"v2c negative control: {fwd_neg[0]} must miss the tolerance", not fwd_neg[1], fwd_neg[2]))
         SUFFIX = ""
         print(f"\nCORRECTNESS ({time.time() - t0:.1f}s)", flush=True)
         for name, ok, info in results:

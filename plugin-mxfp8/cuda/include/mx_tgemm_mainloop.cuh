@@ -66,6 +66,13 @@
 //   (__nanosleep(800)) once before its first tile, so the two warpgroups start out of phase
 //   and, if nothing pulls them back together, drain at different moments. Same arithmetic.
 #define MXT_OPT_DELAY1 1024
+// MXT_OPT_CHAIN (v2c, run 89; diagnostic: exact only when every operand's block scales are
+//   uniform across each 128-deep stage): the stage's four k32 wgmmas accumulate in the tensor
+//   core into one partial buffer (scale-d 0, then 1) and that sum is promoted once with the
+//   scales of the stage's first k32 block: 64 FFMA per stage instead of per k32 step, the
+//   DeepGEMM 1x128 structure. Measures what a 1x128 promotion would buy the real kernel
+//   (u, docs/perf.md run 89) before anything is built to make operands uniform exactly.
+#define MXT_OPT_CHAIN 2048
 MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
 MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
 
@@ -100,6 +107,29 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
     sa1 = lds_f32x4(b0 + LAY::SA_OFF + 16 * (wrow + 8));
 #pragma unroll
     for (int j = 0; j < 4; ++j) sbp[j] = lds_f32x4(b0 + LAY::SB_OFF + 16 * j);
+  }
+  if constexpr ((OPT & MXT_OPT_CHAIN) != 0 && Q0 == 0 && PEND == 4) {
+    reg_pin<64>(ta);
+    wgmma_fence();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const mx_u32 bb = b0 + 32 * q;
+      const mx_u64 da = make_smem_desc_sw128(bb + wg * LAY::A_WG), db = make_smem_desc_sw128(bb + LAY::B_OFF);
+      if (q == 0) wgmma_m64n128k32_inplace<FA, FB>(ta, da, db);
+      else wgmma_m64n128k32_acc<FA, FB>(ta, da, db);
+    }
+    wgmma_commit();
+    sa0 = lds_f32x4(b0 + LAY::SA_OFF + 16 * wrow);
+    sa1 = lds_f32x4(b0 + LAY::SA_OFF + 16 * (wrow + 8));
+    const float4 sb4 = SB2D ? lds_f32x4(b0 + LAY::SB_OFF) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float* sBg = reinterpret_cast<const float*>(sgen + st0 * STAGE + LAY::SB_OFF);
+    wgmma_wait<0>();
+    reg_pin<64>(ta);
+    mxt_promote<SB2D, 0>(acc, ta, sa0.x, sa1.x, make_float2(sb4.x, sb4.y), sBg, lane);
+    mxt_promote<SB2D, 1>(acc, ta + 32, sa0.x, sa1.x, make_float2(sb4.z, sb4.w), sBg, lane);
+    if (lane == 0) mbar_arrive(&empty[st0]);
+    if (++stage == STAGES) { stage = 0; phase ^= 1; }
+    return;
   }
 #pragma unroll
   for (int q = 0; q < NQ + 1; ++q) {
