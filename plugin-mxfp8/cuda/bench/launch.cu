@@ -366,6 +366,8 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_f32_v6n",  nullptr, 1, MXT6_STAGES, 64, 64, mx_tgemm_e4m3e4m3_w2d_f32_v6n,  mxt6_smem_bytes<1, MXT6_STAGES, false>()},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v7t", nullptr, 1, MXT_V2T_STAGES, 128, 64, mx_tgemm_e4m3e4m3_w2d_bf16_v7t, mxt_v2t_smem_bytes<1>()},
   {"mx_tgemm_e4m3e4m3_w2d_f32_v7t",  nullptr, 1, MXT_V2T_STAGES, 128, 64, mx_tgemm_e4m3e4m3_w2d_f32_v7t,  mxt_v2t_smem_bytes<1>()},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v7c", nullptr, 1, MXT_V2T_STAGES, 128, 64, mx_tgemm_e4m3e4m3_w2d_bf16_v7c, mxt_v2t_smem_bytes<1>()},  // diagnostic: v7t + chained stages
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v7c",  nullptr, 1, MXT_V2T_STAGES, 128, 64, mx_tgemm_e4m3e4m3_w2d_f32_v7c,  mxt_v2t_smem_bytes<1>()},
 };
 
 extern "C" int mx_tgemm_smem(int sb2d, int stages) {

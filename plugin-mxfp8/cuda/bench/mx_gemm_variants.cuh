@@ -203,7 +203,7 @@ MX_DEV void mx_tgemm_rings_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
 // from L2 per k32 step instead of 8 (a quarter less per FLOP; v6 halved a shared 128-row
 // tile instead, which kept the bytes per SM). The consumers run v2t's main loop and
 // epilogue unchanged, releasing each stage to both producers (empty[] counts 16 warps).
-template <int FA, int FB, int SB2D, int OUT_BF16, int ST>
+template <int FA, int FB, int SB2D, int OUT_BF16, int ST, int XOPT = 0>
 MX_DEV void mx_tgemm_pair_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
   typedef MxtLay128<SB2D> LAY;
   const MxGemmParams& p = P.g;
@@ -233,7 +233,7 @@ MX_DEV void mx_tgemm_pair_impl(const MxGemmTmaParams& P, const MxTmap* tmO) {
     const MxtStore tst{tmO, sbase + ST * LAY::STAGE + wg * 16384, wg, lt, wg};
     mxt_consume<OUT_BF16, 64, MXG_BN, true, true>(p, c, g_start, g_pre, 2 * LAY::BM, q, nq, acc, wrow, lane, [&](int nst, int) {
       for (; nst >= 1; --nst)
-        mxt_group_v2<FA, FB, SB2D, 1, ST, LAY, MXT_OPT_UWG | MXT_OPT_CLUSTER>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
+        mxt_group_v2<FA, FB, SB2D, 1, ST, LAY, MXT_OPT_UWG | MXT_OPT_CLUSTER | XOPT>(acc, t0, t1, sbase, sgen, full, empty, stage, phase, wg, wrow, lane);
     }, &tst, cr, LAY::BM);
     mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
   }
@@ -366,6 +366,14 @@ MXT_INST_V6(mx_tgemm_e4m3e4m3_w2d_f32_v6n,  0, 0, 1, 0, MXT6_STAGES, false, 2)
 #ifdef MXT_INSTANTIATE_V7
 MXT_INST_V7(mx_tgemm_e4m3e4m3_w2d_bf16_v7t, 0, 0, 1, 1)
 MXT_INST_V7(mx_tgemm_e4m3e4m3_w2d_f32_v7t,  0, 0, 1, 0)
+// v7c (run 90, DIAGNOSTIC like v2c: exact only for stage-uniform block scales): v7t's cluster
+// pair (B shared by two 128-row tiles: 25 % fewer L2 -> shared bytes per FLOP) with v2c's
+// chained stages. Launch as v7t.
+#define MXT_INST_V7C(NAME, FA, FB, SB2D, OBF) \
+  extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParamsO p) { mx_tgemm_pair_impl<FA, FB, SB2D, OBF, MXT_V2T_STAGES, MXT_OPT_CHAIN>(p.b, p.o_tma ? &p.tmO : nullptr); }
+MXT_INST_V7C(mx_tgemm_e4m3e4m3_w2d_bf16_v7c, 0, 0, 1, 1)
+MXT_INST_V7C(mx_tgemm_e4m3e4m3_w2d_f32_v7c,  0, 0, 1, 0)
 #endif
 // v4 kernels, opt-in: define MXT_INSTANTIATE_V4 (bench/launch.cu does).
 #ifdef MXT_INSTANTIATE_V4

@@ -127,7 +127,10 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
     reg_pin<64>(ta);
     mxt_promote<SB2D, 0>(acc, ta, sa0.x, sa1.x, make_float2(sb4.x, sb4.y), sBg, lane);
     mxt_promote<SB2D, 1>(acc, ta + 32, sa0.x, sa1.x, make_float2(sb4.z, sb4.w), sBg, lane);
-    if (lane == 0) mbar_arrive(&empty[st0]);
+    if (lane == 0) {
+      mbar_arrive(&empty[st0]);
+      if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[st0], cluster_ctarank() ^ 1u);
+    }
     if (++stage == STAGES) { stage = 0; phase ^= 1; }
     return;
   }
