@@ -76,6 +76,38 @@
 MX_DEV mx_u32 mxt_desc_lo(mx_u32 saddr) { return ((saddr & 0x3FFFF) >> 4) | (1u << 16); }
 MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u << 30)) << 32) | lo; }
 
+// MXT_OPT_CHAIN helpers (v2c / v3c / v7c diagnostics): one stage's four k32 wgmmas chained
+// into the partial buffer t (scale-d 0, 1, 1, 1; one commit group), and the promotion of that
+// sum with the stage's first k32 scales (A rows wrow, wrow + 8; the first weight-scale row),
+// after which the stage is released (and, in a cluster, to the peer CTA too).
+template <int FA, int FB, class LAY>
+MX_DEV void mxt_chain4(float* t, mx_u32 bst, int wg) {
+  reg_pin<64>(t);
+  wgmma_fence();
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const mx_u32 bb = bst + 32 * q;
+    const mx_u64 da = make_smem_desc_sw128(bb + wg * LAY::A_WG), db = make_smem_desc_sw128(bb + LAY::B_OFF);
+    if (q == 0) wgmma_m64n128k32_inplace<FA, FB>(t, da, db);
+    else wgmma_m64n128k32_acc<FA, FB>(t, da, db);
+  }
+  wgmma_commit();
+}
+template <int SB2D, class LAY, int OPT>
+MX_DEV void mxt_chain_promote(float* acc, float* t, mx_u32 bst, const mx_u8* sgst, mx_u64* empty_st, int wrow, int lane) {
+  const float4 sa0 = lds_f32x4(bst + LAY::SA_OFF + 16 * wrow);
+  const float4 sa1 = lds_f32x4(bst + LAY::SA_OFF + 16 * (wrow + 8));
+  const float4 sb4 = SB2D ? lds_f32x4(bst + LAY::SB_OFF) : make_float4(0.f, 0.f, 0.f, 0.f);
+  const float* sBg = reinterpret_cast<const float*>(sgst + LAY::SB_OFF);
+  reg_pin<64>(t);
+  mxt_promote<SB2D, 0>(acc, t, sa0.x, sa1.x, make_float2(sb4.x, sb4.y), sBg, lane);
+  mxt_promote<SB2D, 1>(acc, t + 32, sa0.x, sa1.x, make_float2(sb4.z, sb4.w), sBg, lane);
+  if (lane == 0) {
+    mbar_arrive(empty_st);
+    if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(empty_st, cluster_ctarank() ^ 1u);
+  }
+}
+
 // Skewed groups (Q0, NQ; MXT_OPT_SKEW): a group is the NQ k32 steps at positions
 // Q0 .. Q0+NQ-1 of the two-stage window st0 (positions 0-3), st1 (4-7). The default
 // (Q0 = 0, NQ = 4 * NS) is the v2/v3 group above. A stage is released (empty[] arrive)
@@ -90,6 +122,20 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
   constexpr bool TWO = PEND > 4;                 // the group reaches into st1
   const int st0 = stage;
   const int st1 = (stage + 1 == STAGES) ? 0 : stage + 1;
+  if constexpr ((OPT & MXT_OPT_CHAIN) != 0 && Q0 == 0 && PEND == 8) {
+    // v3c: stage 1's chain is issued before stage 0's sum is promoted (two partial buffers).
+    mbar_wait(&full[st0], phase);
+    mxt_chain4<FA, FB, LAY>(ta, sbase + st0 * STAGE, wg);
+    mbar_wait(&full[st1], st1 == 0 ? (phase ^ 1) : phase);
+    mxt_chain4<FA, FB, LAY>(tb, sbase + st1 * STAGE, wg);
+    wgmma_wait<1>();
+    mxt_chain_promote<SB2D, LAY, OPT>(acc, ta, sbase + st0 * STAGE, sgen + st0 * STAGE, &empty[st0], wrow, lane);
+    wgmma_wait<0>();
+    mxt_chain_promote<SB2D, LAY, OPT>(acc, tb, sbase + st1 * STAGE, sgen + st1 * STAGE, &empty[st1], wrow, lane);
+    for (int g = 0; g < 2; ++g)
+      if (++stage == STAGES) { stage = 0; phase ^= 1; }
+    return;
+  }
   mbar_wait(&full[st0], phase);
   if (TWO) mbar_wait(&full[st1], st1 == 0 ? (phase ^ 1) : phase);
   const mx_u32 b0 = sbase + st0 * STAGE, b1 = sbase + st1 * STAGE;
@@ -109,28 +155,9 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
     for (int j = 0; j < 4; ++j) sbp[j] = lds_f32x4(b0 + LAY::SB_OFF + 16 * j);
   }
   if constexpr ((OPT & MXT_OPT_CHAIN) != 0 && Q0 == 0 && PEND == 4) {
-    reg_pin<64>(ta);
-    wgmma_fence();
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const mx_u32 bb = b0 + 32 * q;
-      const mx_u64 da = make_smem_desc_sw128(bb + wg * LAY::A_WG), db = make_smem_desc_sw128(bb + LAY::B_OFF);
-      if (q == 0) wgmma_m64n128k32_inplace<FA, FB>(ta, da, db);
-      else wgmma_m64n128k32_acc<FA, FB>(ta, da, db);
-    }
-    wgmma_commit();
-    sa0 = lds_f32x4(b0 + LAY::SA_OFF + 16 * wrow);
-    sa1 = lds_f32x4(b0 + LAY::SA_OFF + 16 * (wrow + 8));
-    const float4 sb4 = SB2D ? lds_f32x4(b0 + LAY::SB_OFF) : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float* sBg = reinterpret_cast<const float*>(sgen + st0 * STAGE + LAY::SB_OFF);
+    mxt_chain4<FA, FB, LAY>(ta, b0, wg);
     wgmma_wait<0>();
-    reg_pin<64>(ta);
-    mxt_promote<SB2D, 0>(acc, ta, sa0.x, sa1.x, make_float2(sb4.x, sb4.y), sBg, lane);
-    mxt_promote<SB2D, 1>(acc, ta + 32, sa0.x, sa1.x, make_float2(sb4.z, sb4.w), sBg, lane);
-    if (lane == 0) {
-      mbar_arrive(&empty[st0]);
-      if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[st0], cluster_ctarank() ^ 1u);
-    }
+    mxt_chain_promote<SB2D, LAY, OPT>(acc, ta, b0, sgen + st0 * STAGE, &empty[st0], wrow, lane);
     if (++stage == STAGES) { stage = 0; phase ^= 1; }
     return;
   }
