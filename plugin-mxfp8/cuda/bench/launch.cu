@@ -350,6 +350,7 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w1d_f32_v3t", nullptr, 0, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w1d_f32_v3t},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v2c", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_bf16_v2c},  // diagnostic: stages chained (exact for uniform scales only)
   {"mx_tgemm_e4m3e4m3_w2d_f32_v2c", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_f32_v2c},
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v2rc", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_bf16_v2rc},  // diagnostic: v2c, operands resident
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v3c", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_bf16_v3c},  // diagnostic: two chained stages per group
   {"mx_tgemm_e4m3e4m3_w2d_f32_v3c", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_f32_v3c},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v2s", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_bf16_v2s},

@@ -311,12 +311,19 @@ MXT_INST_V2W(mx_tgemm_e4m3e4m3_w1d_f32_v2w,  0, 0, 0, 0)
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParamsO p) { \
     mx_tgemm_v2_impl<FA, FB, SB2D, OBF, MXT_V2T_STAGES, 1, MXT_OPT_UWG | MXT_OPT_TMA_STORE | MXT_OPT_CHAIN>(p.b, p.o_tma ? &p.tmO : nullptr); }
+#define MXT_INST_V2T_OPT(NAME, FA, FB, SB2D, OBF, XOPT) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmTmaParamsO p) { \
+    mx_tgemm_v2_impl<FA, FB, SB2D, OBF, MXT_V2T_STAGES, 1, MXT_OPT_UWG | MXT_OPT_TMA_STORE | (XOPT)>(p.b, p.o_tma ? &p.tmO : nullptr); }
 #define MXT_INST_V3C(NAME, FA, FB, SB2D, OBF) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmTmaParamsO p) { \
     mx_tgemm_v2_impl<FA, FB, SB2D, OBF, MXT_V2T_STAGES, 2, MXT_OPT_UWG | MXT_OPT_TMA_STORE | MXT_OPT_CHAIN>(p.b, p.o_tma ? &p.tmO : nullptr); }
 MXT_INST_V2C(mx_tgemm_e4m3e4m3_w2d_bf16_v2c, 0, 0, 1, 1)
 MXT_INST_V2C(mx_tgemm_e4m3e4m3_w2d_f32_v2c,  0, 0, 1, 0)
+// v2rc (run 92, diagnostic, wrong results): v2c with operands resident in shared memory after
+// the ring's first fill (MXT_OPT_RESIDENT): v2c without the L2 -> shared traffic.
+MXT_INST_V2T_OPT(mx_tgemm_e4m3e4m3_w2d_bf16_v2rc, 0, 0, 1, 1, MXT_OPT_CHAIN | MXT_OPT_RESIDENT)
 // v3c (run 91, diagnostic as v2c): two stages per group (v3t's zero-stage padding of odd
 // tiles), stage 1's chain issued before stage 0's sum is promoted. Launch as v2t.
 MXT_INST_V3C(mx_tgemm_e4m3e4m3_w2d_bf16_v3c, 0, 0, 1, 1)
