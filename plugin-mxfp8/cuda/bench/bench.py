@@ -849,7 +849,7 @@ def tms(fn, rep_ms):
 
 V2_FAMILY = ("_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v2s", "_v3s", "_v4", "_v5", "_v6", "_v6t", "_v6n", "_v7t")  # the v2 main loop and its relatives (extra bitwise checks, repeats timed last)
 EQUAL_TO_V2U = ("_v4", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v2s", "_v3s", "_v5", "_v6", "_v6t", "_v6n", "_v7t")  # must equal v2u bit for bit (strict checks, extra edge cases)
-W2D_ONLY = ("_v4", "_v2p", "_v2s", "_v3s", "_v5", "_v6", "_v6t", "_v6n", "_v7t", "_v2c", "_v7c", "_v3c")  # variants built for 32x32 weight scales only (a 1x32 pass under them runs the default kernel)
+W2D_ONLY = ("_v4", "_v2p", "_v2s", "_v3s", "_v5", "_v6", "_v6t", "_v6n", "_v7t", "_v2c", "_v7c", "_v3c", "_v8c")  # variants built for 32x32 weight scales only (a 1x32 pass under them runs the default kernel)
 VARIANTS = ["_m1", "_m3", "_v2", "_v3", "_v2u", "_v2d", "_v2p", "_v2o", "_v2t", "_v2w", "_v3t", "_v2s", "_v3s", "_v4", "_v5", "_v6", "_v6t", "_v6n", "_v7t"]  # experimental tgemm variants checked and timed next to the default (--variants)
 GEMM_ONLY = False  # --gemm-only: no quantizer checks/timings, no old cp.async row (short device runs)
 QUANT_ONLY = False  # --quant-only: quantizer checks and timings only
@@ -1114,7 +1114,7 @@ def main():
             # v2c (diagnostic, one promotion per stage): exact up to summation order on operands
             # with uniform block scales (the default kernel on the same inputs as control), and
             # visibly wrong on ordinary random data (negative control: the check can fail).
-            for sfx in ("", "_v2c", "_v7c", "_v3c"):
+            for sfx in ("", "_v2c", "_v7c", "_v3c", "_v8c"):
                 SUFFIX = sfx
                 check_gemm_case(results, f"uniform-scales{sfx}", 7, [0, 37, 200, 1, 513, 0, 130], 2880, 208, torch.float32, uniform=True)
                 check_gemm_case(results, f"uniform-scales{sfx}", 8, [512] * 8, 1024, 512, torch.bfloat16, pad_rows=0, uniform=True)

@@ -351,6 +351,8 @@ static TVariant g_tvariants[] = {
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v2c", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_bf16_v2c},  // diagnostic: stages chained (exact for uniform scales only)
   {"mx_tgemm_e4m3e4m3_w2d_f32_v2c", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_f32_v2c},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v2rc", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_bf16_v2rc},  // diagnostic: v2c, operands resident
+  {"mx_tgemm_e4m3e4m3_w2d_bf16_v8c", mx_tgemm_e4m3e4m3_w2d_bf16_v8c, 1, MXT8_STAGES, 256},  // diagnostic: 256 x 128 tiles, chained stages
+  {"mx_tgemm_e4m3e4m3_w2d_f32_v8c",  mx_tgemm_e4m3e4m3_w2d_f32_v8c,  1, MXT8_STAGES, 256},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v3c", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_bf16_v3c},  // diagnostic: two chained stages per group
   {"mx_tgemm_e4m3e4m3_w2d_f32_v3c", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_f32_v3c},
   {"mx_tgemm_e4m3e4m3_w2d_bf16_v2s", nullptr, 1, MXT_V2T_STAGES, 128, 128, mx_tgemm_e4m3e4m3_w2d_bf16_v2s},
@@ -395,6 +397,7 @@ extern "C" int mx_launch_tgemm(const char* name, const MxGemmParams* p, int grid
     if (rc) return rc;
     int smem = v.smem > 0 ? v.smem
              : v.abox == 64 ? (v.sb2d ? mxt4_smem_bytes<1>() : mxt4_smem_bytes<0>())
+             : v.abox == 256 ? mxt8_smem_bytes()
              : v.bbox == 192 ? mxt5_smem_bytes()
              : v.ko ? (v.sb2d ? mxt_v2t_smem_bytes<1>() : mxt_v2t_smem_bytes<0>()) : mx_tgemm_smem(v.sb2d, v.stages);
     static bool done[sizeof(g_tvariants) / sizeof(g_tvariants[0])] = {false};

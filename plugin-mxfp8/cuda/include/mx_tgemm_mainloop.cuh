@@ -95,6 +95,7 @@ MX_DEV void mxt_chain4(float* t, mx_u32 bst, int wg) {
 }
 template <int SB2D, class LAY, int OPT>
 MX_DEV void mxt_chain_promote(float* acc, float* t, mx_u32 bst, const mx_u8* sgst, mx_u64* empty_st, int wrow, int lane) {
+  // (empty_st == nullptr: the caller releases the stage itself, v8c)
   const float4 sa0 = lds_f32x4(bst + LAY::SA_OFF + 16 * wrow);
   const float4 sa1 = lds_f32x4(bst + LAY::SA_OFF + 16 * (wrow + 8));
   const float4 sb4 = SB2D ? lds_f32x4(bst + LAY::SB_OFF) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -102,7 +103,7 @@ MX_DEV void mxt_chain_promote(float* acc, float* t, mx_u32 bst, const mx_u8* sgs
   reg_pin<64>(t);
   mxt_promote<SB2D, 0>(acc, t, sa0.x, sa1.x, make_float2(sb4.x, sb4.y), sBg, lane);
   mxt_promote<SB2D, 1>(acc, t + 32, sa0.x, sa1.x, make_float2(sb4.z, sb4.w), sBg, lane);
-  if (lane == 0) {
+  if (empty_st != nullptr && lane == 0) {
     mbar_arrive(empty_st);
     if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(empty_st, cluster_ctarank() ^ 1u);
   }
