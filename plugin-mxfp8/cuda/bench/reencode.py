@@ -34,6 +34,16 @@ def e4m3_exact_shift(q8, d):
     return r, r == v
 
 
+def values_rows(qa, sa):
+    M, K = qa.shape
+    return qa.view(F8).double() * torch.exp2(sa.double() - 127.0).repeat_interleave(32, 1)[:, :K]
+
+
+def values_tiles(qa, sa):
+    E, N, K = qa.shape
+    return qa.view(F8).double() * torch.exp2(sa.double() - 127.0).repeat_interleave(32, 1)[:, :N].repeat_interleave(32, 2)[:, :, :K]
+
+
 def reencode_rows(qa, sa):
     """A [M, K] bytes, scales [M, KB]: (A' bytes, A' scales, A_res float64 [M, K])."""
     M, K = qa.shape
@@ -46,7 +56,7 @@ def reencode_rows(qa, sa):
     q = qa.view(F8).to(torch.float32)
     r, ok = e4m3_exact_shift(q, d)
     a_new = torch.where(ok, r, torch.zeros_like(r)).to(F8).view(torch.uint8)
-    val = q.double() * torch.exp2(sa.double() - 127.0).repeat_interleave(32, 1)[:, :K]
+    val = values_rows(qa, sa)
     res = torch.where(ok, torch.zeros_like(val), val)
     return a_new, S.to(torch.uint8).contiguous(), res
 
@@ -63,19 +73,9 @@ def reencode_tiles(qa, sa):
     q = qa.view(F8).to(torch.float32)
     r, ok = e4m3_exact_shift(q, d)
     w_new = torch.where(ok, r, torch.zeros_like(r)).to(F8).view(torch.uint8)
-    val = q.double() * torch.exp2(sa.double() - 127.0).repeat_interleave(32, 1)[:, :N].repeat_interleave(32, 2)[:, :, :K]
+    val = values_tiles(qa, sa)
     res = torch.where(ok, torch.zeros_like(val), val)
     return w_new, S.to(torch.uint8).contiguous(), res
-
-
-def values_rows(qa, sa):
-    M, K = qa.shape
-    return qa.view(F8).double() * torch.exp2(sa.double() - 127.0).repeat_interleave(32, 1)[:, :K]
-
-
-def values_tiles(qa, sa):
-    E, N, K = qa.shape
-    return qa.view(F8).double() * torch.exp2(sa.double() - 127.0).repeat_interleave(32, 1)[:, :N].repeat_interleave(32, 2)[:, :, :K]
 
 
 def sparse_corrections(out, a_vals_new, a_res, w_vals, w_res, offs_host):
