@@ -15,6 +15,11 @@ pub fn new_engine() -> anyhow::Result<Engine> {
     let mut config = Config::new();
     config.epoch_interruption(true);
     config.wasm_component_model(true);
+    // Copy-on-write memory images put each guest's initial heap in a sealed memfd.
+    // Some sandboxed kernels refuse the seals now and then ("cannot add seals to the
+    // memfd"), which failed an instantiation at random. A guest is instantiated once
+    // per run, so copying its data segments instead costs milliseconds, not a trap.
+    config.memory_init_cow(false);
     // Cache compiled guests on disk so the second run of a guest starts at once. A
     // cache that cannot be set up (read-only home, say) only costs compile time.
     if let Ok(cache) = wasmtime::Cache::from_file(None) {
