@@ -18,6 +18,7 @@
 #define MXT_INSTANTIATE_V7   // v7: v2t's CTA in a 2-CTA cluster, two 128-row tiles sharing B: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v7t
 #define MXT_INSTANTIATE_V6   // v6: v4's rings + a 2-CTA cluster sharing B: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v6{,t}
 #include "../mx_grouped_gemm.cu"
+#include "../mx_chain_gemm.cu"  // mx_reencode_*, mx_cgemm_* (the chained GEMM; mx_launch_reencode / mx_launch_cgemm below)
 #include "mx_gemm_variants.cuh"  // the harness-only GEMM variants and opt-in lists the defines above name
 #include "../mx_dequantize.cu"  // mx_dequantize: reference for the fake-quant check
 // Experimental main-loop variants (MODE 1: three partial buffers, two wgmmas in flight).
@@ -509,3 +510,43 @@ extern "C" int mx_launch_dequantize_any(const void* q, const void* s, void* out,
   return (int)cudaGetLastError();
 }
 
+
+// ---- the chained GEMM (../mx_chain_gemm.cu), as src/backend/cuda/chain.rs launches it ----
+// Re-encoding: one warp per row, 256 threads per block, grid capped at 16 blocks per SM.
+extern "C" int mx_launch_reencode(int fmt, const MxReencodeParams* p, void* stream) {
+  if (p->R <= 0) return 0;
+  long long blocks = (p->R + 7) / 8, cap = 16LL * num_sms();
+  const int grid = (int)(blocks < cap ? blocks : cap);
+  if (fmt == 0) mx_reencode_e4m3<<<grid, 256, 0, (cudaStream_t)stream>>>(*p);
+  else mx_reencode_e5m2<<<grid, 256, 0, (cudaStream_t)stream>>>(*p);
+  return (int)cudaGetLastError();
+}
+
+typedef void (*CGemmK)(const MxGemmChainParams);
+// Grouped rows only (forward / dgrad); A map box 128 B x 256 rows, B's 128 x 128.
+extern "C" int mx_launch_cgemm(const char* name, const MxGemmParams* p, const MxChainFix* f, int grid, void* stream) {
+  struct { const char* name; CGemmK k; } ks[] = {
+    {"mx_cgemm_e4m3e4m3_w2d_bf16", mx_cgemm_e4m3e4m3_w2d_bf16},
+    {"mx_cgemm_e4m3e4m3_w2d_f32", mx_cgemm_e4m3e4m3_w2d_f32},
+    {"mx_cgemm_e5m2e4m3_w2d_bf16", mx_cgemm_e5m2e4m3_w2d_bf16},
+  };
+  if (p->batched) return -4;
+  for (auto& v : ks) {
+    if (strcmp(v.name, name)) continue;
+    MxGemmChainParams P;
+    memset(&P, 0, sizeof(P));
+    P.b.g = *p;
+    P.f = *f;
+    const long long brows = p->E * (p->b_es / p->ldb);
+    int rc = encode_2d(&P.b.tmA, p->A, (unsigned long long)p->K, (unsigned long long)p->M, (unsigned long long)p->lda, 256);
+    if (!rc) rc = encode_2d(&P.b.tmB, p->B, (unsigned long long)p->K, (unsigned long long)brows, (unsigned long long)p->ldb, 128);
+    if (rc) return rc;
+    const int smem = mxt8_smem_bytes();
+    cudaError_t e = cudaFuncSetAttribute(v.k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return (int)e;
+    if (grid <= 0) grid = num_sms();
+    v.k<<<grid, MXT_THREADS, smem, (cudaStream_t)stream>>>(P);
+    return (int)cudaGetLastError();
+  }
+  return -1;
+}

@@ -106,79 +106,10 @@ MX_DEV void mx_tgemm_v5_impl(const MxGemmTmaParams& P) {
   NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v5_impl<FA, FB, OBF>(p); }
 
 // ---- v8c (run 92, DIAGNOSTIC like v2c: exact only for stage-uniform block scales) ----
-// 256 x 128 tiles in one CTA: each consumer warpgroup owns 128 rows (two 64-row blocks, 128
-// accumulators per thread) and runs, per stage, block 0's chained stage into its one 64-register
-// partial buffer, promotes it, then block 1's (serialized within the warpgroup; the other
-// warpgroup's chains fill the tensor core meanwhile). Each SM receives 48 KB per 8.4 MFLOP
-// (128 x 128 tiles: 32 KB per 4.2 MFLOP), 25 % fewer bytes into shared memory per FLOP. Only
-// the chained promotion makes the register budget fit (acc 128 + 64; per-k32 promotion would
-// need two partial buffers: 256). Register epilogue, 4 stages of 53 KB.
-// Launch: 384 threads, mxt8_smem_bytes() dynamic shared memory, an A tensor map box of 256 rows.
-template <int SB2D> struct MxtLay256 {
-  static_assert(SB2D == 1, "v8c takes 32x32 weight scales only");
-  static constexpr int BM = 256, BN = 128, STAGE = 54272;
-  static constexpr int A_WG = 8192, B_OFF = 32768, SA_OFF = 49152, SB_OFF = 53248;
-};
-#define MXT8_STAGES 4
-constexpr int mxt8_smem_bytes() { return MXT8_STAGES * MxtLay256<1>::STAGE + 1024; }
-template <int FA, int FB, int SB2D, int OUT_BF16>
-MX_DEV void mx_tgemm_v8c_impl(const MxGemmTmaParams& P) {
-  typedef MxtLay256<SB2D> LAY;
-  constexpr int STAGES = MXT8_STAGES;
-  const MxGemmParams& p = P.g;
-  extern __shared__ __align__(1024) mx_u8 mxt_smem[];
-  __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
-  __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
-  const int tid = threadIdx.x;
-  mxt_setup(P, full, empty, STAGES, 8, LAY::BM, g_start, g_pre);
-  if (tid >= 256) {
-    setmaxnreg_dec<40>();
-    if (tid == 256)
-      mxt_produce<SB2D, STAGES, 0, LAY>(P, g_start, g_pre, mxt_smem_base(mxt_smem), blockIdx.x, gridDim.x, full, empty);
-    return;
-  }
-  setmaxnreg_inc<232>();
-  const mx_u32 sbase = mxt_smem_base(mxt_smem);
-  const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
-  const MxtCtx c = mxt_ctx(p, g_start, g_pre, LAY::BM, LAY::BN);
-  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
-  const int lt = tid & 127;
-  const int warp = lt >> 5, lane = lt & 31;
-  const int wrow = 128 * wg + 16 * warp + (lane >> 2);   // block 0's rows; block 1: wrow + 64
-  int stage = 0; mx_u32 phase = 0;
-  float acc[128], t0[64];
-  for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
-    int nst;
-    {
-      const MxgTile T = mxg_decode(p, t, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
-      nst = mxt_tile_stages(p, T, g_pre);
-    }
-#pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-    for (; nst > 0; --nst) {
-      const mx_u32 bst = sbase + stage * LAY::STAGE;
-      const mx_u8* sg = sgen + stage * LAY::STAGE;
-      mbar_wait(&full[stage], phase);
-      mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg);
-      wgmma_wait<0>();
-      mxt_chain_promote<SB2D, LAY, 0>(acc, t0, bst, sg, nullptr, wrow, lane);
-      mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg + 1);
-      wgmma_wait<0>();
-      mxt_chain_promote<SB2D, LAY, 0>(acc + 64, t0, bst, sg, nullptr, wrow + 64, lane);
-      if (lane == 0) mbar_arrive(&empty[stage]);
-      if (++stage == STAGES) { stage = 0; phase ^= 1; }
-    }
-    int te = t;
-    asm volatile("" : "+r"(te));
-    const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
-    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
-    mxt_epilogue<OUT_BF16>(p, T, acc + 64, wrow + 64, lane);
-  }
-  mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
-}
+// The backend's chained GEMM (../include/mx_tgemm_chain.cuh) without the residual corrections.
 #define MXT_INST_V8C(NAME, FA, FB, OBF) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_v8c_impl<FA, FB, 1, OBF>(p); }
+  NAME(const __grid_constant__ MxGemmTmaParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF>(p, nullptr); }
 MXT_INST_V8C(mx_tgemm_e4m3e4m3_w2d_bf16_v8c, 0, 0, 1)
 MXT_INST_V8C(mx_tgemm_e4m3e4m3_w2d_f32_v8c,  0, 0, 0)
 

@@ -1,0 +1,267 @@
+"""The chained GEMM end to end, as the backend runs it (docs/perf.md run 94).
+
+Pipeline per forward: mx_reencode_<fmt> on X (1x32) and on W (32x32 tiles) -> stage-uniform
+copies X', W' + residual lists + a status word; mx_scales_to_f32 on the copies' scales;
+mx_cgemm_* (256 x 128 chained tiles, residual corrections in the epilogue). Checks, on fresh
+random operands each:
+  - the re-encoding kernel against reencode.py's torch implementation: X', W' bytes and scales
+    bit for bit, the residual lists element for element (values exact);
+  - the GEMM against a float64 reference of the original MX operands (small shapes; Gaussian,
+    Student-t(3), K with a partial stage and a partial block, and a case built so that the
+    residual corrections carry most of the output: without them it must fail) and against
+    the default kernel (shapes a-c);
+  - the status word: a case with too many residuals per row must report overflow, one with a
+    NaN must report non-finite (the host then runs the per-k32 kernel).
+Timing (median, bf16 out): torch BF16 _grouped_mm, the backend's kernel (v2t) with its scale
+relayouts, the whole chained pipeline, and its parts.
+Usage, on the GPU machine (libmxbench.so as for bench.py):
+  python3 plugin-mxfp8/cuda/bench/chain.py [--shapes a,b,c] [--rep 60]
+"""
+import argparse, ctypes, os, sys
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+import reencode  # noqa: E402
+from bench import DEV, ROWS, TILE, TILE_T, cdiv, rup, ptr, ck, lib, c_i64, c_int, c_vp  # noqa: E402
+
+F8 = torch.float8_e4m3fn
+OVERFLOW, NONFINITE = 1, 2
+
+
+class RP(ctypes.Structure):
+    _fields_ = [("q", c_vp), ("s", c_vp), ("q2", c_vp), ("s2", c_vp), ("res", c_vp), ("cnt", c_vp), ("status", c_vp),
+                ("R", c_i64), ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("K", c_int), ("rpe", c_int), ("rdv", c_int), ("slots", c_int)]
+
+
+class FIX(ctypes.Structure):
+    _fields_ = [("resA", c_vp), ("cntA", c_vp), ("resB", c_vp), ("cntB", c_vp), ("Bo", c_vp), ("sBo", c_vp),
+                ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("slots", c_int), ("pad", c_int)]
+
+
+assert ctypes.sizeof(RP) == 104 and ctypes.sizeof(FIX) == 80
+lib.mx_launch_reencode.argtypes = [c_int, ctypes.POINTER(RP), c_vp]
+lib.mx_launch_cgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(bench.GP), ctypes.POINTER(FIX), c_int, c_vp]
+
+
+def slots_for(K):
+    """The backend's rule (chain.rs): 16 slots, plus one per 256 of the reduction."""
+    return 16 + K // 256
+
+
+class Reenc:
+    """Buffers and launch of one operand's re-encoding: rows R of K bytes, scales as given."""
+
+    def __init__(self, q, s, R, K, rpe, rdv, ise, isr, isc, status):
+        self.q2, self.s2 = torch.empty_like(q), torch.zeros_like(s)
+        self.slots = slots_for(K)
+        self.res = torch.zeros(R, self.slots, 2, dtype=torch.int32, device=DEV)   # (k, f32 bits)
+        self.cnt = torch.full((R,), -1, dtype=torch.int32, device=DEV)
+        self.p = RP(ptr(q), ptr(s), ptr(self.q2), ptr(self.s2), ptr(self.res), ptr(self.cnt), ptr(status),
+                    R, ise, isr, isc, K, rpe, rdv, self.slots)
+
+    def run(self):
+        ck(lib.mx_launch_reencode(0, ctypes.byref(self.p), None), "reencode")
+
+    def dense(self, shape):
+        """The lists as a dense float64 tensor of the operand's shape (rows flattened)."""
+        R = self.cnt.numel()
+        K = shape[-1]
+        out = torch.zeros(R, K, dtype=torch.float64, device=DEV)
+        cnt = self.cnt.long()
+        sl = torch.arange(self.slots, device=DEV)[None, :]
+        m = sl < cnt[:, None]
+        rows = torch.arange(R, device=DEV)[:, None].expand(R, self.slots)[m]
+        ks = self.res[:, :, 0][m].long()
+        vs = self.res[:, :, 1][m].view(torch.float32).double()
+        out.index_put_((rows, ks), vs, accumulate=True)
+        return out.view(shape)
+
+
+class ChainFwd:
+    """X [M, K] 1x32, W [E, N, K] 32x32: the backend's chained forward with bf16 or f32 out."""
+
+    def __init__(self, qx, sx, qw, sw, offs, E, M, N, K):
+        KB, KB4, NB = cdiv(K, 32), rup(cdiv(K, 32), 4), cdiv(N, 32)
+        self.status = torch.zeros(1, dtype=torch.int32, device=DEV)
+        self.rx = Reenc(qx, sx, M, K, M, 1, 0, 1, KB, self.status)
+        self.rw = Reenc(qw, sw, E * N, K, N, 32, NB * KB, 1, KB, self.status)
+        self.dims = (E, M, N, K, KB, KB4, NB)
+        self.qw, self.sw, self.offs = qw, sw, offs
+        self.fix = FIX(ptr(self.rx.res), ptr(self.rx.cnt), ptr(self.rw.res), ptr(self.rw.cnt), ptr(qw), ptr(sw),
+                       NB * KB, 1, KB, self.rx.slots, 0)
+        assert self.rx.slots == self.rw.slots
+
+    def reencode(self):
+        self.status.zero_()
+        self.rx.run()
+        self.rw.run()
+
+    def gemm(self, out, fix=True):
+        E, M, N, K, KB, KB4, NB = self.dims
+        SA = bench.scales_f32(self.rx.s2, 0, KB, 1, M, KB, M, KB4, 1, stage_major=True)
+        NB4 = rup(NB, 4) + 4
+        SB = bench.scales_f32(self.rw.s2, NB * KB, 1, KB, KB, NB, KB4, NB4, E)
+        bf = out.dtype == torch.bfloat16
+        if not fix:
+            bench.SUFFIX = "_v8c"
+            bench.gemm(bench.kname(True, bf), self.rx.q2, K, self.rw.q2, K, N * K, SA, 4 * M, SB, NB4, SB[0].numel(), out, N, 0, self.offs, E, M, N, K, 0)
+            bench.SUFFIX = ""
+            return
+        p = bench.GP(ptr(self.rx.q2), K, ptr(self.rw.q2), K, N * K, ptr(SA), 4 * M, ptr(SB), NB4, SB[0].numel(), ptr(out), N, 0, ptr(self.offs), E, M, N, K, 0, 0)
+        name = f"mx_cgemm_e4m3e4m3_w2d_{'bf16' if bf else 'f32'}"
+        ck(lib.mx_launch_cgemm(name.encode(), ctypes.byref(p), ctypes.byref(self.fix), 0, None), name)
+
+    def __call__(self, out):
+        self.reencode()
+        self.gemm(out)
+
+
+def operands(key, E, Mg, K, N, dist):
+    M = E * Mg
+    g = torch.Generator(device=DEV); g.manual_seed(torch.randint(0, 2**31 - 1, (1,)).item())
+    if dist == "residual-carried":
+        # every row: stage 0's first block holds one value 2^12 above the rest, so the other
+        # three blocks of stage 0 shift by ~12 binades and their six nonzero values each leave
+        # E4M3 (residuals, within the slots); W is zero on that first block's K range and X is
+        # small elsewhere: the output is carried by the residual products (without the
+        # corrections it must fail the tolerance)
+        X = torch.randn(M, K, device=DEV, generator=g) / 64.0
+        X[:, :128] = 0.0
+        X[:, 0] = 4096.0
+        pos = 32 + torch.randint(0, 96, (M, 6), device=DEV, generator=g)
+        X.scatter_(1, pos, torch.randn(M, 6, device=DEV, generator=g))
+        W = torch.randn(E, N, K, device=DEV, generator=g) * 0.05
+        W[:, :, :32] = 0.0
+    elif dist == "overflow":
+        X = torch.randn(M, K, device=DEV, generator=g)
+        X[:, (torch.arange(K, device=DEV) % 128) < 32] *= 4096.0
+        W = torch.randn(E, N, K, device=DEV, generator=g) * 0.05
+    elif dist == "nan":
+        X = torch.randn(M, K, device=DEV, generator=g)
+        X[M // 2, K // 3] = float("nan")
+        W = torch.randn(E, N, K, device=DEV, generator=g) * 0.05
+    elif dist == "gauss":
+        X = torch.randn(M, K, device=DEV, generator=g)
+        W = torch.randn(E, N, K, device=DEV, generator=g) * 0.05
+    else:
+        t = torch.distributions.StudentT(torch.tensor(3.0, device=DEV))
+        X = t.sample((M, K))
+        W = t.sample((E, N, K)) * 0.05
+    return X.to(torch.bfloat16), W.to(torch.bfloat16)
+
+
+def check_reencode(cf, qx, sx, qw, sw, lines):
+    xa, xs, xres = reencode.reencode_rows(qx, sx)
+    wa, ws, wres = reencode.reencode_tiles(qw, sw)
+    st = int(cf.status.item())
+    ok = True
+    if not st & NONFINITE:   # (a NaN block's copy is never read: the host falls back)
+        ok = torch.equal(cf.rx.q2, xa) and torch.equal(cf.rx.s2, xs) and torch.equal(cf.rw.q2, wa) and torch.equal(cf.rw.s2, ws)
+    if st == 0:
+        ok = ok and torch.equal(cf.rx.dense(xres.shape), xres) and torch.equal(cf.rw.dense(wres.shape), wres)
+    nx, nw = int((xres != 0).sum()), int((wres != 0).sum())
+    what = "not compared" if st & NONFINITE else ("bytes, scales, lists" if st == 0 else "bytes, scales")
+    lines.append(f"  re-encoding kernel vs torch ({what}): {'EXACT' if ok else 'MISMATCH'}; "
+                 f"residuals X {nx} ({nx / xres.numel():.1e}, max/row {int((xres != 0).sum(1).max())}), "
+                 f"W {nw} ({nw / wres.numel():.1e}, max/row {int((wres != 0).sum(-1).max())}); slots {cf.rx.slots}; status {st}")
+    return ok
+
+
+def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
+    M = E * Mg
+    offs_host = [Mg * (i + 1) for i in range(E)]
+    offs = torch.tensor(offs_host, dtype=torch.int32, device=DEV)
+    X, W = operands(key, E, Mg, K, N, dist)
+    qx, qw = bench.quantize(X, ROWS), bench.quantize(W, TILE | TILE_T)
+    cf = ChainFwd(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K)
+    cf.reencode()
+    torch.cuda.synchronize()
+    lines = [f"{key} {dist} (E {E}, rows/expert {Mg}, K {K}, N {N}):"]
+    ok = check_reencode(cf, qx["qa"], qx["sa"], qw["qa"], qw["sa"], lines)
+    st = int(cf.status.item())
+    if dist == "overflow":
+        ok = ok and (st & OVERFLOW) != 0
+        lines.append(f"  status reports overflow: {'yes' if st & OVERFLOW else 'NO'} (the host runs the per-k32 kernel)")
+    elif dist == "nan":
+        ok = ok and (st & NONFINITE) != 0
+        lines.append(f"  status reports non-finite: {'yes' if st & NONFINITE else 'NO'} (the host runs the per-k32 kernel)")
+    else:
+        ok = ok and st == 0
+        out = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
+        cf.gemm(out)
+        o_def = torch.empty(M, N, dtype=torch.float32, device=DEV)
+        bench.fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o_def)
+        torch.cuda.synchronize()
+        if with_ref:
+            xd, wd = reencode.values_rows(qx["qa"], qx["sa"]), reencode.values_tiles(qw["qa"], qw["sa"])
+            ref = torch.empty(M, N, dtype=torch.float64, device=DEV)
+            for e in range(E):
+                ref[Mg * e:Mg * (e + 1)] = xd[Mg * e:Mg * (e + 1)] @ wd[e].t()
+            nofix = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
+            cf.gemm(nofix, fix=False)
+            torch.cuda.synchronize()
+            for name, o, must in (("chained + corrections", out, True), ("chained without corrections", nofix, None), ("default kernel", o_def, True)):
+                mx, snr = reencode.err(o, ref)
+                passed = snr >= 60.0 and mx <= 2e-3
+                if must:
+                    ok = ok and passed
+                if dist == "residual-carried" and must is None:
+                    ok = ok and not passed   # the case must depend on the corrections
+                lines.append(f"  vs float64: {name}: max_rel {mx:.2e}, snr {snr:.1f} dB{'' if passed else ' (fails 60 dB / 2e-3)'}")
+            del xd, wd, ref
+        mx, snr = reencode.err(out, o_def.double())
+        ok = ok and snr >= 60.0
+        lines.append(f"  chained vs default kernel: max_rel {mx:.2e}, snr {snr:.1f} dB")
+        if rep:
+            fl = 2.0 * M * N * K
+            o_bf = torch.empty(M, N, dtype=torch.bfloat16, device=DEV)
+            Wt = W.transpose(-2, -1)
+            t_bf = bench.tms(lambda: torch._grouped_mm(X, Wt, offs=offs), rep)
+
+            def v2t():
+                bench.SUFFIX = "_v2t"
+                bench.fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o_bf)
+                bench.SUFFIX = ""
+            t_v2t = bench.tms(v2t, rep)
+            t_all = bench.tms(lambda: cf(o_bf), rep)
+            t_re = bench.tms(cf.reencode, rep)
+            t_g = bench.tms(lambda: cf.gemm(o_bf), rep)
+            t_bf2 = bench.tms(lambda: torch._grouped_mm(X, Wt, offs=offs), rep)
+            lines.append(f"  timing (bf16 out, median µs): torch BF16 {t_bf * 1e3:.0f} / {t_bf2 * 1e3:.0f} (before / after) | "
+                         f"v2t {t_v2t * 1e3:.0f} (x BF16 {t_bf / t_v2t:.2f}) | chained pipeline {t_all * 1e3:.0f} "
+                         f"(x BF16 {t_bf / t_all:.2f}, x v2t {t_v2t / t_all:.2f}; {fl / t_all / 1e9:.0f} TFLOP/s) = "
+                         f"re-encode X + W {t_re * 1e3:.0f} + scales and GEMM {t_g * 1e3:.0f}")
+            results.append((key, dist, t_bf, t_v2t, t_all, t_re, t_g))
+    lines.append(f"  {'PASS' if ok else 'FAIL'}")
+    print("\n".join(lines), flush=True)
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="a,b,c")
+    ap.add_argument("--rep", type=int, default=60)
+    a = ap.parse_args()
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    ok = True
+    for dist in ("gauss", "student-t3", "residual-carried", "overflow", "nan"):
+        ok &= run_case("small", 3, 512, 2880, 256, dist, 0, True, [])
+    ok &= run_case("small-k2064", 2, 300, 2064, 384, "student-t3", 0, True, [])   # partial stage and block, partial tiles
+    ok &= run_case("small-k4096", 2, 1024, 4096, 512, "student-t3", 0, True, [])
+    results = []
+    for key in a.shapes.split(","):
+        E, Mg, K, N = bench.SHAPES[key]
+        for dist in ("gauss", "student-t3"):
+            ok &= run_case(key, E, Mg, K, N, dist, a.rep, False, results)
+            torch.cuda.empty_cache()
+    print("\nshape dist        torch BF16   v2t (x BF16)    chained (x BF16, x v2t)   re-encode   GEMM")
+    for key, dist, t_bf, t_v2t, t_all, t_re, t_g in results:
+        print(f"{key:5} {dist:11} {t_bf * 1e3:8.0f} µs {t_v2t * 1e3:6.0f} ({t_bf / t_v2t:.2f}) {t_all * 1e3:8.0f} ({t_bf / t_all:.2f}, {t_v2t / t_all:.2f}) "
+              f"{t_re * 1e3:9.0f} {t_g * 1e3:7.0f}")
+    print("ALL PASS" if ok else "SOME FAILED", flush=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

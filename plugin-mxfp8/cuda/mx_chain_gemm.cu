@@ -1,0 +1,35 @@
+// mx_chain_gemm.cu — the chained MXFP8 grouped GEMM for sm_90a and the re-encoding it needs:
+//   mx_reencode_<fmt>: an MX operand -> stage-uniform copy + residual lists (mx_reencode.cuh);
+//   mx_cgemm_<A fmt><B fmt>_w2d_<bf16|f32>: the 256 x 128 chained GEMM on the copies, with the
+//   residual corrections in its epilogue (mx_tgemm_chain.cuh).
+// The host runs them as one forward/dgrad (src/backend/cuda/chain.rs): re-encode A and B, relay
+// the copies' scales (mx_scales_to_f32), read the status word, then this GEMM, or the per-k32
+// kernel on the original operands when a row overflowed its list or a block is non-finite.
+#include "mx_ptx.cuh"
+#include "mx_numerics.cuh"
+#include "mx_wgmma.cuh"
+#include "mx_gemm_common.cuh"
+#include "mx_tgemm_pipeline.cuh"
+#include "mx_tgemm_mainloop.cuh"
+#include "mx_tgemm_roles.cuh"
+#include "mx_reencode.cuh"
+#include "mx_tgemm_chain.cuh"
+
+// The backend's side (src/backend/cuda/params.rs: ReencodeParams, ChainParams) hard-codes these.
+static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 80 && sizeof(MxGemmChainParams) == 576,
+              "ReencodeParams / ChainParams in src/backend/cuda/params.rs");
+static_assert(mxt8_smem_bytes() == 218112, "chain_smem in src/backend/cuda/chain.rs");
+
+#define MXR_INST(NAME, F) \
+  extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxReencodeParams p) { mx_reencode_rows<F>(p); }
+#define MXC_INST(NAME, FA, FB, OBF) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF>(p.b, &p.f); }
+
+#ifndef MXC_CUSTOM_INSTANTIATIONS
+MXR_INST(mx_reencode_e4m3, 0)
+MXR_INST(mx_reencode_e5m2, 1)
+MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16, 0, 0, 1)
+MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32, 0, 0, 0)
+MXC_INST(mx_cgemm_e5m2e4m3_w2d_bf16, 1, 0, 1)
+#endif
