@@ -63,6 +63,33 @@ template <int FMT> MX_DEV mx_u32 mx_fp8_shift_exact(mx_u32 b, mx_u32 d, bool& ok
   return (b & 0x80u) | ((mx_u32)(h - MB + 1) << MB) | ((J >> (h - MB)) - (1u << MB));
 }
 
+// Four bytes at once. Most bytes take the fast path: a zero keeps its byte, and a byte whose
+// exponent field E exceeds d stays normal, so its new byte is b - (d << MB) (exact: the
+// mantissa is unchanged). The others (E <= d: the result is subnormal or not representable)
+// go through mx_fp8_shift_exact. miss: bit j set when byte j is a residual.
+template <int FMT> MX_DEV mx_u32 mx_fp8_shift4(mx_u32 w, mx_u32 d, mx_u32& miss) {
+  miss = 0;
+  if (d == 0) return w;
+  constexpr int MB = MxFmt<FMT>::mbits;
+  constexpr mx_u32 EMASK = FMT == 0 ? 0x0F0F0F0Fu : 0x1F1F1F1Fu;
+  const mx_u32 dd = d < 31u ? d : 31u;
+  const mx_u32 fast = __vcmpgtu4((w >> MB) & EMASK, dd * 0x01010101u);
+  const mx_u32 zero = __vcmpeq4(w & 0x7F7F7F7Fu, 0u);
+  mx_u32 out = (__vsub4(w, (dd << MB) * 0x01010101u) & fast) | (w & zero);
+  const mx_u32 rest = ~(fast | zero);
+  if (rest) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if ((rest >> (8 * j)) & 1u) {
+        bool ok;
+        out |= mx_fp8_shift_exact<FMT>((w >> (8 * j)) & 0xFFu, d, ok) << (8 * j);
+        if (!ok) miss |= 1u << j;
+      }
+    }
+  }
+  return out;
+}
+
 // One warp per row, grid-stride; per step the warp covers 512 bytes (four stages), 16 per lane,
 // so a stage is eight lanes and its largest scale byte three xor-shuffles away. The residuals
 // are listed in k order (a warp prefix over the lanes), so the epilogue's sums are deterministic.
@@ -95,15 +122,9 @@ MX_DEV void mx_reencode_rows(const MxReencodeParams& p) {
       mx_u32 miss = 0;   // bit i: byte i is a residual
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        mx_u32 o = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          bool ok;
-          const mx_u32 nb = mx_fp8_shift_exact<FMT>((w[i] >> (8 * j)) & 0xFFu, S - sc, ok);
-          o |= nb << (8 * j);
-          if (!ok) miss |= 1u << (4 * i + j);
-        }
-        w2[i] = o;
+        mx_u32 mi;
+        w2[i] = mx_fp8_shift4<FMT>(w[i], S - sc, mi);
+        miss |= mi << (4 * i);
       }
       const int nm = __popc(miss);
       const int incl = warp_incl_scan(nm);

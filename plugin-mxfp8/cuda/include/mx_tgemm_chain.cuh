@@ -32,53 +32,83 @@ struct MxChainFix {
 };
 struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 
-// The corrections of one 64-row block (rows wrow, wrow + 8 of the tile; columns as the wgmma
-// D fragment: 8 j + 2 (lane & 3) + {0, 1}), in list order (k ascending), one FMA each.
+// The corrections of a thread's 4 rows (tile rows wrow + {0, 8, 64, 72}) and 32 columns (the
+// wgmma D fragment: 8 j + 2 (lane & 3) + {0, 1}); acc[64 (q >> 1) + 4 j + 2 (q & 1) + c] for
+// row q, column (j, c). Latency, not arithmetic, is the cost (a few entries per thread,
+// each a handful of scattered loads), so every list length is loaded at once and the lists
+// are walked level by level: entry i of all 4 rows, then of all 32 columns, independent
+// loads the compiler can issue together. Per output the entries are added in list order
+// (k ascending), one FMA each: deterministic.
 template <int FA, int FB>
 MX_DEV void mxc_fix(const MxGemmParams& p, const MxChainFix& f, const MxgTile& T, float* acc, int wrow, int lane) {
   const int cofs = 2 * (lane & 3);
+  int Rq[4], na[4], ma = 0;   // (rows and columns fit in int: M, N are)
+  bool rv[4];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = wrow + 8 * h;
-    if (r >= T.rows) continue;
-    const mx_i64 R = T.row0 + r;
-    const int ne = f.cntA[R];
-    for (int i = 0; i < ne; ++i) {
-      const MxRes x = f.resA[R * f.slots + i];
-      const mx_u8* bk = f.Bo + (mx_i64)T.e * p.b_es + x.k;
-      const mx_u8* sk = f.sBo + (mx_i64)T.e * f.ise + (mx_i64)(x.k >> 5) * f.isr;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int n = T.n0 + 8 * j + cofs;
-        if (n < p.N) {   // N is even: n + 1 < N too
-          const float sb = mx_e8m0_to_f32(sk[(mx_i64)(n >> 5) * f.isc]);
-          acc[4 * j + 2 * h] = fmaf(x.v, mx_fp8_value<FB>(bk[(mx_i64)n * p.ldb]) * sb, acc[4 * j + 2 * h]);
-          acc[4 * j + 2 * h + 1] = fmaf(x.v, mx_fp8_value<FB>(bk[(mx_i64)(n + 1) * p.ldb]) * sb, acc[4 * j + 2 * h + 1]);
-        }
-      }
-    }
+  for (int q = 0; q < 4; ++q) {
+    const int r = wrow + 8 * (q & 1) + 64 * (q >> 1);
+    rv[q] = r < T.rows;
+    Rq[q] = T.row0 + (rv[q] ? r : 0);
+    na[q] = rv[q] ? f.cntA[Rq[q]] : 0;
   }
+  mx_u32 nb[8];   // the 32 column list lengths, one byte each (lengths <= slots <= 255)
+  int mb = 0;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
+  for (int i = 0; i < 8; ++i) nb[i] = 0;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int n = T.n0 + 8 * j + cofs + c;
-      if (n >= p.N) continue;
-      const mx_i64 row = (mx_i64)T.e * p.N + n;
-      const int ne = f.cntB[row];
-      for (int i = 0; i < ne; ++i) {
-        const MxRes x = f.resB[row * f.slots + i];
+      const int v = n < p.N ? f.cntB[(mx_i64)T.e * p.N + n] : 0;
+      nb[j >> 1] |= (mx_u32)v << (8 * (2 * (j & 1) + c));
+      mb = max(mb, v);
+    }
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = wrow + 8 * h;
-          if (r < T.rows) {
-            const mx_i64 R = T.row0 + r;
-            const float a = mx_fp8_value<FA>(p.A[R * p.lda + x.k]) * p.SA[(mx_i64)(x.k >> 7) * p.ldsa + R * 4 + ((x.k >> 5) & 3)];
-            acc[4 * j + 2 * h + c] = fmaf(a, x.v, acc[4 * j + 2 * h + c]);
+  for (int q = 0; q < 4; ++q) ma = max(ma, na[q]);
+  // A_res B: entry (k, v) of row q adds v * B[e][n][k] to the row's 32 outputs
+  const mx_u8* be = f.Bo + (mx_i64)T.e * p.b_es;
+  const mx_u8* se = f.sBo + (mx_i64)T.e * f.ise;
+  for (int i = 0; i < ma; ++i) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if (i < na[q]) {
+        const MxRes x = f.resA[(mx_i64)Rq[q] * f.slots + i];
+        const mx_u8* bk = be + x.k;
+        const mx_u8* sk = se + (mx_i64)(x.k >> 5) * f.isr;
+        float* aq = acc + 64 * (q >> 1) + 2 * (q & 1);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const int n = T.n0 + 8 * j + cofs;
+          if (n < p.N) {   // N is even: n + 1 < N too
+            const float sb = mx_e8m0_to_f32(sk[(mx_i64)(n >> 5) * f.isc]);
+            aq[4 * j] = fmaf(x.v, mx_fp8_value<FB>(bk[(mx_i64)n * p.ldb]) * sb, aq[4 * j]);
+            aq[4 * j + 1] = fmaf(x.v, mx_fp8_value<FB>(bk[(mx_i64)(n + 1) * p.ldb]) * sb, aq[4 * j + 1]);
           }
         }
       }
     }
+  }
+  // A' B_res: entry (k, v) of column n adds A'[R][k] * v to the column's 4 outputs
+  for (int i = 0; i < mb; ++i) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        if (i < (int)((nb[j >> 1] >> (8 * (2 * (j & 1) + c))) & 0xFFu)) {
+          const int n = T.n0 + 8 * j + cofs + c;
+          const MxRes x = f.resB[((mx_i64)T.e * p.N + n) * f.slots + i];
+          const float* sa = p.SA + (mx_i64)(x.k >> 7) * p.ldsa + ((x.k >> 5) & 3);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            if (rv[q]) {
+              const float a = mx_fp8_value<FA>(p.A[(mx_i64)Rq[q] * p.lda + x.k]) * sa[(mx_i64)Rq[q] * 4];
+              float& o = acc[64 * (q >> 1) + 4 * j + 2 * (q & 1) + c];
+              o = fmaf(a, x.v, o);
+            }
+          }
+        }
+      }
   }
 }
 
@@ -133,10 +163,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
     int te = t;
     asm volatile("" : "+r"(te));
     const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
-    if (fix != nullptr) {
-      mxc_fix<FA, FB>(p, *fix, T, acc, wrow, lane);
-      mxc_fix<FA, FB>(p, *fix, T, acc + 64, wrow + 64, lane);
-    }
+    if (fix != nullptr) mxc_fix<FA, FB>(p, *fix, T, acc, wrow, lane);
     mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
     mxt_epilogue<OUT_BF16>(p, T, acc + 64, wrow + 64, lane);
   }
