@@ -36,7 +36,7 @@ class RP(ctypes.Structure):
 
 class FIX(ctypes.Structure):
     _fields_ = [("resA", c_vp), ("cntA", c_vp), ("resB", c_vp), ("cntB", c_vp), ("Bo", c_vp), ("sBo", c_vp),
-                ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("slots", c_int), ("pad", c_int)]
+                ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("slots", c_int), ("terms", c_int)]
 
 
 assert ctypes.sizeof(RP) == 104 and ctypes.sizeof(FIX) == 80
@@ -89,7 +89,7 @@ class ChainFwd:
         self.dims = (E, M, N, K, KB, KB4, NB)
         self.qw, self.sw, self.offs = qw, sw, offs
         self.fix = FIX(ptr(self.rx.res), ptr(self.rx.cnt), ptr(self.rw.res), ptr(self.rw.cnt), ptr(qw), ptr(sw),
-                       NB * KB, 1, KB, self.rx.slots, 0)
+                       NB * KB, 1, KB, self.rx.slots, 3)
         assert self.rx.slots == self.rw.slots
 
     def reencode(self):
@@ -228,11 +228,16 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             t_re = bench.tms(cf.reencode, rep)
             t_g = bench.tms(lambda: cf.gemm(o_bf), rep)
             t_nf = bench.tms(lambda: cf.gemm(o_bf, fix=False), rep)
+            diag = []   # where the corrections' time goes: list lengths only, each term alone
+            for terms in (0, 1, 2):
+                cf.fix.terms = terms
+                diag.append(bench.tms(lambda: cf.gemm(o_bf), rep))
+            cf.fix.terms = 3
             t_bf2 = bench.tms(lambda: torch._grouped_mm(X, Wt, offs=offs), rep)
             lines.append(f"  timing (bf16 out, median µs): torch BF16 {t_bf * 1e3:.0f} / {t_bf2 * 1e3:.0f} (before / after) | "
                          f"v2t {t_v2t * 1e3:.0f} (x BF16 {t_bf / t_v2t:.2f}) | chained pipeline {t_all * 1e3:.0f} "
                          f"(x BF16 {t_bf / t_all:.2f}, x v2t {t_v2t / t_all:.2f}; {fl / t_all / 1e9:.0f} TFLOP/s) = "
-                         f"re-encode X + W {t_re * 1e3:.0f} + scales and GEMM {t_g * 1e3:.0f} (without the corrections {t_nf * 1e3:.0f})")
+                         f"re-encode X + W {t_re * 1e3:.0f} + scales and GEMM {t_g * 1e3:.0f} (without the corrections {t_nf * 1e3:.0f}; list lengths only {diag[0] * 1e3:.0f}, A_res B only {diag[1] * 1e3:.0f}, A' B_res only {diag[2] * 1e3:.0f})")
             results.append((key, dist, t_bf, t_v2t, t_all, t_re, t_g, t_nf))
     lines.append(f"  {'PASS' if ok else 'FAIL'}")
     print("\n".join(lines), flush=True)

@@ -28,7 +28,8 @@ struct MxChainFix {
   const MxRes* resB; const int* cntB;   // B_res: expert e, output column n: row e * N + n
   const mx_u8* Bo; const mx_u8* sBo;    // B's original bytes (p.B's layout) and E8M0 scales
   mx_i64 ise, isr, isc;                 //   sBo[e * ise + (n / 32) * isc + kb * isr]
-  int slots, _pad;
+  int slots;
+  int terms;                            // 3: both corrections (0-2: harness diagnostics, wrong results)
 };
 struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 
@@ -69,6 +70,8 @@ MX_DEV void mxc_fix(const MxGemmParams& p, const MxChainFix& f, const MxgTile& T
   // A_res B: entry (k, v) of row q adds v * B[e][n][k] to the row's 32 outputs
   const mx_u8* be = f.Bo + (mx_i64)T.e * p.b_es;
   const mx_u8* se = f.sBo + (mx_i64)T.e * f.ise;
+  if (!(f.terms & 1)) ma = 0;
+  if (!(f.terms & 2)) mb = 0;
   for (int i = 0; i < ma; ++i) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
