@@ -36,7 +36,7 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 14] = [
+pub const HEADERS: [(&str, &str); 16] = [
     header!("mx_ptx.cuh"),
     header!("mx_numerics.cuh"),
     header!("mx_wgmma.cuh"),
@@ -51,10 +51,13 @@ pub const HEADERS: [(&str, &str); 14] = [
     header!("mx_tgemm_mainloop.cuh"),
     header!("mx_tgemm_roles.cuh"),
     header!("mx_tgemm_kernels.cuh"),
+    header!("mx_reencode.cuh"),
+    header!("mx_tgemm_chain.cuh"),
 ];
 pub const QUANTIZE_CU: &str = include_str!("../cuda/mx_quantize.cu");
 pub const GEMM_CU: &str = include_str!("../cuda/mx_grouped_gemm.cu");
 pub const AUX_CU: &str = include_str!("../cuda/mx_dequantize.cu");
+pub const CHAIN_CU: &str = include_str!("../cuda/mx_chain_gemm.cu");
 
 /// Pipeline stages of the GEMM variants we instantiate (see the kernels' README).
 pub const GEMM_STAGES: u32 = 5;
@@ -93,6 +96,12 @@ pub enum Unit {
         w2d: bool,
         out_bf16: bool,
     },
+    /// The chained GEMM and its re-encoding (`mx_chain_gemm.cu`: `mx_reencode_*`,
+    /// `mx_cgemm_*`; 256 × 128 tiles, one promotion per 128-deep stage, exact through
+    /// stage-uniform copies plus residual corrections). Compiled and checked by the NVRTC
+    /// gate; the backend does not launch it yet: its corrections cost more than the chained
+    /// main loop saves (docs/perf.md, runs 94–96).
+    Chain,
 }
 
 fn gemm_kernel_name(prefix: &str, fa: u8, fb: u8, w2d: bool, out_bf16: bool) -> String {
@@ -133,6 +142,7 @@ impl Unit {
                 }
             }
         }
+        v.push(Unit::Chain);
         v
     }
 
@@ -197,6 +207,15 @@ impl Unit {
             .map(String::from)
             .to_vec(),
             Unit::Gemm { .. } | Unit::TGemm { .. } => vec![self.gemm_name().unwrap()],
+            Unit::Chain => [
+                "mx_reencode_e4m3",
+                "mx_reencode_e5m2",
+                "mx_cgemm_e4m3e4m3_w2d_bf16",
+                "mx_cgemm_e4m3e4m3_w2d_f32",
+                "mx_cgemm_e5m2e4m3_w2d_bf16",
+            ]
+            .map(String::from)
+            .to_vec(),
         }
     }
 
@@ -221,6 +240,7 @@ impl Unit {
             Unit::Quantize => "mx_quantize".into(),
             Unit::Aux => "mx_dequantize".into(),
             Unit::Gemm { .. } | Unit::TGemm { .. } => self.gemm_name().unwrap(),
+            Unit::Chain => "mx_chain_gemm".into(),
         }
     }
 
@@ -229,6 +249,7 @@ impl Unit {
         match *self {
             Unit::Quantize => ("mx_quantize.cu".into(), QUANTIZE_CU.into()),
             Unit::Aux => ("mx_dequantize.cu".into(), AUX_CU.into()),
+            Unit::Chain => ("mx_chain_gemm.cu".into(), CHAIN_CU.into()),
             Unit::Gemm {
                 fa,
                 fb,

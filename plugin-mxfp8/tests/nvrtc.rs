@@ -28,7 +28,8 @@
 //! Hot kernels are what the backend launches by default: every `mx_tgemm_*` (TMA) GEMM
 //! unit, the quantizer unit (`mx_quantize_*`, `mx_scales_to_f32`) and the aux unit
 //! (`mx_dequantize`, `mx_transpose_u8`, ...). The older cp.async `mx_gemm_*` units are a
-//! fallback only: they are reported in the table but do not fail the gate.
+//! fallback only: they are reported in the table but do not fail the gate; so is the
+//! chained GEMM unit (`mx_chain_gemm.cu`), which the backend does not launch yet.
 //! A unit whose log holds no report for its kernels (an NVRTC that ignored `-v`) fails.
 //!
 //! ## Portable build
@@ -240,9 +241,11 @@ fn every_kernel_compiles_with_nvrtc_for_sm_90a() {
     );
 }
 
-/// Whether a unit's kernels are launched by default (gated), see the module docs.
+/// Whether a unit's kernels are launched by default (gated), see the module docs. The
+/// chained GEMM is not launched yet; its epilogue (the residual corrections) spills a few
+/// bytes, reported in the table.
 fn is_hot(unit: Unit) -> bool {
-    !matches!(unit, Unit::Gemm { .. })
+    !matches!(unit, Unit::Gemm { .. } | Unit::Chain)
 }
 
 /// The kernel names a job's unit must report (`None` if all are there).
