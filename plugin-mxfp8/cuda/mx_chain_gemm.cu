@@ -16,7 +16,7 @@
 #include "mx_tgemm_chain.cuh"
 
 // The backend's side (src/backend/cuda/params.rs: ReencodeParams, ChainParams) hard-codes these.
-static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 80 && sizeof(MxGemmChainParams) == 576,
+static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 96 && sizeof(MxGemmChainParams) == 576,
               "ReencodeParams / ChainParams in src/backend/cuda/params.rs");
 static_assert(mxt8_smem_bytes() == 218112, "chain_smem in src/backend/cuda/chain.rs");
 

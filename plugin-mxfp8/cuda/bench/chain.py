@@ -35,11 +35,11 @@ class RP(ctypes.Structure):
 
 
 class FIX(ctypes.Structure):
-    _fields_ = [("resA", c_vp), ("cntA", c_vp), ("resB", c_vp), ("cntB", c_vp), ("Bo", c_vp), ("sBo", c_vp),
-                ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("slots", c_int), ("terms", c_int)]
+    _fields_ = [("resA", c_vp), ("cntA", c_vp), ("resB", c_vp), ("cntB", c_vp), ("Bt", c_vp), ("sBo", c_vp), ("At", c_vp),
+                ("bt_es", c_i64), ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("slots", c_int), ("terms", c_int)]
 
 
-assert ctypes.sizeof(RP) == 104 and ctypes.sizeof(FIX) == 80
+assert ctypes.sizeof(RP) == 104 and ctypes.sizeof(FIX) == 96
 lib.mx_launch_reencode.argtypes = [c_int, ctypes.POINTER(RP), c_vp]
 lib.mx_launch_cgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(bench.GP), ctypes.POINTER(FIX), c_int, c_vp]
 
@@ -79,23 +79,27 @@ class Reenc:
 
 
 class ChainFwd:
-    """X [M, K] 1x32, W [E, N, K] 32x32: the backend's chained forward with bf16 or f32 out."""
+    """X [M, K] 1x32, W [E, N, K] 32x32 (+ its transposed bytes qwt [E, K, N]): the backend's
+    chained forward with bf16 or f32 out. X' is transposed after the re-encoding for the
+    A' B_res corrections (torch here; the backend's mx_transpose_u8)."""
 
-    def __init__(self, qx, sx, qw, sw, offs, E, M, N, K):
+    def __init__(self, qx, sx, qw, sw, qwt, offs, E, M, N, K):
         KB, KB4, NB = cdiv(K, 32), rup(cdiv(K, 32), 4), cdiv(N, 32)
         self.status = torch.zeros(1, dtype=torch.int32, device=DEV)
         self.rx = Reenc(qx, sx, M, K, M, 1, 0, 1, KB, self.status)
         self.rw = Reenc(qw, sw, E * N, K, N, 32, NB * KB, 1, KB, self.status)
         self.dims = (E, M, N, K, KB, KB4, NB)
         self.qw, self.sw, self.offs = qw, sw, offs
-        self.fix = FIX(ptr(self.rx.res), ptr(self.rx.cnt), ptr(self.rw.res), ptr(self.rw.cnt), ptr(qw), ptr(sw),
-                       NB * KB, 1, KB, self.rx.slots, 3)
+        self.at = torch.empty(K, M, dtype=torch.uint8, device=DEV)
+        self.fix = FIX(ptr(self.rx.res), ptr(self.rx.cnt), ptr(self.rw.res), ptr(self.rw.cnt), ptr(qwt), ptr(sw), ptr(self.at),
+                       K * N, NB * KB, 1, KB, self.rx.slots, 3)
         assert self.rx.slots == self.rw.slots
 
     def reencode(self):
         self.status.zero_()
         self.rx.run()
         self.rw.run()
+        self.at.copy_(self.rx.q2.t())
 
     def gemm(self, out, fix=True):
         E, M, N, K, KB, KB4, NB = self.dims
@@ -174,7 +178,7 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
     offs = torch.tensor(offs_host, dtype=torch.int32, device=DEV)
     X, W = operands(key, E, Mg, K, N, dist)
     qx, qw = bench.quantize(X, ROWS), bench.quantize(W, TILE | TILE_T)
-    cf = ChainFwd(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K)
+    cf = ChainFwd(qx["qa"], qx["sa"], qw["qa"], qw["sa"], qw["qt"], offs, E, M, N, K)
     cf.reencode()
     torch.cuda.synchronize()
     lines = [f"{key} {dist} (E {E}, rows/expert {Mg}, K {K}, N {N}):"]
@@ -237,7 +241,7 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             lines.append(f"  timing (bf16 out, median µs): torch BF16 {t_bf * 1e3:.0f} / {t_bf2 * 1e3:.0f} (before / after) | "
                          f"v2t {t_v2t * 1e3:.0f} (x BF16 {t_bf / t_v2t:.2f}) | chained pipeline {t_all * 1e3:.0f} "
                          f"(x BF16 {t_bf / t_all:.2f}, x v2t {t_v2t / t_all:.2f}; {fl / t_all / 1e9:.0f} TFLOP/s) = "
-                         f"re-encode X + W {t_re * 1e3:.0f} + scales and GEMM {t_g * 1e3:.0f} (without the corrections {t_nf * 1e3:.0f}; list lengths only {diag[0] * 1e3:.0f}, A_res B only {diag[1] * 1e3:.0f}, A' B_res only {diag[2] * 1e3:.0f})")
+                         f"re-encode X + W (+ X' transposed) {t_re * 1e3:.0f} + scales and GEMM {t_g * 1e3:.0f} (without the corrections {t_nf * 1e3:.0f}; list lengths only {diag[0] * 1e3:.0f}, A_res B only {diag[1] * 1e3:.0f}, A' B_res only {diag[2] * 1e3:.0f})")
             results.append((key, dist, t_bf, t_v2t, t_all, t_re, t_g, t_nf))
     lines.append(f"  {'PASS' if ok else 'FAIL'}")
     print("\n".join(lines), flush=True)

@@ -15,7 +15,7 @@ offs = torch.tensor([Mg * (i + 1) for i in range(E)], dtype=torch.int32, device=
 for dist in ("gauss", "student-t3"):
     X, W = chain.operands("a", E, Mg, K, N, dist)
     qx, qw = bench.quantize(X, ROWS), bench.quantize(W, TILE | TILE_T)
-    cf = chain.ChainFwd(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K)
+    cf = chain.ChainFwd(qx["qa"], qx["sa"], qw["qa"], qw["sa"], qw["qt"], offs, E, M, N, K)
     cf.reencode()
     out = torch.empty(M, N, dtype=torch.bfloat16, device=DEV)
     cf.gemm(out)

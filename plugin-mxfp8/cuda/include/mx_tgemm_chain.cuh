@@ -22,26 +22,53 @@ template <int SB2D> struct MxtLay256 {
 #define MXT8_STAGES 4
 constexpr int mxt8_smem_bytes() { return MXT8_STAGES * MxtLay256<1>::STAGE + 1024; }
 
-// The residual lists and the operands' other encodings the corrections read.
+// The residual lists and the transposed operands the corrections read (transposed so that a
+// tile's 128 columns of B, or its 256 rows of A', at one k are contiguous bytes: run 97 found
+// the K-major reads at 12–32 sectors per useful byte).
 struct MxChainFix {
   const MxRes* resA; const int* cntA;   // A_res: GEMM row R's list at resA[R * slots]
   const MxRes* resB; const int* cntB;   // B_res: expert e, output column n: row e * N + n
-  const mx_u8* Bo; const mx_u8* sBo;    // B's original bytes (p.B's layout) and E8M0 scales
-  mx_i64 ise, isr, isc;                 //   sBo[e * ise + (n / 32) * isc + kb * isr]
+  const mx_u8* Bt; const mx_u8* sBo;    // B's original bytes transposed: Bt[e * bt_es + k * N + n];
+                                        //   its E8M0 scales sBo[e * ise + (n / 32) * isc + kb * isr]
+  const mx_u8* At;                      // A' transposed: At[k * M + R] (scales: p.SA)
+  mx_i64 bt_es, ise, isr, isc;
   int slots;
   int terms;                            // 3: both corrections (0-2: harness diagnostics, wrong results)
 };
 struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 
+// Per-tile list lengths, staged in shared memory by producer warp 1 one tile ahead of the
+// consumers (two buffers): rows 0..255 of the tile, then its columns 0..127 (one byte each:
+// a length is at most slots <= 255).
+struct MxcLens { mx_u8 len[2][384]; mx_u64 full[2], empty[2]; };
+
+MX_DEV void mxc_stage_lengths(const MxGemmParams& p, const MxChainFix& f, MxcLens& L, const int* g_start,
+                              const int* g_pre, int lane) {
+  const MxtCtx c = mxt_ctx(p, g_start, g_pre, 256, 128);
+  int it = 0;
+  for (int t = blockIdx.x; t < c.total; t += gridDim.x, ++it) {
+    const int b = it & 1;
+    if (it >= 2) mbar_wait(&L.empty[b], ((it >> 1) - 1) & 1);
+    const MxgTile T = mxg_decode(p, t, 256, c.ntn, c.tiles_m, g_start, g_pre, 128);
+#pragma unroll
+    for (int i = lane; i < 256; i += 32) L.len[b][i] = i < T.rows ? (mx_u8)f.cntA[T.row0 + i] : 0;
+#pragma unroll
+    for (int i = lane; i < 128; i += 32) {
+      const int n = T.n0 + i;
+      L.len[b][256 + i] = n < p.N ? (mx_u8)f.cntB[(mx_i64)T.e * p.N + n] : 0;
+    }
+    mbar_arrive(&L.full[b]);   // 32 arrivals, each after the lane's own writes
+  }
+}
+
 // The corrections of a thread's 4 rows (tile rows wrow + {0, 8, 64, 72}) and 32 columns (the
 // wgmma D fragment: 8 j + 2 (lane & 3) + {0, 1}); acc[64 (q >> 1) + 4 j + 2 (q & 1) + c] for
-// row q, column (j, c). Latency, not arithmetic, is the cost (a few entries per thread,
-// each a handful of scattered loads), so every list length is loaded at once and the lists
-// are walked level by level: entry i of all 4 rows, then of all 32 columns, independent
-// loads the compiler can issue together. Per output the entries are added in list order
-// (k ascending), one FMA each: deterministic.
+// row q, column (j, c). The lists are walked level by level (entry i of all 4 rows, then of
+// all 32 columns: independent loads). Per output the entries are added in list order (k
+// ascending), one FMA each: deterministic. len: this tile's lengths (MxcLens).
 template <int FA, int FB>
-MX_DEV void mxc_fix(const MxGemmParams& p, const MxChainFix& f, const MxgTile& T, float* acc, int wrow, int lane) {
+MX_DEV void mxc_fix(const MxGemmParams& p, const MxChainFix& f, const MxgTile& T, const mx_u8* len, float* acc,
+                    int wrow, int lane) {
   const int cofs = 2 * (lane & 3);
   int Rq[4], na[4], ma = 0;   // (rows and columns fit in int: M, N are)
   bool rv[4];
@@ -50,43 +77,38 @@ MX_DEV void mxc_fix(const MxGemmParams& p, const MxChainFix& f, const MxgTile& T
     const int r = wrow + 8 * (q & 1) + 64 * (q >> 1);
     rv[q] = r < T.rows;
     Rq[q] = T.row0 + (rv[q] ? r : 0);
-    na[q] = rv[q] ? f.cntA[Rq[q]] : 0;
+    na[q] = len[r];
+    ma = max(ma, na[q]);
   }
-  mx_u32 nb[8];   // the 32 column list lengths, one byte each (lengths <= slots <= 255)
+  mx_u32 nb[8];   // the 32 column list lengths, one byte each
   int mb = 0;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) nb[i] = 0;
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int n = T.n0 + 8 * j + cofs + c;
-      const int v = n < p.N ? f.cntB[(mx_i64)T.e * p.N + n] : 0;
-      nb[j >> 1] |= (mx_u32)v << (8 * (2 * (j & 1) + c));
-      mb = max(mb, v);
-    }
-#pragma unroll
-  for (int q = 0; q < 4; ++q) ma = max(ma, na[q]);
-  // A_res B: entry (k, v) of row q adds v * B[e][n][k] to the row's 32 outputs
-  const mx_u8* be = f.Bo + (mx_i64)T.e * p.b_es;
-  const mx_u8* se = f.sBo + (mx_i64)T.e * f.ise;
+  for (int j = 0; j < 16; ++j) {
+    const mx_u32 v2 = *reinterpret_cast<const mx_u16*>(len + 256 + 8 * j + cofs);
+    if (j & 1) nb[j >> 1] |= v2 << 16; else nb[j >> 1] = v2;
+    mb = max(mb, (int)max(v2 & 0xFFu, v2 >> 8));
+  }
   if (!(f.terms & 1)) ma = 0;
   if (!(f.terms & 2)) mb = 0;
+  // A_res B: entry (k, v) of row q adds v * B[e][n][k] to the row's 32 outputs
+  const mx_u8* bte = f.Bt + (mx_i64)T.e * f.bt_es;
+  const mx_u8* se = f.sBo + (mx_i64)T.e * f.ise;
   for (int i = 0; i < ma; ++i) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       if (i < na[q]) {
         const MxRes x = f.resA[(mx_i64)Rq[q] * f.slots + i];
-        const mx_u8* bk = be + x.k;
+        const mx_u8* bk = bte + (mx_i64)x.k * p.N;
         const mx_u8* sk = se + (mx_i64)(x.k >> 5) * f.isr;
         float* aq = acc + 64 * (q >> 1) + 2 * (q & 1);
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
           const int n = T.n0 + 8 * j + cofs;
-          if (n < p.N) {   // N is even: n + 1 < N too
+          if (n < p.N) {   // N is even: n + 1 < N too, and the pair is 2-byte aligned
+            const mx_u32 b2 = *reinterpret_cast<const mx_u16*>(bk + n);
             const float sb = mx_e8m0_to_f32(sk[(mx_i64)(n >> 5) * f.isc]);
-            aq[4 * j] = fmaf(x.v, mx_fp8_value<FB>(bk[(mx_i64)n * p.ldb]) * sb, aq[4 * j]);
-            aq[4 * j + 1] = fmaf(x.v, mx_fp8_value<FB>(bk[(mx_i64)(n + 1) * p.ldb]) * sb, aq[4 * j + 1]);
+            aq[4 * j] = fmaf(x.v, mx_fp8_value<FB>(b2 & 0xFFu) * sb, aq[4 * j]);
+            aq[4 * j + 1] = fmaf(x.v, mx_fp8_value<FB>(b2 >> 8) * sb, aq[4 * j + 1]);
           }
         }
       }
@@ -101,11 +123,12 @@ MX_DEV void mxc_fix(const MxGemmParams& p, const MxChainFix& f, const MxgTile& T
         if (i < (int)((nb[j >> 1] >> (8 * (2 * (j & 1) + c))) & 0xFFu)) {
           const int n = T.n0 + 8 * j + cofs + c;
           const MxRes x = f.resB[((mx_i64)T.e * p.N + n) * f.slots + i];
+          const mx_u8* ak = f.At + (mx_i64)x.k * p.M;
           const float* sa = p.SA + (mx_i64)(x.k >> 7) * p.ldsa + ((x.k >> 5) & 3);
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             if (rv[q]) {
-              const float a = mx_fp8_value<FA>(p.A[(mx_i64)Rq[q] * p.lda + x.k]) * sa[(mx_i64)Rq[q] * 4];
+              const float a = mx_fp8_value<FA>(ak[Rq[q]]) * sa[(mx_i64)Rq[q] * 4];
               float& o = acc[64 * (q >> 1) + 4 * j + 2 * (q & 1) + c];
               o = fmaf(a, x.v, o);
             }
@@ -124,12 +147,18 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
   extern __shared__ __align__(1024) mx_u8 mxt_smem[];
   __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
   __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
+  __shared__ __align__(8) MxcLens lens;
   const int tid = threadIdx.x;
+  if (tid == 0) {   // (mxt_setup's fence and barrier publish these)
+    for (int b = 0; b < 2; ++b) { mbar_init(&lens.full[b], 32); mbar_init(&lens.empty[b], 8); }
+  }
   mxt_setup(P, full, empty, STAGES, 8, LAY::BM, g_start, g_pre);
   if (tid >= 256) {
     setmaxnreg_dec<40>();
     if (tid == 256)
       mxt_produce<SB2D, STAGES, 0, LAY>(P, g_start, g_pre, mxt_smem_base(mxt_smem), blockIdx.x, gridDim.x, full, empty);
+    else if (fix != nullptr && tid >= 288 && tid < 320)
+      mxc_stage_lengths(p, *fix, lens, g_start, g_pre, tid & 31);
     return;
   }
   setmaxnreg_inc<232>();
@@ -142,7 +171,8 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
   const int wrow = 128 * wg + 16 * warp + (lane >> 2);   // block 0's rows; block 1: wrow + 64
   int stage = 0; mx_u32 phase = 0;
   float acc[128], t0[64];
-  for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
+  int it = 0;
+  for (int t = blockIdx.x; t < c.total; t += gridDim.x, ++it) {
     int nst;
     {
       const MxgTile T = mxg_decode(p, t, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
@@ -166,7 +196,13 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
     int te = t;
     asm volatile("" : "+r"(te));
     const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
-    if (fix != nullptr) mxc_fix<FA, FB>(p, *fix, T, acc, wrow, lane);
+    if (fix != nullptr) {
+      const int b = it & 1;
+      mbar_wait(&lens.full[b], (it >> 1) & 1);
+      mxc_fix<FA, FB>(p, *fix, T, lens.len[b], acc, wrow, lane);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&lens.empty[b]);
+    }
     mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
     mxt_epilogue<OUT_BF16>(p, T, acc + 64, wrow + 64, lane);
   }
