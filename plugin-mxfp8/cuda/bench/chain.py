@@ -17,7 +17,7 @@ relayouts, the whole chained pipeline, and its parts.
 Usage, on the GPU machine (libmxbench.so as for bench.py):
   python3 plugin-mxfp8/cuda/bench/chain.py [--shapes a,b,c] [--rep 60]
 """
-import argparse, ctypes, os, sys
+import ctypes, os, sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -198,10 +198,7 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
         bench.fwd_call(qx["qa"], qx["sa"], qw["qa"], qw["sa"], offs, E, M, N, K, True, o_def)
         torch.cuda.synchronize()
         if with_ref:
-            xd, wd = reencode.values_rows(qx["qa"], qx["sa"]), reencode.values_tiles(qw["qa"], qw["sa"])
-            ref = torch.empty(M, N, dtype=torch.float64, device=DEV)
-            for e in range(E):
-                ref[Mg * e:Mg * (e + 1)] = xd[Mg * e:Mg * (e + 1)] @ wd[e].t()
+            ref = reencode.float64_reference(qx, qw, E, Mg, N)
             nofix = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
             cf.gemm(nofix, fix=False)
             torch.cuda.synchronize()
@@ -213,15 +210,14 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
                 if dist == "residual-carried" and must is None:
                     ok = ok and not passed   # the case must depend on the corrections
                 lines.append(f"  vs float64: {name}: max_rel {mx:.2e}, snr {snr:.1f} dB{'' if passed else ' (fails 60 dB / 2e-3)'}")
-            del xd, wd, ref
+            del ref
         mx, snr = reencode.err(out, o_def.double())
         ok = ok and snr >= 60.0
         lines.append(f"  chained vs default kernel: max_rel {mx:.2e}, snr {snr:.1f} dB")
         if rep:
             fl = 2.0 * M * N * K
             o_bf = torch.empty(M, N, dtype=torch.bfloat16, device=DEV)
-            Wt = W.transpose(-2, -1)
-            t_bf = bench.tms(lambda: torch._grouped_mm(X, Wt, offs=offs), rep)
+            t_bf = reencode.time_torch_bf16(X, W, offs, rep)
 
             def v2t():
                 bench.SUFFIX = "_v2t"
@@ -237,7 +233,7 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
                 cf.fix.terms = terms
                 diag.append(bench.tms(lambda: cf.gemm(o_bf), rep))
             cf.fix.terms = 3
-            t_bf2 = bench.tms(lambda: torch._grouped_mm(X, Wt, offs=offs), rep)
+            t_bf2 = reencode.time_torch_bf16(X, W, offs, rep)
             lines.append(f"  timing (bf16 out, median µs): torch BF16 {t_bf * 1e3:.0f} / {t_bf2 * 1e3:.0f} (before / after) | "
                          f"v2t {t_v2t * 1e3:.0f} (x BF16 {t_bf / t_v2t:.2f}) | chained pipeline {t_all * 1e3:.0f} "
                          f"(x BF16 {t_bf / t_all:.2f}, x v2t {t_v2t / t_all:.2f}; {fl / t_all / 1e9:.0f} TFLOP/s) = "
@@ -249,11 +245,7 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default="a,b,c")
-    ap.add_argument("--rep", type=int, default=60)
-    a = ap.parse_args()
-    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    a = reencode.shape_args()
     ok = True
     for dist in ("gauss", "student-t3", "residual-carried", "overflow", "nan"):
         ok &= run_case("small", 3, 512, 2880, 256, dist, 0, True, [])

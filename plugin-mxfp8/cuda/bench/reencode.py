@@ -95,6 +95,21 @@ def sparse_corrections(out, a_vals_new, a_res, w_vals, w_res, offs_host):
     return out
 
 
+def float64_reference(qx, qw, E, Mg, N):
+    """The exact product of the original MX operands (X 1x32 rows, W 32x32 tiles), float64."""
+    xd, wd = values_rows(qx["qa"], qx["sa"]), values_tiles(qw["qa"], qw["sa"])
+    ref = torch.empty(E * Mg, N, dtype=torch.float64, device=DEV)
+    for e in range(E):
+        ref[Mg * e:Mg * (e + 1)] = xd[Mg * e:Mg * (e + 1)] @ wd[e].t()
+    return ref
+
+
+def time_torch_bf16(X, W, offs, rep):
+    """Median time (ms) of torch's BF16 grouped GEMM on the unquantized operands."""
+    Wt = W.transpose(-2, -1)
+    return bench.tms(lambda: torch._grouped_mm(X, Wt, offs=offs), rep)
+
+
 def err(out, ref):
     d = out.double() - ref
     snr = 10 * torch.log10((ref * ref).sum() / (d * d).sum().clamp_min(1e-300)).item()
@@ -140,21 +155,17 @@ def run_shape(key, E, Mg, K, N, dist, rep, with_ref):
     torch.cuda.synchronize()
     lines = [f"{key} {dist}: residual elements X {nres_x} ({nres_x / X.numel():.1e}), W {nres_w} ({nres_w / W.numel():.1e})"]
     if with_ref:
-        xd, wd = values_rows(qx["qa"], qx["sa"]), values_tiles(qw["qa"], qw["sa"])
-        ref = torch.empty(M, N, dtype=torch.float64, device=DEV)
-        for e in range(E):
-            ref[Mg * e:Mg * (e + 1)] = xd[Mg * e:Mg * (e + 1)] @ wd[e].t()
+        ref = float64_reference(qx, qw, E, Mg, N)
         for name, o in (("v8c on A', W' + corrections", fixed), ("v8c on A', W' without corrections", uncorrected), ("default kernel (v2t family)", o_def)):
             mx, snr = err(o, ref)
             lines.append(f"  vs float64 reference: {name}: max_rel {mx:.2e}, snr {snr:.1f} dB")
-        del xd, wd, ref
+        del ref
     mx, snr = err(fixed, o_def.double())
     lines.append(f"  v8c + corrections vs default kernel: max_rel {mx:.2e}, snr {snr:.1f} dB")
     if rep:
         fl = 2.0 * M * N * K
         o_bf = torch.empty(M, N, dtype=torch.bfloat16, device=DEV)
-        Wt = W.transpose(-2, -1)
-        t_bf = bench.tms(lambda: torch._grouped_mm(X, Wt, offs=offs), rep)
+        t_bf = time_torch_bf16(X, W, offs, rep)
 
         def k(sfx, a, sa, w, sw):
             def f():
@@ -170,12 +181,18 @@ def run_shape(key, E, Mg, K, N, dist, rep, with_ref):
     print("\n".join(lines), flush=True)
 
 
-def main():
+def shape_args():
+    """--shapes and --rep (the scripts of runs 93-98), after printing the device."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="a,b,c")
     ap.add_argument("--rep", type=int, default=60)
     a = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    return a
+
+
+def main():
+    a = shape_args()
     # small shapes against float64 (both distributions, K with a partial stage), then the anchors
     run_shape("small", 3, 512, 2880, 256, "gauss", 0, True)
     run_shape("small", 3, 512, 2880, 256, "student-t3", 0, True)
