@@ -2,9 +2,10 @@
 //   mx_reencode_<fmt>: an MX operand -> stage-uniform copy + residual lists (mx_reencode.cuh);
 //   mx_cgemm_<A fmt><B fmt>_w2d_<bf16|f32>: the 256 x 128 chained GEMM on the copies, with the
 //   residual corrections in its epilogue (mx_tgemm_chain.cuh).
-// The host runs them as one forward/dgrad (src/backend/cuda/chain.rs): re-encode A and B, relay
-// the copies' scales (mx_scales_to_f32), read the status word, then this GEMM, or the per-k32
-// kernel on the original operands when a row overflowed its list or a block is non-finite.
+// How the backend is to run them as one forward/dgrad (not wired yet: docs/perf.md, "Where this
+// stands", thirteenth part): re-encode A and B, relay the copies' scales (mx_scales_to_f32),
+// read the status word, then this GEMM, or the per-k32 kernel on the original operands when a
+// row overflowed its list or a block is non-finite. Checked end to end by bench/chain.py.
 #include "mx_ptx.cuh"
 #include "mx_numerics.cuh"
 #include "mx_wgmma.cuh"
@@ -15,10 +16,11 @@
 #include "mx_reencode.cuh"
 #include "mx_tgemm_chain.cuh"
 
-// The backend's side (src/backend/cuda/params.rs: ReencodeParams, ChainParams) hard-codes these.
+// The launchers (bench/launch.cu and bench/chain.py's ctypes structures; the backend's, when it
+// is wired) hard-code these sizes.
 static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 96 && sizeof(MxGemmChainParams) == 576,
-              "ReencodeParams / ChainParams in src/backend/cuda/params.rs");
-static_assert(mxt8_smem_bytes() == 218112, "chain_smem in src/backend/cuda/chain.rs");
+              "RP / FIX in bench/chain.py");
+static_assert(mxt8_smem_bytes() == 218112, "mx_launch_cgemm in bench/launch.cu");
 
 #define MXR_INST(NAME, F) \
   extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxReencodeParams p) { mx_reencode_rows<F>(p); }

@@ -100,7 +100,7 @@ pub enum Unit {
     /// `mx_cgemm_*`; 256 × 128 tiles, one promotion per 128-deep stage, exact through
     /// stage-uniform copies plus residual corrections). Compiled and checked by the NVRTC
     /// gate; the backend does not launch it yet: its corrections cost more than the chained
-    /// main loop saves (docs/perf.md, runs 94–96).
+    /// main loop saves (docs/perf.md, runs 94–98).
     Chain,
 }
 
@@ -119,7 +119,7 @@ impl Unit {
     /// The units of the portable build (no wgmma GEMMs).
     pub const PORTABLE: [Unit; 2] = [Unit::Quantize, Unit::Aux];
 
-    /// Every unit the backend can ask for.
+    /// Every unit: those the backend can ask for and [`Unit::Chain`] (the NVRTC gate compiles all).
     pub fn all() -> Vec<Unit> {
         let mut v = vec![Unit::Quantize, Unit::Aux];
         for fa in 0..2 {
