@@ -16,6 +16,7 @@
 // MX_RES_NONFINITE; either tells the host to run the per-k32 kernel on the original operand.
 // Scales of an operand in 32x32 tiles are the same for the tile's 32 rows, so S is too, and
 // the rows of a tile compute the same scale bytes (written by the tile's first row).
+// CPU reference: src/numerics/reencode.rs (its tests run this file's shift rule on every byte).
 // Requires mx_ptx.cuh and mx_numerics.cuh. NVRTC-clean.
 #pragma once
 
