@@ -45,7 +45,7 @@ lib.mx_launch_cgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(bench.GP), ctype
 
 
 def slots_for(K):
-    """The backend's rule (chain.rs): 16 slots, plus one per 256 of the reduction."""
+    """The slot rule (for the backend too, once it launches the chained GEMM): 16, plus one per 256 of the reduction."""
     return 16 + K // 256
 
 

@@ -511,7 +511,7 @@ extern "C" int mx_launch_dequantize_any(const void* q, const void* s, void* out,
 }
 
 
-// ---- the chained GEMM (../mx_chain_gemm.cu), as src/backend/cuda/chain.rs launches it ----
+// ---- the chained GEMM (../mx_chain_gemm.cu), launched as the backend is to launch it (not wired yet) ----
 // Re-encoding: one warp per row, 256 threads per block, grid capped at 16 blocks per SM.
 extern "C" int mx_launch_reencode(int fmt, const MxReencodeParams* p, void* stream) {
   if (p->R <= 0) return 0;
@@ -525,10 +525,10 @@ extern "C" int mx_launch_reencode(int fmt, const MxReencodeParams* p, void* stre
 typedef void (*CGemmK)(const MxGemmChainParams);
 // Grouped rows only (forward / dgrad); A map box 128 B x 256 rows, B's 128 x 128.
 extern "C" int mx_launch_cgemm(const char* name, const MxGemmParams* p, const MxChainFix* f, int grid, void* stream) {
-  struct { const char* name; CGemmK k; } ks[] = {
-    {"mx_cgemm_e4m3e4m3_w2d_bf16", mx_cgemm_e4m3e4m3_w2d_bf16},
-    {"mx_cgemm_e4m3e4m3_w2d_f32", mx_cgemm_e4m3e4m3_w2d_f32},
-    {"mx_cgemm_e5m2e4m3_w2d_bf16", mx_cgemm_e5m2e4m3_w2d_bf16},
+  static struct { const char* name; CGemmK k; bool smem_set; } ks[] = {
+    {"mx_cgemm_e4m3e4m3_w2d_bf16", mx_cgemm_e4m3e4m3_w2d_bf16, false},
+    {"mx_cgemm_e4m3e4m3_w2d_f32", mx_cgemm_e4m3e4m3_w2d_f32, false},
+    {"mx_cgemm_e5m2e4m3_w2d_bf16", mx_cgemm_e5m2e4m3_w2d_bf16, false},
   };
   if (p->batched) return -4;
   for (auto& v : ks) {
@@ -542,8 +542,11 @@ extern "C" int mx_launch_cgemm(const char* name, const MxGemmParams* p, const Mx
     if (!rc) rc = encode_2d(&P.b.tmB, p->B, (unsigned long long)p->K, (unsigned long long)brows, (unsigned long long)p->ldb, 128);
     if (rc) return rc;
     const int smem = mxt8_smem_bytes();
-    cudaError_t e = cudaFuncSetAttribute(v.k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return (int)e;
+    if (!v.smem_set) {   // once per kernel, as mx_launch_tgemm does
+      cudaError_t e = cudaFuncSetAttribute(v.k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (e != cudaSuccess) return (int)e;
+      v.smem_set = true;
+    }
     if (grid <= 0) grid = num_sms();
     v.k<<<grid, MXT_THREADS, smem, (cudaStream_t)stream>>>(P);
     return (int)cudaGetLastError();

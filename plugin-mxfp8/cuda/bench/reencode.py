@@ -44,37 +44,37 @@ def values_tiles(qa, sa):
     return qa.view(F8).double() * torch.exp2(sa.double() - 127.0).repeat_interleave(32, 1)[:, :N].repeat_interleave(32, 2)[:, :, :K]
 
 
+def stage_max(sa):
+    """Each stage's largest scale byte (four blocks along the last axis), repeated per block."""
+    lead, KB = sa.shape[:-1], sa.shape[-1]
+    KC = cdiv(KB, 4)
+    s = torch.zeros(*lead, 4 * KC, dtype=torch.int32, device=DEV)
+    s[..., :KB] = sa.int()                     # padding blocks: byte 0, never the maximum unless all are 0
+    return s.view(*lead, KC, 4).amax(-1, keepdim=True).expand(*lead, KC, 4).reshape(*lead, 4 * KC)[..., :KB]
+
+
+def split_exact(qa, d, val):
+    """Bytes shifted down by d where exact (else 0) and the exact values of the rest (float64)."""
+    r, ok = e4m3_exact_shift(qa.view(F8).to(torch.float32), d)
+    new = torch.where(ok, r, torch.zeros_like(r)).to(F8).view(torch.uint8)
+    return new, torch.where(ok, torch.zeros_like(val), val)
+
+
 def reencode_rows(qa, sa):
     """A [M, K] bytes, scales [M, KB]: (A' bytes, A' scales, A_res float64 [M, K])."""
-    M, K = qa.shape
-    KB = sa.shape[1]
-    KC = cdiv(KB, 4)
-    s = torch.zeros(M, 4 * KC, dtype=torch.int32, device=DEV)
-    s[:, :KB] = sa.int()                       # padding blocks: byte 0, never the maximum unless all are 0
-    S = s.view(M, KC, 4).amax(-1, keepdim=True).expand(M, KC, 4).reshape(M, 4 * KC)[:, :KB]
+    K = qa.shape[1]
+    S = stage_max(sa)
     d = (S - sa.int()).repeat_interleave(32, 1)[:, :K]
-    q = qa.view(F8).to(torch.float32)
-    r, ok = e4m3_exact_shift(q, d)
-    a_new = torch.where(ok, r, torch.zeros_like(r)).to(F8).view(torch.uint8)
-    val = values_rows(qa, sa)
-    res = torch.where(ok, torch.zeros_like(val), val)
+    a_new, res = split_exact(qa, d, values_rows(qa, sa))
     return a_new, S.to(torch.uint8).contiguous(), res
 
 
 def reencode_tiles(qa, sa):
     """W [E, N, K] bytes, 32x32 scales [E, NB, KB]: (W' bytes, W' scales, W_res float64)."""
-    E, N, K = qa.shape
-    NB, KB = sa.shape[1], sa.shape[2]
-    KC = cdiv(KB, 4)
-    s = torch.zeros(E, NB, 4 * KC, dtype=torch.int32, device=DEV)
-    s[:, :, :KB] = sa.int()
-    S = s.view(E, NB, KC, 4).amax(-1, keepdim=True).expand(E, NB, KC, 4).reshape(E, NB, 4 * KC)[:, :, :KB]
+    N, K = qa.shape[1], qa.shape[2]
+    S = stage_max(sa)
     d = (S - sa.int()).repeat_interleave(32, 1)[:, :N].repeat_interleave(32, 2)[:, :, :K]
-    q = qa.view(F8).to(torch.float32)
-    r, ok = e4m3_exact_shift(q, d)
-    w_new = torch.where(ok, r, torch.zeros_like(r)).to(F8).view(torch.uint8)
-    val = values_tiles(qa, sa)
-    res = torch.where(ok, torch.zeros_like(val), val)
+    w_new, res = split_exact(qa, d, values_tiles(qa, sa))
     return w_new, S.to(torch.uint8).contiguous(), res
 
 
