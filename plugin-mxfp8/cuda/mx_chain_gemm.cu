@@ -18,20 +18,23 @@
 
 // The launchers (bench/launch.cu and bench/chain.py's ctypes structures; the backend's, when it
 // is wired) hard-code these sizes.
-static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 96 && sizeof(MxGemmChainParams) == 576,
-              "RP / FIX in bench/chain.py");
-static_assert(mxt8_smem_bytes() == 218112, "mx_launch_cgemm in bench/launch.cu");
+static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 104, "RP / FIX in bench/chain.py");
+static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 
 #define MXR_INST(NAME, F) \
   extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxReencodeParams p) { mx_reencode_rows<F>(p); }
-#define MXC_INST(NAME, FA, FB, OBF) \
+// STAGES 4 (the default; rounds of 16 units) or 3 (`_s3`: rounds of 112 units, for heavy-tailed
+// operands); the launcher's dynamic shared memory is mxc_smem_bytes<STAGES, true>().
+#define MXC_INST(NAME, FA, FB, OBF, STAGES) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF>(p.b, &p.f); }
+  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, STAGES>(p.b, &p.f); }
 
 #ifndef MXC_CUSTOM_INSTANTIATIONS
 MXR_INST(mx_reencode_e4m3, 0)
 MXR_INST(mx_reencode_e5m2, 1)
-MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16, 0, 0, 1)
-MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32, 0, 0, 0)
-MXC_INST(mx_cgemm_e5m2e4m3_w2d_bf16, 1, 0, 1)
+MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16, 0, 0, 1, 4)
+MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32, 0, 0, 0, 4)
+MXC_INST(mx_cgemm_e5m2e4m3_w2d_bf16, 1, 0, 1, 4)
+MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16_s3, 0, 0, 1, 3)
+MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32_s3, 0, 0, 0, 3)
 #endif

@@ -36,10 +36,10 @@ class RP(ctypes.Structure):
 
 class FIX(ctypes.Structure):
     _fields_ = [("resA", c_vp), ("cntA", c_vp), ("resB", c_vp), ("cntB", c_vp), ("Bt", c_vp), ("sBo", c_vp), ("At", c_vp),
-                ("bt_es", c_i64), ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("slots", c_int), ("terms", c_int)]
+                ("sAt", c_vp), ("bt_es", c_i64), ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("slots", c_int), ("terms", c_int)]
 
 
-assert ctypes.sizeof(RP) == 104 and ctypes.sizeof(FIX) == 96
+assert ctypes.sizeof(RP) == 104 and ctypes.sizeof(FIX) == 104
 lib.mx_launch_reencode.argtypes = [c_int, ctypes.POINTER(RP), c_vp]
 lib.mx_launch_cgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(bench.GP), ctypes.POINTER(FIX), c_int, c_vp]
 
@@ -91,8 +91,10 @@ class ChainFwd:
         self.dims = (E, M, N, K, KB, KB4, NB)
         self.qw, self.sw, self.offs = qw, sw, offs
         self.at = torch.empty(K, M, dtype=torch.uint8, device=DEV)
+        self.sat = torch.empty(cdiv(K, 128), M, dtype=torch.uint8, device=DEV)   # X' stage scales, transposed
         self.fix = FIX(ptr(self.rx.res), ptr(self.rx.cnt), ptr(self.rw.res), ptr(self.rw.cnt), ptr(qwt), ptr(sw), ptr(self.at),
-                       K * N, NB * KB, 1, KB, self.rx.slots, 3)
+                       ptr(self.sat), K * N, NB * KB, 1, KB, self.rx.slots, 3)
+        self.suffix = ""   # "_s3": the 3-stage kernel with rounds of 112 units
         assert self.rx.slots == self.rw.slots
 
     def reencode(self):
@@ -100,12 +102,19 @@ class ChainFwd:
         self.rx.run()
         self.rw.run()
         self.at.copy_(self.rx.q2.t())
+        KB = self.dims[4]
+        self.sat.copy_(self.rx.s2.view(-1, KB)[:, 0::4].t())
+        self.relayout()
+
+    def relayout(self):
+        """The copies' scales as the GEMM's FP32 tables (after each re-encoding)."""
+        E, M, N, K, KB, KB4, NB = self.dims
+        self.SA = bench.scales_f32(self.rx.s2, 0, KB, 1, M, KB, M, KB4, 1, stage_major=True)
+        self.SB = bench.scales_f32(self.rw.s2, NB * KB, 1, KB, KB, NB, KB4, rup(NB, 4) + 4, E)
 
     def gemm(self, out, fix=True):
         E, M, N, K, KB, KB4, NB = self.dims
-        SA = bench.scales_f32(self.rx.s2, 0, KB, 1, M, KB, M, KB4, 1, stage_major=True)
-        NB4 = rup(NB, 4) + 4
-        SB = bench.scales_f32(self.rw.s2, NB * KB, 1, KB, KB, NB, KB4, NB4, E)
+        SA, SB, NB4 = self.SA, self.SB, rup(NB, 4) + 4
         bf = out.dtype == torch.bfloat16
         if not fix:
             bench.SUFFIX = "_v8c"
@@ -113,7 +122,7 @@ class ChainFwd:
             bench.SUFFIX = ""
             return
         p = bench.GP(ptr(self.rx.q2), K, ptr(self.rw.q2), K, N * K, ptr(SA), 4 * M, ptr(SB), NB4, SB[0].numel(), ptr(out), N, 0, ptr(self.offs), E, M, N, K, 0, 0)
-        name = f"mx_cgemm_e4m3e4m3_w2d_{'bf16' if bf else 'f32'}"
+        name = f"mx_cgemm_e4m3e4m3_w2d_{'bf16' if bf else 'f32'}{self.suffix}"
         ck(lib.mx_launch_cgemm(name.encode(), ctypes.byref(p), ctypes.byref(self.fix), 0, None), name)
 
     def __call__(self, out):
@@ -201,8 +210,13 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             ref = reencode.float64_reference(qx, qw, E, Mg, N)
             nofix = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
             cf.gemm(nofix, fix=False)
+            out3 = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
+            cf.suffix = "_s3"
+            cf.gemm(out3)
+            cf.suffix = ""
             torch.cuda.synchronize()
-            for name, o, must in (("chained + corrections", out, True), ("chained without corrections", nofix, None), ("default kernel", o_def, True)):
+            for name, o, must in (("chained + corrections", out, True), ("3-stage chained + corrections", out3, True),
+                                  ("chained without corrections", nofix, None), ("default kernel", o_def, True)):
                 mx, snr = reencode.err(o, ref)
                 passed = snr >= 60.0 and mx <= 2e-3
                 if must:
@@ -228,6 +242,9 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             t_re = bench.tms(cf.reencode, rep)
             t_g = bench.tms(lambda: cf.gemm(o_bf), rep)
             t_nf = bench.tms(lambda: cf.gemm(o_bf, fix=False), rep)
+            cf.suffix = "_s3"
+            t_g3 = bench.tms(lambda: cf.gemm(o_bf), rep)
+            cf.suffix = ""
             diag = []   # where the corrections' time goes: list lengths only, each term alone
             for terms in (0, 1, 2):
                 cf.fix.terms = terms
@@ -237,8 +254,8 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             lines.append(f"  timing (bf16 out, median µs): torch BF16 {t_bf * 1e3:.0f} / {t_bf2 * 1e3:.0f} (before / after) | "
                          f"v2t {t_v2t * 1e3:.0f} (x BF16 {t_bf / t_v2t:.2f}) | chained pipeline {t_all * 1e3:.0f} "
                          f"(x BF16 {t_bf / t_all:.2f}, x v2t {t_v2t / t_all:.2f}; {fl / t_all / 1e9:.0f} TFLOP/s) = "
-                         f"re-encode X + W (+ X' transposed) {t_re * 1e3:.0f} + scales and GEMM {t_g * 1e3:.0f} (without the corrections {t_nf * 1e3:.0f}; list lengths only {diag[0] * 1e3:.0f}, A_res B only {diag[1] * 1e3:.0f}, A' B_res only {diag[2] * 1e3:.0f})")
-            results.append((key, dist, t_bf, t_v2t, t_all, t_re, t_g, t_nf))
+                         f"re-encode X + W (+ X' transposed, scale tables) {t_re * 1e3:.0f} + GEMM {t_g * 1e3:.0f} (x BF16 {t_bf / t_g:.2f}) (3 stages {t_g3 * 1e3:.0f}; without the corrections {t_nf * 1e3:.0f}; rounds only {diag[0] * 1e3:.0f}, A_res B only {diag[1] * 1e3:.0f}, A' B_res only {diag[2] * 1e3:.0f})")
+            results.append((key, dist, t_bf, t_v2t, t_all, t_re, t_g, t_nf, t_g3))
     lines.append(f"  {'PASS' if ok else 'FAIL'}")
     print("\n".join(lines), flush=True)
     return ok
@@ -257,10 +274,10 @@ def main():
         for dist in ("gauss", "student-t3"):
             ok &= run_case(key, E, Mg, K, N, dist, a.rep, False, results)
             torch.cuda.empty_cache()
-    print("\nshape dist        torch BF16   v2t (x BF16)    chained (x BF16, x v2t)   re-encode   GEMM   (no corrections)")
-    for key, dist, t_bf, t_v2t, t_all, t_re, t_g, t_nf in results:
+    print("\nshape dist        torch BF16   v2t (x BF16)    chained (x BF16, x v2t)   re-encode   GEMM (x BF16)  3-stage GEMM (x BF16)  (no corrections)")
+    for key, dist, t_bf, t_v2t, t_all, t_re, t_g, t_nf, t_g3 in results:
         print(f"{key:5} {dist:11} {t_bf * 1e3:8.0f} µs {t_v2t * 1e3:6.0f} ({t_bf / t_v2t:.2f}) {t_all * 1e3:8.0f} ({t_bf / t_all:.2f}, {t_v2t / t_all:.2f}) "
-              f"{t_re * 1e3:9.0f} {t_g * 1e3:7.0f} ({t_nf * 1e3:.0f})")
+              f"{t_re * 1e3:9.0f} {t_g * 1e3:7.0f} ({t_bf / t_g:.2f}) {t_g3 * 1e3:7.0f} ({t_bf / t_g3:.2f}) ({t_nf * 1e3:.0f})")
     print("ALL PASS" if ok else "SOME FAILED", flush=True)
     sys.exit(0 if ok else 1)
 

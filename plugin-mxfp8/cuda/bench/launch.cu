@@ -523,14 +523,18 @@ extern "C" int mx_launch_reencode(int fmt, const MxReencodeParams* p, void* stre
 }
 
 typedef void (*CGemmK)(const MxGemmChainParams);
-// Grouped rows only (forward / dgrad); A map box 128 B x 256 rows, B's 128 x 128.
+// Grouped rows only (forward / dgrad), at most MXC_MAX_E experts (-5 otherwise: the host runs
+// the per-k32 kernel); A map box 128 B x 256 rows, B's 128 x 128.
 extern "C" int mx_launch_cgemm(const char* name, const MxGemmParams* p, const MxChainFix* f, int grid, void* stream) {
-  static struct { const char* name; CGemmK k; bool smem_set; } ks[] = {
-    {"mx_cgemm_e4m3e4m3_w2d_bf16", mx_cgemm_e4m3e4m3_w2d_bf16, false},
-    {"mx_cgemm_e4m3e4m3_w2d_f32", mx_cgemm_e4m3e4m3_w2d_f32, false},
-    {"mx_cgemm_e5m2e4m3_w2d_bf16", mx_cgemm_e5m2e4m3_w2d_bf16, false},
+  static struct { const char* name; CGemmK k; int smem; bool smem_set; } ks[] = {
+    {"mx_cgemm_e4m3e4m3_w2d_bf16", mx_cgemm_e4m3e4m3_w2d_bf16, mxc_smem_bytes<4, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_f32", mx_cgemm_e4m3e4m3_w2d_f32, mxc_smem_bytes<4, true>(), false},
+    {"mx_cgemm_e5m2e4m3_w2d_bf16", mx_cgemm_e5m2e4m3_w2d_bf16, mxc_smem_bytes<4, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_bf16_s3", mx_cgemm_e4m3e4m3_w2d_bf16_s3, mxc_smem_bytes<3, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_f32_s3", mx_cgemm_e4m3e4m3_w2d_f32_s3, mxc_smem_bytes<3, true>(), false},
   };
   if (p->batched) return -4;
+  if (p->E > MXC_MAX_E) return -5;
   for (auto& v : ks) {
     if (strcmp(v.name, name)) continue;
     MxGemmChainParams P;
@@ -541,7 +545,7 @@ extern "C" int mx_launch_cgemm(const char* name, const MxGemmParams* p, const Mx
     int rc = encode_2d(&P.b.tmA, p->A, (unsigned long long)p->K, (unsigned long long)p->M, (unsigned long long)p->lda, 256);
     if (!rc) rc = encode_2d(&P.b.tmB, p->B, (unsigned long long)p->K, (unsigned long long)brows, (unsigned long long)p->ldb, 128);
     if (rc) return rc;
-    const int smem = mxt8_smem_bytes();
+    const int smem = v.smem;
     if (!v.smem_set) {   // once per kernel, as mx_launch_tgemm does
       cudaError_t e = cudaFuncSetAttribute(v.k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       if (e != cudaSuccess) return (int)e;

@@ -20,7 +20,6 @@ template <int SB2D> struct MxtLay256 {
   static constexpr int A_WG = 8192, B_OFF = 32768, SA_OFF = 49152, SB_OFF = 53248;
 };
 #define MXT8_STAGES 4
-constexpr int mxt8_smem_bytes() { return MXT8_STAGES * MxtLay256<1>::STAGE + 1024; }
 
 // The residual lists and the transposed operands the corrections read (transposed so that a
 // tile's 128 columns of B, or its 256 rows of A', at one k are contiguous bytes: run 97 found
@@ -30,149 +29,223 @@ struct MxChainFix {
   const MxRes* resB; const int* cntB;   // B_res: expert e, output column n: row e * N + n
   const mx_u8* Bt; const mx_u8* sBo;    // B's original bytes transposed: Bt[e * bt_es + k * N + n];
                                         //   its E8M0 scales sBo[e * ise + (n / 32) * isc + kb * isr]
-  const mx_u8* At;                      // A' transposed: At[k * M + R] (scales: p.SA)
+  const mx_u8* At; const mx_u8* sAt;    // A' transposed: At[k * M + R]; its stage scales (E8M0)
+                                        //   sAt[(k / 128) * M + R]
   mx_i64 bt_es, ise, isr, isc;
   int slots;
   int terms;                            // 3: both corrections (0-2: harness diagnostics, wrong results)
 };
 struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 
-// Per-tile list lengths, staged in shared memory by producer warp 1 one tile ahead of the
-// consumers (two buffers): rows 0..255 of the tile, then its columns 0..127 (one byte each:
-// a length is at most slots <= 255).
-struct MxcLens { mx_u8 len[2][384]; mx_u64 full[2], empty[2]; };
+// ---- the corrections, gathered into shared memory (run 100) ----
+// Producer warps 1-3 walk the CTA's tiles with the consumers and, for each, copy what its
+// corrections read into rounds of U units (two buffers, mbarriers): an A_res entry (row r, k,
+// v) takes one unit, B's 128 values at k as exact bf16 (B_e[k][n0 .. n0+127] x its scales);
+// a B_res entry (column c, k, v) takes two, A' 256 values at k (the tile's rows). A tile
+// has one round or more (the last flagged); the A entries come first, by row and list order,
+// then the B entries, by column and list order, so each output adds its terms in one fixed
+// order. The consumers add a round's terms to their FP32 accumulators after the main loop.
+// bf16 holds the MX values exactly (at most 4 significant bits) while they are normal in bf16
+// (|x| >= 2^-126, scales above ~2^-117); the backend's wiring is to route smaller scales to
+// the per-k32 kernel.
+template <int U> struct MxcRound {
+  int nA, nB, last, pad;
+  mx_u8 idx[U];                 // entry i: A: tile row; B (i >= nA): tile column
+  float v[U];                   // the residual value
+  __align__(16) mx_u16 vals[U * 128];   // A entry i: units i; B entry j: units nA + 2 j, + 1
+};
+template <int U> struct MxcFixSmem {
+  MxcRound<U> buf[2];
+  mx_u64 full[2], empty[2];     // full: 96 gathering threads; empty: 8 consumer warps
+  int offA[257], offB[129];     // the gatherers' per-tile list offsets (rows, then columns)
+};
+// Units per round: what the shared memory leaves beside the stages (4 stages: 16; 3: 112).
+template <int STAGES> struct MxcUnits { static constexpr int U = STAGES >= 4 ? 16 : 112; };
+template <int STAGES, bool FIX> constexpr int mxc_smem_bytes() {
+  return STAGES * MxtLay256<1>::STAGE + 1024 + (FIX ? (int)sizeof(MxcFixSmem<MxcUnits<STAGES>::U>) : 0);
+}
+constexpr int mxt8_smem_bytes() { return mxc_smem_bytes<MXT8_STAGES, false>(); }
+// The chained kernel's expert tables are smaller than the other kernels' (MX_MAX_E) to leave
+// shared memory to the rounds: the launcher sends E > MXC_MAX_E to the per-k32 kernel.
+#define MXC_MAX_E 256
 
-MX_DEV void mxc_stage_lengths(const MxGemmParams& p, const MxChainFix& f, MxcLens& L, const int* g_start,
-                              const int* g_pre, int lane) {
+MX_DEV mx_u32 mxc_bf16_bits(float x) { return __float_as_uint(x) >> 16; }   // exact for the values above
+
+// Exclusive offsets of PER counts per lane (lane-major), the total at off[32 * PER].
+template <int PER> MX_DEV void mxc_offsets(const int* c, int* off, int lane) {
+  int s = 0;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) s += c[i];
+  int x = warp_incl_scan(s) - s;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) { off[PER * lane + i] = x; x += c[i]; }
+  if (lane == 31) off[32 * PER] = x;
+}
+// The last i in [0, n) with off[i] <= g (off non-decreasing, off[0] = 0 <= g).
+MX_DEV int mxc_find(const int* off, int n, int g) {
+  int lo = 0;
+  for (int step = n >> 1; step > 0; step >>= 1)
+    if (lo + step < n && off[lo + step] <= g) lo += step;
+  while (lo + 1 < n && off[lo + 1] <= g) ++lo;   // (n not a power of two)
+  return lo;
+}
+
+// The gatherers (gt = 0..95: warps 1-3 of the producer warpgroup).
+template <int FA, int FB, int U>
+MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>& F, const int* g_start,
+                       const int* g_pre, int gt) {
+  const int gw = gt >> 5, lane = gt & 31;
   const MxtCtx c = mxt_ctx(p, g_start, g_pre, 256, 128);
-  int it = 0;
-  for (int t = blockIdx.x; t < c.total; t += gridDim.x, ++it) {
-    const int b = it & 1;
-    if (it >= 2) mbar_wait(&L.empty[b], ((it >> 1) - 1) & 1);
+  int rc = 0;   // rounds issued
+  for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
     const MxgTile T = mxg_decode(p, t, 256, c.ntn, c.tiles_m, g_start, g_pre, 128);
+    named_bar_sync(3, 96);   // the previous tile's offsets are no longer read
+    if (gw == 0) {
+      int cn[8];
 #pragma unroll
-    for (int i = lane; i < 256; i += 32) L.len[b][i] = i < T.rows ? (mx_u8)f.cntA[T.row0 + i] : 0;
+      for (int i = 0; i < 8; ++i) {
+        const int r = 8 * lane + i;
+        cn[i] = ((f.terms & 1) && r < T.rows) ? f.cntA[T.row0 + r] : 0;
+      }
+      mxc_offsets<8>(cn, F.offA, lane);
+    } else if (gw == 1) {
+      int cn[4];
 #pragma unroll
-    for (int i = lane; i < 128; i += 32) {
-      const int n = T.n0 + i;
-      L.len[b][256 + i] = n < p.N ? (mx_u8)f.cntB[(mx_i64)T.e * p.N + n] : 0;
+      for (int i = 0; i < 4; ++i) {
+        const int n = T.n0 + 4 * lane + i;
+        cn[i] = ((f.terms & 2) && n < p.N) ? f.cntB[(mx_i64)T.e * p.N + n] : 0;
+      }
+      mxc_offsets<4>(cn, F.offB, lane);
     }
-    mbar_arrive(&L.full[b]);   // 32 arrivals, each after the lane's own writes
+    named_bar_sync(3, 96);
+    const int nAt = F.offA[256], nBt = F.offB[128];
+    int a0 = 0, b0 = 0;
+    bool last;
+    do {
+      const int b = rc & 1;
+      if (rc >= 2) mbar_wait(&F.empty[b], ((rc >> 1) - 1) & 1);
+      MxcRound<U>& R = F.buf[b];
+      const int nA = min(nAt - a0, U), nB = min(nBt - b0, (U - nA) >> 1);
+      last = a0 + nA == nAt && b0 + nB == nBt;
+      if (gt == 0) { R.nA = nA; R.nB = nB; R.last = last; }
+      for (int i = gw; i < nA + nB; i += 3) {   // entry i: one warp
+        if (i < nA) {
+          const int g = a0 + i, r = mxc_find(F.offA, 256, g);
+          const MxRes x = f.resA[(mx_i64)(T.row0 + r) * f.slots + (g - F.offA[r])];
+          const mx_u8* bk = f.Bt + (mx_i64)T.e * f.bt_es + (mx_i64)x.k * p.N;
+          const mx_u8* sk = f.sBo + (mx_i64)T.e * f.ise + (mx_i64)(x.k >> 5) * f.isr;
+          mx_u32* dst = reinterpret_cast<mx_u32*>(R.vals + 128 * i);
+#pragma unroll 1
+          for (int h = 0; h < 2; ++h) {
+            const int n = T.n0 + 2 * lane + 64 * h;
+            mx_u32 w = 0;
+            if (n < p.N) {   // N is even: the pair is in range and 2-byte aligned
+              const mx_u32 b2 = *reinterpret_cast<const mx_u16*>(bk + n);
+              const float sb = mx_e8m0_to_f32(sk[(mx_i64)(n >> 5) * f.isc]);
+              w = mxc_bf16_bits(mx_fp8_value<FB>(b2 & 0xFFu) * sb) | (mxc_bf16_bits(mx_fp8_value<FB>(b2 >> 8) * sb) << 16);
+            }
+            dst[lane + 32 * h] = w;
+          }
+          if (lane == 0) { R.idx[i] = (mx_u8)r; R.v[i] = x.v; }
+        } else {
+          const int j = i - nA, g = b0 + j, cl = mxc_find(F.offB, 128, g);
+          const MxRes x = f.resB[((mx_i64)T.e * p.N + T.n0 + cl) * f.slots + (g - F.offB[cl])];
+          const mx_u8* ak = f.At + (mx_i64)x.k * p.M + T.row0;
+          const mx_u8* sk = f.sAt + (mx_i64)(x.k >> 7) * p.M + T.row0;
+          mx_u16* dst = R.vals + 128 * (nA + 2 * j);
+#pragma unroll
+          for (int m = 0; m < 8; ++m) {
+            const int r = lane + 32 * m;
+            dst[r] = r < T.rows ? (mx_u16)mxc_bf16_bits(mx_fp8_value<FA>(ak[r]) * mx_e8m0_to_f32(sk[r])) : (mx_u16)0;
+          }
+          if (lane == 0) { R.idx[i] = (mx_u8)cl; R.v[i] = x.v; }
+        }
+      }
+      mbar_arrive(&F.full[b]);   // 96 arrivals, each after the thread's own writes
+      a0 += nA; b0 += nB; ++rc;
+    } while (!last);
   }
 }
 
-// The corrections of a thread's 4 rows (tile rows wrow + {0, 8, 64, 72}) and 32 columns (the
-// wgmma D fragment: 8 j + 2 (lane & 3) + {0, 1}); acc[64 (q >> 1) + 4 j + 2 (q & 1) + c] for
-// row q, column (j, c). The lists are walked level by level (entry i of all 4 rows, then of
-// all 32 columns: independent loads). Per output the entries are added in list order (k
-// ascending), one FMA each: deterministic. len: this tile's lengths (MxcLens).
-template <int FA, int FB>
-MX_DEV void mxc_fix(const MxGemmParams& p, const MxChainFix& f, const MxgTile& T, const mx_u8* len, float* acc,
-                    int wrow, int lane) {
-  const int cofs = 2 * (lane & 3);
-  int Rq[4], na[4], ma = 0;   // (rows and columns fit in int: M, N are)
-  bool rv[4];
+// A round's terms on a consumer thread's outputs: rows wrow + {0, 8, 64, 72} (ascending) and
+// columns 8 j + 2 (lane & 3) + {0, 1}; acc[64 (q >> 1) + 4 j + 2 (q & 1) + c] for row q,
+// column (j, c). The entries are sorted (A by row, B by column): one merge walk each.
+template <int U>
+MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane) {
+  const int nA = R.nA, nB = R.nB, cofs = 2 * (lane & 3);
+  int i = 0;
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    const int r = wrow + 8 * (q & 1) + 64 * (q >> 1);
-    rv[q] = r < T.rows;
-    Rq[q] = T.row0 + (rv[q] ? r : 0);
-    na[q] = len[r];
-    ma = max(ma, na[q]);
-  }
-  mx_u32 nb[8];   // the 32 column list lengths, one byte each
-  int mb = 0;
+    const int rq = wrow + 8 * (q & 1) + 64 * (q >> 1);
+    while (i < nA && R.idx[i] < rq) ++i;
+    for (; i < nA && R.idx[i] == rq; ++i) {
+      const float v = R.v[i];
+      const mx_u32* vals = reinterpret_cast<const mx_u32*>(R.vals + 128 * i) + (cofs >> 1);
+      float* aq = acc + 64 * (q >> 1) + 2 * (q & 1);
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const mx_u32 v2 = *reinterpret_cast<const mx_u16*>(len + 256 + 8 * j + cofs);
-    if (j & 1) nb[j >> 1] |= v2 << 16; else nb[j >> 1] = v2;
-    mb = max(mb, (int)max(v2 & 0xFFu, v2 >> 8));
-  }
-  if (!(f.terms & 1)) ma = 0;
-  if (!(f.terms & 2)) mb = 0;
-  // A_res B: entry (k, v) of row q adds v * B[e][n][k] to the row's 32 outputs
-  const mx_u8* bte = f.Bt + (mx_i64)T.e * f.bt_es;
-  const mx_u8* se = f.sBo + (mx_i64)T.e * f.ise;
-  for (int i = 0; i < ma; ++i) {
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      if (i < na[q]) {
-        const MxRes x = f.resA[(mx_i64)Rq[q] * f.slots + i];
-        const mx_u8* bk = bte + (mx_i64)x.k * p.N;
-        const mx_u8* sk = se + (mx_i64)(x.k >> 5) * f.isr;
-        float* aq = acc + 64 * (q >> 1) + 2 * (q & 1);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const int n = T.n0 + 8 * j + cofs;
-          if (n < p.N) {   // N is even: n + 1 < N too, and the pair is 2-byte aligned
-            const mx_u32 b2 = *reinterpret_cast<const mx_u16*>(bk + n);
-            const float sb = mx_e8m0_to_f32(sk[(mx_i64)(n >> 5) * f.isc]);
-            aq[4 * j] = fmaf(x.v, mx_fp8_value<FB>(b2 & 0xFFu) * sb, aq[4 * j]);
-            aq[4 * j + 1] = fmaf(x.v, mx_fp8_value<FB>(b2 >> 8) * sb, aq[4 * j + 1]);
-          }
-        }
+      for (int j = 0; j < 16; ++j) {
+        const mx_u32 w = vals[4 * j];
+        aq[4 * j] = fmaf(v, __uint_as_float(w << 16), aq[4 * j]);
+        aq[4 * j + 1] = fmaf(v, __uint_as_float(w & 0xFFFF0000u), aq[4 * j + 1]);
       }
     }
   }
-  // A' B_res: entry (k, v) of column n adds A'[R][k] * v to the column's 4 outputs
-  for (int i = 0; i < mb; ++i) {
+  if (nB == 0) return;
+  int k = 0;
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < 16; ++j)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        if (i < (int)((nb[j >> 1] >> (8 * (2 * (j & 1) + c))) & 0xFFu)) {
-          const int n = T.n0 + 8 * j + cofs + c;
-          const MxRes x = f.resB[((mx_i64)T.e * p.N + n) * f.slots + i];
-          const mx_u8* ak = f.At + (mx_i64)x.k * p.M;
-          const float* sa = p.SA + (mx_i64)(x.k >> 7) * p.ldsa + ((x.k >> 5) & 3);
+    for (int c = 0; c < 2; ++c) {
+      const int cl = 8 * j + cofs + c;
+      while (k < nB && R.idx[nA + k] < cl) ++k;
+      for (; k < nB && R.idx[nA + k] == cl; ++k) {
+        const float v = R.v[nA + k];
+        const mx_u16* col = R.vals + 128 * (nA + 2 * k);
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            if (rv[q]) {
-              const float a = mx_fp8_value<FA>(ak[Rq[q]]) * sa[(mx_i64)Rq[q] * 4];
-              float& o = acc[64 * (q >> 1) + 4 * j + 2 * (q & 1) + c];
-              o = fmaf(a, x.v, o);
-            }
-          }
+        for (int q = 0; q < 4; ++q) {
+          const float a = __uint_as_float((mx_u32)col[wrow + 8 * (q & 1) + 64 * (q >> 1)] << 16);
+          float& o = acc[64 * (q >> 1) + 4 * j + 2 * (q & 1) + c];
+          o = fmaf(a, v, o);
         }
       }
-  }
+    }
 }
 
 // fix == nullptr: no corrections (the harness's v8c diagnostic on stage-uniform operands).
-template <int FA, int FB, int SB2D, int OUT_BF16>
+template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES>
 MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix) {
   typedef MxtLay256<SB2D> LAY;
-  constexpr int STAGES = MXT8_STAGES;
+  constexpr int U = MxcUnits<STAGES>::U;
   const MxGemmParams& p = P.g;
   extern __shared__ __align__(1024) mx_u8 mxt_smem[];
   __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
-  __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
-  __shared__ __align__(8) MxcLens lens;
+  __shared__ int g_start[MXC_MAX_E + 1], g_pre[MXC_MAX_E + 1];
   const int tid = threadIdx.x;
-  if (tid == 0) {   // (mxt_setup's fence and barrier publish these)
-    for (int b = 0; b < 2; ++b) { mbar_init(&lens.full[b], 32); mbar_init(&lens.empty[b], 8); }
+  const mx_u32 sbase = mxt_smem_base(mxt_smem);
+  const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
+  MxcFixSmem<U>& F = *reinterpret_cast<MxcFixSmem<U>*>(const_cast<mx_u8*>(sgen) + STAGES * LAY::STAGE);
+  if (tid == 0 && fix != nullptr) {   // (mxt_setup's fence and barrier publish these)
+    for (int b = 0; b < 2; ++b) { mbar_init(&F.full[b], 96); mbar_init(&F.empty[b], 8); }
   }
   mxt_setup(P, full, empty, STAGES, 8, LAY::BM, g_start, g_pre);
   if (tid >= 256) {
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<56>();
     if (tid == 256)
-      mxt_produce<SB2D, STAGES, 0, LAY>(P, g_start, g_pre, mxt_smem_base(mxt_smem), blockIdx.x, gridDim.x, full, empty);
-    else if (fix != nullptr && tid >= 288 && tid < 320)
-      mxc_stage_lengths(p, *fix, lens, g_start, g_pre, tid & 31);
+      mxt_produce<SB2D, STAGES, 0, LAY>(P, g_start, g_pre, sbase, blockIdx.x, gridDim.x, full, empty);
+    else if (fix != nullptr && tid >= 288)
+      mxc_gather<FA, FB, U>(p, *fix, F, g_start, g_pre, tid - 288);
     return;
   }
-  setmaxnreg_inc<232>();
-  const mx_u32 sbase = mxt_smem_base(mxt_smem);
-  const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
+  setmaxnreg_inc<224>();
   const MxtCtx c = mxt_ctx(p, g_start, g_pre, LAY::BM, LAY::BN);
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
   const int lt = tid & 127;
   const int warp = lt >> 5, lane = lt & 31;
   const int wrow = 128 * wg + 16 * warp + (lane >> 2);   // block 0's rows; block 1: wrow + 64
   int stage = 0; mx_u32 phase = 0;
+  int fb = 0; mx_u32 fph = 0;   // the next correction round's buffer and parity
   float acc[128], t0[64];
-  int it = 0;
-  for (int t = blockIdx.x; t < c.total; t += gridDim.x, ++it) {
+  for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
     int nst;
     {
       const MxgTile T = mxg_decode(p, t, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
@@ -193,16 +266,20 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
       if (lane == 0) mbar_arrive(&empty[stage]);
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
     }
+    if (fix != nullptr) {
+      for (;;) {
+        mbar_wait(&F.full[fb], fph);
+        const bool last = F.buf[fb].last != 0;
+        mxc_apply<U>(F.buf[fb], acc, wrow, lane);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&F.empty[fb]);
+        if (++fb == 2) { fb = 0; fph ^= 1; }
+        if (last) break;
+      }
+    }
     int te = t;
     asm volatile("" : "+r"(te));
     const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
-    if (fix != nullptr) {
-      const int b = it & 1;
-      mbar_wait(&lens.full[b], (it >> 1) & 1);
-      mxc_fix<FA, FB>(p, *fix, T, lens.len[b], acc, wrow, lane);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&lens.empty[b]);
-    }
     mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
     mxt_epilogue<OUT_BF16>(p, T, acc + 64, wrow + 64, lane);
   }
