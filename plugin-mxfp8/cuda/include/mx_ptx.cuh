@@ -41,6 +41,15 @@ MX_DEV void mbar_wait_parked(mx_u64* bar, mx_u32 parity) {
       "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1, %2;\n"
       "@!p bra MXP_%=;\n}\n" :: "r"(smem_u32(bar)), "r"(parity), "r"(0x989680u) : "memory");
 }
+// Whether the phase with the given parity has completed, without waiting (acquire when true).
+MX_DEV bool mbar_test(mx_u64* bar, mx_u32 parity) {
+  mx_u32 r;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(r) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+  return r != 0;
+}
 // The arrival happens when all prior cp.async of this thread have completed; the
 // pending count is not incremented, so the barrier's init count includes it.
 MX_DEV void cp_async_mbar_arrive_noinc(mx_u64* bar) {

@@ -52,6 +52,7 @@ template <int U> struct MxcRound {
   int nA, nB, last, pad;
   mx_u8 idx[U];                 // entry i: A: tile row; B (i >= nA): tile column
   float v[U];                   // the residual value
+  int k[U];                     // its position along the reduction (the gatherers' own use)
   __align__(16) mx_u16 vals[U * 128];   // A entry i: units i; B entry j: units nA + 2 j, + 1
 };
 template <int U> struct MxcFixSmem {
@@ -123,42 +124,62 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>
     bool last;
     do {
       const int b = rc & 1;
-      if (rc >= 2) mbar_wait(&F.empty[b], ((rc >> 1) - 1) & 1);
+      if (rc >= 2) mbar_wait_parked(&F.empty[b], ((rc >> 1) - 1) & 1);   // (parked: no spinning
+                                                                          //  beside the consumers)
       MxcRound<U>& R = F.buf[b];
       const int nA = min(nAt - a0, U), nB = min(nBt - b0, (U - nA) >> 1);
       last = a0 + nA == nAt && b0 + nB == nBt;
       if (gt == 0) { R.nA = nA; R.nB = nB; R.last = last; }
-      for (int i = gw; i < nA + nB; i += 3) {   // entry i: one warp
+      // the entries' records, one per thread
+      for (int i = gt; i < nA + nB; i += 96) {
+        MxRes x;
         if (i < nA) {
           const int g = a0 + i, r = mxc_find(F.offA, 256, g);
-          const MxRes x = f.resA[(mx_i64)(T.row0 + r) * f.slots + (g - F.offA[r])];
-          const mx_u8* bk = f.Bt + (mx_i64)T.e * f.bt_es + (mx_i64)x.k * p.N;
-          const mx_u8* sk = f.sBo + (mx_i64)T.e * f.ise + (mx_i64)(x.k >> 5) * f.isr;
-          mx_u32* dst = reinterpret_cast<mx_u32*>(R.vals + 128 * i);
-#pragma unroll 1
-          for (int h = 0; h < 2; ++h) {
-            const int n = T.n0 + 2 * lane + 64 * h;
-            mx_u32 w = 0;
-            if (n < p.N) {   // N is even: the pair is in range and 2-byte aligned
-              const mx_u32 b2 = *reinterpret_cast<const mx_u16*>(bk + n);
-              const float sb = mx_e8m0_to_f32(sk[(mx_i64)(n >> 5) * f.isc]);
-              w = mxc_bf16_bits(mx_fp8_value<FB>(b2 & 0xFFu) * sb) | (mxc_bf16_bits(mx_fp8_value<FB>(b2 >> 8) * sb) << 16);
-            }
-            dst[lane + 32 * h] = w;
-          }
-          if (lane == 0) { R.idx[i] = (mx_u8)r; R.v[i] = x.v; }
+          x = f.resA[(mx_i64)(T.row0 + r) * f.slots + (g - F.offA[r])];
+          R.idx[i] = (mx_u8)r;
         } else {
-          const int j = i - nA, g = b0 + j, cl = mxc_find(F.offB, 128, g);
-          const MxRes x = f.resB[((mx_i64)T.e * p.N + T.n0 + cl) * f.slots + (g - F.offB[cl])];
-          const mx_u8* ak = f.At + (mx_i64)x.k * p.M + T.row0;
-          const mx_u8* sk = f.sAt + (mx_i64)(x.k >> 7) * p.M + T.row0;
-          mx_u16* dst = R.vals + 128 * (nA + 2 * j);
+          const int g = b0 + i - nA, cl = mxc_find(F.offB, 128, g);
+          x = f.resB[((mx_i64)T.e * p.N + T.n0 + cl) * f.slots + (g - F.offB[cl])];
+          R.idx[i] = (mx_u8)cl;
+        }
+        R.v[i] = x.v; R.k[i] = x.k;
+      }
+      named_bar_sync(3, 96);
+      // the values: tasks of one B pair (A entries, 64 each) or one A' byte (B entries, 256
+      // each), four per thread and batch, all loads of a batch issued before its stores
+      const int tA = 64 * nA, tot = tA + 256 * nB;
+      for (int q0 = gt; q0 < tot; q0 += 4 * 96) {
+        mx_u32 raw[4], sc[4];
 #pragma unroll
-          for (int m = 0; m < 8; ++m) {
-            const int r = lane + 32 * m;
-            dst[r] = r < T.rows ? (mx_u16)mxc_bf16_bits(mx_fp8_value<FA>(ak[r]) * mx_e8m0_to_f32(sk[r])) : (mx_u16)0;
+        for (int u = 0; u < 4; ++u) {
+          const int q = q0 + 96 * u;
+          raw[u] = 0; sc[u] = 127;
+          if (q < tA) {
+            const int i = q >> 6, n = T.n0 + 2 * (q & 63), k = R.k[i];
+            if (n < p.N) {   // N is even: the pair is in range and 2-byte aligned
+              raw[u] = *reinterpret_cast<const mx_u16*>(f.Bt + (mx_i64)T.e * f.bt_es + (mx_i64)k * p.N + n);
+              sc[u] = f.sBo[(mx_i64)T.e * f.ise + (mx_i64)(n >> 5) * f.isc + (mx_i64)(k >> 5) * f.isr];
+            }
+          } else if (q < tot) {
+            const int r = (q - tA) & 255, k = R.k[nA + ((q - tA) >> 8)];
+            if (r < T.rows) {
+              raw[u] = f.At[(mx_i64)k * p.M + T.row0 + r];
+              sc[u] = f.sAt[(mx_i64)(k >> 7) * p.M + T.row0 + r];
+            }
           }
-          if (lane == 0) { R.idx[i] = (mx_u8)cl; R.v[i] = x.v; }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int q = q0 + 96 * u;
+          const float s = mx_e8m0_to_f32(sc[u]);
+          if (q < tA) {
+            const mx_u32 w = mxc_bf16_bits(mx_fp8_value<FB>(raw[u] & 0xFFu) * s) |
+                             (mxc_bf16_bits(mx_fp8_value<FB>(raw[u] >> 8) * s) << 16);
+            reinterpret_cast<mx_u32*>(R.vals)[64 * (q >> 6) + (q & 63)] = w;
+          } else if (q < tot) {
+            const int j = (q - tA) >> 8, r = (q - tA) & 255;
+            R.vals[128 * (nA + 2 * j) + r] = (mx_u16)mxc_bf16_bits(mx_fp8_value<FA>(raw[u]) * s);
+          }
         }
       }
       mbar_arrive(&F.full[b]);   // 96 arrivals, each after the thread's own writes
@@ -211,6 +232,20 @@ MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane) {
     }
 }
 
+// Waits for the next round (the consumers' sequence of rounds follows their tiles: while a
+// tile's last round is not taken, the next one is this tile's), adds it, releases it; returns
+// whether it was the tile's last.
+template <int U>
+MX_DEV bool mxc_take(MxcFixSmem<U>& F, int& fb, mx_u32& fph, float* acc, int wrow, int lane) {
+  mbar_wait(&F.full[fb], fph);
+  const bool last = F.buf[fb].last != 0;
+  mxc_apply<U>(F.buf[fb], acc, wrow, lane);
+  __syncwarp();
+  if (lane == 0) mbar_arrive(&F.empty[fb]);
+  if (++fb == 2) { fb = 0; fph ^= 1; }
+  return last;
+}
+
 // fix == nullptr: no corrections (the harness's v8c diagnostic on stage-uniform operands).
 template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES>
 MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix) {
@@ -253,6 +288,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
     }
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    bool tdone = fix == nullptr;   // this tile's last correction round added
     for (; nst > 0; --nst) {
       const mx_u32 bst = sbase + stage * LAY::STAGE;
       const mx_u8* sg = sgen + stage * LAY::STAGE;
@@ -265,18 +301,12 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
       mxt_chain_promote<SB2D, LAY, 0>(acc + 64, t0, bst, sg, nullptr, wrow + 64, lane);
       if (lane == 0) mbar_arrive(&empty[stage]);
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
+      // a round of this tile that is ready is added now (its partial is dead here), so
+      // that the gatherers stream through the main loop instead of queueing at its end
+      if (fix != nullptr && !tdone && __shfl_sync(0xffffffffu, (int)mbar_test(&F.full[fb], fph), 0))
+        tdone = mxc_take<U>(F, fb, fph, acc, wrow, lane);
     }
-    if (fix != nullptr) {
-      for (;;) {
-        mbar_wait(&F.full[fb], fph);
-        const bool last = F.buf[fb].last != 0;
-        mxc_apply<U>(F.buf[fb], acc, wrow, lane);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&F.empty[fb]);
-        if (++fb == 2) { fb = 0; fph ^= 1; }
-        if (last) break;
-      }
-    }
+    while (!tdone) tdone = mxc_take<U>(F, fb, fph, acc, wrow, lane);
     int te = t;
     asm volatile("" : "+r"(te));
     const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
