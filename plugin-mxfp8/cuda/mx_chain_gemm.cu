@@ -18,8 +18,10 @@
 
 // The launchers (bench/launch.cu and bench/chain.py's ctypes structures; the backend's, when it
 // is wired) hard-code these sizes.
-static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 104, "RP / FIX in bench/chain.py");
+static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 112, "RP / FIX in bench/chain.py");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
+// the dynamic shared memory beside the kernel's ~2.2 KB of static tables, within sm_90's 227 KB
+static_assert(mxc_smem_bytes<4, true>() + 2304 <= 232448 && mxc_smem_bytes<3, true>() + 2304 <= 232448, "rounds too large");
 
 #define MXR_INST(NAME, F) \
   extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxReencodeParams p) { mx_reencode_rows<F>(p); }

@@ -36,10 +36,10 @@ class RP(ctypes.Structure):
 
 class FIX(ctypes.Structure):
     _fields_ = [("resA", c_vp), ("cntA", c_vp), ("resB", c_vp), ("cntB", c_vp), ("Bt", c_vp), ("sBo", c_vp), ("At", c_vp),
-                ("sAt", c_vp), ("bt_es", c_i64), ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("slots", c_int), ("terms", c_int)]
+                ("sAt", c_vp), ("bt_es", c_i64), ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("ldt", c_i64), ("slots", c_int), ("terms", c_int)]
 
 
-assert ctypes.sizeof(RP) == 104 and ctypes.sizeof(FIX) == 104
+assert ctypes.sizeof(RP) == 104 and ctypes.sizeof(FIX) == 112
 lib.mx_launch_reencode.argtypes = [c_int, ctypes.POINTER(RP), c_vp]
 lib.mx_launch_cgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(bench.GP), ctypes.POINTER(FIX), c_int, c_vp]
 
@@ -90,10 +90,15 @@ class ChainFwd:
         self.rw = Reenc(qw, sw, E * N, K, N, 32, NB * KB, 1, KB, self.status)
         self.dims = (E, M, N, K, KB, KB4, NB)
         self.qw, self.sw, self.offs = qw, sw, offs
-        self.at = torch.empty(K, M, dtype=torch.uint8, device=DEV)
-        self.sat = torch.empty(cdiv(K, 128), M, dtype=torch.uint8, device=DEV)   # X' stage scales, transposed
-        self.fix = FIX(ptr(self.rx.res), ptr(self.rx.cnt), ptr(self.rw.res), ptr(self.rw.cnt), ptr(qwt), ptr(sw), ptr(self.at),
-                       ptr(self.sat), K * N, NB * KB, 1, KB, self.rx.slots, 3)
+        # X' transposed and its stage scales transposed: rows of ldt bytes (a multiple of 16) and
+        # 272 bytes of slack after each, for the GEMM's aligned bulk copies (MxChainFix)
+        ldt = rup(M, 16)
+        self.at_buf = torch.zeros(K * ldt + 272, dtype=torch.uint8, device=DEV)
+        self.sat_buf = torch.zeros(cdiv(K, 128) * ldt + 272, dtype=torch.uint8, device=DEV)
+        self.at = self.at_buf[:K * ldt].view(K, ldt)[:, :M]
+        self.sat = self.sat_buf[:cdiv(K, 128) * ldt].view(cdiv(K, 128), ldt)[:, :M]
+        self.fix = FIX(ptr(self.rx.res), ptr(self.rx.cnt), ptr(self.rw.res), ptr(self.rw.cnt), ptr(qwt), ptr(sw), ptr(self.at_buf),
+                       ptr(self.sat_buf), K * N, NB * KB, 1, KB, ldt, self.rx.slots, 3)
         self.suffix = ""   # "_s3": the 3-stage kernel with rounds of 112 units
         assert self.rx.slots == self.rw.slots
 

@@ -523,8 +523,9 @@ extern "C" int mx_launch_reencode(int fmt, const MxReencodeParams* p, void* stre
 }
 
 typedef void (*CGemmK)(const MxGemmChainParams);
-// Grouped rows only (forward / dgrad), at most MXC_MAX_E experts (-5 otherwise: the host runs
-// the per-k32 kernel); A map box 128 B x 256 rows, B's 128 x 128.
+// Grouped rows only (forward / dgrad), at most MXC_MAX_E experts, N and the transposes' row
+// stride multiples of 16 (-5 otherwise: the host runs the per-k32 kernel); A map box 128 B x
+// 256 rows, B's 128 x 128.
 extern "C" int mx_launch_cgemm(const char* name, const MxGemmParams* p, const MxChainFix* f, int grid, void* stream) {
   static struct { const char* name; CGemmK k; int smem; bool smem_set; } ks[] = {
     {"mx_cgemm_e4m3e4m3_w2d_bf16", mx_cgemm_e4m3e4m3_w2d_bf16, mxc_smem_bytes<4, true>(), false},
@@ -534,7 +535,7 @@ extern "C" int mx_launch_cgemm(const char* name, const MxGemmParams* p, const Mx
     {"mx_cgemm_e4m3e4m3_w2d_f32_s3", mx_cgemm_e4m3e4m3_w2d_f32_s3, mxc_smem_bytes<3, true>(), false},
   };
   if (p->batched) return -4;
-  if (p->E > MXC_MAX_E) return -5;
+  if (p->E > MXC_MAX_E || p->N % 16 != 0 || f->ldt % 16 != 0) return -5;
   for (auto& v : ks) {
     if (strcmp(v.name, name)) continue;
     MxGemmChainParams P;

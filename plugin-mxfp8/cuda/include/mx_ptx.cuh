@@ -184,6 +184,10 @@ MX_DEV void cluster_sync() {
 MX_DEV void tma_prefetch_desc(const MxTmap* map) {
   asm volatile("prefetch.tensormap [%0];\n" :: "l"((mx_u64)map) : "memory");
 }
+// Adds bytes to the current phase's expected transaction count (no arrival).
+MX_DEV void mbar_expect_tx(mx_u64* bar, mx_u32 bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" :: "r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
 // 1D bulk copy global -> shared (16-byte aligned addresses, size a multiple of 16).
 MX_DEV void bulk_load(mx_u32 dst, const void* src, mx_u32 bytes, mx_u64* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"

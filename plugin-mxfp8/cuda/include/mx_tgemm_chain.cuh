@@ -29,31 +29,36 @@ struct MxChainFix {
   const MxRes* resB; const int* cntB;   // B_res: expert e, output column n: row e * N + n
   const mx_u8* Bt; const mx_u8* sBo;    // B's original bytes transposed: Bt[e * bt_es + k * N + n];
                                         //   its E8M0 scales sBo[e * ise + (n / 32) * isc + kb * isr]
-  const mx_u8* At; const mx_u8* sAt;    // A' transposed: At[k * M + R]; its stage scales (E8M0)
-                                        //   sAt[(k / 128) * M + R]
-  mx_i64 bt_es, ise, isr, isc;
+  const mx_u8* At; const mx_u8* sAt;    // A' transposed: At[k * ldt + R]; its stage scales (E8M0)
+                                        //   sAt[(k / 128) * ldt + R]
+  mx_i64 bt_es, ise, isr, isc, ldt;
   int slots;
   int terms;                            // 3: both corrections (0-2: harness diagnostics, wrong results)
 };
 struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 
-// ---- the corrections, gathered into shared memory (run 100) ----
-// Producer warps 1-3 walk the CTA's tiles with the consumers and, for each, copy what its
-// corrections read into rounds of U units (two buffers, mbarriers): an A_res entry (row r, k,
-// v) takes one unit, B's 128 values at k as exact bf16 (B_e[k][n0 .. n0+127] x its scales);
-// a B_res entry (column c, k, v) takes two, A' 256 values at k (the tile's rows). A tile
-// has one round or more (the last flagged); the A entries come first, by row and list order,
-// then the B entries, by column and list order, so each output adds its terms in one fixed
-// order. The consumers add a round's terms to their FP32 accumulators after the main loop.
-// bf16 holds the MX values exactly (at most 4 significant bits) while they are normal in bf16
-// (|x| >= 2^-126, scales above ~2^-117); the backend's wiring is to route smaller scales to
-// the per-k32 kernel.
+// ---- the corrections, gathered into shared memory (runs 100-102) ----
+// Producer warps 1-3 walk the CTA's tiles with the consumers and, for each, bring what its
+// corrections read into rounds of U units of 272 bytes (two buffers, mbarriers): an A_res
+// entry (row r, k, v) takes one unit, B's 128 bytes at k (Bt) and their four scale bytes; a
+// B_res entry (column c, k, v) takes two, the 256 bytes of A' at k and their stage scales
+// (At, sAt, each a 272-byte aligned window that holds the tile's rows at offset row0 % 16).
+// One thread per entry loads its record and issues the window's bulk copies (TMA, counted on
+// the round's full barrier), so a round costs two memory round trips and no registers. A
+// tile has one round or more (the last flagged); the A entries come first, by row and list
+// order, then the B entries, by column and list order, so each output adds its terms in one
+// fixed order. The consumers add a round's terms to their FP32 accumulators after any stage
+// of the main loop at which it is ready, and wait for the rest after it. The products are
+// exact in FP32 (MX values of at most 4 significant bits times a residual).
+// Requires N % 16 == 0 and At / sAt rows of ldt bytes, ldt % 16 == 0, with 272 bytes of
+// slack after each array (the launcher checks N; the host allocates the transposes).
+#define MXC_UNIT 272
 template <int U> struct MxcRound {
-  int nA, nB, last, pad;
+  int nA, nB, last, o;          // o: the tile's row0 % 16 (B entries' window offset)
   mx_u8 idx[U];                 // entry i: A: tile row; B (i >= nA): tile column
   float v[U];                   // the residual value
-  int k[U];                     // its position along the reduction (the gatherers' own use)
-  __align__(16) mx_u16 vals[U * 128];   // A entry i: units i; B entry j: units nA + 2 j, + 1
+  mx_u32 s4[U];                 // A entry: the E8M0 scales of its 4 column blocks
+  __align__(16) mx_u8 raw[U * MXC_UNIT];   // A entry i: unit i; B entry j: units nA + 2 j (A'), + 1 (scales)
 };
 template <int U> struct MxcFixSmem {
   MxcRound<U> buf[2];
@@ -69,8 +74,6 @@ constexpr int mxt8_smem_bytes() { return mxc_smem_bytes<MXT8_STAGES, false>(); }
 // The chained kernel's expert tables are smaller than the other kernels' (MX_MAX_E) to leave
 // shared memory to the rounds: the launcher sends E > MXC_MAX_E to the per-k32 kernel.
 #define MXC_MAX_E 256
-
-MX_DEV mx_u32 mxc_bf16_bits(float x) { return __float_as_uint(x) >> 16; }   // exact for the values above
 
 // Exclusive offsets of PER counts per lane (lane-major), the total at off[32 * PER].
 template <int PER> MX_DEV void mxc_offsets(const int* c, int* off, int lane) {
@@ -130,59 +133,33 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>
       const int nA = min(nAt - a0, U), nB = min(nBt - b0, (U - nA) >> 1);
       last = a0 + nA == nAt && b0 + nB == nBt;
       if (gt == 0) { R.nA = nA; R.nB = nB; R.last = last; }
-      // the entries' records, one per thread
+      if (gt == 0) R.o = T.row0 & 15;
+      // one thread per entry: its record, then the bulk copies of its window(s)
       for (int i = gt; i < nA + nB; i += 96) {
-        MxRes x;
+        const mx_u32 dst = smem_u32(R.raw + MXC_UNIT * (i < nA ? i : nA + 2 * (i - nA)));
         if (i < nA) {
           const int g = a0 + i, r = mxc_find(F.offA, 256, g);
-          x = f.resA[(mx_i64)(T.row0 + r) * f.slots + (g - F.offA[r])];
-          R.idx[i] = (mx_u8)r;
+          const MxRes x = f.resA[(mx_i64)(T.row0 + r) * f.slots + (g - F.offA[r])];
+          const mx_u8* sk = f.sBo + (mx_i64)T.e * f.ise + (mx_i64)(x.k >> 5) * f.isr + (mx_i64)(T.n0 >> 5) * f.isc;
+          const int nb = min(4, (p.N - T.n0 + 31) >> 5);
+          mx_u32 s4 = 0;
+#pragma unroll 1
+          for (int q = 0; q < nb; ++q) s4 |= (mx_u32)sk[(mx_i64)q * f.isc] << (8 * q);
+          R.idx[i] = (mx_u8)r; R.v[i] = x.v; R.s4[i] = s4;
+          const mx_u32 bytes = (mx_u32)min(128, p.N - T.n0);   // (N % 16 == 0)
+          mbar_expect_tx(&F.full[b], bytes);
+          bulk_load(dst, f.Bt + (mx_i64)T.e * f.bt_es + (mx_i64)x.k * p.N + T.n0, bytes, &F.full[b]);
         } else {
           const int g = b0 + i - nA, cl = mxc_find(F.offB, 128, g);
-          x = f.resB[((mx_i64)T.e * p.N + T.n0 + cl) * f.slots + (g - F.offB[cl])];
-          R.idx[i] = (mx_u8)cl;
-        }
-        R.v[i] = x.v; R.k[i] = x.k;
-      }
-      named_bar_sync(3, 96);
-      // the values: tasks of one B pair (A entries, 64 each) or one A' byte (B entries, 256
-      // each), four per thread and batch, all loads of a batch issued before its stores
-      const int tA = 64 * nA, tot = tA + 256 * nB;
-      for (int q0 = gt; q0 < tot; q0 += 4 * 96) {
-        mx_u32 raw[4], sc[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int q = q0 + 96 * u;
-          raw[u] = 0; sc[u] = 127;
-          if (q < tA) {
-            const int i = q >> 6, n = T.n0 + 2 * (q & 63), k = R.k[i];
-            if (n < p.N) {   // N is even: the pair is in range and 2-byte aligned
-              raw[u] = *reinterpret_cast<const mx_u16*>(f.Bt + (mx_i64)T.e * f.bt_es + (mx_i64)k * p.N + n);
-              sc[u] = f.sBo[(mx_i64)T.e * f.ise + (mx_i64)(n >> 5) * f.isc + (mx_i64)(k >> 5) * f.isr];
-            }
-          } else if (q < tot) {
-            const int r = (q - tA) & 255, k = R.k[nA + ((q - tA) >> 8)];
-            if (r < T.rows) {
-              raw[u] = f.At[(mx_i64)k * p.M + T.row0 + r];
-              sc[u] = f.sAt[(mx_i64)(k >> 7) * p.M + T.row0 + r];
-            }
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int q = q0 + 96 * u;
-          const float s = mx_e8m0_to_f32(sc[u]);
-          if (q < tA) {
-            const mx_u32 w = mxc_bf16_bits(mx_fp8_value<FB>(raw[u] & 0xFFu) * s) |
-                             (mxc_bf16_bits(mx_fp8_value<FB>(raw[u] >> 8) * s) << 16);
-            reinterpret_cast<mx_u32*>(R.vals)[64 * (q >> 6) + (q & 63)] = w;
-          } else if (q < tot) {
-            const int j = (q - tA) >> 8, r = (q - tA) & 255;
-            R.vals[128 * (nA + 2 * j) + r] = (mx_u16)mxc_bf16_bits(mx_fp8_value<FA>(raw[u]) * s);
-          }
+          const MxRes x = f.resB[((mx_i64)T.e * p.N + T.n0 + cl) * f.slots + (g - F.offB[cl])];
+          R.idx[i] = (mx_u8)cl; R.v[i] = x.v;
+          const mx_i64 w = (mx_i64)(T.row0 & ~15);
+          mbar_expect_tx(&F.full[b], 2 * MXC_UNIT);
+          bulk_load(dst, f.At + (mx_i64)x.k * f.ldt + w, MXC_UNIT, &F.full[b]);
+          bulk_load(dst + MXC_UNIT, f.sAt + (mx_i64)(x.k >> 7) * f.ldt + w, MXC_UNIT, &F.full[b]);
         }
       }
-      mbar_arrive(&F.full[b]);   // 96 arrivals, each after the thread's own writes
+      mbar_arrive(&F.full[b]);   // 96 arrivals, each after the thread's own writes and copies' expect-tx
       a0 += nA; b0 += nB; ++rc;
     } while (!last);
   }
@@ -191,7 +168,7 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>
 // A round's terms on a consumer thread's outputs: rows wrow + {0, 8, 64, 72} (ascending) and
 // columns 8 j + 2 (lane & 3) + {0, 1}; acc[64 (q >> 1) + 4 j + 2 (q & 1) + c] for row q,
 // column (j, c). The entries are sorted (A by row, B by column): one merge walk each.
-template <int U>
+template <int FA, int FB, int U>
 MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane) {
   const int nA = R.nA, nB = R.nB, cofs = 2 * (lane & 3);
   int i = 0;
@@ -201,17 +178,20 @@ MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane) {
     while (i < nA && R.idx[i] < rq) ++i;
     for (; i < nA && R.idx[i] == rq; ++i) {
       const float v = R.v[i];
-      const mx_u32* vals = reinterpret_cast<const mx_u32*>(R.vals + 128 * i) + (cofs >> 1);
+      const mx_u32 s4 = R.s4[i];
+      const mx_u8* bv = R.raw + MXC_UNIT * i + cofs;
       float* aq = acc + 64 * (q >> 1) + 2 * (q & 1);
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        const mx_u32 w = vals[4 * j];
-        aq[4 * j] = fmaf(v, __uint_as_float(w << 16), aq[4 * j]);
-        aq[4 * j + 1] = fmaf(v, __uint_as_float(w & 0xFFFF0000u), aq[4 * j + 1]);
+        const mx_u32 b2 = *reinterpret_cast<const mx_u16*>(bv + 8 * j);
+        const float sv = v * mx_e8m0_to_f32((s4 >> (8 * (j >> 2))) & 0xFFu);   // (exact: a power of two)
+        aq[4 * j] = fmaf(sv, mx_fp8_value<FB>(b2 & 0xFFu), aq[4 * j]);
+        aq[4 * j + 1] = fmaf(sv, mx_fp8_value<FB>(b2 >> 8), aq[4 * j + 1]);
       }
     }
   }
   if (nB == 0) return;
+  const int o = R.o;
   int k = 0;
 #pragma unroll
   for (int j = 0; j < 16; ++j)
@@ -221,12 +201,13 @@ MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane) {
       while (k < nB && R.idx[nA + k] < cl) ++k;
       for (; k < nB && R.idx[nA + k] == cl; ++k) {
         const float v = R.v[nA + k];
-        const mx_u16* col = R.vals + 128 * (nA + 2 * k);
+        const mx_u8* col = R.raw + MXC_UNIT * (nA + 2 * k) + o;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          const float a = __uint_as_float((mx_u32)col[wrow + 8 * (q & 1) + 64 * (q >> 1)] << 16);
-          float& o = acc[64 * (q >> 1) + 4 * j + 2 * (q & 1) + c];
-          o = fmaf(a, v, o);
+          const int r = wrow + 8 * (q & 1) + 64 * (q >> 1);
+          const float a = mx_fp8_value<FA>(col[r]) * mx_e8m0_to_f32(col[MXC_UNIT + r]);
+          float& out = acc[64 * (q >> 1) + 4 * j + 2 * (q & 1) + c];
+          out = fmaf(a, v, out);
         }
       }
     }
@@ -235,11 +216,11 @@ MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane) {
 // Waits for the next round (the consumers' sequence of rounds follows their tiles: while a
 // tile's last round is not taken, the next one is this tile's), adds it, releases it; returns
 // whether it was the tile's last.
-template <int U>
+template <int FA, int FB, int U>
 MX_DEV bool mxc_take(MxcFixSmem<U>& F, int& fb, mx_u32& fph, float* acc, int wrow, int lane) {
   mbar_wait(&F.full[fb], fph);
   const bool last = F.buf[fb].last != 0;
-  mxc_apply<U>(F.buf[fb], acc, wrow, lane);
+  mxc_apply<FA, FB, U>(F.buf[fb], acc, wrow, lane);
   __syncwarp();
   if (lane == 0) mbar_arrive(&F.empty[fb]);
   if (++fb == 2) { fb = 0; fph ^= 1; }
@@ -304,9 +285,9 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
       // a round of this tile that is ready is added now (its partial is dead here), so
       // that the gatherers stream through the main loop instead of queueing at its end
       if (fix != nullptr && !tdone && __shfl_sync(0xffffffffu, (int)mbar_test(&F.full[fb], fph), 0))
-        tdone = mxc_take<U>(F, fb, fph, acc, wrow, lane);
+        tdone = mxc_take<FA, FB, U>(F, fb, fph, acc, wrow, lane);
     }
-    while (!tdone) tdone = mxc_take<U>(F, fb, fph, acc, wrow, lane);
+    while (!tdone) tdone = mxc_take<FA, FB, U>(F, fb, fph, acc, wrow, lane);
     int te = t;
     asm volatile("" : "+r"(te));
     const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
