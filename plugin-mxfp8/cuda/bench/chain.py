@@ -215,13 +215,16 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             ref = reencode.float64_reference(qx, qw, E, Mg, N)
             nofix = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
             cf.gemm(nofix, fix=False)
-            out3 = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
-            cf.suffix = "_s3"
-            cf.gemm(out3)
+            others = []   # the other builds
+            for sfx in ("_s3", "_poll", "_s3_poll"):
+                o = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
+                cf.suffix = sfx
+                cf.gemm(o)
+                others.append((f"chained{sfx} + corrections", o, True))
             cf.suffix = ""
             torch.cuda.synchronize()
-            for name, o, must in (("chained + corrections", out, True), ("3-stage chained + corrections", out3, True),
-                                  ("chained without corrections", nofix, None), ("default kernel", o_def, True)):
+            for name, o, must in [("chained + corrections", out, True)] + others + [
+                    ("chained without corrections", nofix, None), ("default kernel", o_def, True)]:
                 mx, snr = reencode.err(o, ref)
                 passed = snr >= 60.0 and mx <= 2e-3
                 if must:
@@ -247,9 +250,12 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             t_re = bench.tms(cf.reencode, rep)
             t_g = bench.tms(lambda: cf.gemm(o_bf), rep)
             t_nf = bench.tms(lambda: cf.gemm(o_bf, fix=False), rep)
-            cf.suffix = "_s3"
-            t_g3 = bench.tms(lambda: cf.gemm(o_bf), rep)
+            t_b = {}
+            for sfx in ("_s3", "_poll", "_s3_poll"):
+                cf.suffix = sfx
+                t_b[sfx] = bench.tms(lambda: cf.gemm(o_bf), rep)
             cf.suffix = ""
+            t_g3 = t_b["_s3"]
             diag = []   # where the corrections' time goes: list lengths only, each term alone
             for terms in (0, 1, 2):
                 cf.fix.terms = terms
@@ -259,7 +265,7 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             lines.append(f"  timing (bf16 out, median µs): torch BF16 {t_bf * 1e3:.0f} / {t_bf2 * 1e3:.0f} (before / after) | "
                          f"v2t {t_v2t * 1e3:.0f} (x BF16 {t_bf / t_v2t:.2f}) | chained pipeline {t_all * 1e3:.0f} "
                          f"(x BF16 {t_bf / t_all:.2f}, x v2t {t_v2t / t_all:.2f}; {fl / t_all / 1e9:.0f} TFLOP/s) = "
-                         f"re-encode X + W (+ X' transposed, scale tables) {t_re * 1e3:.0f} + GEMM {t_g * 1e3:.0f} (x BF16 {t_bf / t_g:.2f}) (3 stages {t_g3 * 1e3:.0f}; without the corrections {t_nf * 1e3:.0f}; rounds only {diag[0] * 1e3:.0f}, A_res B only {diag[1] * 1e3:.0f}, A' B_res only {diag[2] * 1e3:.0f})")
+                         f"re-encode X + W (+ X' transposed, scale tables) {t_re * 1e3:.0f} + GEMM {t_g * 1e3:.0f} (x BF16 {t_bf / t_g:.2f}) (3 stages {t_g3 * 1e3:.0f}, polling {t_b['_poll'] * 1e3:.0f}, 3 stages polling {t_b['_s3_poll'] * 1e3:.0f}; without the corrections {t_nf * 1e3:.0f}; rounds only {diag[0] * 1e3:.0f}, A_res B only {diag[1] * 1e3:.0f}, A' B_res only {diag[2] * 1e3:.0f})")
             results.append((key, dist, t_bf, t_v2t, t_all, t_re, t_g, t_nf, t_g3))
     lines.append(f"  {'PASS' if ok else 'FAIL'}")
     print("\n".join(lines), flush=True)

@@ -18,6 +18,7 @@
 #define MXT_INSTANTIATE_V7   // v7: v2t's CTA in a 2-CTA cluster, two 128-row tiles sharing B: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v7t
 #define MXT_INSTANTIATE_V6   // v6: v4's rings + a 2-CTA cluster sharing B: mx_tgemm_e4m3e4m3_w2d_{bf16,f32}_v6{,t}
 #include "../mx_grouped_gemm.cu"
+#define MXC_HARNESS_VARIANTS
 #include "../mx_chain_gemm.cu"  // mx_reencode_*, mx_cgemm_* (the chained GEMM; mx_launch_reencode / mx_launch_cgemm below)
 #include "mx_gemm_variants.cuh"  // the harness-only GEMM variants and opt-in lists the defines above name
 #include "../mx_dequantize.cu"  // mx_dequantize: reference for the fake-quant check
@@ -533,6 +534,10 @@ extern "C" int mx_launch_cgemm(const char* name, const MxGemmParams* p, const Mx
     {"mx_cgemm_e5m2e4m3_w2d_bf16", mx_cgemm_e5m2e4m3_w2d_bf16, mxc_smem_bytes<4, true>(), false},
     {"mx_cgemm_e4m3e4m3_w2d_bf16_s3", mx_cgemm_e4m3e4m3_w2d_bf16_s3, mxc_smem_bytes<3, true>(), false},
     {"mx_cgemm_e4m3e4m3_w2d_f32_s3", mx_cgemm_e4m3e4m3_w2d_f32_s3, mxc_smem_bytes<3, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_bf16_poll", mx_cgemm_e4m3e4m3_w2d_bf16_poll, mxc_smem_bytes<4, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_bf16_s3_poll", mx_cgemm_e4m3e4m3_w2d_bf16_s3_poll, mxc_smem_bytes<3, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_f32_poll", mx_cgemm_e4m3e4m3_w2d_f32_poll, mxc_smem_bytes<4, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_f32_s3_poll", mx_cgemm_e4m3e4m3_w2d_f32_s3_poll, mxc_smem_bytes<3, true>(), false},
   };
   if (p->batched) return -4;
   if (p->E > MXC_MAX_E || p->N % 16 != 0 || f->ldt % 16 != 0) return -5;

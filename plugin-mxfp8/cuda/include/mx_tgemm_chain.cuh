@@ -47,8 +47,8 @@ struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 // the round's full barrier), so a round costs two memory round trips and no registers. A
 // tile has one round or more (the last flagged); the A entries come first, by row and list
 // order, then the B entries, by column and list order, so each output adds its terms in one
-// fixed order. The consumers add a round's terms to their FP32 accumulators after any stage
-// of the main loop at which it is ready, and wait for the rest after it. The products are
+// fixed order. The consumers add a round's terms to their FP32 accumulators after the main
+// loop (POLL: after any stage at which it is ready, waiting for the rest after the loop). The products are
 // exact in FP32 (MX values of at most 4 significant bits times a residual).
 // Requires N % 16 == 0 and At / sAt rows of ldt bytes, ldt % 16 == 0, with 272 bytes of
 // slack after each array (the launcher checks N; the host allocates the transposes).
@@ -58,6 +58,8 @@ template <int U> struct MxcRound {
   mx_u8 idx[U];                 // entry i: A: tile row; B (i >= nA): tile column
   float v[U];                   // the residual value
   mx_u32 s4[U];                 // A entry: the E8M0 scales of its 4 column blocks
+  mx_u8 oa[257], ob[129];       // this round's entries of tile row r: oa[r] .. oa[r + 1] - 1;
+                                //   of column c: nA + ob[c] .. nA + ob[c + 1] - 1
   __align__(16) mx_u8 raw[U * MXC_UNIT];   // A entry i: unit i; B entry j: units nA + 2 j (A'), + 1 (scales)
 };
 template <int U> struct MxcFixSmem {
@@ -134,6 +136,10 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>
       last = a0 + nA == nAt && b0 + nB == nBt;
       if (gt == 0) { R.nA = nA; R.nB = nB; R.last = last; }
       if (gt == 0) R.o = T.row0 & 15;
+      for (int r = gt; r < 257 + 129; r += 96) {
+        if (r < 257) R.oa[r] = (mx_u8)min(max(F.offA[r] - a0, 0), nA);
+        else R.ob[r - 257] = (mx_u8)min(max(F.offB[r - 257] - b0, 0), nB);
+      }
       // one thread per entry: its record, then the bulk copies of its window(s)
       for (int i = gt; i < nA + nB; i += 96) {
         const mx_u32 dst = smem_u32(R.raw + MXC_UNIT * (i < nA ? i : nA + 2 * (i - nA)));
@@ -170,38 +176,38 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>
 // column (j, c). The entries are sorted (A by row, B by column): one merge walk each.
 template <int FA, int FB, int U>
 MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane) {
+  static_assert(U <= 255, "round offsets are bytes");
   const int nA = R.nA, nB = R.nB, cofs = 2 * (lane & 3);
-  int i = 0;
+  if (nA > 0) {
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int rq = wrow + 8 * (q & 1) + 64 * (q >> 1);
-    while (i < nA && R.idx[i] < rq) ++i;
-    for (; i < nA && R.idx[i] == rq; ++i) {
-      const float v = R.v[i];
-      const mx_u32 s4 = R.s4[i];
-      const mx_u8* bv = R.raw + MXC_UNIT * i + cofs;
+    for (int q = 0; q < 4; ++q) {
+      const int rq = wrow + 8 * (q & 1) + 64 * (q >> 1);
+      const int end = R.oa[rq + 1];
       float* aq = acc + 64 * (q >> 1) + 2 * (q & 1);
+      for (int i = R.oa[rq]; i < end; ++i) {
+        const float v = R.v[i];
+        const mx_u32 s4 = R.s4[i];
+        const mx_u8* bv = R.raw + MXC_UNIT * i + cofs;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const mx_u32 b2 = *reinterpret_cast<const mx_u16*>(bv + 8 * j);
-        const float sv = v * mx_e8m0_to_f32((s4 >> (8 * (j >> 2))) & 0xFFu);   // (exact: a power of two)
-        aq[4 * j] = fmaf(sv, mx_fp8_value<FB>(b2 & 0xFFu), aq[4 * j]);
-        aq[4 * j + 1] = fmaf(sv, mx_fp8_value<FB>(b2 >> 8), aq[4 * j + 1]);
+        for (int j = 0; j < 16; ++j) {
+          const mx_u32 b2 = *reinterpret_cast<const mx_u16*>(bv + 8 * j);
+          const float sv = v * mx_e8m0_to_f32((s4 >> (8 * (j >> 2))) & 0xFFu);   // (exact: a power of two)
+          aq[4 * j] = fmaf(sv, mx_fp8_value<FB>(b2 & 0xFFu), aq[4 * j]);
+          aq[4 * j + 1] = fmaf(sv, mx_fp8_value<FB>(b2 >> 8), aq[4 * j + 1]);
+        }
       }
     }
   }
   if (nB == 0) return;
   const int o = R.o;
-  int k = 0;
 #pragma unroll
   for (int j = 0; j < 16; ++j)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int cl = 8 * j + cofs + c;
-      while (k < nB && R.idx[nA + k] < cl) ++k;
-      for (; k < nB && R.idx[nA + k] == cl; ++k) {
-        const float v = R.v[nA + k];
-        const mx_u8* col = R.raw + MXC_UNIT * (nA + 2 * k) + o;
+      const int cl = 8 * j + cofs + c, end = nA + R.ob[cl + 1];
+      for (int k = nA + R.ob[cl]; k < end; ++k) {
+        const float v = R.v[k];
+        const mx_u8* col = R.raw + MXC_UNIT * (2 * k - nA) + o;   // unit nA + 2 (k - nA)
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int r = wrow + 8 * (q & 1) + 64 * (q >> 1);
@@ -228,7 +234,7 @@ MX_DEV bool mxc_take(MxcFixSmem<U>& F, int& fb, mx_u32& fph, float* acc, int wro
 }
 
 // fix == nullptr: no corrections (the harness's v8c diagnostic on stage-uniform operands).
-template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES>
+template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES, bool POLL = false>
 MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix) {
   typedef MxtLay256<SB2D> LAY;
   constexpr int U = MxcUnits<STAGES>::U;
@@ -282,9 +288,9 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
       mxt_chain_promote<SB2D, LAY, 0>(acc + 64, t0, bst, sg, nullptr, wrow + 64, lane);
       if (lane == 0) mbar_arrive(&empty[stage]);
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
-      // a round of this tile that is ready is added now (its partial is dead here), so
+      // POLL: a round of this tile that is ready is added now (its partial is dead here), so
       // that the gatherers stream through the main loop instead of queueing at its end
-      if (fix != nullptr && !tdone && __shfl_sync(0xffffffffu, (int)mbar_test(&F.full[fb], fph), 0))
+      if (POLL && fix != nullptr && !tdone && __shfl_sync(0xffffffffu, (int)mbar_test(&F.full[fb], fph), 0))
         tdone = mxc_take<FA, FB, U>(F, fb, fph, acc, wrow, lane);
     }
     while (!tdone) tdone = mxc_take<FA, FB, U>(F, fb, fph, acc, wrow, lane);
