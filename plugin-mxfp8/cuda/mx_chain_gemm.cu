@@ -1,9 +1,10 @@
 // mx_chain_gemm.cu — the chained MXFP8 grouped GEMM for sm_90a and the re-encoding it needs:
 //   mx_reencode_<fmt>: an MX operand -> stage-uniform copy + residual lists (mx_reencode.cuh);
 //   mx_cgemm_<A fmt><B fmt>_w2d_<bf16|f32>: the 256 x 128 chained GEMM on the copies, with the
-//   residual corrections in its epilogue (mx_tgemm_chain.cuh).
+//   residual corrections gathered into shared memory and added before its epilogue
+//   (mx_tgemm_chain.cuh).
 // How the backend is to run them as one forward/dgrad (not wired yet: docs/perf.md, "Where this
-// stands", thirteenth part): re-encode A and B, relay the copies' scales (mx_scales_to_f32),
+// stands", thirteenth and fourteenth parts): re-encode A and B, relay the copies' scales (mx_scales_to_f32),
 // read the status word, then this GEMM, or the per-k32 kernel on the original operands when a
 // row overflowed its list or a block is non-finite. Checked end to end by bench/chain.py.
 #include "mx_ptx.cuh"
@@ -20,12 +21,12 @@
 // is wired) hard-code these sizes.
 static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 112, "RP / FIX in bench/chain.py");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
-// the dynamic shared memory beside the kernel's ~2.2 KB of static tables, within sm_90's 227 KB
-static_assert(mxc_smem_bytes<4, true>() + 2304 <= 232448 && mxc_smem_bytes<3, true>() + 2304 <= 232448, "rounds too large");
+// the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
+static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, true>() + 3072 <= 232448, "rounds too large");
 
 #define MXR_INST(NAME, F) \
   extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxReencodeParams p) { mx_reencode_rows<F>(p); }
-// STAGES 4 (the default; rounds of 16 units) or 3 (`_s3`: rounds of 112 units, for heavy-tailed
+// STAGES 4 (the default; rounds of 15 units) or 3 (`_s3`: rounds of 112 units, for heavy-tailed
 // operands); the launcher's dynamic shared memory is mxc_smem_bytes<STAGES, true>().
 #define MXC_INST(NAME, FA, FB, OBF, STAGES, POLL) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \

@@ -99,8 +99,9 @@ pub enum Unit {
     /// The chained GEMM and its re-encoding (`mx_chain_gemm.cu`: `mx_reencode_*`,
     /// `mx_cgemm_*`; 256 × 128 tiles, one promotion per 128-deep stage, exact through
     /// stage-uniform copies plus residual corrections). Compiled and checked by the NVRTC
-    /// gate; the backend does not launch it yet: its corrections cost more than the chained
-    /// main loop saves (docs/perf.md, runs 94–98).
+    /// gate. The backend does not launch it yet: it first needs the re-encoding fused into
+    /// the quantizers and a per-call choice from the residual counts (docs/perf.md, runs
+    /// 94–103).
     Chain,
 }
 

@@ -2,7 +2,7 @@
 // tiles per CTA, each stage's four k32 wgmmas chained in the tensor core and promoted once
 // with the stage's scales. Exact for operands re-encoded to one scale per stage
 // (mx_reencode.cuh); the elements the re-encoding could not carry are added back from the
-// residual lists to the FP32 accumulators before the epilogue (mxc_fix):
+// residual lists to the FP32 accumulators before the epilogue (mxc_gather, mxc_apply below):
 //   out = A' B' (tensor cores)  +  A_res B (row lists of A, B's original bytes)
 //                               +  A' B_res (row lists of B, A' bytes and scales).
 // Each consumer warpgroup owns 128 rows (two 64-row blocks, 128 accumulators per thread) and
@@ -10,8 +10,9 @@
 // 1's; the other warpgroup's chains keep the tensor core busy meanwhile. Only the chained
 // promotion makes the register budget fit (acc 128 + one partial of 64). Forward and dgrad
 // (grouped rows), 32x32 B scales, register epilogue.
-// Launch: 384 threads, mxt8_smem_bytes() of dynamic shared memory, an A tensor map whose box
-// is 128 B x 256 rows (B's stays 128 x 128). Requires the mx_tgemm_* headers. NVRTC-clean.
+// Launch: 384 threads, mxc_smem_bytes<STAGES, corrections?>() of dynamic shared memory
+// (mxt8_smem_bytes(): the harness's v8c), an A tensor map whose box is 128 B x 256 rows (B's
+// stays 128 x 128). Requires the mx_tgemm_* headers. NVRTC-clean.
 #pragma once
 
 template <int SB2D> struct MxtLay256 {
@@ -67,8 +68,8 @@ template <int U> struct MxcFixSmem {
   mx_u64 full[2], empty[2];     // full: 96 gathering threads; empty: 8 consumer warps
   int offA[257], offB[129];     // the gatherers' per-tile list offsets (rows, then columns)
 };
-// Units per round: what the shared memory leaves beside the stages (4 stages: 16; 3: 112).
-template <int STAGES> struct MxcUnits { static constexpr int U = STAGES >= 4 ? 16 : 112; };
+// Units per round: what the shared memory leaves beside the stages (4 stages: 15; 3: 112).
+template <int STAGES> struct MxcUnits { static constexpr int U = STAGES >= 4 ? 15 : 112; };
 template <int STAGES, bool FIX> constexpr int mxc_smem_bytes() {
   return STAGES * MxtLay256<1>::STAGE + 1024 + (FIX ? (int)sizeof(MxcFixSmem<MxcUnits<STAGES>::U>) : 0);
 }
