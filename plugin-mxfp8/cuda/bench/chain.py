@@ -42,6 +42,7 @@ class FIX(ctypes.Structure):
 assert ctypes.sizeof(RP) == 104 and ctypes.sizeof(FIX) == 112
 lib.mx_launch_reencode.argtypes = [c_int, ctypes.POINTER(RP), c_vp]
 lib.mx_launch_cgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(bench.GP), ctypes.POINTER(FIX), c_int, c_vp]
+lib.mx_launch_transpose_u8.argtypes = [c_vp, c_vp, c_int, c_int, c_int, c_vp]
 
 
 def slots_for(K):
@@ -81,7 +82,7 @@ class Reenc:
 class ChainFwd:
     """X [M, K] 1x32, W [E, N, K] 32x32 (+ its transposed bytes qwt [E, K, N]): the backend's
     chained forward with bf16 or f32 out. X' is transposed after the re-encoding for the
-    A' B_res corrections (torch here; the backend's mx_transpose_u8)."""
+    A' B_res corrections (the backend's mx_transpose_u8 where M % 16 == 0, else torch)."""
 
     def __init__(self, qx, sx, qw, sw, qwt, offs, E, M, N, K):
         KB, KB4, NB = cdiv(K, 32), rup(cdiv(K, 32), 4), cdiv(N, 32)
@@ -90,13 +91,15 @@ class ChainFwd:
         self.rw = Reenc(qw, sw, E * N, K, N, 32, NB * KB, 1, KB, self.status)
         self.dims = (E, M, N, K, KB, KB4, NB)
         self.qw, self.sw, self.offs = qw, sw, offs
-        # X' transposed and its stage scales transposed: rows of ldt bytes (a multiple of 16) and
-        # 272 bytes of slack after each, for the GEMM's aligned bulk copies (MxChainFix)
+        # X' transposed and its scales transposed: rows of ldt bytes (a multiple of 16) and 272
+        # bytes of slack after each, for the GEMM's aligned bulk copies (MxChainFix); with
+        # M % 16 == 0 by the backend's mx_transpose_u8 (rows of M bytes), else by torch
         ldt = rup(M, 16)
+        self.ldt, self.fast_t = ldt, M % 16 == 0
         self.at_buf = torch.zeros(K * ldt + 272, dtype=torch.uint8, device=DEV)
-        self.sat_buf = torch.zeros(cdiv(K, 128) * ldt + 272, dtype=torch.uint8, device=DEV)
+        self.sat_buf = torch.zeros(KB * ldt + 272, dtype=torch.uint8, device=DEV)
         self.at = self.at_buf[:K * ldt].view(K, ldt)[:, :M]
-        self.sat = self.sat_buf[:cdiv(K, 128) * ldt].view(cdiv(K, 128), ldt)[:, :M]
+        self.sat = self.sat_buf[:KB * ldt].view(KB, ldt)[:, :M]
         self.fix = FIX(ptr(self.rx.res), ptr(self.rx.cnt), ptr(self.rw.res), ptr(self.rw.cnt), ptr(qwt), ptr(sw), ptr(self.at_buf),
                        ptr(self.sat_buf), K * N, NB * KB, 1, KB, ldt, self.rx.slots, 3)
         self.suffix = ""   # "_s3": the 3-stage kernel with rounds of 112 units
@@ -106,9 +109,13 @@ class ChainFwd:
         self.status.zero_()
         self.rx.run()
         self.rw.run()
-        self.at.copy_(self.rx.q2.t())
-        KB = self.dims[4]
-        self.sat.copy_(self.rx.s2.view(-1, KB)[:, 0::4].t())
+        E, M, N, K, KB = self.dims[:5]
+        if self.fast_t:
+            ck(lib.mx_launch_transpose_u8(ptr(self.rx.q2), ptr(self.at_buf), M, K, 1, None), "transpose X'")
+            ck(lib.mx_launch_transpose_u8(ptr(self.rx.s2), ptr(self.sat_buf), M, KB, 1, None), "transpose X' scales")
+        else:
+            self.at.copy_(self.rx.q2.t())
+            self.sat.copy_(self.rx.s2.view(-1, KB).t())
         self.relayout()
 
     def relayout(self):

@@ -523,6 +523,15 @@ extern "C" int mx_launch_reencode(int fmt, const MxReencodeParams* p, void* stre
   return (int)cudaGetLastError();
 }
 
+// The backend's byte transpose (mx_dequantize.cu): out[b][c][r] = in[b][r][c]; here for A'T and
+// its scales (the chained GEMM's transposed reads), as the backend is to produce them.
+extern "C" int mx_launch_transpose_u8(const void* in, void* out, int R, int C, int batch, void* stream) {
+  if ((long long)R * C == 0 || batch <= 0) return 0;
+  const dim3 grid((unsigned)((C + 127) / 128), (unsigned)((R + 127) / 128), (unsigned)batch);
+  mx_transpose_u8<<<grid, 256, 0, (cudaStream_t)stream>>>((const mxd_u8*)in, (mxd_u8*)out, R, C);
+  return (int)cudaGetLastError();
+}
+
 typedef void (*CGemmK)(const MxGemmChainParams);
 // Grouped rows only (forward / dgrad), at most MXC_MAX_E experts, N and the transposes' row
 // stride multiples of 16 (-5 otherwise: the host runs the per-k32 kernel); A map box 128 B x

@@ -30,8 +30,8 @@ struct MxChainFix {
   const MxRes* resB; const int* cntB;   // B_res: expert e, output column n: row e * N + n
   const mx_u8* Bt; const mx_u8* sBo;    // B's original bytes transposed: Bt[e * bt_es + k * N + n];
                                         //   its E8M0 scales sBo[e * ise + (n / 32) * isc + kb * isr]
-  const mx_u8* At; const mx_u8* sAt;    // A' transposed: At[k * ldt + R]; its stage scales (E8M0)
-                                        //   sAt[(k / 128) * ldt + R]
+  const mx_u8* At; const mx_u8* sAt;    // A' transposed: At[k * ldt + R]; its E8M0 scales transposed
+                                        //   sAt[(k / 32) * ldt + R] (uniform over a stage)
   mx_i64 bt_es, ise, isr, isc, ldt;
   int slots;
   int terms;                            // 3: both corrections (0-2: harness diagnostics, wrong results)
@@ -42,7 +42,7 @@ struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 // Producer warps 1-3 walk the CTA's tiles with the consumers and, for each, bring what its
 // corrections read into rounds of U units of 272 bytes (two buffers, mbarriers): an A_res
 // entry (row r, k, v) takes one unit, B's 128 bytes at k (Bt) and their four scale bytes; a
-// B_res entry (column c, k, v) takes two, the 256 bytes of A' at k and their stage scales
+// B_res entry (column c, k, v) takes two, the 256 bytes of A' at k and their scales
 // (At, sAt, each a 272-byte aligned window that holds the tile's rows at offset row0 % 16).
 // One thread per entry loads its record and issues the window's bulk copies (TMA, counted on
 // the round's full barrier), so a round costs two memory round trips and no registers. A
@@ -163,7 +163,7 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>
           const mx_i64 w = (mx_i64)(T.row0 & ~15);
           mbar_expect_tx(&F.full[b], 2 * MXC_UNIT);
           bulk_load(dst, f.At + (mx_i64)x.k * f.ldt + w, MXC_UNIT, &F.full[b]);
-          bulk_load(dst + MXC_UNIT, f.sAt + (mx_i64)(x.k >> 7) * f.ldt + w, MXC_UNIT, &F.full[b]);
+          bulk_load(dst + MXC_UNIT, f.sAt + (mx_i64)(x.k >> 5) * f.ldt + w, MXC_UNIT, &F.full[b]);
         }
       }
       mbar_arrive(&F.full[b]);   // 96 arrivals, each after the thread's own writes and copies' expect-tx
