@@ -38,7 +38,7 @@ struct MxChainFix {
 };
 struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 
-// ---- the corrections, gathered into shared memory (runs 100-102) ----
+// ---- the corrections, gathered into shared memory (runs 100-104) ----
 // Producer warps 1-3 walk the CTA's tiles with the consumers and, for each, bring what its
 // corrections read into rounds of U units of 272 bytes (two buffers, mbarriers): an A_res
 // entry (row r, k, v) takes one unit, B's 128 bytes at k (Bt) and their four scale bytes; a
@@ -49,8 +49,8 @@ struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 // tile has one round or more (the last flagged); the A entries come first, by row and list
 // order, then the B entries, by column and list order, so each output adds its terms in one
 // fixed order. The consumers add a round's terms to their FP32 accumulators after the main
-// loop (POLL: after any stage at which it is ready, waiting for the rest after the loop). The products are
-// exact in FP32 (MX values of at most 4 significant bits times a residual).
+// loop (POLL: after any stage at which it is ready, waiting for the rest after the loop).
+// The products are exact in FP32 (MX values of at most 4 significant bits times a residual).
 // Requires N % 16 == 0 and At / sAt rows of ldt bytes, ldt % 16 == 0, with 272 bytes of
 // slack after each array (the launcher checks N; the host allocates the transposes).
 #define MXC_UNIT 272
