@@ -95,7 +95,7 @@ class ChainFwd:
         # bytes of slack after each, for the GEMM's aligned bulk copies (MxChainFix); with
         # M % 16 == 0 by the backend's mx_transpose_u8 (rows of M bytes), else by torch
         ldt = rup(M, 16)
-        self.ldt, self.fast_t = ldt, M % 16 == 0
+        self.fast_t = M % 16 == 0
         self.at_buf = torch.zeros(K * ldt + 272, dtype=torch.uint8, device=DEV)
         self.sat_buf = torch.zeros(KB * ldt + 272, dtype=torch.uint8, device=DEV)
         self.at = self.at_buf[:K * ldt].view(K, ldt)[:, :M]

@@ -97,8 +97,9 @@ MX_DEV int mxc_find(const int* off, int n, int g) {
   return lo;
 }
 
-// The gatherers (gt = 0..95: warps 1-3 of the producer warpgroup).
-template <int FA, int FB, int U>
+// The gatherers (gt = 0..95: warps 1-3 of the producer warpgroup). They move bytes only: the
+// consumers convert them (mxc_apply).
+template <int U>
 MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>& F, const int* g_start,
                        const int* g_pre, int gt) {
   const int gw = gt >> 5, lane = gt & 31;
@@ -135,8 +136,7 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>
       MxcRound<U>& R = F.buf[b];
       const int nA = min(nAt - a0, U), nB = min(nBt - b0, (U - nA) >> 1);
       last = a0 + nA == nAt && b0 + nB == nBt;
-      if (gt == 0) { R.nA = nA; R.nB = nB; R.last = last; }
-      if (gt == 0) R.o = T.row0 & 15;
+      if (gt == 0) { R.nA = nA; R.nB = nB; R.last = last; R.o = T.row0 & 15; }
       for (int r = gt; r < 257 + 129; r += 96) {
         if (r < 257) R.oa[r] = (mx_u8)min(max(F.offA[r] - a0, 0), nA);
         else R.ob[r - 257] = (mx_u8)min(max(F.offB[r - 257] - b0, 0), nB);
@@ -174,7 +174,7 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>
 
 // A round's terms on a consumer thread's outputs: rows wrow + {0, 8, 64, 72} (ascending) and
 // columns 8 j + 2 (lane & 3) + {0, 1}; acc[64 (q >> 1) + 4 j + 2 (q & 1) + c] for row q,
-// column (j, c). The entries are sorted (A by row, B by column): one merge walk each.
+// column (j, c). The round's offset tables give each row's and column's entries directly.
 template <int FA, int FB, int U>
 MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane) {
   static_assert(U <= 255, "round offsets are bytes");
@@ -256,7 +256,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
     if (tid == 256)
       mxt_produce<SB2D, STAGES, 0, LAY>(P, g_start, g_pre, sbase, blockIdx.x, gridDim.x, full, empty);
     else if (fix != nullptr && tid >= 288)
-      mxc_gather<FA, FB, U>(p, *fix, F, g_start, g_pre, tid - 288);
+      mxc_gather<U>(p, *fix, F, g_start, g_pre, tid - 288);
     return;
   }
   setmaxnreg_inc<224>();
