@@ -3,10 +3,12 @@
 //   mx_cgemm_<A fmt><B fmt>_w2d_<bf16|f32>: the 256 x 128 chained GEMM on the copies, with the
 //   residual corrections gathered into shared memory and added before its epilogue
 //   (mx_tgemm_chain.cuh).
-// How the backend is to run them as one forward/dgrad (not wired yet: docs/perf.md, "Where this
-// stands", thirteenth and fourteenth parts): re-encode A and B, relay the copies' scales (mx_scales_to_f32),
-// read the status word, then this GEMM, or the per-k32 kernel on the original operands when a
-// row overflowed its list or a block is non-finite. Checked end to end by bench/chain.py.
+// How the backend runs them as one forward/dgrad (src/backend/cuda/chain.rs, MXHOST_MX_CHAIN):
+// re-encode A and B (status words zeroed first), transpose A' and its scales, relay the copies'
+// scales (mx_scales_to_f32), then enqueue this GEMM and the per-k32 kernel on the original
+// operands, both gated on the status words (MxGemmTmaParams::gate): exactly one of them runs,
+// the per-k32 one when a row overflowed its list, a block is non-finite or the residuals exceed
+// the limit. Checked end to end by bench/chain.py and `mxhost selftest` (MXHOST_MX_CHAIN=on).
 #include "mx_ptx.cuh"
 #include "mx_numerics.cuh"
 #include "mx_wgmma.cuh"
@@ -19,7 +21,9 @@
 
 // The launchers (bench/launch.cu and bench/chain.py's ctypes structures; the backend's, when it
 // is wired) hard-code these sizes.
-static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 112, "RP / FIX in bench/chain.py");
+static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 112, "RP / FIX in bench/chain.py, src/backend/cuda/params.rs");
+static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 228944 && mxc_smem_bytes<3, true>() == 229200,
+              "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 // the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
 static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, true>() + 3072 <= 232448, "rounds too large");

@@ -98,10 +98,9 @@ pub enum Unit {
     },
     /// The chained GEMM and its re-encoding (`mx_chain_gemm.cu`: `mx_reencode_*`,
     /// `mx_cgemm_*`; 256 × 128 tiles, one promotion per 128-deep stage, exact through
-    /// stage-uniform copies plus residual corrections). Compiled and checked by the NVRTC
-    /// gate. The backend does not launch it yet: it first needs the re-encoding fused into
-    /// the quantizers and a per-call choice from the residual counts (docs/perf.md, runs
-    /// 94–103).
+    /// stage-uniform copies plus residual corrections). Launched for forward/dgrad only
+    /// when `MXHOST_MX_CHAIN` asks for it (`backend/cuda/chain.rs`; docs/perf.md, runs
+    /// 89–104).
     Chain,
 }
 

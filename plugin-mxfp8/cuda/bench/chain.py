@@ -86,7 +86,7 @@ class ChainFwd:
 
     def __init__(self, qx, sx, qw, sw, qwt, offs, E, M, N, K):
         KB, KB4, NB = cdiv(K, 32), rup(cdiv(K, 32), 4), cdiv(N, 32)
-        self.status = torch.zeros(1, dtype=torch.int32, device=DEV)
+        self.status = torch.zeros(2, dtype=torch.int32, device=DEV)   # {flags, residuals listed}
         self.rx = Reenc(qx, sx, M, K, M, 1, 0, 1, KB, self.status)
         self.rw = Reenc(qw, sw, E * N, K, N, 32, NB * KB, 1, KB, self.status)
         self.dims = (E, M, N, K, KB, KB4, NB)
@@ -179,17 +179,17 @@ def operands(key, E, Mg, K, N, dist):
 def check_reencode(cf, qx, sx, qw, sw, lines):
     xa, xs, xres = reencode.reencode_rows(qx, sx)
     wa, ws, wres = reencode.reencode_tiles(qw, sw)
-    st = int(cf.status.item())
+    st, listed = int(cf.status[0].item()), int(cf.status[1].item())
     ok = True
     if not st & NONFINITE:   # (a NaN block's copy is never read: the host falls back)
         ok = torch.equal(cf.rx.q2, xa) and torch.equal(cf.rx.s2, xs) and torch.equal(cf.rw.q2, wa) and torch.equal(cf.rw.s2, ws)
-    if st == 0:
-        ok = ok and torch.equal(cf.rx.dense(xres.shape), xres) and torch.equal(cf.rw.dense(wres.shape), wres)
     nx, nw = int((xres != 0).sum()), int((wres != 0).sum())
+    if st == 0:   # (the count is the gate's input: it must be the lists' total)
+        ok = ok and torch.equal(cf.rx.dense(xres.shape), xres) and torch.equal(cf.rw.dense(wres.shape), wres) and listed == nx + nw
     what = "not compared" if st & NONFINITE else ("bytes, scales, lists" if st == 0 else "bytes, scales")
     lines.append(f"  re-encoding kernel vs torch ({what}): {'EXACT' if ok else 'MISMATCH'}; "
                  f"residuals X {nx} ({nx / xres.numel():.1e}, max/row {int((xres != 0).sum(1).max())}), "
-                 f"W {nw} ({nw / wres.numel():.1e}, max/row {int((wres != 0).sum(-1).max())}); slots {cf.rx.slots}; status {st}")
+                 f"W {nw} ({nw / wres.numel():.1e}, max/row {int((wres != 0).sum(-1).max())}); slots {cf.rx.slots}; status {st}, listed {listed}")
     return ok
 
 
@@ -204,7 +204,7 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
     torch.cuda.synchronize()
     lines = [f"{key} {dist} (E {E}, rows/expert {Mg}, K {K}, N {N}):"]
     ok = check_reencode(cf, qx["qa"], qx["sa"], qw["qa"], qw["sa"], lines)
-    st = int(cf.status.item())
+    st = int(cf.status[0].item())
     if dist == "overflow":
         ok = ok and (st & OVERFLOW) != 0
         lines.append(f"  status reports overflow: {'yes' if st & OVERFLOW else 'NO'} (the host runs the per-k32 kernel)")

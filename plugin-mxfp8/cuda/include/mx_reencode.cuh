@@ -12,8 +12,10 @@
 // of the elements on Gaussian and Student-t(3) data (docs/perf.md run 93).
 //
 // The lists are fixed slots per row (`slots`, chosen by the host): no scan, one pass. A row that needs more
-// sets bit MX_RES_OVERFLOW of *status, a stage with a NaN/Inf block (scale byte 0xFF) sets
-// MX_RES_NONFINITE; either tells the host to run the per-k32 kernel on the original operand.
+// sets bit MX_RES_OVERFLOW of status[0], a stage with a NaN/Inf block (scale byte 0xFF) sets
+// MX_RES_NONFINITE; either sends the GEMM to the per-k32 kernel on the original operand.
+// status[1] counts the residuals listed (the gate's other input: many make the chained GEMM
+// slower than the per-k32 kernel; MxGemmTmaParams::gate). The host zeroes both words first.
 // Scales of an operand in 32x32 tiles are the same for the tile's 32 rows, so S is too, and
 // the rows of a tile compute the same scale bytes (written by the tile's first row).
 // CPU reference: src/numerics/reencode.rs (its tests run this file's shift rule on every byte).
@@ -32,7 +34,7 @@ struct MxRes { int k; float v; };
 struct MxReencodeParams {
   const mx_u8* q; const mx_u8* s;
   mx_u8* q2; mx_u8* s2;
-  MxRes* res; int* cnt; int* status;   // res[r * slots + i], i < cnt[r]
+  MxRes* res; int* cnt; int* status;   // res[r * slots + i], i < cnt[r]; status[2]
   mx_i64 R; mx_i64 ise, isr, isc;
   int K, rpe, rdv, slots;
 };
@@ -98,6 +100,9 @@ template <int FMT>
 MX_DEV void mx_reencode_rows(const MxReencodeParams& p) {
   const int lane = threadIdx.x & 31;
   const mx_i64 nw = (mx_i64)gridDim.x * (blockDim.x >> 5);
+  __shared__ int listed;   // this block's residuals: one atomic per block on status[1]
+  if (threadIdx.x == 0) listed = 0;
+  __syncthreads();
   for (mx_i64 r = (mx_i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < p.R; r += nw) {
     const mx_i64 e = r / p.rpe;
     const int n = (int)(r - e * p.rpe);
@@ -152,6 +157,9 @@ MX_DEV void mx_reencode_rows(const MxReencodeParams& p) {
     if (lane == 0) {
       p.cnt[r] = run > p.slots ? 0 : run;
       if (bad) atomicOr(p.status, bad);
+      if (run > 0 && run <= p.slots) atomicAdd(&listed, run);
     }
   }
+  __syncthreads();
+  if (threadIdx.x == 0 && listed) atomicAdd(p.status + 1, listed);
 }

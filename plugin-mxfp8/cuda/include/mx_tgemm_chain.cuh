@@ -239,6 +239,7 @@ template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES, bool
 MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix) {
   typedef MxtLay256<SB2D> LAY;
   constexpr int U = MxcUnits<STAGES>::U;
+  if (P.gate != nullptr && !mxt_chain_open(P)) return;   // the per-k32 kernel takes it
   const MxGemmParams& p = P.g;
   extern __shared__ __align__(1024) mx_u8 mxt_smem[];
   __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];

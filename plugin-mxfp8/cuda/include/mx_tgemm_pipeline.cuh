@@ -19,7 +19,19 @@ struct MxGemmTmaParams {
   MxTmap tmA;       // A operand, see README.md (box 128 x 128 bytes, SWIZZLE_128B)
   MxTmap tmB;       // B operand
   MxGemmParams g;   // exactly as for mx_gemm_*
+  // The chained forward's gate (src/backend/cuda/chain.rs), null when there is none: the
+  // re-encoding's status words {flags, residual count}. With both GEMMs enqueued, the chained
+  // kernel runs iff mxt_chain_open(), the per-k32 kernel iff not, so the host never waits.
+  const int* gate;
+  int limit;        // the most residuals (both operands) the chained kernel takes
 };
+// (The status flags are mx_reencode.cuh's MX_RES_*; any of them closes the gate.)
+MX_DEV bool mxt_chain_open(const MxGemmTmaParams& P) {
+  return P.gate[0] == 0 && (mx_u32)P.gate[1] <= (mx_u32)P.limit;
+}
+// The per-k32 kernels' first statement: whether the chained kernel took this GEMM.
+#define MXT_RETURN_IF_CHAINED(P) \
+  if ((P).gate != nullptr && mxt_chain_open(P)) return;
 // The TMA-store kernels (v2t) take the output tensor map too: bf16 [rows][N] (batched:
 // rows = E * M, which needs o_es == M * ldo and out_t == 0), box 64 x 64 elements,
 // SWIZZLE_128B. o_tma = 0 makes every tile take the register epilogue.

@@ -50,6 +50,7 @@ use mxhost_plugin_common::entry::Backend;
 use std::ffi::c_void;
 
 mod bf16_path;
+mod chain;
 mod device;
 mod gemm;
 mod params;

@@ -64,11 +64,17 @@ impl Ctx {
         }
         let kn = g.layout == WeightLayout::Kn;
         let wshape: [usize; 3] = if kn { [e, k, n] } else { [e, n, k] };
-        let b_vals = if g.pass == GemmPass::Wgrad {
+        let mut b_vals = if g.pass == GemmPass::Wgrad {
             gen(rows, k, g.seed + 1, 1.0, false)
         } else {
             gen(e * wshape[1], wshape[2], g.seed + 1, 0.05, false)
         };
+        if g.residual_carried {
+            // The reduction is the weight's stored axis 2 when forward reads [E, N, K] or
+            // dgrad reads [E, K, N], else its axis 1.
+            let red_last = (g.pass == GemmPass::Forward) != kn;
+            residual_carried(&mut a, a_cols, &mut b_vals, wshape, red_last, g.seed);
+        }
         let b_shape: Vec<u64> = if g.pass == GemmPass::Wgrad {
             vec![rows as u64, k as u64]
         } else {
@@ -383,6 +389,10 @@ pub(super) struct GemmCase {
     /// (Some(true): the weight's values stored swapped, as a transposing quantize keeps
     /// them for its second result).
     pub(super) keep_values: Option<bool>,
+    /// Forward/dgrad: A and B built so that the product is carried by the elements a
+    /// re-encoding to one scale per 128-deep stage cannot keep ([`residual_carried`]): the
+    /// chained GEMM (`MXHOST_MX_CHAIN`) gets it right only through its corrections.
+    pub(super) residual_carried: bool,
 }
 
 impl GemmCase {
@@ -407,6 +417,7 @@ impl GemmCase {
             dense_b: false,
             dense_a: false,
             keep_values: None,
+            residual_carried: false,
         }
     }
     fn sizes_desc(&self) -> String {
@@ -434,6 +445,9 @@ impl GemmCase {
         if self.nan_row {
             v.push("NaN in A".into());
         }
+        if self.residual_carried {
+            v.push("residual-carried".into());
+        }
         if self.wgrad_x_block == Some(BlockLayout::tile()) {
             v.push("X 32x32".into());
         }
@@ -452,6 +466,51 @@ impl GemmCase {
             String::new()
         } else {
             format!(" {}", v.join(" "))
+        }
+    }
+}
+
+/// Operands whose product the residual elements of a stage-uniform re-encoding carry
+/// (bench/chain.py's "residual-carried" case). Per row of A: the first 1×32 block of the
+/// first 128-deep stage holds one value 2^12 above everything else and the stage's other
+/// three blocks hold six N(0, 1) values each, so re-encoding them to the block's scale loses
+/// them (12 binades below E4M3's subnormals); the rest of A is N(0, 1/64²). B is zero on the
+/// first 32 reduction indices, so the 2^12 value contributes nothing and the lost elements
+/// carry the output: without the chained GEMM's corrections the result is off by ~27 dB.
+fn residual_carried(
+    a: &mut [f32],
+    red: usize,
+    b: &mut [f32],
+    wshape: [usize; 3],
+    red_last: bool,
+    seed: u64,
+) {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for row in a.chunks_mut(red) {
+        let kept: Vec<f32> = row[32..128].to_vec();
+        row.iter_mut().for_each(|x| *x /= 64.0);
+        row[..128].iter_mut().for_each(|x| *x = 0.0);
+        row[0] = 4096.0;
+        for _ in 0..6 {
+            let j = (next() % 96) as usize;
+            row[32 + j] = kept[j];
+        }
+    }
+    let [e, d1, d2] = wshape;
+    for ei in 0..e {
+        for i in 0..d1 {
+            for j in 0..d2 {
+                let red_index = if red_last { j } else { i };
+                if red_index < 32 {
+                    b[(ei * d1 + i) * d2 + j] = 0.0;
+                }
+            }
         }
     }
 }

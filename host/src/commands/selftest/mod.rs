@@ -245,6 +245,16 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
     g.nan_row = true;
     g.mx = true;
     ctx.gemm_case("NaN propagation", &g);
+    // A wide dynamic range inside each 128-deep stage: the product rests on the elements
+    // the chained GEMM (MXHOST_MX_CHAIN=on|always) carries as residual corrections. Shapes
+    // it takes (rows and columns multiples of 16), both weight layouts, both outputs.
+    for pass in [GemmPass::Forward, GemmPass::Dgrad] {
+        for (layout, out) in [(WeightLayout::Nk, DType::F32), (WeightLayout::Kn, DType::Bf16)] {
+            let mut g = GemmCase::new(pass, vec![512, 0, 384, 640], 2880, 256);
+            (g.mx, g.layout, g.out, g.residual_carried) = (true, layout, out, true);
+            ctx.gemm_case("residual-carried", &g);
+        }
+    }
     // Operands quantized with their bf16 values kept (ABI 1.2): forward/dgrad read them
     // on the dequantize-to-BF16 path (both kept: cuBLAS alone), from either stored layout
     // of the weight and with its values stored swapped; wgrad reads A's and B's.

@@ -138,10 +138,16 @@ impl Dev {
                 .result()
                 .map_err(drv("cuFuncSetAttribute(max dynamic shared memory)"))?;
             }
-            if let Unit::TGemm { w2d, .. } = unit {
-                // 212992 / 216064 / 222208 B dynamic + ~9.2 KB static: fits Hopper's 227 KB
-                // opt-in; a device that cannot give it leaves the kernel unusable (→ mx_gemm_*).
-                let smem = tgemm_smem(w2d, unit.tma_store()) as i32;
+            // 212992 / 216064 / 222208 B (mx_tgemm_*) or 228944 / 229200 B (mx_cgemm_*)
+            // dynamic + a few KB static: fits Hopper's 227 KB opt-in; a device that cannot
+            // give it leaves the kernel unusable (→ mx_gemm_*, or no chained GEMM).
+            let big_smem = match unit {
+                Unit::TGemm { w2d, .. } => Some(tgemm_smem(w2d, unit.tma_store())),
+                Unit::Chain if n.starts_with("mx_cgemm") => Some(chain_smem(&n)),
+                _ => None,
+            };
+            if let Some(smem) = big_smem {
+                let smem = smem as i32;
                 let mut stat: i32 = 0;
                 // SAFETY: valid function handle, plain out-parameter.
                 unsafe {
@@ -188,6 +194,17 @@ pub(super) fn tgemm_smem(w2d: bool, tma_store: bool) -> u32 {
         return kernels::TGEMM_STORE_STAGES * 35840 + 2 * 16384 + 1024;
     }
     kernels::TGEMM_STAGES * if w2d { 35840 } else { 36864 } + 1024
+}
+
+/// Dynamic shared memory of the chained GEMM `mx_cgemm_*` (`mxc_smem_bytes<STAGES, true>()`
+/// of mx_tgemm_chain.cuh, pinned by static_asserts in mx_chain_gemm.cu): 4 stages with
+/// rounds of 15 units, or the `_s3` builds' 3 stages with 112.
+pub(super) fn chain_smem(name: &str) -> u32 {
+    if name.contains("_s3") {
+        229200
+    } else {
+        228944
+    }
 }
 
 /// One call's launch context: device, stream and stream-ordered scratch buffers.

@@ -4,6 +4,7 @@
 //! `mx_tgemm_*` or `mx_gemm_*`). Wgrad is in [`super::wgrad`].
 
 use super::bf16_path::{dequantize_into, gemm_rows_bf16, Bf16Weight};
+use super::chain::{self, ChainMode, Gate};
 use super::cublas;
 use super::device::{gemm_smem, tgemm_smem, Call};
 use super::params::{GemmParams, QuantParams, TGemmParamsO};
@@ -189,12 +190,19 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             // (and with A's too it is cuBLAS alone): faster than the FP8 kernel on every
             // anchor shape (docs/perf.md runs 70-73; cuBLAS dense 1.15-1.26x torch against
             // the FP8 kernel's 1.02-1.12x, A's pass costing at most 3 B per element).
+            // MXHOST_MX_CHAIN=on|always keeps a GEMM the chained kernel can take on the FP8
+            // path (the auto rule would send a and b to cuBLAS).
+            let chain_mode = chain::mode()?;
+            let chain_wanted =
+                chain_mode != ChainMode::Off && chain::shape_refusal(e, rows, cols).is_none();
             let via_bf16 = call.dev.portable
                 || match cublas::rows_path()? {
                     cublas::GemmPath::Fp8 => false,
                     cublas::GemmPath::DequantBf16 => true,
                     cublas::GemmPath::Auto => {
-                        b_vals.is_some() || cublas::bf16_rows_faster(&rows_per_expert, cols, red)
+                        !chain_wanted
+                            && (b_vals.is_some()
+                                || cublas::bf16_rows_faster(&rows_per_expert, cols, red))
                     }
                 };
             if via_bf16 {
@@ -246,7 +254,36 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             let a = a.quantized(call, rows, red)?;
             let b = weights(call, args, fwd, cols, red, e)?;
             let offs_dev = offsets_on_device(call, args)?;
-            gemm_rows(call, &a, &b, out, offs_dev, e, rows, cols, red, out_bf16)
+            let gate = if chain_mode == ChainMode::Off {
+                None
+            } else {
+                // The stored weight is B's bytes transposed when its last axis is not this
+                // pass's reduction (the kernels read the transposed copy `weights` made).
+                let bt = match &args.b {
+                    OperandArg::Mx(m)
+                        if !stored_is_kmajor(args, fwd) && ptr(&m.data).is_multiple_of(16) =>
+                    {
+                        Some(ptr(&m.data))
+                    }
+                    _ => None,
+                };
+                let dims = (e, rows, cols, red);
+                match chain::launch_chained(call, chain_mode, &a, &b, bt, (ptr(out), out_bf16), offs_dev, dims)? {
+                    Ok((gate, name)) => {
+                        if gemm_trace() {
+                            eprintln!("mxhost-plugin-mxfp8: GEMM {name} (M {rows} N {cols} K {red} E {e}, chained; the per-k32 kernel below runs instead if the re-encoding reports overflow, NaN/Inf or more than {} residuals)", gate.limit);
+                        }
+                        Some(gate)
+                    }
+                    Err(why) => {
+                        if gemm_trace() {
+                            eprintln!("mxhost-plugin-mxfp8: chained GEMM not taken (M {rows} N {cols} K {red} E {e}): {why}");
+                        }
+                        None
+                    }
+                }
+            };
+            gemm_rows(call, &a, &b, out, offs_dev, e, rows, cols, red, out_bf16, gate)
         }
         GemmPass::Wgrad => wgrad(call, args, out_bf16),
     }
@@ -440,7 +477,9 @@ pub(super) fn weights(
     }
 }
 
-/// forward/dgrad launch: out[rows][cols] = Σ A[rows][red] · B_e[cols][red].
+/// forward/dgrad launch: out[rows][cols] = Σ A[rows][red] · B_e[cols][red]. With `gate`
+/// (the chained kernel was enqueued before) the TMA kernels return at once when the chained
+/// kernel took the GEMM; `mx_gemm_*` does not look, so it recomputes the same result.
 #[allow(clippy::too_many_arguments)]
 fn gemm_rows(
     call: &mut Call,
@@ -453,6 +492,7 @@ fn gemm_rows(
     cols: usize,
     red: usize,
     out_bf16: bool,
+    gate: Option<Gate>,
 ) -> PluginResult<()> {
     let kb = cdiv(red, 32);
     let kb4 = rup(kb, 4);
@@ -486,7 +526,7 @@ fn gemm_rows(
         batched: 0,
         out_t: 0,
     };
-    launch_gemm(call, a.fmt, b.fmt, b.w2d, out_bf16, &p)
+    launch_gemm(call, a.fmt, b.fmt, b.w2d, out_bf16, &p, gate)
 }
 
 /// Which grouped-GEMM kernel family `MXHOST_MX_GEMM_KERNEL` asks for.
@@ -526,6 +566,7 @@ pub(super) fn launch_gemm(
     w2d: bool,
     out_bf16: bool,
     p: &GemmParams,
+    gate: Option<Gate>,
 ) -> PluginResult<()> {
     let grid = call.dev.sms as usize;
     let trace = gemm_trace();
@@ -544,7 +585,11 @@ pub(super) fn launch_gemm(
         };
         let name = unit.gemm_name().unwrap();
         match tgemm_params(call.dev, p) {
-            Ok(tp) => {
+            Ok(mut tp) => {
+                if let Some(g) = gate {
+                    tp.gate = g.status;
+                    tp.limit = g.limit;
+                }
                 if call.dev.func_opt(unit, &name)?.is_some() {
                     let smem = tgemm_smem(w2d, unit.tma_store());
                     let block = (kernels::TGEMM_THREADS, 1, 1);

@@ -116,7 +116,82 @@ pub(super) struct TGemmParams {
     pub(super) tm_a: [u64; 16],
     pub(super) tm_b: [u64; 16],
     pub(super) g: GemmParams,
-    pub(super) _pad: [u8; 56],
+    /// The chained forward's gate (`MxGemmTmaParams::gate`): the re-encoding's two status
+    /// words, or 0 (no gate). With one, a per-k32 kernel returns at once when the chained
+    /// kernel takes the GEMM ([`super::chain`]).
+    pub(super) gate: u64,
+    /// The most residuals the chained kernel takes (the gate's limit).
+    pub(super) limit: i32,
+    pub(super) _pad: [u8; 44],
+}
+
+impl TGemmParams {
+    pub(super) fn new(tm_a: [u64; 16], tm_b: [u64; 16], g: GemmParams) -> Self {
+        TGemmParams {
+            tm_a,
+            tm_b,
+            g,
+            gate: 0,
+            limit: 0,
+            _pad: [0; 44],
+        }
+    }
+}
+
+/// `MxReencodeParams` of mx_reencode.cuh (`mx_reencode_*`): row r of the operand (bytes
+/// `q[r * k ..]`, scale byte `s[e * ise + (n / rdv) * isc + kb * isr]`, e = r / rpe) to
+/// the stage-uniform copy `q2`/`s2` (same layouts), its residuals `res[r * slots ..]`
+/// (`cnt[r]` of them) and the status words.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct ReencodeParams {
+    pub(super) q: u64,
+    pub(super) s: u64,
+    pub(super) q2: u64,
+    pub(super) s2: u64,
+    pub(super) res: u64,
+    pub(super) cnt: u64,
+    pub(super) status: u64,
+    pub(super) r: i64,
+    pub(super) ise: i64,
+    pub(super) isr: i64,
+    pub(super) isc: i64,
+    pub(super) k: i32,
+    pub(super) rpe: i32,
+    pub(super) rdv: i32,
+    pub(super) slots: i32,
+}
+
+/// `MxChainFix` of mx_tgemm_chain.cuh: what the chained GEMM's residual corrections read.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct ChainFix {
+    pub(super) res_a: u64,
+    pub(super) cnt_a: u64,
+    pub(super) res_b: u64,
+    pub(super) cnt_b: u64,
+    /// B's original bytes transposed, `[E][red][cols]`, and B's original scales.
+    pub(super) bt: u64,
+    pub(super) sbo: u64,
+    /// A' transposed (`[red][ldt]`) and its scales transposed (`[red / 32][ldt]`).
+    pub(super) at: u64,
+    pub(super) sat: u64,
+    pub(super) bt_es: i64,
+    pub(super) ise: i64,
+    pub(super) isr: i64,
+    pub(super) isc: i64,
+    pub(super) ldt: i64,
+    pub(super) slots: i32,
+    /// 3: both corrections (other values are harness diagnostics with wrong results).
+    pub(super) terms: i32,
+}
+
+/// `MxGemmChainParams` of mx_tgemm_chain.cuh (the parameter of `mx_cgemm_*`), 576 B.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub(super) struct ChainParams {
+    pub(super) b: TGemmParams,
+    pub(super) f: ChainFix,
 }
 
 /// `MxGemmTmaParamsO` of mx_grouped_gemm.cu (the parameter of the TMA-store `v2t`
@@ -144,6 +219,12 @@ const _: () = {
     assert!(std::mem::offset_of!(TGemmParams, tm_a) == 0);
     assert!(std::mem::offset_of!(TGemmParams, tm_b) == 128);
     assert!(std::mem::offset_of!(TGemmParams, g) == 256);
+    assert!(std::mem::offset_of!(TGemmParams, gate) == 392);
+    assert!(std::mem::offset_of!(TGemmParams, limit) == 400);
+    assert!(std::mem::size_of::<ReencodeParams>() == 104);
+    assert!(std::mem::size_of::<ChainFix>() == 112);
+    assert!(std::mem::size_of::<ChainParams>() == 576);
+    assert!(std::mem::offset_of!(ChainParams, f) == 448);
 };
 
 #[cfg(test)]

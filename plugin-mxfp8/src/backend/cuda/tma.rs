@@ -12,7 +12,7 @@ use cudarc::driver::sys as cu;
 /// A 2-D UINT8 tensor map for `mx_tgemm_*` (README: box 128 × 128, SWIZZLE_128B, L2
 /// promotion 256 B, OOB zero fill): `rows` rows of `inner` bytes, `ld` bytes apart.
 /// `Err(reason)` where TMA cannot describe the operand.
-fn encode_2d(addr: u64, inner: u64, rows: u64, ld: u64) -> Result<[u64; 16], String> {
+pub(super) fn encode_2d(addr: u64, inner: u64, rows: u64, ld: u64) -> Result<[u64; 16], String> {
     encode_2d_box(addr, inner, rows, ld, false, [128, 128], true)
 }
 
@@ -151,12 +151,7 @@ pub(super) fn tgemm_params(dev: &Dev, p: &GemmParams) -> Result<TGemmParams, Str
             encode_2d(p.b, ldb, p.n as u64, ldb)?,
         )
     };
-    Ok(TGemmParams {
-        tm_a,
-        tm_b,
-        g: *p,
-        _pad: [0; 56],
-    })
+    Ok(TGemmParams::new(tm_a, tm_b, *p))
 }
 
 /// The output's tensor map for a TMA-store kernel (bf16 `[rows][N]`, box 64 × 64,

@@ -198,5 +198,5 @@ fn wgrad_gemm(
         batched: 1,
         out_t,
     };
-    launch_gemm(call, a.2, b.2, false, out_bf16, &p)
+    launch_gemm(call, a.2, b.2, false, out_bf16, &p, None)
 }

@@ -1,0 +1,344 @@
+//! The chained forward/dgrad (`mx_chain_gemm.cu`; docs/perf.md runs 89–104), opt-in with
+//! `MXHOST_MX_CHAIN`. Both operands are re-encoded in the call to one scale per 128-deep
+//! stage. This is exact: the elements that do not survive the shift go to per-row residual
+//! lists. Then the 256 × 128 chained GEMM runs: it promotes once per stage instead of per
+//! k32 block, and adds the residual products to its FP32 accumulators before the epilogue.
+//!
+//! It is off by default because, run per call, the re-encoding and the transposes cost
+//! about what the faster GEMM gains on the anchor shapes (run 104: 0.89–0.91× torch BF16
+//! on a and b, where the default paths read 0.96–1.13×). Fusing the re-encoding into the
+//! quantizers is what would make it pay.
+//!
+//! No host synchronization: the per-k32 kernel is enqueued right after the chained one,
+//! with the same gate (the re-encoding's two status words, `MxGemmTmaParams::gate`), so
+//! exactly one of them writes the output. The per-k32 kernel runs when a row's list
+//! overflowed, a block is NaN/Inf, or the operands have more residuals than the limit.
+//! Heavy-tailed data lands there: on Student-t(3) the corrections cost more than the
+//! chained main loop saves (run 104: 0.45–0.54× v2t).
+
+use super::device::{chain_smem, Call};
+use super::gemm::{AMat, BMat};
+use super::params::{ChainFix, ChainParams, GemmParams, ReencodeParams, TGemmParams};
+use super::tma::{encode_2d, encode_2d_box, tensor_map_available};
+use super::{arg, cdiv, i32_of, rup};
+use crate::kernels::{Unit, TGEMM_THREADS};
+use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use std::sync::OnceLock;
+
+/// `MXC_MAX_E` of mx_tgemm_chain.cuh: experts per chained launch.
+const MAX_E: usize = 256;
+
+/// Residuals per element above which `on` leaves a GEMM to the per-k32 kernel. Gaussian
+/// operands have about 4e-6 (the corrections then cost +4–17 % over the chained main loop
+/// alone); Student-t(3) has 3.4e-4, where the chained GEMM runs at half v2t's speed (runs
+/// 103–104). The break-even between those two points was not measured.
+const MAX_RESIDUALS_PER_ELEMENT: f64 = 1e-5;
+
+/// What `MXHOST_MX_CHAIN` asks for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum ChainMode {
+    /// The per-k32 kernels only (the default).
+    Off,
+    /// The chained GEMM where it applies, unless the operands have more than
+    /// [`MAX_RESIDUALS_PER_ELEMENT`] residuals.
+    On,
+    /// The chained GEMM wherever the re-encoding is exact, whatever the residual count. This
+    /// mode exists for tests and experiments: it puts every correction through the GEMM.
+    Always,
+}
+
+fn parse_mode(v: Option<&str>) -> PluginResult<ChainMode> {
+    match v.map(str::trim) {
+        None | Some("") | Some("off") | Some("0") => Ok(ChainMode::Off),
+        Some("on") | Some("1") => Ok(ChainMode::On),
+        Some("always") => Ok(ChainMode::Always),
+        Some(other) => Err(PluginError::invalid(format!(
+            "MXHOST_MX_CHAIN={other:?}: expected off (the default), on, or always (no residual limit)"
+        ))),
+    }
+}
+
+/// `MXHOST_MX_CHAIN`, read once per process like the other path variables.
+pub(super) fn mode() -> PluginResult<ChainMode> {
+    static M: OnceLock<PluginResult<ChainMode>> = OnceLock::new();
+    M.get_or_init(|| parse_mode(std::env::var("MXHOST_MX_CHAIN").ok().as_deref()))
+        .clone()
+}
+
+/// The kernel for these operand formats and output type, if it was built: E4M3 × E4M3 with
+/// bf16 or f32 output, E5M2 × E4M3 (dgrad with an E5M2 gradient) with bf16 output.
+fn kernel_name(fa: u8, fb: u8, out_bf16: bool) -> Option<&'static str> {
+    match (fa, fb, out_bf16) {
+        (0, 0, true) => Some("mx_cgemm_e4m3e4m3_w2d_bf16"),
+        (0, 0, false) => Some("mx_cgemm_e4m3e4m3_w2d_f32"),
+        (1, 0, true) => Some("mx_cgemm_e5m2e4m3_w2d_bf16"),
+        _ => None,
+    }
+}
+
+/// Why the chained GEMM cannot take a forward/dgrad of `rows` × `cols` over `red` with `e`
+/// experts, or `None` when it can. The shape-only part, which the caller can ask before it
+/// builds the operands (to keep such a GEMM off the dequantize-to-BF16 path).
+pub(super) fn shape_refusal(e: usize, rows: usize, cols: usize) -> Option<String> {
+    if e > MAX_E {
+        return Some(format!("{e} experts (the chained kernel takes {MAX_E})"));
+    }
+    if cols % 16 != 0 {
+        return Some(format!("{cols} output columns (needs a multiple of 16)"));
+    }
+    if rows == 0 || rows % 16 != 0 {
+        return Some(format!(
+            "{rows} rows (A' transposed needs a multiple of 16)"
+        ));
+    }
+    None
+}
+
+/// The operand part of the refusal: layouts, formats, alignment, driver.
+fn operand_refusal(call: &Call, a: &AMat, b: &BMat, out_bf16: bool) -> Option<String> {
+    if call.dev.portable || !tensor_map_available(call.dev) {
+        return Some("no sm_90a kernels or no cuTensorMapEncodeTiled".into());
+    }
+    if a.rdiv != 1 {
+        return Some("A in 32×32 tiles (the re-encoding takes 1×32 rows)".into());
+    }
+    if !b.w2d {
+        return Some("the weight in 1×32 blocks (the kernel takes 32×32 tiles)".into());
+    }
+    if kernel_name(a.fmt, b.fmt, out_bf16).is_none() {
+        return Some("no chained kernel for these formats and output type".into());
+    }
+    if !a.q.is_multiple_of(16) || !b.q.is_multiple_of(16) {
+        return Some("operand bytes not 16-byte aligned (TMA)".into());
+    }
+    None
+}
+
+/// The gate the per-k32 launch of the same GEMM must carry ([`TGemmParams::gate`]).
+#[derive(Clone, Copy)]
+pub(super) struct Gate {
+    pub(super) status: u64,
+    pub(super) limit: i32,
+}
+
+/// The re-encoding of one operand: the copy's bytes and scales, its residual lists.
+struct Reencoded {
+    q2: u64,
+    s2: u64,
+    res: u64,
+    cnt: u64,
+}
+
+/// Launches `mx_reencode_<fmt>` over `r` rows of `k` bytes (scales as [`ReencodeParams`]
+/// describes them; `scale_bytes`: the scale tensor's size).
+#[allow(clippy::too_many_arguments)]
+fn reencode(
+    call: &mut Call,
+    (q, s, fmt): (u64, u64, u8),
+    (r, k, rpe, rdv): (usize, usize, usize, i32),
+    (ise, isr, isc): (i64, i64, i64),
+    scale_bytes: usize,
+    slots: usize,
+    status: u64,
+) -> PluginResult<Reencoded> {
+    let out = Reencoded {
+        q2: call.alloc(r * k)?,
+        s2: call.alloc(scale_bytes)?,
+        res: call.alloc(r * slots * 8)?,
+        cnt: call.alloc(r * 4)?,
+    };
+    let p = ReencodeParams {
+        q,
+        s,
+        q2: out.q2,
+        s2: out.s2,
+        res: out.res,
+        cnt: out.cnt,
+        status,
+        r: r as i64,
+        ise,
+        isr,
+        isc,
+        k: i32_of("reduction", k)?,
+        rpe: i32_of("rows", rpe)?,
+        rdv,
+        slots: slots as i32,
+    };
+    // One warp per row, grid-stride (bench/launch.cu's mx_launch_reencode).
+    let grid = cdiv(r, 8).min(16 * call.dev.sms as usize);
+    let name = if fmt == 0 {
+        "mx_reencode_e4m3"
+    } else {
+        "mx_reencode_e5m2"
+    };
+    call.launch(Unit::Chain, name, (grid, 1, 1), (256, 1, 1), 0, &mut [arg(&p)])?;
+    Ok(out)
+}
+
+/// Enqueues the chained GEMM out = A · B_eᵀ per expert (A `[rows][red]` 1×32, B `[E][cols][red]`
+/// in 32×32 tiles) and returns the gate for the per-k32 launch that must follow, or why it
+/// cannot take this GEMM (then nothing was enqueued). `bt`: B's bytes as `[E][red][cols]` when
+/// the caller has them (the stored weight of a pass whose reduction is not its last axis), else
+/// they are transposed here.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch_chained(
+    call: &mut Call,
+    mode: ChainMode,
+    a: &AMat,
+    b: &BMat,
+    bt: Option<u64>,
+    (out, out_bf16): (u64, bool),
+    offs: u64,
+    (e, rows, cols, red): (usize, usize, usize, usize),
+) -> PluginResult<Result<(Gate, &'static str), String>> {
+    if let Some(why) = shape_refusal(e, rows, cols).or_else(|| operand_refusal(call, a, b, out_bf16)) {
+        return Ok(Err(why));
+    }
+    let name = kernel_name(a.fmt, b.fmt, out_bf16).expect("checked");
+    match call.dev.func_opt(Unit::Chain, name)? {
+        Some(_) => {}
+        None => return Ok(Err(format!("{name} needs more shared memory than the device gives a block"))),
+    }
+    let (kb, nb) = (cdiv(red, 32), cdiv(cols, 32));
+    let (kb4, nb4) = (rup(kb, 4), rup(nb, 4) + 4);
+    // The slot rule of bench/chain.py: 16 per row, plus one per 256 of the reduction.
+    let slots = 16 + red / 256;
+    let elements = (rows * red + e * cols * red) as f64;
+    let limit = match mode {
+        ChainMode::Always => i32::MAX,
+        _ => (MAX_RESIDUALS_PER_ELEMENT * elements).min(i32::MAX as f64) as i32,
+    };
+    let status = call.alloc(8)?;
+    call.zero(status, 8)?;
+    let xa = reencode(
+        call,
+        (a.q, a.s, a.fmt),
+        (rows, red, rows, 1),
+        (0, 1, kb as i64),
+        rows * kb,
+        slots,
+        status,
+    )?;
+    let wb = reencode(
+        call,
+        (b.q, b.s, b.fmt),
+        (e * cols, red, cols, 32),
+        (b.ise, b.isr, b.isc),
+        e * b.ise as usize,
+        slots,
+        status,
+    )?;
+    // A' and its scales transposed, rows of `rows` bytes, 272 bytes of slack after each
+    // (the corrections' aligned 272-byte windows, mx_tgemm_chain.cuh).
+    let at = call.alloc(red * rows + 272)?;
+    let sat = call.alloc(kb * rows + 272)?;
+    call.transpose(xa.q2, at, 1, rows, red)?;
+    call.transpose(xa.s2, sat, 1, rows, kb)?;
+    let bt = match bt {
+        Some(t) => t,
+        None => {
+            let t = call.alloc(e * cols * red)?;
+            call.transpose(b.q, t, e, cols, red)?;
+            t
+        }
+    };
+    let sa = call.scales_f32(xa.s2, 0, (kb as i64, 1), 1, rows, kb, rows, kb4, 1, true)?;
+    let sb = call.scales_f32(wb.s2, b.ise, (b.isr, 1), b.isc, kb, nb, kb4, nb4, e, false)?;
+    let g = GemmParams {
+        a: xa.q2,
+        lda: red as i64,
+        b: wb.q2,
+        ldb: red as i64,
+        b_es: (cols * red) as i64,
+        sa,
+        ldsa: 4 * rows as i64,
+        sb,
+        ldsb: nb4 as i64,
+        sb_es: (kb4 * nb4) as i64,
+        out,
+        ldo: cols as i64,
+        o_es: 0,
+        offs,
+        e: e as i32,
+        m: i32_of("rows", rows)?,
+        n: i32_of("cols", cols)?,
+        k: i32_of("reduction", red)?,
+        batched: 0,
+        out_t: 0,
+    };
+    let maps = encode_2d_box(xa.q2, red as u64, rows as u64, red as u64, false, [128, 256], true)
+        .and_then(|tm_a| Ok((tm_a, encode_2d(wb.q2, red as u64, (e * cols) as u64, red as u64)?)));
+    let (tm_a, tm_b) = match maps {
+        Ok(m) => m,
+        // (Scratch is 16-byte aligned and red % 16 == 0: the driver refusing is unexpected,
+        // but the per-k32 kernel still computes the GEMM; the re-encoding is wasted.)
+        Err(why) => return Ok(Err(why)),
+    };
+    let mut b_params = TGemmParams::new(tm_a, tm_b, g);
+    b_params.gate = status;
+    b_params.limit = limit;
+    let p = ChainParams {
+        b: b_params,
+        f: ChainFix {
+            res_a: xa.res,
+            cnt_a: xa.cnt,
+            res_b: wb.res,
+            cnt_b: wb.cnt,
+            bt,
+            sbo: b.s,
+            at,
+            sat,
+            bt_es: (red * cols) as i64,
+            ise: b.ise,
+            isr: b.isr,
+            isc: b.isc,
+            ldt: rows as i64,
+            slots: slots as i32,
+            terms: 3,
+        },
+    };
+    let grid = call.dev.sms as usize;
+    call.launch(
+        Unit::Chain,
+        name,
+        (grid, 1, 1),
+        (TGEMM_THREADS, 1, 1),
+        chain_smem(name),
+        &mut [arg(&p)],
+    )?;
+    Ok(Ok((Gate { status, limit }, name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mode_variable_parses_and_rejects_typos() {
+        assert_eq!(parse_mode(None).unwrap(), ChainMode::Off);
+        assert_eq!(parse_mode(Some(" on ")).unwrap(), ChainMode::On);
+        assert_eq!(parse_mode(Some("always")).unwrap(), ChainMode::Always);
+        assert_eq!(parse_mode(Some("off")).unwrap(), ChainMode::Off);
+        let err = parse_mode(Some("yes")).unwrap_err();
+        assert!(err.message.contains("MXHOST_MX_CHAIN=\"yes\""), "{}", err.message);
+    }
+
+    #[test]
+    fn shapes_the_kernel_cannot_take_are_refused_with_the_reason() {
+        assert_eq!(shape_refusal(8, 32768, 4096), None);
+        assert!(shape_refusal(257, 32768, 4096).unwrap().contains("257 experts"));
+        assert!(shape_refusal(8, 32768, 4104).unwrap().contains("4104 output columns"));
+        assert!(shape_refusal(8, 1000, 4096).unwrap().contains("1000 rows"));
+        assert!(shape_refusal(8, 0, 4096).is_some());
+    }
+
+    #[test]
+    fn only_built_kernels_are_named() {
+        assert_eq!(kernel_name(0, 0, true), Some("mx_cgemm_e4m3e4m3_w2d_bf16"));
+        assert_eq!(kernel_name(1, 0, false), None);
+        assert_eq!(kernel_name(0, 1, true), None);
+        for n in [kernel_name(0, 0, true), kernel_name(0, 0, false), kernel_name(1, 0, true)] {
+            assert!(Unit::Chain.kernel_names().contains(&n.unwrap().to_string()));
+        }
+    }
+}
