@@ -9,7 +9,8 @@
 #   3. mxhost bench (FAMILIES="tgemm gemm" adds the cp.async kernels; FWD_FP8_TOO=1 repeats
 #      forward/dgrad/step with MXHOST_MX_FWD_DGRAD=fp8; BACK_TO_BACK_TOO=1
 #      repeats it timed as the mean of back-to-back calls; PORTABLE_BENCH=1 adds the
-#      portable build) and the bf16 plugin (cuBLAS) in process, × BF16 from 2.;
+#      portable build; CHAIN_TOO=1 adds a selftest and a bench with the chained forward/dgrad,
+#      MXHOST_MX_CHAIN=always / on) and the bf16 plugin (cuBLAS) in process, × BF16 from 2.;
 #   4. optionally the kernel harness (HARNESS_ARGS), then hello-gemm and a shortened
 #      toy-moe with --device cuda.
 set -uo pipefail
@@ -35,6 +36,17 @@ MXHOST_MX_FWD_DGRAD=bf16 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX
     dist/mxhost selftest --device cuda --quick --shapes a >>"$out/selftest.txt" 2>"$trace"
 echo "fwd/dgrad-bf16 selftest rc=$?; tgemm launches: $(grep -c mx_tgemm "$trace"), forward/dgrad via bf16: $(grep -c 'rows GEMM' "$trace"), dense operands fake-quantized in one pass: $(grep -c 'mx_fakequant_rows' "$trace")" | tee -a "$out/selftest.txt"
 grep -E "FAIL|checks," "$out/selftest.txt" | tail -2
+if [ -n "${CHAIN_TOO:-}" ]; then
+    # The chained forward/dgrad (MXHOST_MX_CHAIN, off by default): `always` puts every
+    # correction through it (no residual limit); NaN and overflowing operands still go to
+    # the per-k32 kernel, gated on the device.
+    echo "== selftest, chained forward/dgrad (MXHOST_MX_CHAIN=always), outputs poisoned"
+    MXHOST_MX_CHAIN=always MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
+        dist/mxhost selftest --device cuda --quick >>"$out/selftest.txt" 2>"$trace"
+    echo "chained selftest rc=$?; chained launches: $(grep -c ', chained;' "$trace"), not taken: $(grep -c 'chained GEMM not taken' "$trace"), tgemm launches: $(grep -c mx_tgemm "$trace")" | tee -a "$out/selftest.txt"
+    grep 'chained GEMM not taken' "$trace" | sed 's/.*): //' | sort | uniq -c | head -6
+    grep -E "FAIL|checks," "$out/selftest.txt" | tail -2
+fi
 echo "== selftest, plugin bf16 (cuBLAS vs CPU), outputs poisoned"
 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 120 dist/mxhost selftest --device cuda --quick \
     --plugin bf16 --shapes "${BF16_SELFTEST_SHAPES:-d,c}" >>"$out/selftest.txt" 2>&1
@@ -79,6 +91,11 @@ if [ -n "${FWD_FP8_TOO:-}" ]; then
     echo "== mxhost bench (tgemm), forward/dgrad always on the FP8 kernel (MXHOST_MX_FWD_DGRAD=fp8) for comparison"
     MXHOST_MX_FWD_DGRAD=fp8 timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --peers "$out/peer_bench.csv" 2>&1 | grep -E "shape|forward|dgrad|step"
+fi
+if [ -n "${CHAIN_TOO:-}" ]; then
+    echo "== mxhost bench (tgemm), forward/dgrad on the chained GEMM where it applies (MXHOST_MX_CHAIN=on) for comparison"
+    MXHOST_MX_CHAIN=on timeout 200 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        --warmup-ms "$WARMUP_MS" --peers "$out/peer_bench.csv" --json "$out/bench_chain.json" 2>&1 | grep -E "shape|forward|dgrad|step"
 fi
 if [ -n "${WGRAD_FP8_TOO:-}" ]; then
     echo "== mxhost bench (tgemm), wgrad on the FP8 kernel (MXHOST_MX_WGRAD=fp8) for comparison"
