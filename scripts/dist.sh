@@ -23,7 +23,7 @@ if [ -f ../shared/anchors/mx_mainloop_overlap.cu ]; then cp ../shared/anchors/mx
 strip dist/mxhost dist/*.so
 # The kernel harness library (plugin-mxfp8/cuda/bench), prebuilt when this machine has
 # nvcc from the CUDA 13.0 wheels in .venv-cuda (scripts/common.sh installs NVRTC there;
-# nvcc is `pip install nvidia-cuda-nvcc==13.0.*` into it): saves ~40 s of nvcc on the GPU
+# nvcc with nvvm, crt and runtime pinned to 13.0 too, ../shared/notes/toolchain.md): saves ~40 s of nvcc on the GPU
 # machine; run.sh uses dist/libmxbench.so when it is there.
 cu13="$(ls -d .venv-cuda/lib/python3*/site-packages/nvidia/cu13 2>/dev/null | head -1 || true)"
 if [ -n "$cu13" ] && [ -x "$cu13/bin/nvcc" ]; then

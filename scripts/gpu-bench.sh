@@ -11,6 +11,7 @@
 #      repeats it timed as the mean of back-to-back calls; PORTABLE_BENCH=1 adds the
 #      portable build; CHAIN_TOO=1 adds a selftest and a bench with the chained forward/dgrad,
 #      MXHOST_MX_CHAIN=always / on) and the bf16 plugin (cuBLAS) in process, × BF16 from 2.;
+#   (NO_SELFTEST=1 skips 1., e.g. for a second device call of the same commit);
 #   4. optionally the kernel harness (HARNESS_ARGS), then hello-gemm and a shortened
 #      toy-moe with --device cuda.
 set -uo pipefail
@@ -22,6 +23,7 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
 done
 nvidia-smi -L
+if [ -z "${NO_SELFTEST:-}" ]; then
 echo "== selftest (tgemm), outputs poisoned with NaN before each plugin call"
 trace=$(mktemp)
 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 dist/mxhost selftest --device cuda --quick \
@@ -66,6 +68,7 @@ if [ -z "${NO_PORTABLE:-}" ]; then
     echo "portable selftest rc=$rc; tgemm launches: $(grep -c mx_tgemm "$trace"), cp.async launches: $(grep -c 'mx_gemm_' "$trace"), forward/dgrad via bf16: $(grep -c 'rows GEMM' "$trace"), fake-quantized in one pass: $(grep -c 'mx_fakequant_rows' "$trace")" | tee -a "$out/selftest.txt"
     grep -E "kernel family|FAIL|checks," "$out/selftest.txt" | tail -3
 fi
+fi  # NO_SELFTEST
 echo "== bench_peers.py"
 # WARMUP_MS (default 500): both sides timed with the card's power limiter settled (docs/perf.md
 # runs 74-75): bench_peers.py --warmup/--rep and mxhost bench --warmup-ms of that length.
