@@ -249,7 +249,10 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
     // the chained GEMM (MXHOST_MX_CHAIN=on|always) carries as residual corrections. Shapes
     // it takes (rows and columns multiples of 16), both weight layouts, both outputs.
     for pass in [GemmPass::Forward, GemmPass::Dgrad] {
-        for (layout, out) in [(WeightLayout::Nk, DType::F32), (WeightLayout::Kn, DType::Bf16)] {
+        for (layout, out) in [
+            (WeightLayout::Nk, DType::F32),
+            (WeightLayout::Kn, DType::Bf16),
+        ] {
             let mut g = GemmCase::new(pass, vec![512, 0, 384, 640], 2880, 256);
             (g.mx, g.layout, g.out, g.residual_carried) = (true, layout, out, true);
             ctx.gemm_case("residual-carried", &g);

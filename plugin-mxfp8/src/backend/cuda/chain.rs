@@ -83,10 +83,10 @@ pub(super) fn shape_refusal(e: usize, rows: usize, cols: usize) -> Option<String
     if e > MAX_E {
         return Some(format!("{e} experts (the chained kernel takes {MAX_E})"));
     }
-    if cols % 16 != 0 {
+    if !cols.is_multiple_of(16) {
         return Some(format!("{cols} output columns (needs a multiple of 16)"));
     }
-    if rows == 0 || rows % 16 != 0 {
+    if rows == 0 || !rows.is_multiple_of(16) {
         return Some(format!(
             "{rows} rows (A' transposed needs a multiple of 16)"
         ));
@@ -171,7 +171,14 @@ fn reencode(
     } else {
         "mx_reencode_e5m2"
     };
-    call.launch(Unit::Chain, name, (grid, 1, 1), (256, 1, 1), 0, &mut [arg(&p)])?;
+    call.launch(
+        Unit::Chain,
+        name,
+        (grid, 1, 1),
+        (256, 1, 1),
+        0,
+        &mut [arg(&p)],
+    )?;
     Ok(out)
 }
 
@@ -191,13 +198,19 @@ pub(super) fn launch_chained(
     offs: u64,
     (e, rows, cols, red): (usize, usize, usize, usize),
 ) -> PluginResult<Result<(Gate, &'static str), String>> {
-    if let Some(why) = shape_refusal(e, rows, cols).or_else(|| operand_refusal(call, a, b, out_bf16)) {
+    if let Some(why) =
+        shape_refusal(e, rows, cols).or_else(|| operand_refusal(call, a, b, out_bf16))
+    {
         return Ok(Err(why));
     }
     let name = kernel_name(a.fmt, b.fmt, out_bf16).expect("checked");
     match call.dev.func_opt(Unit::Chain, name)? {
         Some(_) => {}
-        None => return Ok(Err(format!("{name} needs more shared memory than the device gives a block"))),
+        None => {
+            return Ok(Err(format!(
+                "{name} needs more shared memory than the device gives a block"
+            )))
+        }
     }
     let (kb, nb) = (cdiv(red, 32), cdiv(cols, 32));
     let (kb4, nb4) = (rup(kb, 4), rup(nb, 4) + 4);
@@ -266,8 +279,21 @@ pub(super) fn launch_chained(
         batched: 0,
         out_t: 0,
     };
-    let maps = encode_2d_box(xa.q2, red as u64, rows as u64, red as u64, false, [128, 256], true)
-        .and_then(|tm_a| Ok((tm_a, encode_2d(wb.q2, red as u64, (e * cols) as u64, red as u64)?)));
+    let maps = encode_2d_box(
+        xa.q2,
+        red as u64,
+        rows as u64,
+        red as u64,
+        false,
+        [128, 256],
+        true,
+    )
+    .and_then(|tm_a| {
+        Ok((
+            tm_a,
+            encode_2d(wb.q2, red as u64, (e * cols) as u64, red as u64)?,
+        ))
+    });
     let (tm_a, tm_b) = match maps {
         Ok(m) => m,
         // (Scratch is 16-byte aligned and red % 16 == 0: the driver refusing is unexpected,
@@ -320,14 +346,22 @@ mod tests {
         assert_eq!(parse_mode(Some("always")).unwrap(), ChainMode::Always);
         assert_eq!(parse_mode(Some("off")).unwrap(), ChainMode::Off);
         let err = parse_mode(Some("yes")).unwrap_err();
-        assert!(err.message.contains("MXHOST_MX_CHAIN=\"yes\""), "{}", err.message);
+        assert!(
+            err.message.contains("MXHOST_MX_CHAIN=\"yes\""),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
     fn shapes_the_kernel_cannot_take_are_refused_with_the_reason() {
         assert_eq!(shape_refusal(8, 32768, 4096), None);
-        assert!(shape_refusal(257, 32768, 4096).unwrap().contains("257 experts"));
-        assert!(shape_refusal(8, 32768, 4104).unwrap().contains("4104 output columns"));
+        assert!(shape_refusal(257, 32768, 4096)
+            .unwrap()
+            .contains("257 experts"));
+        assert!(shape_refusal(8, 32768, 4104)
+            .unwrap()
+            .contains("4104 output columns"));
         assert!(shape_refusal(8, 1000, 4096).unwrap().contains("1000 rows"));
         assert!(shape_refusal(8, 0, 4096).is_some());
     }
@@ -337,7 +371,11 @@ mod tests {
         assert_eq!(kernel_name(0, 0, true), Some("mx_cgemm_e4m3e4m3_w2d_bf16"));
         assert_eq!(kernel_name(1, 0, false), None);
         assert_eq!(kernel_name(0, 1, true), None);
-        for n in [kernel_name(0, 0, true), kernel_name(0, 0, false), kernel_name(1, 0, true)] {
+        for n in [
+            kernel_name(0, 0, true),
+            kernel_name(0, 0, false),
+            kernel_name(1, 0, true),
+        ] {
             assert!(Unit::Chain.kernel_names().contains(&n.unwrap().to_string()));
         }
     }

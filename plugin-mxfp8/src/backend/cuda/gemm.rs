@@ -268,7 +268,16 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     _ => None,
                 };
                 let dims = (e, rows, cols, red);
-                match chain::launch_chained(call, chain_mode, &a, &b, bt, (ptr(out), out_bf16), offs_dev, dims)? {
+                match chain::launch_chained(
+                    call,
+                    chain_mode,
+                    &a,
+                    &b,
+                    bt,
+                    (ptr(out), out_bf16),
+                    offs_dev,
+                    dims,
+                )? {
                     Ok((gate, name)) => {
                         if gemm_trace() {
                             eprintln!("mxhost-plugin-mxfp8: GEMM {name} (M {rows} N {cols} K {red} E {e}, chained; the per-k32 kernel below runs instead if the re-encoding reports overflow, NaN/Inf or more than {} residuals)", gate.limit);
@@ -283,7 +292,9 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     }
                 }
             };
-            gemm_rows(call, &a, &b, out, offs_dev, e, rows, cols, red, out_bf16, gate)
+            gemm_rows(
+                call, &a, &b, out, offs_dev, e, rows, cols, red, out_bf16, gate,
+            )
         }
         GemmPass::Wgrad => wgrad(call, args, out_bf16),
     }
