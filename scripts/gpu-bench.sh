@@ -45,8 +45,9 @@ if [ -n "${CHAIN_TOO:-}" ]; then
     echo "== selftest, chained forward/dgrad (MXHOST_MX_CHAIN=always), outputs poisoned"
     MXHOST_MX_CHAIN=always MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
         dist/mxhost selftest --device cuda --quick >>"$out/selftest.txt" 2>"$trace"
-    echo "chained selftest rc=$?; chained launches: $(grep -c ', chained;' "$trace"), not taken: $(grep -c 'chained GEMM not taken' "$trace"), tgemm launches: $(grep -c mx_tgemm "$trace")" | tee -a "$out/selftest.txt"
+    echo "chained selftest rc=$?; chained launches: $(grep -c ', chained;' "$trace") (gate open: $(grep -c 'chained gate open' "$trace"), closed: $(grep -c 'chained gate closed' "$trace")), not taken: $(grep -c 'chained GEMM not taken' "$trace"), tgemm launches: $(grep -c mx_tgemm "$trace")" | tee -a "$out/selftest.txt"
     grep 'chained GEMM not taken' "$trace" | sed 's/.*): //' | sort | uniq -c | head -6
+    grep 'chained gate closed' "$trace" | sed 's/.*closed (//; s/):.*//; s/[0-9]* residuals > limit [0-9]*/N residuals > limit/' | sort | uniq -c | head -4
     grep -E "FAIL|checks," "$out/selftest.txt" | tail -2
 fi
 echo "== selftest, plugin bf16 (cuBLAS vs CPU), outputs poisoned"
@@ -97,6 +98,9 @@ if [ -n "${FWD_FP8_TOO:-}" ]; then
 fi
 if [ -n "${CHAIN_TOO:-}" ]; then
     echo "== mxhost bench (tgemm), forward/dgrad on the chained GEMM where it applies (MXHOST_MX_CHAIN=on) for comparison"
+    # The gate's decisions on the bench's operands (the trace synchronizes: one rep, untimed).
+    MXHOST_MX_CHAIN=on MXHOST_MX_GEMM_TRACE=1 timeout 200 dist/mxhost bench --device cuda --shapes "$shapes" --reps 1 \
+        --warmup-ms 0 2>&1 >/dev/null | grep -E 'chained gate' | sed 's/^mxhost-plugin-mxfp8: //' | sort | uniq -c | head -12
     MXHOST_MX_CHAIN=on timeout 200 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --warmup-ms "$WARMUP_MS" --peers "$out/peer_bench.csv" --json "$out/bench_chain.json" 2>&1 | grep -E "shape|forward|dgrad|step"
 fi

@@ -22,7 +22,9 @@ use super::params::{ChainFix, ChainParams, GemmParams, ReencodeParams, TGemmPara
 use super::tma::{encode_2d, encode_2d_box, tensor_map_available};
 use super::{arg, cdiv, i32_of, rup};
 use crate::kernels::{Unit, TGEMM_THREADS};
+use cudarc::driver::result as cr;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use mxhost_plugin_common::cuda::drv;
 use std::sync::OnceLock;
 
 /// `MXC_MAX_E` of mx_tgemm_chain.cuh: experts per chained launch.
@@ -119,6 +121,41 @@ fn operand_refusal(call: &Call, a: &AMat, b: &BMat, out_bf16: bool) -> Option<St
 pub(super) struct Gate {
     pub(super) status: u64,
     pub(super) limit: i32,
+}
+
+impl Gate {
+    /// Which kernel the gate let compute the output, read back from the re-encoding's
+    /// status words. It synchronizes the stream, so only `MXHOST_MX_GEMM_TRACE=1` calls it.
+    pub(super) fn report(&self, call: &Call) -> PluginResult<String> {
+        let mut st = [0i32; 2];
+        // SAFETY: `status` is this call's live scratch of two i32 (freed stream-ordered
+        // after the call); the copy completes before the synchronize returns.
+        unsafe {
+            cr::memcpy_dtoh_async(&mut st, self.status, call.stream)
+                .map_err(drv("cuMemcpyDtoHAsync"))?;
+            cr::stream::synchronize(call.stream).map_err(drv("cuStreamSynchronize"))?;
+        }
+        Ok(describe_gate(st, self.limit))
+    }
+}
+
+/// The gate's decision as `mxt_chain_open` (mx_tgemm_pipeline.cuh) takes it.
+fn describe_gate([flags, listed]: [i32; 2], limit: i32) -> String {
+    let mut why = Vec::new();
+    if flags & 1 != 0 {
+        why.push("a residual list overflowed".to_string());
+    }
+    if flags & 2 != 0 {
+        why.push("a NaN/Inf block".to_string());
+    }
+    if (listed as u32) > limit as u32 {
+        why.push(format!("{listed} residuals > limit {limit}"));
+    }
+    if why.is_empty() {
+        format!("chained gate open ({listed} residuals, limit {limit}): the chained GEMM computed the output")
+    } else {
+        format!("chained gate closed ({}): the per-k32 kernel computed the output", why.join(", "))
+    }
 }
 
 /// The re-encoding of one operand: the copy's bytes and scales, its residual lists.
@@ -364,6 +401,16 @@ mod tests {
             .contains("4104 output columns"));
         assert!(shape_refusal(8, 1000, 4096).unwrap().contains("1000 rows"));
         assert!(shape_refusal(8, 0, 4096).is_some());
+    }
+
+    #[test]
+    fn the_gate_report_names_what_closed_it() {
+        assert!(describe_gate([0, 12], 100).contains("open (12 residuals, limit 100)"));
+        assert!(describe_gate([0, 100], 100).contains("open"));
+        let closed = describe_gate([3, 101], 100);
+        assert!(closed.contains("overflowed") && closed.contains("NaN/Inf"), "{closed}");
+        assert!(closed.contains("101 residuals > limit 100"), "{closed}");
+        assert!(describe_gate([0, 0], i32::MAX).contains("open"));
     }
 
     #[test]

@@ -191,7 +191,8 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             // anchor shape (docs/perf.md runs 70-73; cuBLAS dense 1.15-1.26x torch against
             // the FP8 kernel's 1.02-1.12x, A's pass costing at most 3 B per element).
             // MXHOST_MX_CHAIN=on|always keeps a GEMM the chained kernel can take on the FP8
-            // path (the auto rule would send a and b to cuBLAS).
+            // path (the auto rule would send a and b to cuBLAS), unless the weight's values
+            // are kept: cuBLAS on them beat the chained pipeline by 1.3-1.9x (run 105).
             let chain_mode = chain::mode()?;
             let chain_wanted =
                 chain_mode != ChainMode::Off && chain::shape_refusal(e, rows, cols).is_none();
@@ -200,9 +201,9 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     cublas::GemmPath::Fp8 => false,
                     cublas::GemmPath::DequantBf16 => true,
                     cublas::GemmPath::Auto => {
-                        !chain_wanted
-                            && (b_vals.is_some()
-                                || cublas::bf16_rows_faster(&rows_per_expert, cols, red))
+                        b_vals.is_some()
+                            || (!chain_wanted
+                                && cublas::bf16_rows_faster(&rows_per_expert, cols, red))
                     }
                 };
             if via_bf16 {
@@ -294,7 +295,11 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             };
             gemm_rows(
                 call, &a, &b, out, offs_dev, e, rows, cols, red, out_bf16, gate,
-            )
+            )?;
+            if let (Some(g), true) = (gate, gemm_trace()) {
+                eprintln!("mxhost-plugin-mxfp8: {}", g.report(call)?);
+            }
+            Ok(())
         }
         GemmPass::Wgrad => wgrad(call, args, out_bf16),
     }
