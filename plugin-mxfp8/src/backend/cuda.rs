@@ -31,6 +31,8 @@
 //!   ([`cublas::bf16_rows_faster`]) and wgrad ([`cublas::wgrad_path`]) run as
 //!   dequantize-to-BF16 + cuBLAS instead, which measured faster there
 //!   (`MXHOST_MX_FWD_DGRAD` / `MXHOST_MX_WGRAD` = `fp8` force the FP8 kernel).
+//!   `MXHOST_MX_CHAIN=on|always` (off by default) offers forward/dgrad to the chained GEMM
+//!   first ([`chain`]: operands re-encoded per call, gated on the device).
 //!   Requests the kernels cannot run exactly
 //!   (reduction length not a multiple of 16, pre-quantized layouts with scales along the
 //!   wrong axis, more than 1024 experts, ...) return Unsupported with the reason, never a
@@ -38,8 +40,8 @@
 //!
 //! Where things live (`cuda/`): `params` (the kernels' `#[repr(C)]` parameter blocks),
 //! `device` (per-device state, kernel loading, `Call` and its launch helpers),
-//! `quantize`, `gemm` (forward/dgrad operands and the GEMM launch), `wgrad` (wgrad on the
-//! FP8 kernels), `tma` (tensor maps) and `bf16_path` (dequantize-to-BF16 + cuBLAS); this
+//! `quantize`, `gemm` (forward/dgrad operands and the GEMM launch), `chain` (the opt-in
+//! chained forward/dgrad), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps) and `bf16_path` (dequantize-to-BF16 + cuBLAS); this
 //! file keeps the constants and small helpers they share and the [`Backend`] entry points.
 
 use super::cublas;

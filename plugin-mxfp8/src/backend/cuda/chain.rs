@@ -154,7 +154,10 @@ fn describe_gate([flags, listed]: [i32; 2], limit: i32) -> String {
     if why.is_empty() {
         format!("chained gate open ({listed} residuals, limit {limit}): the chained GEMM computed the output")
     } else {
-        format!("chained gate closed ({}): the per-k32 kernel computed the output", why.join(", "))
+        format!(
+            "chained gate closed ({}): the per-k32 kernel computed the output",
+            why.join(", ")
+        )
     }
 }
 
@@ -408,7 +411,10 @@ mod tests {
         assert!(describe_gate([0, 12], 100).contains("open (12 residuals, limit 100)"));
         assert!(describe_gate([0, 100], 100).contains("open"));
         let closed = describe_gate([3, 101], 100);
-        assert!(closed.contains("overflowed") && closed.contains("NaN/Inf"), "{closed}");
+        assert!(
+            closed.contains("overflowed") && closed.contains("NaN/Inf"),
+            "{closed}"
+        );
         assert!(closed.contains("101 residuals > limit 100"), "{closed}");
         assert!(describe_gate([0, 0], i32::MAX).contains("open"));
     }
