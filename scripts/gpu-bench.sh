@@ -47,6 +47,9 @@ if [ -n "${CHAIN_TOO:-}" ]; then
         dist/mxhost selftest --device cuda --quick >>"$out/selftest.txt" 2>"$trace"
     echo "chained selftest rc=$?; chained launches: $(grep -c ', chained;' "$trace") (gate open: $(grep -c 'chained gate open' "$trace"), closed: $(grep -c 'chained gate closed' "$trace")), not taken: $(grep -c 'chained GEMM not taken' "$trace"), tgemm launches: $(grep -c mx_tgemm "$trace")" | tee -a "$out/selftest.txt"
     grep 'chained GEMM not taken' "$trace" | sed 's/.*): //' | sort | uniq -c | head -6
+    # (`always` must put the selftest's chained launches through the chained kernel: only the
+    # NaN/overflow case closes the gate, so a run with no open gate is a broken gate.)
+    [ "$(grep -c 'chained gate open' "$trace")" -gt 0 ] || echo "FAIL: no chained launch computed its output"
     grep 'chained gate closed' "$trace" | sed 's/.*closed (//; s/):.*//; s/[0-9]* residuals > limit [0-9]*/N residuals > limit/' | sort | uniq -c | head -4
     grep -E "FAIL|checks," "$out/selftest.txt" | tail -2
 fi
