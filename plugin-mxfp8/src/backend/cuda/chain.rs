@@ -6,8 +6,11 @@
 //!
 //! It is off by default because, run per call, the re-encoding and the transposes cost
 //! about what the faster GEMM gains on the anchor shapes (run 104: 0.89–0.91× torch BF16
-//! on a and b, where the default paths read 0.96–1.13×). Fusing the re-encoding into the
-//! quantizers is what would make it pay.
+//! on a and b, where the default paths read 0.96–1.13×), and because the corrections grow
+//! with the residual count, which depends on where the blocks' maxima fall relative to
+//! powers of two: 32×32 tiles of N(0, 1) weights carry 4.3e-5 residuals per element, ten
+//! times those of N(0, 1)·0.05, and there `always` read +15–60 % over the default paths
+//! (run 105).
 //!
 //! No host synchronization: the per-k32 kernel is enqueued right after the chained one,
 //! with the same gate (the re-encoding's two status words, `MxGemmTmaParams::gate`), so
@@ -30,10 +33,11 @@ use std::sync::OnceLock;
 /// `MXC_MAX_E` of mx_tgemm_chain.cuh: experts per chained launch.
 const MAX_E: usize = 256;
 
-/// Residuals per element above which `on` leaves a GEMM to the per-k32 kernel. Gaussian
-/// operands have about 4e-6 (the corrections then cost +4–17 % over the chained main loop
-/// alone); Student-t(3) has 3.4e-4, where the chained GEMM runs at half v2t's speed (runs
-/// 103–104). The break-even between those two points was not measured.
+/// Residuals per element above which `on` leaves a GEMM to the per-k32 kernel. At 5e-6 the
+/// corrections cost +4–17 % over the chained main loop alone; at 3.4e-4 (Student-t(3)) the
+/// chained GEMM runs at half v2t's speed (runs 103–104); at the bench's 2.6–3.4e-5 the whole
+/// pipeline was about as fast as re-encoding plus v2t on shapes a and b and slower on c (run
+/// 105), so the break-even lies above this limit.
 const MAX_RESIDUALS_PER_ELEMENT: f64 = 1e-5;
 
 /// What `MXHOST_MX_CHAIN` asks for.
