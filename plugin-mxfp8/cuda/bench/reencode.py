@@ -181,11 +181,14 @@ def run_shape(key, E, Mg, K, N, dist, rep, with_ref):
     print("\n".join(lines), flush=True)
 
 
-def shape_args():
-    """--shapes and --rep (the scripts of runs 93-98), after printing the device."""
+def shape_args(extra=None):
+    """--shapes and --rep (the scripts of runs 93-98), after printing the device; `extra(ap)`
+    adds a script's own options."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="a,b,c")
     ap.add_argument("--rep", type=int, default=60)
+    if extra:
+        extra(ap)
     a = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     return a
