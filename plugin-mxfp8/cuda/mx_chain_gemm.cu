@@ -6,9 +6,10 @@
 // How the backend runs them as one forward/dgrad (src/backend/cuda/chain.rs, MXHOST_MX_CHAIN):
 // re-encode A and B (status words zeroed first), transpose A' and its scales, relay the copies'
 // scales (mx_scales_to_f32), then enqueue this GEMM and the per-k32 kernel on the original
-// operands, both gated on the status words (MxGemmTmaParams::gate): exactly one of them runs,
-// the per-k32 one when a row overflowed its list, a block is non-finite or the residuals exceed
-// the limit. Checked end to end by bench/chain.py and `mxhost selftest` (MXHOST_MX_CHAIN=on).
+// operands, all gated on the status words (MxGemmTmaParams::gate): exactly one of them runs,
+// the 4-stage build at low residual counts, the `_s3` build (larger correction rounds) above
+// them, the per-k32 one when a row overflowed its list, a block is non-finite or the residuals
+// exceed the limit (docs/perf.md run 106). Checked end to end by bench/chain.py and `mxhost selftest` (MXHOST_MX_CHAIN=on).
 #include "mx_ptx.cuh"
 #include "mx_numerics.cuh"
 #include "mx_wgmma.cuh"

@@ -24,10 +24,13 @@ struct MxGemmTmaParams {
   // kernel runs iff mxt_chain_open(), the per-k32 kernel iff not, so the host never waits.
   const int* gate;
   int limit;        // the most residuals (both operands) the chained kernel takes
+  int limit_lo;     // and the fewest (0 for the per-k32 kernels): two chained builds split the counts
 };
-// (The status flags are mx_reencode.cuh's MX_RES_*; any of them closes the gate.)
+// (The status flags are mx_reencode.cuh's MX_RES_*; any of them closes the gate.) A per-k32
+// kernel's [limit_lo, limit] is the union of the chained builds' ranges.
 MX_DEV bool mxt_chain_open(const MxGemmTmaParams& P) {
-  return P.gate[0] == 0 && (mx_u32)P.gate[1] <= (mx_u32)P.limit;
+  const mx_u32 n = (mx_u32)P.gate[1];
+  return P.gate[0] == 0 && n <= (mx_u32)P.limit && n >= (mx_u32)P.limit_lo;
 }
 // The per-k32 kernels' first statement: whether the chained kernel took this GEMM.
 #define MXT_RETURN_IF_CHAINED(P) \

@@ -33,12 +33,18 @@ use std::sync::OnceLock;
 /// `MXC_MAX_E` of mx_tgemm_chain.cuh: experts per chained launch.
 const MAX_E: usize = 256;
 
-/// Residuals per element above which `on` leaves a GEMM to the per-k32 kernel. At 5e-6 the
-/// corrections cost +4–17 % over the chained main loop alone; at 3.4e-4 (Student-t(3)) the
-/// chained GEMM runs at half v2t's speed (runs 103–104); at the bench's 2.6–3.4e-5 the whole
-/// pipeline was about as fast as re-encoding plus v2t on shapes a and b and slower on c (run
-/// 105), so the break-even lies above this limit.
-const MAX_RESIDUALS_PER_ELEMENT: f64 = 1e-5;
+/// Residuals per element (both operands) up to which the 4-stage build computes the GEMM;
+/// above, the 3-stage build (7× larger correction rounds) does. Run 106 (GEMM alone, a / b / c):
+/// at 2–4e-6 the 4-stage build is 8–11 % faster than the 3-stage one (1.47–1.57× v2t); at
+/// 1.5–1.9e-5 it is 7–14 % slower, at 2.6–3.4e-5 20–33 % slower.
+const SPLIT_RESIDUALS_PER_ELEMENT: f64 = 1e-5;
+
+/// Residuals per element above which `on` leaves a GEMM to the per-k32 kernel. The gate
+/// decides after the re-encoding has been paid, so this compares the chained GEMM alone with
+/// v2t: the 3-stage build beat it at every count run 106 measured (1.18–1.40× at 2.6–3.4e-5)
+/// and lost on Student-t(3) (1.3–3.4e-4: 0.53–0.70× v2t, run 105); extrapolating the
+/// corrections' cost between those puts the break-even near 9e-5 on shape a.
+const MAX_RESIDUALS_PER_ELEMENT: f64 = 4e-5;
 
 /// What `MXHOST_MX_CHAIN` asks for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -71,14 +77,54 @@ pub(super) fn mode() -> PluginResult<ChainMode> {
         .clone()
 }
 
-/// The kernel for these operand formats and output type, if it was built: E4M3 × E4M3 with
-/// bf16 or f32 output, E5M2 × E4M3 (dgrad with an E5M2 gradient) with bf16 output.
+/// The 4-stage kernel for these operand formats and output type, if it was built: E4M3 ×
+/// E4M3 with bf16 or f32 output, E5M2 × E4M3 (dgrad with an E5M2 gradient) with bf16 output.
 fn kernel_name(fa: u8, fb: u8, out_bf16: bool) -> Option<&'static str> {
     match (fa, fb, out_bf16) {
         (0, 0, true) => Some("mx_cgemm_e4m3e4m3_w2d_bf16"),
         (0, 0, false) => Some("mx_cgemm_e4m3e4m3_w2d_f32"),
         (1, 0, true) => Some("mx_cgemm_e5m2e4m3_w2d_bf16"),
         _ => None,
+    }
+}
+
+/// The 3-stage build (`_s3`), built for E4M3 × E4M3 only.
+fn kernel_name_s3(fa: u8, fb: u8, out_bf16: bool) -> Option<&'static str> {
+    match (fa, fb, out_bf16) {
+        (0, 0, true) => Some("mx_cgemm_e4m3e4m3_w2d_bf16_s3"),
+        (0, 0, false) => Some("mx_cgemm_e4m3e4m3_w2d_f32_s3"),
+        _ => None,
+    }
+}
+
+/// Which chained build takes which residual counts, both ranges inclusive: the 4-stage build
+/// `[0, split]` (all of `[0, limit]` when `split` is `None`), the 3-stage one
+/// `[split + 1, limit]`; above `limit`, or with a status flag, the per-k32 kernel.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Ranges {
+    split: Option<i32>,
+    limit: i32,
+}
+
+fn ranges(mode: ChainMode, elements: f64, has_s3: bool) -> Ranges {
+    let count = |per_element: f64| (per_element * elements).min(i32::MAX as f64) as i32;
+    let limit = match mode {
+        ChainMode::Always => i32::MAX,
+        _ => count(MAX_RESIDUALS_PER_ELEMENT),
+    };
+    let split = count(SPLIT_RESIDUALS_PER_ELEMENT);
+    match (has_s3, mode) {
+        (true, _) if split < limit => Ranges {
+            split: Some(split),
+            limit,
+        },
+        // Without a 3-stage build, `on` keeps the 4-stage one to the counts where it is the
+        // faster kernel; `always` gives it everything.
+        (_, ChainMode::Always) => Ranges { split: None, limit },
+        _ => Ranges {
+            split: None,
+            limit: split.min(limit),
+        },
     }
 }
 
@@ -124,7 +170,10 @@ fn operand_refusal(call: &Call, a: &AMat, b: &BMat, out_bf16: bool) -> Option<St
 #[derive(Clone, Copy)]
 pub(super) struct Gate {
     pub(super) status: u64,
+    /// The most residuals any chained build takes: the per-k32 kernel runs above it.
     pub(super) limit: i32,
+    /// Where the 4-stage build hands over to the 3-stage one, if it does.
+    split: Option<i32>,
 }
 
 impl Gate {
@@ -139,12 +188,12 @@ impl Gate {
                 .map_err(drv("cuMemcpyDtoHAsync"))?;
             cr::stream::synchronize(call.stream).map_err(drv("cuStreamSynchronize"))?;
         }
-        Ok(describe_gate(st, self.limit))
+        Ok(describe_gate(st, self.limit, self.split))
     }
 }
 
 /// The gate's decision as `mxt_chain_open` (mx_tgemm_pipeline.cuh) takes it.
-fn describe_gate([flags, listed]: [i32; 2], limit: i32) -> String {
+fn describe_gate([flags, listed]: [i32; 2], limit: i32, split: Option<i32>) -> String {
     let mut why = Vec::new();
     if flags & 1 != 0 {
         why.push("a residual list overflowed".to_string());
@@ -156,7 +205,11 @@ fn describe_gate([flags, listed]: [i32; 2], limit: i32) -> String {
         why.push(format!("{listed} residuals > limit {limit}"));
     }
     if why.is_empty() {
-        format!("chained gate open ({listed} residuals, limit {limit}): the chained GEMM computed the output")
+        let build = match split {
+            Some(split) if (listed as u32) > split as u32 => "3-stage",
+            _ => "4-stage",
+        };
+        format!("chained gate open ({listed} residuals, limit {limit}): the {build} chained GEMM computed the output")
     } else {
         format!(
             "chained gate closed ({}): the per-k32 kernel computed the output",
@@ -248,23 +301,21 @@ pub(super) fn launch_chained(
         return Ok(Err(why));
     }
     let name = kernel_name(a.fmt, b.fmt, out_bf16).expect("checked");
-    match call.dev.func_opt(Unit::Chain, name)? {
-        Some(_) => {}
-        None => {
-            return Ok(Err(format!(
-                "{name} needs more shared memory than the device gives a block"
-            )))
-        }
+    if call.dev.func_opt(Unit::Chain, name)?.is_none() {
+        return Ok(Err(format!(
+            "{name} needs more shared memory than the device gives a block"
+        )));
     }
+    let name_s3 = match kernel_name_s3(a.fmt, b.fmt, out_bf16) {
+        Some(n) if call.dev.func_opt(Unit::Chain, n)?.is_some() => Some(n),
+        _ => None,
+    };
     let (kb, nb) = (cdiv(red, 32), cdiv(cols, 32));
     let (kb4, nb4) = (rup(kb, 4), rup(nb, 4) + 4);
     // The slot rule of bench/chain.py: 16 per row, plus one per 256 of the reduction.
     let slots = 16 + red / 256;
     let elements = (rows * red + e * cols * red) as f64;
-    let limit = match mode {
-        ChainMode::Always => i32::MAX,
-        _ => (MAX_RESIDUALS_PER_ELEMENT * elements).min(i32::MAX as f64) as i32,
-    };
+    let Ranges { split, limit } = ranges(mode, elements, name_s3.is_some());
     let status = call.alloc(8)?;
     call.zero(status, 8)?;
     let xa = reencode(
@@ -346,8 +397,8 @@ pub(super) fn launch_chained(
     };
     let mut b_params = TGemmParams::new(tm_a, tm_b, g);
     b_params.gate = status;
-    b_params.limit = limit;
-    let p = ChainParams {
+    b_params.limit = split.unwrap_or(limit);
+    let mut p = ChainParams {
         b: b_params,
         f: ChainFix {
             res_a: xa.res,
@@ -367,16 +418,37 @@ pub(super) fn launch_chained(
             terms: 3,
         },
     };
+    // Both builds are enqueued when there are two; the gate lets at most one of them run.
     let grid = call.dev.sms as usize;
-    call.launch(
-        Unit::Chain,
-        name,
-        (grid, 1, 1),
-        (TGEMM_THREADS, 1, 1),
-        chain_smem(name),
-        &mut [arg(&p)],
-    )?;
-    Ok(Ok((Gate { status, limit }, name)))
+    let launch = |p: &mut ChainParams, name: &str| {
+        call.launch(
+            Unit::Chain,
+            name,
+            (grid, 1, 1),
+            (TGEMM_THREADS, 1, 1),
+            chain_smem(name),
+            &mut [arg(p)],
+        )
+    };
+    launch(&mut p, name)?;
+    if let (Some(split), Some(n3)) = (split, name_s3) {
+        p.b.limit_lo = split + 1;
+        p.b.limit = limit;
+        launch(&mut p, n3)?;
+    }
+    let gate = Gate {
+        status,
+        limit,
+        split,
+    };
+    Ok(Ok((
+        gate,
+        if split.is_some() {
+            "mx_cgemm (4-stage, then 3-stage)"
+        } else {
+            name
+        },
+    )))
 }
 
 #[cfg(test)]
@@ -412,19 +484,67 @@ mod tests {
 
     #[test]
     fn the_gate_report_names_what_closed_it() {
-        assert!(describe_gate([0, 12], 100).contains("open (12 residuals, limit 100)"));
-        assert!(describe_gate([0, 100], 100).contains("open"));
-        let closed = describe_gate([3, 101], 100);
+        assert!(describe_gate([0, 12], 100, None).contains("open (12 residuals, limit 100)"));
+        assert!(describe_gate([0, 100], 100, None).contains("4-stage"));
+        assert!(describe_gate([0, 50], 100, Some(50)).contains("the 4-stage"));
+        assert!(describe_gate([0, 51], 100, Some(50)).contains("the 3-stage"));
+        let closed = describe_gate([3, 101], 100, Some(50));
         assert!(
             closed.contains("overflowed") && closed.contains("NaN/Inf"),
             "{closed}"
         );
         assert!(closed.contains("101 residuals > limit 100"), "{closed}");
-        assert!(describe_gate([0, 0], i32::MAX).contains("open"));
+        assert!(describe_gate([0, 0], i32::MAX, None).contains("open"));
+    }
+
+    #[test]
+    fn the_residual_counts_split_between_the_builds() {
+        let el = 1e8;
+        let on = ranges(ChainMode::On, el, true);
+        assert_eq!(
+            on,
+            Ranges {
+                split: Some(1000),
+                limit: 4000
+            }
+        );
+        let always = ranges(ChainMode::Always, el, true);
+        assert_eq!(
+            always,
+            Ranges {
+                split: Some(1000),
+                limit: i32::MAX
+            }
+        );
+        // no 3-stage build (E5M2 A): `on` keeps the 4-stage one to its own range
+        assert_eq!(
+            ranges(ChainMode::On, el, false),
+            Ranges {
+                split: None,
+                limit: 1000
+            }
+        );
+        assert_eq!(
+            ranges(ChainMode::Always, el, false),
+            Ranges {
+                split: None,
+                limit: i32::MAX
+            }
+        );
+        // tiny GEMMs: a split of 0 still leaves the zero-residual case to the 4-stage build
+        let tiny = ranges(ChainMode::On, 1e4, true);
+        assert_eq!(
+            tiny,
+            Ranges {
+                split: None,
+                limit: 0
+            }
+        );
     }
 
     #[test]
     fn only_built_kernels_are_named() {
+        assert_eq!(kernel_name_s3(1, 0, true), None);
         assert_eq!(kernel_name(0, 0, true), Some("mx_cgemm_e4m3e4m3_w2d_bf16"));
         assert_eq!(kernel_name(1, 0, false), None);
         assert_eq!(kernel_name(0, 1, true), None);
@@ -432,6 +552,8 @@ mod tests {
             kernel_name(0, 0, true),
             kernel_name(0, 0, false),
             kernel_name(1, 0, true),
+            kernel_name_s3(0, 0, true),
+            kernel_name_s3(0, 0, false),
         ] {
             assert!(Unit::Chain.kernel_names().contains(&n.unwrap().to_string()));
         }

@@ -122,7 +122,10 @@ pub(super) struct TGemmParams {
     pub(super) gate: u64,
     /// The most residuals the chained kernel takes (the gate's limit).
     pub(super) limit: i32,
-    pub(super) _pad: [u8; 44],
+    /// The fewest (0 for a per-k32 kernel): the 4- and 3-stage chained builds split the
+    /// counts between them.
+    pub(super) limit_lo: i32,
+    pub(super) _pad: [u8; 40],
 }
 
 impl TGemmParams {
@@ -133,7 +136,8 @@ impl TGemmParams {
             g,
             gate: 0,
             limit: 0,
-            _pad: [0; 44],
+            limit_lo: 0,
+            _pad: [0; 40],
         }
     }
 }
@@ -221,6 +225,7 @@ const _: () = {
     assert!(std::mem::offset_of!(TGemmParams, g) == 256);
     assert!(std::mem::offset_of!(TGemmParams, gate) == 392);
     assert!(std::mem::offset_of!(TGemmParams, limit) == 400);
+    assert!(std::mem::offset_of!(TGemmParams, limit_lo) == 404);
     assert!(std::mem::size_of::<ReencodeParams>() == 104);
     assert!(std::mem::size_of::<ChainFix>() == 112);
     assert!(std::mem::size_of::<ChainParams>() == 576);
