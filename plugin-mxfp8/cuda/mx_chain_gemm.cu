@@ -9,7 +9,8 @@
 // operands, all gated on the status words (MxGemmTmaParams::gate): exactly one of them runs,
 // the 4-stage build at low residual counts, the `_s3` build (larger correction rounds) above
 // them, the per-k32 one when a row overflowed its list, a block is non-finite or the residuals
-// exceed the limit (docs/perf.md run 106). Checked end to end by bench/chain.py and `mxhost selftest` (MXHOST_MX_CHAIN=on).
+// exceed the limit (docs/perf.md run 106). Checked end to end by bench/chain.py and
+// `mxhost selftest` (MXHOST_MX_CHAIN=on|always).
 #include "mx_ptx.cuh"
 #include "mx_numerics.cuh"
 #include "mx_wgmma.cuh"

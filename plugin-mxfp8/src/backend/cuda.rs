@@ -41,8 +41,9 @@
 //! Where things live (`cuda/`): `params` (the kernels' `#[repr(C)]` parameter blocks),
 //! `device` (per-device state, kernel loading, `Call` and its launch helpers),
 //! `quantize`, `gemm` (forward/dgrad operands and the GEMM launch), `chain` (the opt-in
-//! chained forward/dgrad), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps) and `bf16_path` (dequantize-to-BF16 + cuBLAS); this
-//! file keeps the constants and small helpers they share and the [`Backend`] entry points.
+//! chained forward/dgrad), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps) and
+//! `bf16_path` (dequantize-to-BF16 + cuBLAS); this file keeps the constants and small
+//! helpers they share and the [`Backend`] entry points.
 
 use super::cublas;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
