@@ -8,7 +8,7 @@ use crate::device::Device;
 use crate::error::{OpError, OpResult};
 use crate::plugin::call::{self, KeepAlive};
 use crate::plugin::LoadedPlugin;
-use crate::tensor::{MxTensor, MxValues, Storage, Tensor};
+use crate::tensor::{MxAnnex, MxTensor, MxValues, Storage, Tensor};
 use crate::validate::{self, MxDesc, OperandDesc};
 use mxhost_plugin_abi::{
     caps, BlockLayout, DType, DequantizeDesc, GemmOptions, GemmPass, GroupedGemmDesc, MxFormat,
@@ -204,6 +204,7 @@ pub fn quantize_with(
         mode,
         block,
         values: kept(false),
+        annex: None,
     };
     let mut out_t = if transposed {
         let swap = mxhost_plugin_abi::transposed_shape;
@@ -214,9 +215,30 @@ pub fn quantize_with(
             mode,
             block: mxhost_plugin_abi::transposed_block(block, rank),
             values: kept(true),
+            annex: None,
         })
     } else {
         None
+    };
+    // The plugin's annexes (ABI 1.3), allocated as it asks; their writable views are taken
+    // while they are unshared.
+    let annex_for = |q: &mut MxTensor| -> OpResult<TensorView> {
+        let words = annex_words(plugin, q, extras.keep_values)?;
+        if words == 0 {
+            return Ok(TensorView::absent());
+        }
+        let mut t = output_on(dev, &[words], DType::I32)?;
+        let view = t.view_mut().expect("fresh output is unshared");
+        q.annex = Some(MxAnnex {
+            tensor: t,
+            plugin: plugin.path.clone(),
+        });
+        Ok(view)
+    };
+    let annex = annex_for(&mut out)?;
+    let transposed_annex = match &mut out_t {
+        Some(t) => annex_for(t)?,
+        None => TensorView::absent(),
     };
     let desc = QuantizeDesc {
         struct_size: std::mem::size_of::<QuantizeDesc>(),
@@ -228,6 +250,8 @@ pub fn quantize_with(
             None => mxhost_plugin_abi::MxTensorView::absent(),
         },
         values: values_view,
+        annex,
+        transposed_annex,
     };
     let mut keep: Vec<Box<dyn std::any::Any>> = vec![Box::new(x.clone()), Box::new(out.clone())];
     if let Some(t) = &out_t {
@@ -235,6 +259,27 @@ pub fn quantize_with(
     }
     call::quantize(plugin, &desc, KeepAlive(keep), dev == Device::Cpu)?;
     Ok((out, out_t))
+}
+
+/// How many i32 words of annex `plugin` wants beside `q` (ABI 1.3; 0 for older plugins,
+/// plugins without the entry, and tensors it keeps none for).
+fn annex_words(plugin: &LoadedPlugin, q: &MxTensor, keeps_values: bool) -> OpResult<u64> {
+    let Some(f) = plugin.annex_words else {
+        return Ok(0);
+    };
+    let dims = &q.data.shape;
+    let mut shape = [0u64; mxhost_plugin_abi::MAX_RANK];
+    shape[..dims.len()].copy_from_slice(dims);
+    let query = mxhost_plugin_abi::AnnexQuery {
+        struct_size: std::mem::size_of::<mxhost_plugin_abi::AnnexQuery>(),
+        rank: dims.len() as u32,
+        shape,
+        format: q.format as u32,
+        block: q.block,
+        device: q.data.device() as u32,
+        keeps_values: keeps_values as u32,
+    };
+    Ok(call::annex_words(plugin, f, &query)?)
 }
 
 /// Expand an MX tensor to f32.
@@ -283,8 +328,11 @@ impl GemmOperand<'_> {
         }
     }
 
-    /// The ABI operand for a plugin of ABI minor `minor`: kept values go along from 1.2.
-    fn abi(&self, minor: u32) -> Operand {
+    /// The ABI operand for `plugin`: kept values go along from ABI 1.2, an annex from 1.3
+    /// and only to the plugin that wrote it (an operand has one or the other: a plugin
+    /// asks for no annex when the values are kept).
+    fn abi(&self, plugin: &LoadedPlugin) -> Operand {
+        let minor = plugin.abi_minor;
         let empty_mx = mxhost_plugin_abi::MxTensorView {
             struct_size: std::mem::size_of::<mxhost_plugin_abi::MxTensorView>(),
             data: TensorView::empty(),
@@ -301,8 +349,13 @@ impl GemmOperand<'_> {
                 mx: empty_mx,
             },
             GemmOperand::Mx(q) => {
-                let (kind, dense) = match &q.values {
-                    Some(v) if minor >= 2 => (
+                let own_annex = q
+                    .annex
+                    .as_ref()
+                    .filter(|a| minor >= 3 && a.plugin == plugin.path);
+                let (kind, dense) = match (&q.values, own_annex) {
+                    (_, Some(a)) => (OperandKind::MxWithAnnex, a.tensor.view()),
+                    (Some(v), None) if minor >= 2 => (
                         if v.swapped {
                             OperandKind::MxWithValuesSwapped
                         } else {
@@ -446,8 +499,8 @@ pub fn grouped_gemm(
     let desc = GroupedGemmDesc {
         struct_size: std::mem::size_of::<GroupedGemmDesc>(),
         pass: pass as u32,
-        a: a.abi(plugin.abi_minor),
-        b: b.abi(plugin.abi_minor),
+        a: a.abi(plugin),
+        b: b.abi(plugin),
         offs_host: offs_owned.as_ptr(),
         offs_device: offs_dev.as_ref().map_or(std::ptr::null(), |s| {
             s.view_ptr() as *const std::ffi::c_void

@@ -288,6 +288,18 @@ pub struct MxTensor {
     /// (ABI 1.2): GEMMs on the BF16 tensor cores read these instead of expanding the FP8
     /// bytes each call. Shared, not copied, by the two results of a transposing quantize.
     pub values: Option<MxValues>,
+    /// The plugin's annex (ABI 1.3), when the quantize call's plugin asked for one: private
+    /// data it reads back when the tensor is its GEMM operand. Never copied to another
+    /// device (a plugin computes the same result without it).
+    pub annex: Option<MxAnnex>,
+}
+
+/// A plugin's annex of an [`MxTensor`]: an i32 tensor only the plugin that wrote it reads.
+#[derive(Clone)]
+pub struct MxAnnex {
+    pub tensor: Tensor,
+    /// The library of the plugin that wrote it; the host hands it to no other.
+    pub plugin: std::path::PathBuf,
 }
 
 /// The bf16 values kept beside an [`MxTensor`]'s bytes.
@@ -306,6 +318,7 @@ impl MxTensor {
         self.data.byte_len()
             + self.scales.byte_len()
             + self.values.as_ref().map_or(0, |v| v.tensor.byte_len())
+            + self.annex.as_ref().map_or(0, |a| a.tensor.byte_len())
     }
     pub fn view(&self) -> mxhost_plugin_abi::MxTensorView {
         mxhost_plugin_abi::MxTensorView {
@@ -334,6 +347,7 @@ impl MxTensor {
                 }),
                 None => None,
             },
+            annex: None,
         })
     }
 

@@ -266,6 +266,12 @@ abi_enum!(
         /// swapped (shape `transposed_shape(mx.data.shape)`): the copy a
         /// `quantize`-with-`transposed` call keeps once for both of its results.
         MxWithValuesSwapped = 3,
+        /// ABI 1.3: already quantized, and `dense` is the tensor's *annex*: plugin-private
+        /// data (an i32 tensor `[words]`, opaque to the host) that the same plugin's quantize
+        /// call wrote beside it (`QuantizeDesc::annex`), e.g. a re-encoded copy a faster
+        /// kernel reads. A plugin must compute the same result with or without it. A host
+        /// sends this kind only to the plugin that wrote the annex, of minor ≥ 3.
+        MxWithAnnex = 4,
     }
 );
 
@@ -352,12 +358,38 @@ pub struct QuantizeDesc {
     /// cores read them instead of expanding the FP8 bytes each call. Absent when
     /// `struct_size` is 0 (and in an older descriptor, which ends before this field).
     pub values: TensorView,
+    /// ABI 1.3: the plugin's annex of `output` (see [`OperandKind::MxWithAnnex`]), an i32
+    /// tensor of the size [`AnnexQuery`] returned for it, to be written in the same call.
+    /// Absent when the plugin asked for none (and in an older descriptor).
+    pub annex: TensorView,
+    /// ABI 1.3: the same for `transposed`.
+    pub transposed_annex: TensorView,
 }
 
 /// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.0 host (no `transposed`).
 pub const QUANTIZE_DESC_SIZE_1_0: usize = std::mem::offset_of!(QuantizeDesc, transposed);
 /// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.1 host (no `values`).
 pub const QUANTIZE_DESC_SIZE_1_1: usize = std::mem::offset_of!(QuantizeDesc, values);
+/// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.2 host (no annexes).
+pub const QUANTIZE_DESC_SIZE_1_2: usize = std::mem::offset_of!(QuantizeDesc, annex);
+
+/// ABI 1.3: which annex a plugin wants beside one MX tensor a quantize call will write
+/// ([`crate::PluginApi::annex_words`]). The host asks before it allocates the outputs.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AnnexQuery {
+    pub struct_size: usize,
+    /// The MX tensor's logical shape (first `rank` entries).
+    pub rank: u32,
+    pub shape: [u64; MAX_RANK],
+    /// An [`MxFormat`] value.
+    pub format: u32,
+    pub block: BlockLayout,
+    /// A [`DeviceKind`] value: where the tensor will live.
+    pub device: u32,
+    /// 1 when the same call also keeps the values in bf16 (`QuantizeDesc::values`).
+    pub keeps_values: u32,
+}
 
 impl MxTensorView {
     /// The "absent" view (`struct_size` 0, null buffers).
@@ -447,5 +479,16 @@ mod tests {
         assert_eq!(DType::from_raw(5), Some(DType::I32));
         assert_eq!(DType::from_raw(6), None);
         assert_eq!(GemmPass::from_raw(3), None);
+        assert_eq!(OperandKind::from_raw(4), Some(OperandKind::MxWithAnnex));
+        assert_eq!(OperandKind::from_raw(5), None);
+    }
+
+    #[test]
+    fn older_quantize_descriptors_end_before_the_fields_they_lack() {
+        const {
+            assert!(QUANTIZE_DESC_SIZE_1_0 < QUANTIZE_DESC_SIZE_1_1);
+            assert!(QUANTIZE_DESC_SIZE_1_1 < QUANTIZE_DESC_SIZE_1_2);
+            assert!(QUANTIZE_DESC_SIZE_1_2 < std::mem::size_of::<QuantizeDesc>());
+        }
     }
 }

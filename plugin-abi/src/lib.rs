@@ -25,7 +25,11 @@
 //! report minor ≥ 1; plugins read 1.0 descriptors with `read_desc_grown`. 1.2 appended
 //! `QuantizeDesc::values` (also write the exact MX values in bf16) and the operand kinds
 //! `MxWithValues` / `MxWithValuesSwapped` that pass them to a GEMM; a host uses either only
-//! with plugins that report minor ≥ 2.
+//! with plugins that report minor ≥ 2. 1.3 appended `PluginApi::annex_words` (may be null),
+//! `QuantizeDesc::annex` / `transposed_annex` and the operand kind `MxWithAnnex`: a plugin
+//! may keep private data beside an MX tensor it writes (host-allocated, host-owned, handed
+//! back only to that plugin); a host reads `annex_words` only from tables whose
+//! `struct_size` covers it.
 
 use std::ffi::{c_char, c_void};
 
@@ -39,7 +43,12 @@ pub const ENTRY_SYMBOL: &[u8] = b"mxhost_plugin_entry\0";
 /// `"MXHOSTPL"` in ASCII: the first field of every [`PluginApi`].
 pub const PLUGIN_MAGIC: u64 = 0x4D58_484F_5354_504C;
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 2;
+pub const ABI_MINOR: u32 = 3;
+
+/// ABI 1.3: the size, in i32 words, of the annex a plugin wants beside the MX tensor that
+/// `query` describes (0: none); written to `words`.
+pub type AnnexWordsFn =
+    unsafe extern "C" fn(query: *const AnnexQuery, words: *mut u64, err: *mut ErrorBuf) -> u32;
 
 /// Type of the exported entry symbol.
 pub type PluginEntryFn = unsafe extern "C" fn() -> *const PluginApi;
@@ -124,7 +133,14 @@ pub struct PluginApi {
     pub grouped_gemm: unsafe extern "C" fn(desc: *const GroupedGemmDesc, err: *mut ErrorBuf) -> u32,
     /// Opaque per-plugin context for backends that need one; may be null.
     pub user_data: *mut c_void,
+    /// ABI 1.3: how large an annex the plugin wants beside an MX tensor (see
+    /// [`OperandKind::MxWithAnnex`]); null when it keeps none.
+    pub annex_words: Option<AnnexWordsFn>,
 }
+
+/// `struct_size` of a table from a plugin of ABI 1.0–1.2 (no `annex_words`): the smallest
+/// a host accepts.
+pub const PLUGIN_API_SIZE_1_0: usize = std::mem::offset_of!(PluginApi, annex_words);
 
 /// A `&CStr` from a NUL-terminated literal, checked at compile time, e.g.
 /// `static_cstr(concat!(env!("CARGO_PKG_VERSION"), "\0"))` for a plugin's version.
@@ -164,7 +180,14 @@ impl PluginApi {
             dequantize,
             grouped_gemm,
             user_data: std::ptr::null_mut(),
+            annex_words: None,
         }
+    }
+
+    /// This table with an annex-size entry (ABI 1.3).
+    pub const fn with_annex(mut self, annex_words: AnnexWordsFn) -> PluginApi {
+        self.annex_words = Some(annex_words);
+        self
     }
 }
 

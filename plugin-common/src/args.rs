@@ -13,7 +13,7 @@
 
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{
-    scale_shape, BlockKind, BlockLayout, DType, DequantizeDesc, DeviceKind, GemmPass,
+    scale_shape, AnnexQuery, BlockKind, BlockLayout, DType, DequantizeDesc, DeviceKind, GemmPass,
     GroupedGemmDesc, MxFormat, MxTensorView, Operand, OperandKind, QuantizeDesc, ScaleMode,
     TensorView, WeightLayout, MAX_RANK,
 };
@@ -167,6 +167,10 @@ pub struct MxArg {
     /// quantize call that made it (checked: bf16, the data's shape or its last two axes
     /// swapped, same device).
     pub values: Option<MxValues>,
+    /// ABI 1.3, GEMM operands only: this plugin's annex of the tensor (operand kind
+    /// `MxWithAnnex`; checked: i32, one axis, same device). Its contents are the plugin's
+    /// own business: the host only allocates it and hands it back.
+    pub annex: Option<TensorArg>,
 }
 
 /// The exact MX values of an [`MxArg`] in bf16 (operand kinds `MxWithValues` /
@@ -211,7 +215,20 @@ impl MxArg {
             mode,
             block: view.block,
             values: None,
+            annex: None,
         })
+    }
+
+    /// `self` with the annex of an `MxWithAnnex` operand attached, checked.
+    fn with_annex(mut self, view: &TensorView, what: &str) -> PluginResult<Self> {
+        let t = parse_annex(view, &format!("{what}.annex"))?;
+        if (t.device, t.ordinal) != (self.data.device, self.data.ordinal) {
+            return Err(PluginError::invalid(format!(
+                "{what}: annex and data live on different devices"
+            )));
+        }
+        self.annex = Some(t);
+        Ok(self)
     }
 
     /// `self` with the values of an `MxWithValues(Swapped)` operand attached, checked.
@@ -240,6 +257,9 @@ impl MxArg {
 
 /// A GEMM operand, dense or pre-quantized.
 #[derive(Debug, Clone)]
+// (An MxArg is a few hundred bytes, built once per operand per call: boxing it would buy
+// nothing.)
+#[allow(clippy::large_enum_variant)]
 pub enum OperandArg {
     Dense(TensorArg),
     Mx(MxArg),
@@ -258,6 +278,10 @@ impl OperandArg {
             Some(k @ (OperandKind::MxWithValues | OperandKind::MxWithValuesSwapped)) => {
                 let swapped = k == OperandKind::MxWithValuesSwapped;
                 let m = MxArg::parse(&op.mx, what)?.with_values(&op.dense, swapped, what)?;
+                Ok(OperandArg::Mx(m))
+            }
+            Some(OperandKind::MxWithAnnex) => {
+                let m = MxArg::parse(&op.mx, what)?.with_annex(&op.dense, what)?;
                 Ok(OperandArg::Mx(m))
             }
             None => Err(PluginError::invalid(format!(
@@ -287,10 +311,24 @@ impl OperandArg {
             OperandArg::Mx(m) => {
                 let mut v = vec![&m.data, &m.scales];
                 v.extend(m.values.as_ref().map(|v| &v.t));
+                v.extend(m.annex.as_ref());
                 v
             }
         }
     }
+}
+
+/// An annex view (ABI 1.3): an i32 tensor with one axis.
+fn parse_annex(view: &TensorView, what: &str) -> PluginResult<TensorArg> {
+    let t = TensorArg::parse(view, what)?;
+    t.expect_dtype(&[DType::I32])?;
+    if t.shape.len() != 1 {
+        return Err(PluginError::invalid(format!(
+            "{what}: an annex has one axis, got shape {}",
+            fmt_shape(&t.shape)
+        )));
+    }
+    Ok(t)
 }
 
 /// The device every tensor of a request lives on; mixed devices are rejected.
@@ -339,6 +377,10 @@ pub struct QuantizeArgs {
     /// ABI 1.2: also write `output`'s exact MX values here (checked: bf16, the input's
     /// shape, disjoint from every other buffer).
     pub values: Option<TensorArg>,
+    /// ABI 1.3: this plugin's annexes of `output` and `transposed`, of the sizes its
+    /// `annex_words` asked for (checked: i32, one axis, disjoint from every other buffer).
+    pub annex: Option<TensorArg>,
+    pub transposed_annex: Option<TensorArg>,
     pub device: DeviceKind,
     pub ordinal: i32,
     pub stream: *mut c_void,
@@ -378,8 +420,23 @@ impl QuantizeArgs {
             v.expect_shape(&input.shape)?;
             Some(v)
         };
+        let annex = (!desc.annex.is_absent())
+            .then(|| parse_annex(&desc.annex, "quantize.annex"))
+            .transpose()?;
+        let transposed_annex = (!desc.transposed_annex.is_absent())
+            .then(|| parse_annex(&desc.transposed_annex, "quantize.transposed_annex"))
+            .transpose()?;
+        if transposed_annex.is_some() && transposed.is_none() {
+            return Err(PluginError::invalid(
+                "quantize.transposed_annex without quantize.transposed",
+            ));
+        }
         let mut tensors = vec![&input, &output.data, &output.scales];
         let mut outs = vec![&output.data, &output.scales];
+        for a in annex.iter().chain(transposed_annex.iter()) {
+            tensors.push(a);
+            outs.push(a);
+        }
         if let Some(t) = &transposed {
             tensors.extend([&t.data, &t.scales]);
             outs.extend([&t.data, &t.scales]);
@@ -395,9 +452,60 @@ impl QuantizeArgs {
             output,
             transposed,
             values,
+            annex,
+            transposed_annex,
             device,
             ordinal,
             stream: desc.stream,
+        })
+    }
+}
+
+/// A validated annex query (ABI 1.3): which MX tensor a quantize call will write.
+#[derive(Debug, Clone)]
+pub struct AnnexSpec {
+    pub shape: Vec<u64>,
+    pub format: MxFormat,
+    pub block: Blocking,
+    pub device: DeviceKind,
+    pub keeps_values: bool,
+}
+
+impl AnnexSpec {
+    pub fn parse(q: &AnnexQuery) -> PluginResult<Self> {
+        check_struct_size(
+            "annex query",
+            q.struct_size,
+            std::mem::size_of::<AnnexQuery>(),
+        )?;
+        let rank = q.rank as usize;
+        if rank == 0 || rank > MAX_RANK {
+            return Err(PluginError::invalid(format!(
+                "annex query: rank {rank} is outside 1..={MAX_RANK}"
+            )));
+        }
+        let format = MxFormat::from_raw(q.format).ok_or_else(|| {
+            PluginError::invalid(format!("annex query: unknown MX format {}", q.format))
+        })?;
+        let shape = q.shape[..rank].to_vec();
+        let block = Blocking::from_abi(q.block)
+            .filter(|_| scale_shape(&shape, q.block).is_some())
+            .ok_or_else(|| {
+                PluginError::invalid(format!(
+                    "annex query: block layout {:?} is invalid for shape {}",
+                    q.block,
+                    fmt_shape(&shape)
+                ))
+            })?;
+        let device = DeviceKind::from_raw(q.device).ok_or_else(|| {
+            PluginError::invalid(format!("annex query: unknown device kind {}", q.device))
+        })?;
+        Ok(AnnexSpec {
+            shape,
+            format,
+            block,
+            device,
+            keeps_values: q.keeps_values != 0,
         })
     }
 }

@@ -7,12 +7,13 @@
 //! the CPU one. Everything runs inside `guard_entry`, so a panic (including one in a
 //! rayon worker, which rayon re-raises on the calling thread) becomes `Status::Panic`.
 
-use crate::args::{DequantizeArgs, GemmArgs, QuantizeArgs};
+use crate::args::{AnnexSpec, DequantizeArgs, GemmArgs, QuantizeArgs};
 use mxhost_plugin_abi::plugin_support::{
     guard_entry, read_desc, read_desc_grown, PluginError, PluginResult,
 };
 use mxhost_plugin_abi::{
-    DequantizeDesc, DeviceKind, ErrorBuf, GroupedGemmDesc, QuantizeDesc, QUANTIZE_DESC_SIZE_1_0,
+    AnnexQuery, DequantizeDesc, DeviceKind, ErrorBuf, GroupedGemmDesc, QuantizeDesc,
+    QUANTIZE_DESC_SIZE_1_0,
 };
 
 /// One compute backend (CPU today; CUDA and HIP later). Receives validated requests;
@@ -21,6 +22,12 @@ pub trait Backend: Sync {
     fn quantize(&self, args: &QuantizeArgs) -> PluginResult<()>;
     fn dequantize(&self, args: &DequantizeArgs) -> PluginResult<()>;
     fn grouped_gemm(&self, args: &GemmArgs) -> PluginResult<()>;
+    /// ABI 1.3: the annex (i32 words) this backend wants beside an MX tensor a quantize
+    /// call will write; 0, the default, keeps none.
+    fn annex_words(&self, spec: &AnnexSpec) -> PluginResult<u64> {
+        let _ = spec;
+        Ok(0)
+    }
 }
 
 /// Picks the backend for a device, or says why there is none.
@@ -84,6 +91,31 @@ pub unsafe fn grouped_gemm(
         // SAFETY: offs_host is valid for num_groups reads (ABI contract).
         let args = unsafe { GemmArgs::parse(&desc)? };
         select(args.device)?.grouped_gemm(&args)
+    })
+}
+
+/// Body of a plugin's `annex_words` entry (ABI 1.3).
+///
+/// # Safety
+/// `query` and `err` are what the host passed (null or valid); `words` is null or
+/// writable.
+pub unsafe fn annex_words(
+    query: *const AnnexQuery,
+    words: *mut u64,
+    err: *mut ErrorBuf,
+    select: SelectBackend,
+) -> u32 {
+    guard_entry(err, || {
+        if words.is_null() {
+            return Err(PluginError::invalid("annex_words: null output"));
+        }
+        // SAFETY: the host passes null or a readable query (ABI contract).
+        let query = unsafe { read_desc(query)? };
+        let spec = AnnexSpec::parse(&query)?;
+        let n = select(spec.device)?.annex_words(&spec)?;
+        // SAFETY: checked non-null; the host passes a writable u64.
+        unsafe { *words = n };
+        Ok(())
     })
 }
 

@@ -4,8 +4,9 @@
 //   residual corrections gathered into shared memory and added before its epilogue
 //   (mx_tgemm_chain.cuh).
 // How the backend runs them as one forward/dgrad (src/backend/cuda/chain.rs, MXHOST_MX_CHAIN):
-// re-encode A and B (status words zeroed first), transpose A' and its scales, relay the copies'
-// scales (mx_scales_to_f32), then enqueue this GEMM and the per-k32 kernel on the original
+// re-encode A and B (status words zeroed first; or read both from the annexes their quantizers
+// filled, ABI 1.3), transpose A' and its scales, relay the copies' scales (mx_scales_to_f32),
+// merge the two operands' status words (mx_chain_status_merge), then enqueue this GEMM and the per-k32 kernel on the original
 // operands, all gated on the status words (MxGemmTmaParams::gate): exactly one of them runs,
 // the 4-stage build at low residual counts, the `_s3` build (larger correction rounds) above
 // them, the per-k32 one when a row overflowed its list, a block is non-finite or the residuals
@@ -37,6 +38,17 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
 #define MXC_INST(NAME, FA, FB, OBF, STAGES, POLL) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, STAGES, POLL>(p.b, &p.f); }
+
+// The gate's status words of one GEMM from its operands' own (each operand re-encoded on its
+// own, in the call or by its quantizer into an annex): flags ORed, counts added (saturating,
+// so a huge sum still closes the gate).
+extern "C" __global__ void mx_chain_status_merge(const int* a, const int* b, int* out) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    const long long n = (long long)(unsigned)a[1] + (long long)(unsigned)b[1];
+    out[0] = a[0] | b[0];
+    out[1] = n > 0x7FFFFFFF ? 0x7FFFFFFF : (int)n;
+  }
+}
 
 #ifndef MXC_CUSTOM_INSTANTIATIONS
 MXR_INST(mx_reencode_e4m3, 0)

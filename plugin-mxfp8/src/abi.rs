@@ -1,10 +1,12 @@
-//! The exported C ABI: the static function table and its three entries. Each entry
+//! The exported C ABI: the static function table and its entries (quantize, dequantize,
+//! grouped GEMM, and ABI 1.3's annex size). Each entry
 //! delegates to `mxhost_plugin_common::entry`, which catches panics, reads and
 //! validates the descriptor and dispatches to [`crate::backend::select`].
 
 use crate::backend;
 use mxhost_plugin_abi::{
-    caps, static_cstr, DequantizeDesc, ErrorBuf, GroupedGemmDesc, PluginApi, QuantizeDesc,
+    caps, static_cstr, AnnexQuery, DequantizeDesc, ErrorBuf, GroupedGemmDesc, PluginApi,
+    QuantizeDesc,
 };
 use mxhost_plugin_common::entry;
 
@@ -32,7 +34,8 @@ static API: PluginApi = PluginApi::new(
     quantize,
     dequantize,
     grouped_gemm,
-);
+)
+.with_annex(annex_words);
 
 unsafe extern "C" fn quantize(desc: *const QuantizeDesc, err: *mut ErrorBuf) -> u32 {
     // SAFETY: the host passes null or valid pointers (ABI contract).
@@ -47,6 +50,15 @@ unsafe extern "C" fn dequantize(desc: *const DequantizeDesc, err: *mut ErrorBuf)
 unsafe extern "C" fn grouped_gemm(desc: *const GroupedGemmDesc, err: *mut ErrorBuf) -> u32 {
     // SAFETY: the host passes null or valid pointers, offs valid for num_groups reads.
     unsafe { entry::grouped_gemm(desc, err, backend::select) }
+}
+
+unsafe extern "C" fn annex_words(
+    query: *const AnnexQuery,
+    words: *mut u64,
+    err: *mut ErrorBuf,
+) -> u32 {
+    // SAFETY: the host passes null or valid pointers (ABI contract).
+    unsafe { entry::annex_words(query, words, err, backend::select) }
 }
 
 /// The plugin's single exported symbol: the static function table.

@@ -208,6 +208,7 @@ impl Unit {
             .to_vec(),
             Unit::Gemm { .. } | Unit::TGemm { .. } => vec![self.gemm_name().unwrap()],
             Unit::Chain => [
+                "mx_chain_status_merge",
                 "mx_reencode_e4m3",
                 "mx_reencode_e5m2",
                 "mx_cgemm_e4m3e4m3_w2d_bf16",

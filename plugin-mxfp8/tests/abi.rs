@@ -74,6 +74,8 @@ fn quantize_desc(input: TensorView, output: MxTensorView) -> QuantizeDesc {
         stream: std::ptr::null_mut(),
         transposed: MxTensorView::absent(),
         values: TensorView::absent(),
+        annex: TensorView::absent(),
+        transposed_annex: TensorView::absent(),
     }
 }
 
@@ -618,4 +620,131 @@ fn malformed_kept_values_are_rejected() {
         Status::Ok,
         "swapped values have the swapped shape"
     );
+}
+
+fn annex_query(shape: &[u64], block: BlockLayout, device: DeviceKind) -> AnnexQuery {
+    let mut s = [0u64; MAX_RANK];
+    s[..shape.len()].copy_from_slice(shape);
+    AnnexQuery {
+        struct_size: std::mem::size_of::<AnnexQuery>(),
+        rank: shape.len() as u32,
+        shape: s,
+        format: MxFormat::E4m3 as u32,
+        block,
+        device: device as u32,
+        keeps_values: 0,
+    }
+}
+
+fn annex_words_of(q: &AnnexQuery) -> (Status, String, u64) {
+    let f = api()
+        .annex_words
+        .expect("ABI 1.3: the plugin reports annex sizes");
+    let mut words = u64::MAX;
+    // SAFETY: a live query and a writable u64.
+    let (st, msg) = call(|e| unsafe { f(q, &mut words, e) });
+    (st, msg, words)
+}
+
+/// ABI 1.3: the CPU backend keeps no annex (0 words); malformed queries are refused with a
+/// message, never read out of bounds.
+#[test]
+fn annex_sizes_are_answered_and_bad_queries_refused() {
+    let q = annex_query(&[256, 4096], BlockLayout::vector(1), DeviceKind::Cpu);
+    let (st, msg, words) = annex_words_of(&q);
+    assert_eq!((st, words), (Status::Ok, 0), "{msg}");
+    let mut bad = q;
+    bad.rank = 0;
+    assert_eq!(annex_words_of(&bad).0, Status::InvalidArgument);
+    let mut bad = q;
+    bad.block = BlockLayout::tile();
+    bad.rank = 1;
+    let (st, msg, _) = annex_words_of(&bad);
+    assert_eq!(st, Status::InvalidArgument, "tiles of a vector");
+    assert!(msg.contains("block layout"), "{msg}");
+    let mut bad = q;
+    bad.struct_size = 8;
+    assert_eq!(annex_words_of(&bad).0, Status::InvalidArgument);
+    let f = api().annex_words.unwrap();
+    // SAFETY: null output pointer: refused before anything is written.
+    let (st, _) = call(|e| unsafe { f(&q, std::ptr::null_mut(), e) });
+    assert_eq!(st, Status::InvalidArgument);
+}
+
+/// An annex must be an i32 vector disjoint from the outputs; a GEMM operand of kind
+/// `MxWithAnnex` computes what the plain MX operand computes (the CPU backend ignores it).
+#[test]
+fn annexes_are_checked_and_never_change_a_result() {
+    let shape = [32u64, 64];
+    let mut x = vec![1.0f32; 32 * 64];
+    let (mut d, mut s) = (vec![0u8; 32 * 64], vec![0u8; 64]);
+    let mut desc = quantize_desc(
+        view(&mut x, DType::F32, &shape),
+        mx_view(
+            &mut d,
+            &mut s,
+            &shape,
+            MxFormat::E4m3,
+            BlockLayout::vector(1),
+        ),
+    );
+    let run = |desc: &QuantizeDesc| {
+        // SAFETY: every buffer is live and as large as its view says.
+        call(|e| unsafe { (api().quantize)(desc, e) })
+    };
+    let mut words = vec![0i32; 64];
+    desc.annex = view(&mut words, DType::I32, &[8, 8]);
+    let (st, msg) = run(&desc);
+    assert_eq!(st, Status::InvalidArgument, "two axes");
+    assert!(msg.contains("one axis"), "{msg}");
+    desc.annex = view(&mut words, DType::I32, &[64]);
+    assert_eq!(
+        run(&desc).0,
+        Status::Ok,
+        "the CPU backend leaves an annex alone"
+    );
+    desc.annex = TensorView {
+        dtype: DType::I32 as u32,
+        rank: 1,
+        shape: [64, 0, 0, 0],
+        ..desc.input
+    };
+    assert_eq!(run(&desc).0, Status::InvalidArgument, "overlaps the input");
+    desc.annex = TensorView::absent();
+    desc.transposed_annex = view(&mut words, DType::I32, &[64]);
+    let (st, msg) = run(&desc);
+    assert_eq!(st, Status::InvalidArgument);
+    assert!(msg.contains("without quantize.transposed"), "{msg}");
+
+    // The same forward with the weight as Mx and as MxWithAnnex: the same bits.
+    let mut g = Gemm::forward();
+    let wshape = [2u64, 48, 64];
+    let block = BlockLayout::tile();
+    let mut wd = vec![0u8; g.w.len()];
+    let mut ws = vec![0u8; scale_count(&wshape, block).unwrap()];
+    let wdesc = quantize_desc(
+        view(&mut g.w, DType::F32, &wshape),
+        mx_view(&mut wd, &mut ws, &wshape, MxFormat::E4m3, block),
+    );
+    assert_eq!(run(&wdesc).0, Status::Ok);
+    let mut desc = g.desc();
+    desc.b.kind = OperandKind::Mx as u32;
+    desc.b.mx = mx_view(&mut wd, &mut ws, &wshape, MxFormat::E4m3, block);
+    let (st, msg) = gemm(&desc);
+    assert_eq!(st, Status::Ok, "{msg}");
+    let plain = g.out.clone();
+    g.out.fill(f32::NAN);
+    desc.b.kind = OperandKind::MxWithAnnex as u32;
+    desc.b.dense = view(&mut words, DType::I32, &[64]);
+    let (st, msg) = gemm(&desc);
+    assert_eq!(st, Status::Ok, "{msg}");
+    assert!(plain.iter().all(|v| v.is_finite()));
+    assert_eq!(
+        plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        g.out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    desc.b.dense = view(&mut words, DType::F32, &[64]);
+    let (st, msg) = gemm(&desc);
+    assert_eq!(st, Status::InvalidArgument, "an f32 annex");
+    assert!(msg.contains("annex"), "{msg}");
 }

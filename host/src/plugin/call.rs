@@ -135,6 +135,28 @@ fn decode(plugin: &LoadedPlugin, raw: u32, message: &[u8]) -> Result<(), PluginC
     })
 }
 
+/// Ask `entry` (the plugin's ABI 1.3 `annex_words`) how large an annex it wants. A size
+/// query only: no watchdog.
+pub fn annex_words(
+    plugin: &LoadedPlugin,
+    entry: mxhost_plugin_abi::AnnexWordsFn,
+    query: &mxhost_plugin_abi::AnnexQuery,
+) -> Result<u64, PluginCallError> {
+    let mut storage = vec![0u8; ERROR_CAPACITY];
+    let mut buf = ErrorBuf {
+        struct_size: std::mem::size_of::<ErrorBuf>(),
+        data: storage.as_mut_ptr(),
+        capacity: storage.len(),
+        len: 0,
+    };
+    let mut words = 0u64;
+    // SAFETY: the query is a live local, `words` a writable u64, `buf` a live buffer.
+    let raw = unsafe { entry(query, &mut words, &mut buf) };
+    storage.truncate(buf.len.min(ERROR_CAPACITY));
+    decode(plugin, raw, &storage)?;
+    Ok(words)
+}
+
 pub fn quantize(
     plugin: &LoadedPlugin,
     desc: &QuantizeDesc,

@@ -57,6 +57,8 @@ pub struct LoadedPlugin {
     pub capabilities: u64,
     pub path: PathBuf,
     pub abi_minor: u32,
+    /// ABI 1.3's `annex_words`, when the table has it and it is set.
+    pub annex_words: Option<mxhost_plugin_abi::AnnexWordsFn>,
     api: &'static PluginApi,
 }
 
@@ -150,7 +152,8 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
             found_minor: minor,
         });
     }
-    let expected = std::mem::size_of::<PluginApi>();
+    // Tables grow by appending (ABI 1.3 added `annex_words`): the 1.0 layout is the least.
+    let expected = mxhost_plugin_abi::PLUGIN_API_SIZE_1_0;
     if size < expected {
         return Err(LoadError::TableTooSmall {
             path: path_buf,
@@ -158,8 +161,19 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
             found: size,
         });
     }
-    // SAFETY: magic, major version and size checked; the table is static in the library.
-    let api: &'static PluginApi = unsafe { &*table };
+    // A 1.0-1.2 table ends before `annex_words`: copy what the table has into a zeroed
+    // one of today's layout (a missing function pointer reads as None) and keep that.
+    let n = size.min(std::mem::size_of::<PluginApi>());
+    let mut grown = std::mem::MaybeUninit::<PluginApi>::zeroed();
+    // SAFETY: magic, major version and size checked: the library's static table has `size`
+    // ≥ `n` readable bytes; a zeroed PluginApi is valid (null pointers, None entries are
+    // overwritten by the copy for every field the table has, and the three mandatory
+    // entries are inside the 1.0 layout).
+    let api: &'static PluginApi = unsafe {
+        std::ptr::copy_nonoverlapping(table as *const u8, grown.as_mut_ptr() as *mut u8, n);
+        Box::leak(Box::new(grown.assume_init()))
+    };
+    let annex_words = if minor >= 3 { api.annex_words } else { None };
     let name = c_string(api.name)
         .filter(|n| !n.is_empty())
         .ok_or(LoadError::BadName {
@@ -172,6 +186,7 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
         capabilities: api.capabilities,
         path: path_buf,
         abi_minor: minor,
+        annex_words,
         api,
     })
 }

@@ -48,12 +48,15 @@
 use super::cublas;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{DType, MxFormat, ScaleMode};
-use mxhost_plugin_common::args::{Blocking, DequantizeArgs, GemmArgs, QuantizeArgs, TensorArg};
+use mxhost_plugin_common::args::{
+    AnnexSpec, Blocking, DequantizeArgs, GemmArgs, QuantizeArgs, TensorArg,
+};
 use mxhost_plugin_common::entry::Backend;
 use std::ffi::c_void;
 
 mod bf16_path;
 mod chain;
+mod chain_form;
 mod device;
 mod gemm;
 mod params;
@@ -116,13 +119,11 @@ fn leading(shape: &[u64]) -> usize {
         .product::<u64>() as usize
 }
 
-impl Backend for CudaBackend {
-    fn quantize(&self, args: &QuantizeArgs) -> PluginResult<()> {
+impl CudaBackend {
+    /// The quantize request's tensors: `output` and, when asked for, its transposed copy
+    /// and the values in bf16.
+    fn quantize_tensors(&self, call: &mut Call, args: &QuantizeArgs) -> PluginResult<()> {
         let (x, o) = (&args.input, &args.output);
-        if x.numel == 0 {
-            return Ok(());
-        }
-        let mut call = Call::new(args.ordinal, args.stream)?;
         let job = QuantJob::new(args)?;
         let QuantJob {
             in_bf16,
@@ -167,11 +168,33 @@ impl Backend for CudaBackend {
                 && last.is_multiple_of(8)
                 && v.is_multiple_of(16)
         });
-        self.quantize_bytes(&mut call, &job, tile_vals)?;
+        self.quantize_bytes(call, &job, tile_vals)?;
         if let (Some(v), None) = (vals, tile_vals) {
-            dequantize_into(&call, o, v, true)?;
+            dequantize_into(call, o, v, true)?;
         }
         Ok(())
+    }
+}
+
+impl Backend for CudaBackend {
+    fn quantize(&self, args: &QuantizeArgs) -> PluginResult<()> {
+        if args.input.numel == 0 {
+            return Ok(());
+        }
+        let mut call = Call::new(args.ordinal, args.stream)?;
+        self.quantize_tensors(&mut call, args)?;
+        // The annexes (ABI 1.3) read the bytes just written: after them on the stream.
+        if let Some(a) = &args.annex {
+            chain::fill_annex(&call, &args.output, a)?;
+        }
+        if let (Some(t), Some(a)) = (&args.transposed, &args.transposed_annex) {
+            chain::fill_annex(&call, t, a)?;
+        }
+        Ok(())
+    }
+
+    fn annex_words(&self, spec: &AnnexSpec) -> PluginResult<u64> {
+        chain::annex_words(spec)
     }
 
     fn dequantize(&self, args: &DequantizeArgs) -> PluginResult<()> {

@@ -171,6 +171,16 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
             "median, L2 flushed before each call, as bench_peers.py"
         }
     );
+    if let Some(chain) = std::env::var("MXHOST_MX_CHAIN")
+        .ok()
+        .filter(|v| !matches!(v.trim(), "" | "off" | "0"))
+    {
+        // The plugin then fills annexes (ABI 1.3) in its quantize calls: their GB/s count
+        // only the MX tensor's bytes, and GEMMs on those operands skip the re-encoding.
+        eprintln!(
+            "mxhost bench: MXHOST_MX_CHAIN={chain}: quantize rows also write the plugin's chain-form annexes (not counted in GB/s); GEMMs on pre-quantized operands read them"
+        );
+    }
     println!(
         "{:<26} {:<50} {:>10} {:>9} {:>8} {:>7} {:>7}",
         "shape", "op", "µs", "TFLOP/s", "GB/s", "% copy", "× BF16"

@@ -19,14 +19,17 @@
 //! Heavy-tailed data lands there: on Student-t(3) the corrections cost more than the
 //! chained main loop saves (run 104: 0.45–0.54× v2t).
 
+use super::chain_form;
 use super::device::{chain_smem, Call};
 use super::gemm::{AMat, BMat};
-use super::params::{ChainFix, ChainParams, GemmParams, ReencodeParams, TGemmParams};
+use super::params::{ChainFix, ChainParams, GemmParams, TGemmParams};
 use super::tma::{encode_2d, encode_2d_box, tensor_map_available};
-use super::{arg, cdiv, i32_of, rup};
+use super::{arg, cdiv, fmt_code, i32_of, rup};
 use crate::kernels::{Unit, TGEMM_THREADS};
 use cudarc::driver::result as cr;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use mxhost_plugin_abi::{DeviceKind, MxFormat};
+use mxhost_plugin_common::args::{AnnexSpec, Blocking, MxArg, TensorArg};
 use mxhost_plugin_common::cuda::drv;
 use std::sync::OnceLock;
 
@@ -218,65 +221,139 @@ fn describe_gate([flags, listed]: [i32; 2], limit: i32, split: Option<i32>) -> S
     }
 }
 
-/// The re-encoding of one operand: the copy's bytes and scales, its residual lists.
-struct Reencoded {
-    q2: u64,
-    s2: u64,
-    res: u64,
-    cnt: u64,
+/// Which chained-GEMM operand a quantized tensor can be, from its shape alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AnnexRole {
+    /// `[rows][red]` in 1×32 blocks along `red`: X of forward, dY of dgrad.
+    A { rows: usize, red: usize },
+    /// `[E][cols][red]` in 32×32 tiles, E4M3: the weight as forward (or, for a transposed
+    /// copy, dgrad) reads it.
+    B { e: usize, cols: usize, red: usize },
 }
 
-/// Launches `mx_reencode_<fmt>` over `r` rows of `k` bytes (scales as [`ReencodeParams`]
-/// describes them; `scale_bytes`: the scale tensor's size).
-#[allow(clippy::too_many_arguments)]
-fn reencode(
-    call: &mut Call,
-    (q, s, fmt): (u64, u64, u8),
-    (r, k, rpe, rdv): (usize, usize, usize, i32),
-    (ise, isr, isc): (i64, i64, i64),
-    scale_bytes: usize,
-    slots: usize,
-    status: u64,
-) -> PluginResult<Reencoded> {
-    let out = Reencoded {
-        q2: call.alloc(r * k)?,
-        s2: call.alloc(scale_bytes)?,
-        res: call.alloc(r * slots * 8)?,
-        cnt: call.alloc(r * 4)?,
-    };
-    let p = ReencodeParams {
-        q,
-        s,
-        q2: out.q2,
-        s2: out.s2,
-        res: out.res,
-        cnt: out.cnt,
-        status,
-        r: r as i64,
-        ise,
-        isr,
-        isc,
-        k: i32_of("reduction", k)?,
-        rpe: i32_of("rows", rpe)?,
-        rdv,
-        slots: slots as i32,
-    };
-    // One warp per row, grid-stride (bench/launch.cu's mx_launch_reencode).
-    let grid = cdiv(r, 8).min(16 * call.dev.sms as usize);
-    let name = if fmt == 0 {
-        "mx_reencode_e4m3"
-    } else {
-        "mx_reencode_e5m2"
-    };
-    call.launch(
-        Unit::Chain,
-        name,
-        (grid, 1, 1),
-        (256, 1, 1),
-        0,
-        &mut [arg(&p)],
-    )?;
-    Ok(out)
+fn annex_role(shape: &[u64], block: Blocking, format: MxFormat) -> Option<AnnexRole> {
+    let ok = |v: u64| v > 0 && v.is_multiple_of(16);
+    match (shape, block) {
+        (&[rows, red], Blocking::Vector { axis: 1 }) if ok(rows) && ok(red) => Some(AnnexRole::A {
+            rows: rows as usize,
+            red: red as usize,
+        }),
+        (&[e, cols, red], Blocking::Tile)
+            if format == MxFormat::E4m3 && e > 0 && e as usize <= MAX_E && ok(cols) && ok(red) =>
+        {
+            Some(AnnexRole::B {
+                e: e as usize,
+                cols: cols as usize,
+                red: red as usize,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The chain form's size in bytes for a tensor of this role.
+fn role_bytes(role: AnnexRole) -> usize {
+    match role {
+        AnnexRole::A { rows, red } => chain_form::a_layout(rows, red).bytes,
+        AnnexRole::B { e, cols, red } => {
+            let (ise, _, _) = chain_form::tile_strides(cols, red);
+            chain_form::b_layout((e, cols, red), e * ise as usize, true).bytes
+        }
+    }
+}
+
+/// ABI 1.3: the annex, in i32 words, that a quantize call fills with the tensor's chain form.
+/// It is 0 when `MXHOST_MX_CHAIN` is off, when the call keeps the values (such a weight stays
+/// on cuBLAS), and when no chained GEMM could read the tensor.
+pub(super) fn annex_words(spec: &AnnexSpec) -> PluginResult<u64> {
+    if mode()? == ChainMode::Off || spec.keeps_values || spec.device != DeviceKind::Cuda {
+        return Ok(0);
+    }
+    Ok(annex_role(&spec.shape, spec.block, spec.format)
+        .map_or(0, |r| chain_form::annex_words(role_bytes(r)) as u64))
+}
+
+/// Fills `annex` with the chain form of `m`, which this quantize call has just written (on
+/// the same stream, so in order). Skipped on devices the chained GEMM never runs on (no
+/// sm_90a kernels or tensor maps): there `operand_refusal` turns every GEMM away before it
+/// reads an annex.
+pub(super) fn fill_annex(call: &Call, m: &MxArg, annex: &TensorArg) -> PluginResult<()> {
+    let block = Blocking::from_abi(m.block).expect("checked by MxArg::parse");
+    let role = annex_role(&m.data.shape, block, m.format).ok_or_else(|| {
+        PluginError::invalid(format!(
+            "quantize: an annex for a tensor of shape {:?} that no chained GEMM reads (this plugin's annex_words gives 0 words for it)",
+            m.data.shape
+        ))
+    })?;
+    let want = chain_form::annex_words(role_bytes(role));
+    let base = annex.ptr as u64;
+    if annex.numel != want || !base.is_multiple_of(256) {
+        return Err(PluginError::invalid(format!(
+            "quantize: annex of {} words at {base:#x}; this tensor's needs {want} words, 256-byte aligned",
+            annex.numel
+        )));
+    }
+    if call.dev.portable || !tensor_map_available(call.dev) {
+        return Ok(());
+    }
+    let (q, s, fmt) = (m.data.ptr as u64, m.scales.ptr as u64, fmt_code(m.format));
+    match role {
+        AnnexRole::A { rows, red } => {
+            let a = AMat { q, s, fmt, rdiv: 1 };
+            chain_form::prepare_a(call, &a, (rows, red), base)?;
+        }
+        AnnexRole::B { e, cols, red } => {
+            let (ise, isr, isc) = chain_form::tile_strides(cols, red);
+            let b = BMat {
+                q,
+                s,
+                ise,
+                isr,
+                isc,
+                w2d: true,
+                fmt,
+            };
+            chain_form::prepare_b(call, &b, (e, cols, red), false, base)?;
+        }
+    }
+    Ok(())
+}
+
+/// The operands' annexes (ABI 1.3) that hold their chain forms, as device addresses.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(super) struct Annexes {
+    pub(super) a: Option<u64>,
+    pub(super) b: Option<u64>,
+}
+
+impl Annexes {
+    /// The annexes of this GEMM's operands that hold a chain form it can read: A's when it is
+    /// the tensor passed (`[rows][red]`, 1×32), B's when the weight is read as stored
+    /// (`[E][cols][red]` in 32×32 tiles, no transposed copy made: `bt` is `None`). Each must
+    /// have exactly its layout's size and a 256-byte aligned address (the layout's
+    /// alignment); anything else is left alone and made per call.
+    pub(super) fn pick(
+        (a_annex, b_annex): (Option<&TensorArg>, Option<&TensorArg>),
+        b: &BMat,
+        b_as_stored: bool,
+        (e, rows, cols, red): (usize, usize, usize, usize),
+    ) -> Annexes {
+        let fits = |t: &TensorArg, bytes: usize| {
+            t.numel == chain_form::annex_words(bytes) && (t.ptr as u64).is_multiple_of(256)
+        };
+        let a = a_annex
+            .filter(|t| fits(t, chain_form::a_layout(rows, red).bytes))
+            .map(|t| t.ptr as u64);
+        let b = b_annex
+            .filter(|_| b_as_stored && b.w2d)
+            .filter(|_| (b.ise, b.isr, b.isc) == chain_form::tile_strides(cols, red))
+            .filter(|t| {
+                let l = chain_form::b_layout((e, cols, red), e * b.ise as usize, true);
+                fits(t, l.bytes)
+            })
+            .map(|t| t.ptr as u64);
+        Annexes { a, b }
+    }
 }
 
 /// Enqueues the chained GEMM out = A · B_eᵀ per expert (A `[rows][red]` 1×32, B `[E][cols][red]`
@@ -294,6 +371,7 @@ pub(super) fn launch_chained(
     (out, out_bf16): (u64, bool),
     offs: u64,
     (e, rows, cols, red): (usize, usize, usize, usize),
+    annexes: Annexes,
 ) -> PluginResult<Result<(Gate, &'static str), String>> {
     if let Some(why) =
         shape_refusal(e, rows, cols).or_else(|| operand_refusal(call, a, b, out_bf16))
@@ -311,51 +389,56 @@ pub(super) fn launch_chained(
         _ => None,
     };
     let (kb, nb) = (cdiv(red, 32), cdiv(cols, 32));
-    let (kb4, nb4) = (rup(kb, 4), rup(nb, 4) + 4);
-    // The slot rule of bench/chain.py: 16 per row, plus one per 256 of the reduction.
-    let slots = 16 + red / 256;
+    let (kb4, nb4) = (rup(kb, 4), chain_form::b_table_cols(nb));
+    let slots = chain_form::slots(red);
     let elements = (rows * red + e * cols * red) as f64;
     let Ranges { split, limit } = ranges(mode, elements, name_s3.is_some());
-    let status = call.alloc(8)?;
-    call.zero(status, 8)?;
-    let xa = reencode(
-        call,
-        (a.q, a.s, a.fmt),
-        (rows, red, rows, 1),
-        (0, 1, kb as i64),
-        rows * kb,
-        slots,
-        status,
-    )?;
-    let wb = reencode(
-        call,
-        (b.q, b.s, b.fmt),
-        (e * cols, red, cols, 32),
-        (b.ise, b.isr, b.isc),
-        e * b.ise as usize,
-        slots,
-        status,
-    )?;
-    // A' and its scales transposed, rows of `rows` bytes, 272 bytes of slack after each
-    // (the corrections' aligned 272-byte windows, mx_tgemm_chain.cuh).
-    let at = call.alloc(red * rows + 272)?;
-    let sat = call.alloc(kb * rows + 272)?;
-    call.transpose(xa.q2, at, 1, rows, red)?;
-    call.transpose(xa.s2, sat, 1, rows, kb)?;
-    let bt = match bt {
-        Some(t) => t,
+    // Each operand's chain form: read from the annex its quantizer filled, else made here.
+    let (la, abase) = match annexes.a {
+        Some(base) => (chain_form::a_layout(rows, red), base),
         None => {
-            let t = call.alloc(e * cols * red)?;
-            call.transpose(b.q, t, e, cols, red)?;
-            t
+            let base = call.alloc(chain_form::a_layout(rows, red).bytes)?;
+            (chain_form::prepare_a(call, a, (rows, red), base)?, base)
         }
     };
-    let sa = call.scales_f32(xa.s2, 0, (kb as i64, 1), 1, rows, kb, rows, kb4, 1, true)?;
-    let sb = call.scales_f32(wb.s2, b.ise, (b.isr, 1), b.isc, kb, nb, kb4, nb4, e, false)?;
+    let (lb, bbase) = match annexes.b {
+        Some(base) => (
+            chain_form::b_layout((e, cols, red), e * b.ise as usize, true),
+            base,
+        ),
+        None => {
+            let l = chain_form::b_layout((e, cols, red), e * b.ise as usize, bt.is_none());
+            let base = call.alloc(l.bytes)?;
+            let dims = (e, cols, red);
+            (
+                chain_form::prepare_b(call, b, dims, bt.is_some(), base)?,
+                base,
+            )
+        }
+    };
+    let (pa, pb) = (|o: usize| abase + o as u64, |o: usize| bbase + o as u64);
+    let status = call.alloc(8)?;
+    let (sta, stb) = (pa(la.status), pb(lb.status));
+    call.launch(
+        Unit::Chain,
+        "mx_chain_status_merge",
+        (1, 1, 1),
+        (32, 1, 1),
+        0,
+        &mut [arg(&sta), arg(&stb), arg(&status)],
+    )?;
+    let bt = match (bt, lb.bt) {
+        (_, Some(o)) if annexes.b.is_some() => pb(o),
+        (Some(t), _) => t,
+        (None, Some(o)) => pb(o),
+        (None, None) => unreachable!("b_layout holds Bᵀ when the caller has none"),
+    };
+    let (xq2, wq2) = (pa(la.q2), pb(lb.q2));
+    let (sa, sb) = (pa(la.sa), pb(lb.sb));
     let g = GemmParams {
-        a: xa.q2,
+        a: xq2,
         lda: red as i64,
-        b: wb.q2,
+        b: wq2,
         ldb: red as i64,
         b_es: (cols * red) as i64,
         sa,
@@ -375,7 +458,7 @@ pub(super) fn launch_chained(
         out_t: 0,
     };
     let maps = encode_2d_box(
-        xa.q2,
+        xq2,
         red as u64,
         rows as u64,
         red as u64,
@@ -386,7 +469,7 @@ pub(super) fn launch_chained(
     .and_then(|tm_a| {
         Ok((
             tm_a,
-            encode_2d(wb.q2, red as u64, (e * cols) as u64, red as u64)?,
+            encode_2d(wq2, red as u64, (e * cols) as u64, red as u64)?,
         ))
     });
     let (tm_a, tm_b) = match maps {
@@ -401,14 +484,14 @@ pub(super) fn launch_chained(
     let mut p = ChainParams {
         b: b_params,
         f: ChainFix {
-            res_a: xa.res,
-            cnt_a: xa.cnt,
-            res_b: wb.res,
-            cnt_b: wb.cnt,
+            res_a: pa(la.res),
+            cnt_a: pa(la.cnt),
+            res_b: pb(lb.res),
+            cnt_b: pb(lb.cnt),
             bt,
             sbo: b.s,
-            at,
-            sat,
+            at: pa(la.at),
+            sat: pa(la.sat),
             bt_es: (red * cols) as i64,
             ise: b.ise,
             isr: b.isr,
@@ -540,6 +623,44 @@ mod tests {
                 limit: 0
             }
         );
+    }
+
+    #[test]
+    fn annexes_go_to_tensors_a_chained_gemm_reads() {
+        use mxhost_plugin_abi::MxFormat::{E4m3, E5m2};
+        let rows = Blocking::Vector { axis: 1 };
+        assert_eq!(
+            annex_role(&[4096, 2880], rows, E5m2),
+            Some(AnnexRole::A {
+                rows: 4096,
+                red: 2880
+            })
+        );
+        assert_eq!(
+            annex_role(&[8, 4096, 2048], Blocking::Tile, E4m3),
+            Some(AnnexRole::B {
+                e: 8,
+                cols: 4096,
+                red: 2048
+            })
+        );
+        // no chained kernel reads these
+        assert_eq!(annex_role(&[8, 4096, 2048], Blocking::Tile, E5m2), None);
+        assert_eq!(annex_role(&[4096, 2880], Blocking::Tile, E4m3), None);
+        assert_eq!(
+            annex_role(&[4096, 2880], Blocking::Vector { axis: 0 }, E4m3),
+            None
+        );
+        assert_eq!(annex_role(&[4100, 2880], rows, E4m3), None);
+        assert_eq!(annex_role(&[0, 2880], rows, E4m3), None);
+        assert_eq!(annex_role(&[257, 64, 64], Blocking::Tile, E4m3), None);
+        // an annex holds the whole chain form, Bᵀ included
+        let b = AnnexRole::B {
+            e: 8,
+            cols: 4096,
+            red: 4096,
+        };
+        assert!(role_bytes(b) > 2 * 8 * 4096 * 4096);
     }
 
     #[test]

@@ -269,6 +269,13 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     _ => None,
                 };
                 let dims = (e, rows, cols, red);
+                // A's annex describes the tensor passed; a dense A was quantized here.
+                let annexes = chain::Annexes::pick(
+                    (annex_of(&args.a), annex_of(&args.b)),
+                    &b,
+                    stored_is_kmajor(args, fwd),
+                    dims,
+                );
                 match chain::launch_chained(
                     call,
                     chain_mode,
@@ -278,10 +285,18 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     (ptr(out), out_bf16),
                     offs_dev,
                     dims,
+                    annexes,
                 )? {
                     Ok((gate, name)) => {
                         if gemm_trace() {
-                            eprintln!("mxhost-plugin-mxfp8: GEMM {name} (M {rows} N {cols} K {red} E {e}, chained; the per-k32 kernel below runs instead if the re-encoding reports overflow, NaN/Inf or more than {} residuals)", gate.limit);
+                            let from = |a: Option<u64>| {
+                                if a.is_some() {
+                                    "annex"
+                                } else {
+                                    "re-encoded in the call"
+                                }
+                            };
+                            eprintln!("mxhost-plugin-mxfp8: GEMM {name} (M {rows} N {cols} K {red} E {e}, chained; A {}, B {}; the per-k32 kernel below runs instead if the re-encoding reports overflow, NaN/Inf or more than {} residuals)", from(annexes.a), from(annexes.b), gate.limit);
                         }
                         Some(gate)
                     }
@@ -302,6 +317,14 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             Ok(())
         }
         GemmPass::Wgrad => wgrad(call, args, out_bf16),
+    }
+}
+
+/// An MX operand's annex (ABI 1.3), if the host passed one.
+fn annex_of(o: &OperandArg) -> Option<&TensorArg> {
+    match o {
+        OperandArg::Mx(m) => m.annex.as_ref(),
+        OperandArg::Dense(_) => None,
     }
 }
 

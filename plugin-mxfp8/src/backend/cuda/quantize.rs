@@ -126,7 +126,8 @@ impl Call {
         )
     }
 
-    /// E8M0 bytes → FP32 table (see `mx_scales_to_f32`); returns the table.
+    /// E8M0 bytes → FP32 table (see `mx_scales_to_f32`) in this call's scratch; returns
+    /// the table.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn scales_f32(
         &mut self,
@@ -141,7 +142,29 @@ impl Call {
         batch: usize,
         stage_major: bool,
     ) -> PluginResult<u64> {
-        let out = self.alloc(batch * rp * cp * 4)?;
+        let out = self.alloc(Self::scales_f32_bytes(rp, cp, batch))?;
+        let dims = (r, c, rp, cp, batch);
+        self.scales_f32_into(out, s, ise, (isr, rdv), isc, dims, stage_major)?;
+        Ok(out)
+    }
+
+    /// Bytes of a [`Call::scales_f32`] table.
+    pub(super) fn scales_f32_bytes(rp: usize, cp: usize, batch: usize) -> usize {
+        batch * rp * cp * 4
+    }
+
+    /// [`Call::scales_f32`] into `out` ([`Call::scales_f32_bytes`] bytes).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn scales_f32_into(
+        &self,
+        out: u64,
+        s: u64,
+        ise: i64,
+        (isr, rdv): (i64, i32),
+        isc: i64,
+        (r, c, rp, cp, batch): (usize, usize, usize, usize, usize),
+        stage_major: bool,
+    ) -> PluginResult<()> {
         let (osr, ocg) = if stage_major {
             (4i64, 4 * rp as i64)
         } else {
@@ -176,8 +199,7 @@ impl Call {
                 arg(&cp32),
                 arg(&rdv),
             ],
-        )?;
-        Ok(out)
+        )
     }
 
     /// out[b][c][r] = in[b][r][c] (bytes).

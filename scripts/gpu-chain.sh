@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The chained forward/dgrad on a GPU machine (docs/perf.md runs 107-108), from the repository
+# root with dist/ built by scripts/dist.sh; logs under $OUT (or out/gpu-chain). In one call:
+#   1. the selftest with MXHOST_MX_CHAIN=always (every GEMM the chained kernel can take goes
+#      to it; outputs poisoned), with a count of where each chained launch read its operands'
+#      chain forms (annex = filled by the quantizer, ABI 1.3) and which kernel the gate chose;
+#   2. the default selftest (the chained path off);
+#   3. bench_peers.py, then `mxhost bench` off and on (MXHOST_MX_CHAIN=on) on the same card,
+#      with one traced rep of `on` first (gate decisions and operand sources).
+set -u
+out="${OUT:-out/gpu-chain}"
+mkdir -p "$out"
+shapes="${SHAPES:-a,b,c}"
+W="${WARMUP_MS:-500}"
+nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$out/card.txt"
+echo "== selftest, MXHOST_MX_CHAIN=always"
+MXHOST_MX_CHAIN=always MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
+    dist/mxhost selftest --device cuda --quick >"$out/selftest-always.txt" 2>&1
+echo "rc=$?"; grep -E "^mxhost selftest:" "$out/selftest-always.txt"
+grep -o "chained; A [a-z -]*, B [a-z -]*" "$out/selftest-always.txt" | sort | uniq -c
+grep -o "the [34]-stage chained GEMM computed the output\|the per-k32 kernel computed the output" \
+    "$out/selftest-always.txt" | sort | uniq -c
+grep -E "FAIL" "$out/selftest-always.txt" | head -20
+echo "== selftest, default"
+MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 dist/mxhost selftest --device cuda --quick \
+    >"$out/selftest-default.txt" 2>&1
+echo "rc=$?"; grep -E "^mxhost selftest:" "$out/selftest-default.txt"; grep -E "FAIL" "$out/selftest-default.txt" | head
+echo "== bench_peers.py"
+OUT="$out" timeout 250 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-90}" \
+    --warmup "$W" --rep "$W" >"$out/peers.txt" 2>&1
+echo "peers rc=$?"
+echo "== one traced rep, MXHOST_MX_CHAIN=on"
+MXHOST_MX_CHAIN=on MXHOST_MX_GEMM_TRACE=1 timeout 200 dist/mxhost bench --device cuda --shapes "$shapes" --reps 1 \
+    --warmup-ms 0 2>"$out/trace-on.txt" >/dev/null
+grep -oE "chained; A [a-z -]*, B [a-z -]*|chained gate (open|closed) \([^)]*\)[^:]*: the [a-z0-9 -]*" \
+    "$out/trace-on.txt" | sed 's/ ([0-9]* residuals, limit [0-9]*)//' | sort | uniq -c
+for mode in off on; do
+    echo "== mxhost bench, MXHOST_MX_CHAIN=$mode"
+    MXHOST_MX_CHAIN=$mode timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$mode.json" >"$out/bench-$mode.txt" 2>&1
+    echo "rc=$?"
+    # shape key, op, µs, × BF16 (the full rows are in the file)
+    grep -E "^[a-d] .*(quantize|forward|dgrad|step)" "$out/bench-$mode.txt" |
+        awk '{op=""; for (i=6; i<=NF-5; i++) op=op" "$i; printf "%s%-72.72s %8s %5s\n", $1, op, $(NF-4), $NF}'
+done
