@@ -155,10 +155,15 @@ impl Ctx {
         // Values kept (ABI 1.2): the GPU operands quantized on the GPU with their bf16
         // values (the same bytes: the quantizer checks above are bit-exact), the weight
         // with swapped values by quantizing its transpose with a transposed copy.
-        if let (Some(swapped), true) = (g.keep_values, g.mx && !g.dense_b) {
+        // Quantized on the GPU without values (`quantized_on_gpu`): the same path, so that
+        // the plugin's annexes (ABI 1.3, under MXHOST_MX_CHAIN) come along.
+        let on_gpu = g
+            .keep_values
+            .or(g.quantized_on_gpu.then_some(g.layout == WeightLayout::Kn));
+        if let (Some(swapped), true) = (on_gpu, g.mx && !g.dense_b) {
             let keep = ops::QuantizeExtras {
                 transposed: false,
-                keep_values: true,
+                keep_values: g.keep_values.is_some(),
             };
             let q = |t: &Tensor, blk, extras| {
                 ops::quantize_with(&self.plugin, t, g.format, ScaleMode::Rceil, blk, extras)
@@ -393,6 +398,11 @@ pub(super) struct GemmCase {
     /// re-encoding to one scale per 128-deep stage cannot keep ([`residual_carried`]): the
     /// chained GEMM (`MXHOST_MX_CHAIN`) gets it right only through its corrections.
     pub(super) residual_carried: bool,
+    /// With `mx`: the GPU operands quantized on the GPU (not uploaded from the CPU's
+    /// quantization; the same bytes), the weight as the transposed result of a transposing
+    /// quantize when `keep_values` would say swapped, here for `Kn`. Under
+    /// `MXHOST_MX_CHAIN` the plugin then fills its annexes and the chained GEMM reads them.
+    pub(super) quantized_on_gpu: bool,
 }
 
 impl GemmCase {
@@ -418,6 +428,7 @@ impl GemmCase {
             dense_a: false,
             keep_values: None,
             residual_carried: false,
+            quantized_on_gpu: false,
         }
     }
     fn sizes_desc(&self) -> String {

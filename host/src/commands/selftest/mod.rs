@@ -256,6 +256,15 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
             let mut g = GemmCase::new(pass, vec![512, 0, 384, 640], 2880, 256);
             (g.mx, g.layout, g.out, g.residual_carried) = (true, layout, out, true);
             ctx.gemm_case("residual-carried", &g);
+            // The same, and plain operands, quantized on the GPU: under MXHOST_MX_CHAIN the
+            // chained GEMM reads the chain forms the quantizer left in the annexes.
+            for carried in [true, false] {
+                let mut g = GemmCase::new(pass, vec![512, 0, 384, 640], 2880, 256);
+                (g.mx, g.layout, g.out) = (true, layout, out);
+                (g.residual_carried, g.quantized_on_gpu) = (carried, true);
+                g.keep_values = None;
+                ctx.gemm_case("quantized on the GPU", &g);
+            }
         }
     }
     // Operands quantized with their bf16 values kept (ABI 1.2): forward/dgrad read them
