@@ -59,6 +59,16 @@ impl<T> AssertSend<T> {
 
 type Entry<D> = unsafe extern "C" fn(*const D, *mut ErrorBuf) -> u32;
 
+/// An error buffer over `storage` for one plugin call (`storage` outlives the call).
+fn error_buf(storage: &mut [u8]) -> ErrorBuf {
+    ErrorBuf {
+        struct_size: std::mem::size_of::<ErrorBuf>(),
+        data: storage.as_mut_ptr(),
+        capacity: storage.len(),
+        len: 0,
+    }
+}
+
 /// Call `entry(desc)` and decode the status and message. `on_cpu`: the plugin does the
 /// work inside the call, so the watchdog applies.
 fn call<D: Copy + 'static>(
@@ -70,12 +80,7 @@ fn call<D: Copy + 'static>(
 ) -> Result<(), PluginCallError> {
     let run = move |desc: D, keep: KeepAlive| {
         let mut storage = vec![0u8; ERROR_CAPACITY];
-        let mut buf = ErrorBuf {
-            struct_size: std::mem::size_of::<ErrorBuf>(),
-            data: storage.as_mut_ptr(),
-            capacity: storage.len(),
-            len: 0,
-        };
+        let mut buf = error_buf(&mut storage);
         // SAFETY: the descriptor's views point at live buffers (held by `keep`) sized
         // by the validator; outputs are fresh and only the plugin writes them.
         let raw = unsafe { entry(&desc, &mut buf) };
@@ -143,12 +148,7 @@ pub fn annex_words(
     query: &mxhost_plugin_abi::AnnexQuery,
 ) -> Result<u64, PluginCallError> {
     let mut storage = vec![0u8; ERROR_CAPACITY];
-    let mut buf = ErrorBuf {
-        struct_size: std::mem::size_of::<ErrorBuf>(),
-        data: storage.as_mut_ptr(),
-        capacity: storage.len(),
-        len: 0,
-    };
+    let mut buf = error_buf(&mut storage);
     let mut words = 0u64;
     // SAFETY: the query is a live local, `words` a writable u64, `buf` a live buffer.
     let raw = unsafe { entry(query, &mut words, &mut buf) };

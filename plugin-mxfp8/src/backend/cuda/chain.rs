@@ -427,12 +427,10 @@ pub(super) fn launch_chained(
         0,
         &mut [arg(&sta), arg(&stb), arg(&status)],
     )?;
-    let bt = match (bt, lb.bt) {
-        (_, Some(o)) if annexes.b.is_some() => pb(o),
-        (Some(t), _) => t,
-        (None, Some(o)) => pb(o),
-        (None, None) => unreachable!("b_layout holds Bᵀ when the caller has none"),
-    };
+    // (B's annex is only taken for a weight read as stored, where the caller has no Bᵀ.)
+    let bt = bt
+        .or_else(|| lb.bt.map(pb))
+        .expect("b_layout holds Bᵀ when the caller has none");
     let (xq2, wq2) = (pa(la.q2), pb(lb.q2));
     let (sa, sb) = (pa(la.sa), pb(lb.sb));
     let g = GemmParams {

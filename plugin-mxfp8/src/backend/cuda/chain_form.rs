@@ -140,8 +140,23 @@ struct ReencodeOut {
     status: u64,
 }
 
-/// Launches `mx_reencode_<fmt>` over `r` rows of `k` bytes (scales as [`ReencodeParams`]
-/// describes them). It ORs its flags into `status[0]` and adds its count to `status[1]`.
+impl ReencodeOut {
+    /// The regions at these offsets (q2, s2, res, cnt, status) of a layout at `base`.
+    fn at(base: u64, [q2, s2, res, cnt, status]: [usize; 5]) -> ReencodeOut {
+        let at = |o: usize| base + o as u64;
+        ReencodeOut {
+            q2: at(q2),
+            s2: at(s2),
+            res: at(res),
+            cnt: at(cnt),
+            status: at(status),
+        }
+    }
+}
+
+/// Zeroes `out.status`, then launches `mx_reencode_<fmt>` over `r` rows of `k` bytes (scales
+/// as [`ReencodeParams`] describes them), which ORs its flags into `status[0]` and adds its
+/// count to `status[1]`.
 fn reencode(
     call: &Call,
     (q, s, fmt): (u64, u64, u8),
@@ -149,6 +164,7 @@ fn reencode(
     (ise, isr, isc): (i64, i64, i64),
     out: &ReencodeOut,
 ) -> PluginResult<()> {
+    call.zero(out.status, 8)?;
     let p = ReencodeParams {
         q,
         s,
@@ -193,14 +209,7 @@ pub(super) fn prepare_a(
     let l = a_layout(rows, red);
     let at = |o: usize| base + o as u64;
     let kb = cdiv(red, 32);
-    call.zero(at(l.status), 8)?;
-    let out = ReencodeOut {
-        q2: at(l.q2),
-        s2: at(l.s2),
-        res: at(l.res),
-        cnt: at(l.cnt),
-        status: at(l.status),
-    };
+    let out = ReencodeOut::at(base, [l.q2, l.s2, l.res, l.cnt, l.status]);
     reencode(
         call,
         (a.q, a.s, a.fmt),
@@ -227,14 +236,7 @@ pub(super) fn prepare_b(
     let l = b_layout((e, cols, red), e * b.ise as usize, !has_bt);
     let at = |o: usize| base + o as u64;
     let (kb, nb) = (cdiv(red, 32), cdiv(cols, 32));
-    call.zero(at(l.status), 8)?;
-    let out = ReencodeOut {
-        q2: at(l.q2),
-        s2: at(l.s2),
-        res: at(l.res),
-        cnt: at(l.cnt),
-        status: at(l.status),
-    };
+    let out = ReencodeOut::at(base, [l.q2, l.s2, l.res, l.cnt, l.status]);
     reencode(
         call,
         (b.q, b.s, b.fmt),
