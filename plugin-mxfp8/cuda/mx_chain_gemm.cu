@@ -35,9 +35,11 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
   extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxReencodeParams p) { mx_reencode_rows<F>(p); }
 // STAGES 4 (the default; rounds of 15 units) or 3 (`_s3`: rounds of 112 units, for heavy-tailed
 // operands); the launcher's dynamic shared memory is mxc_smem_bytes<STAGES, true>().
-#define MXC_INST(NAME, FA, FB, OBF, STAGES, POLL) \
+// VEPI 1: the epilogue's 16-byte stores (mxc_epilogue_v4); 0: the 4-byte ones (harness A/B, run 110).
+#define MXC_INST_E(NAME, FA, FB, OBF, STAGES, POLL, VEPI) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, STAGES, POLL>(p.b, &p.f); }
+  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, STAGES, POLL, VEPI>(p.b, &p.f); }
+#define MXC_INST(NAME, FA, FB, OBF, STAGES, POLL) MXC_INST_E(NAME, FA, FB, OBF, STAGES, POLL, true)
 
 // The gate's status words of one GEMM from its operands' own (each operand re-encoded on its
 // own, in the call or by its quantizer into an annex): flags ORed, counts added (saturating,
@@ -63,5 +65,9 @@ MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16_poll, 0, 0, 1, 4, true)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16_s3_poll, 0, 0, 1, 3, true)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32_poll, 0, 0, 0, 4, true)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32_s3_poll, 0, 0, 0, 3, true)
+// the 4-byte-store epilogue of runs 94-109 (run 110's A/B)
+MXC_INST_E(mx_cgemm_e4m3e4m3_w2d_bf16_sepi, 0, 0, 1, 4, false, false)
+MXC_INST_E(mx_cgemm_e4m3e4m3_w2d_bf16_s3_sepi, 0, 0, 1, 3, false, false)
+MXC_INST_E(mx_cgemm_e4m3e4m3_w2d_f32_s3_sepi, 0, 0, 0, 3, false, false)
 #endif
 #endif

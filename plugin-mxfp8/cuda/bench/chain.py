@@ -249,7 +249,9 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
         mx, snr = reencode.err(out, o_def.double())
         ok = ok and snr >= 60.0
         lines.append(f"  chained vs default kernel: max_rel {mx:.2e}, snr {snr:.1f} dB")
-        if rep:
+        if rep and AB:
+            ab_epilogues(key, dist, cf, M, N, rep)
+        elif rep:
             fl = 2.0 * M * N * K
             o_bf = torch.empty(M, N, dtype=torch.bfloat16, device=DEV)
             t_bf = reencode.time_torch_bf16(X, W, offs, rep)
@@ -264,7 +266,7 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             t_g = bench.tms(lambda: cf.gemm(o_bf), rep)
             t_nf = bench.tms(lambda: cf.gemm(o_bf, fix=False), rep)
             t_b = {}
-            for sfx in ("_s3",) if LEAN else ("_s3", "_poll", "_s3_poll"):
+            for sfx in ("_s3", "_sepi", "_s3_sepi") if LEAN else ("_s3", "_poll", "_s3_poll", "_sepi", "_s3_sepi"):
                 cf.suffix = sfx
                 t_b[sfx] = bench.tms(lambda: cf.gemm(o_bf), rep)
             cf.suffix = ""
@@ -280,27 +282,50 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             lines.append(f"  timing (bf16 out, median µs): torch BF16 {t_bf * 1e3:.0f} / {t_bf2 * 1e3:.0f} (before / after) | "
                          f"v2t {t_v2t * 1e3:.0f} (x BF16 {t_bf / t_v2t:.2f}) | chained pipeline {t_all * 1e3:.0f} "
                          f"(x BF16 {t_bf / t_all:.2f}, x v2t {t_v2t / t_all:.2f}; {fl / t_all / 1e9:.0f} TFLOP/s) = "
-                         f"re-encode X + W (+ X' transposed, scale tables) {t_re * 1e3:.0f} + GEMM {t_g * 1e3:.0f} (x BF16 {t_bf / t_g:.2f}) (3 stages {t_g3 * 1e3:.0f}; without the corrections {t_nf * 1e3:.0f}{more})")
+                         f"re-encode X + W (+ X' transposed, scale tables) {t_re * 1e3:.0f} + GEMM {t_g * 1e3:.0f} (x BF16 {t_bf / t_g:.2f}) (3 stages {t_g3 * 1e3:.0f}; without the corrections {t_nf * 1e3:.0f}{more})"
+                         f" | epilogue, 16-byte vs 4-byte stores: 4 stages {t_g * 1e3:.0f} vs {t_b['_sepi'] * 1e3:.0f}, 3 stages {t_g3 * 1e3:.0f} vs {t_b['_s3_sepi'] * 1e3:.0f}")
             per_el = int(cf.status[1].item()) / (M * K + E * N * K)
-            results.append((key, dist, per_el, t_bf, t_v2t, t_all, t_re, t_g, t_nf, t_g3))
+            results.append((key, dist, per_el, t_bf, t_v2t, t_all, t_re, t_g, t_nf, t_g3, t_b["_sepi"], t_b["_s3_sepi"]))
     lines.append(f"  {'PASS' if ok else 'FAIL'}")
     print("\n".join(lines), flush=True)
     return ok
 
 
 LEAN = False   # --lean: time the default and 3-stage builds only (for sweeps)
+AB = 0         # --ab N: only the epilogue A/B, N interleaved rounds (run 110)
+
+
+def ab_epilogues(key, dist, cf, M, N, rep):
+    """The chained GEMM's two epilogues (16-byte stores vs the 4-byte `_sepi` builds) for both
+    stage counts, timed in AB interleaved rounds whose order rotates, so that the card's clock
+    drift and a row's position fall on every build alike; medians of the rounds."""
+    o_bf = torch.empty(M, N, dtype=torch.bfloat16, device=DEV)
+    builds = ["", "_sepi", "_s3", "_s3_sepi"]
+    t = {b: [] for b in builds}
+    for r in range(AB):
+        for b in builds[r % 4:] + builds[:r % 4]:
+            cf.suffix = b
+            t[b].append(bench.tms(lambda: cf.gemm(o_bf), rep))
+    cf.suffix = ""
+    med = {b: sorted(v)[len(v) // 2] * 1e3 for b, v in t.items()}
+    per_el = int(cf.status[1].item()) / (M * cf.dims[3] + cf.dims[0] * N * cf.dims[3])
+    print(f"AB {key:3} {dist:11} {per_el:8.1e} res/el | 4 stages: 16-byte {med[''] :6.0f} µs, 4-byte {med['_sepi']:6.0f} "
+          f"({med[''] / med['_sepi']:.3f}) | 3 stages: 16-byte {med['_s3']:6.0f}, 4-byte {med['_s3_sepi']:6.0f} "
+          f"({med['_s3'] / med['_s3_sepi']:.3f})  [{AB} rounds]", flush=True)
 
 
 def main():
-    global LEAN
+    global LEAN, AB
+    bench.SHAPES.setdefault("bd", (8, 4096, 8192, 2048))   # b's dgrad as the chained kernel sees it
 
     def extra(ap):
         ap.add_argument("--dists", default="gauss,student-t3",
                         help="operand kinds timed per shape: gauss, student-t3, gauss-w<s> (W ~ N(0, s^2))")
         ap.add_argument("--skip-small", action="store_true", help="skip the small cases against float64")
         ap.add_argument("--lean", action="store_true", help="time the default and 3-stage builds only")
+        ap.add_argument("--ab", type=int, default=0, help="only the epilogue A/B, this many interleaved rounds")
     a = reencode.shape_args(extra)
-    LEAN = a.lean
+    LEAN, AB = a.lean, a.ab
     ok = True
     if not a.skip_small:
         for dist in ("gauss", "student-t3", "residual-carried", "overflow", "nan"):
@@ -313,10 +338,12 @@ def main():
         for dist in a.dists.split(","):
             ok &= run_case(key, E, Mg, K, N, dist, a.rep, False, results)
             torch.cuda.empty_cache()
-    print("\nshape dist         residuals/el  torch BF16   v2t (x BF16)    chained (x BF16, x v2t)   re-encode   GEMM (x BF16, x v2t)  3-stage GEMM (x BF16)  (no corrections)")
-    for key, dist, per_el, t_bf, t_v2t, t_all, t_re, t_g, t_nf, t_g3 in results:
+    print("\nshape dist         residuals/el  torch BF16   v2t (x BF16)    chained (x BF16, x v2t)   re-encode   GEMM (x BF16, x v2t)  3-stage GEMM (x BF16)  (no corrections)"
+          "  4-byte-store epilogue: GEMM, 3-stage (x BF16)")
+    for key, dist, per_el, t_bf, t_v2t, t_all, t_re, t_g, t_nf, t_g3, t_se, t_se3 in results:
         print(f"{key:5} {dist:13} {per_el:9.1e} {t_bf * 1e3:8.0f} µs {t_v2t * 1e3:6.0f} ({t_bf / t_v2t:.2f}) {t_all * 1e3:8.0f} ({t_bf / t_all:.2f}, {t_v2t / t_all:.2f}) "
-              f"{t_re * 1e3:9.0f} {t_g * 1e3:7.0f} ({t_bf / t_g:.2f}, {t_v2t / t_g:.2f}) {t_g3 * 1e3:7.0f} ({t_bf / t_g3:.2f}) ({t_nf * 1e3:.0f})")
+              f"{t_re * 1e3:9.0f} {t_g * 1e3:7.0f} ({t_bf / t_g:.2f}, {t_v2t / t_g:.2f}) {t_g3 * 1e3:7.0f} ({t_bf / t_g3:.2f}) ({t_nf * 1e3:.0f})"
+              f"  {t_se * 1e3:7.0f} ({t_bf / t_se:.2f}), {t_se3 * 1e3:7.0f} ({t_bf / t_se3:.2f})")
     print("ALL PASS" if ok else "SOME FAILED", flush=True)
     sys.exit(0 if ok else 1)
 

@@ -234,8 +234,87 @@ MX_DEV bool mxc_take(MxcFixSmem<U>& F, int& fb, mx_u32& fph, float* acc, int wro
   return last;
 }
 
+// ---- the register epilogue with 16-byte stores (run 110) ----
+// The four lanes of a quad hold one output row: lane q has columns 8 j + 2 q, + 1 of each of the
+// tile's 16 chunks of 8 columns (j = 0..15). mxt_epilogue stores that as it lies, 4 bytes
+// (bf16) per lane and instruction: 64 stores per thread per tile, each touching 8 rows'
+// cache lines, which stalls the tensor core once per tile (the v2u kernel lost 6-7 % to it,
+// run 25; this kernel has no shared memory left for a TMA-store epilogue). Transposed across
+// the quad (three xor-shuffles per group of four chunks), lane q holds whole chunks 4 m + q and
+// stores each as 16 bytes: a quarter of the store instructions, and each warp's store covers
+// 64 contiguous bytes of 8 rows instead of 16.
+
+// out[s] = a[s ^ q] (two conditional swaps).
+MX_DEV void mxc_xor_perm4(const mx_u32* a, mx_u32* out, int q) {
+  const bool b0 = (q & 1) != 0, b1 = (q & 2) != 0;
+  const mx_u32 t0 = b0 ? a[1] : a[0], t1 = b0 ? a[0] : a[1];
+  const mx_u32 t2 = b0 ? a[3] : a[2], t3 = b0 ? a[2] : a[3];
+  out[0] = b1 ? t2 : t0; out[1] = b1 ? t3 : t1; out[2] = b1 ? t0 : t2; out[3] = b1 ? t1 : t3;
+}
+// v[t]: this lane's (quad lane q) part of chunk 4 m + t. Returns o[l] = lane l's part of chunk
+// 4 m + q. Lane L sends, at xor-distance s, v_L[s ^ L]: the part its partner L ^ s stores.
+// All 32 lanes must call it (full-mask shuffles).
+MX_DEV void mxc_quad_transpose(const mx_u32* v, mx_u32* o, int q) {
+  mx_u32 w[4], g[4];
+  mxc_xor_perm4(v, w, q);
+  g[0] = w[0];
+  g[1] = __shfl_xor_sync(0xffffffffu, w[1], 1);
+  g[2] = __shfl_xor_sync(0xffffffffu, w[2], 2);
+  g[3] = __shfl_xor_sync(0xffffffffu, w[3], 3);
+  mxc_xor_perm4(g, o, q);   // g[s] is lane q ^ s's part
+}
+// One 64-row block's accumulators (mxt_epilogue's layout, 64 per thread) to rows wrow, wrow + 8
+// of tile T. Needs N % 8 == 0 and 16-byte aligned rows (ldo a multiple of 8 bf16 or 4 f32, out
+// 16-byte aligned): the chained GEMM's launcher requires N % 16 == 0 and the backend passes
+// ldo = N with cuMemAlloc'd outputs; anything else takes mxt_epilogue.
+template <int OUT_BF16>
+MX_DEV void mxc_epilogue_v4(const MxGemmParams& p, const MxgTile& T, const float* acc, int wrow, int lane) {
+  const bool vec_ok = !(p.batched && p.out_t) && (p.N & 7) == 0 && (p.ldo & (OUT_BF16 ? 7 : 3)) == 0 &&
+                      ((reinterpret_cast<mx_u64>(p.out) & 15) == 0);
+  if (!vec_ok) { mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane); return; }
+  const int q = lane & 3;
+  const mx_i64 ob = p.batched ? (mx_i64)T.e * p.o_es : 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = wrow + 8 * h;
+    const bool row_ok = r < T.rows;
+    const mx_i64 rowoff = ob + (mx_i64)(T.row0 + r) * p.ldo;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int col = T.n0 + 8 * (4 * m + q);
+      const bool ok = row_ok && col < p.N;
+      if (OUT_BF16) {
+        mx_u32 v[4], o[4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const int j = 4 * m + t;
+          v[t] = pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        }
+        mxc_quad_transpose(v, o, q);
+        if (ok) *reinterpret_cast<uint4*>(reinterpret_cast<mx_u16*>(p.out) + rowoff + col) = make_uint4(o[0], o[1], o[2], o[3]);
+      } else {
+        mx_u32 v0[4], v1[4], o0[4], o1[4];   // the column pair's first and second values
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const int j = 4 * m + t;
+          v0[t] = __float_as_uint(acc[4 * j + 2 * h]);
+          v1[t] = __float_as_uint(acc[4 * j + 2 * h + 1]);
+        }
+        mxc_quad_transpose(v0, o0, q);
+        mxc_quad_transpose(v1, o1, q);
+        if (ok) {
+          uint4* d = reinterpret_cast<uint4*>(reinterpret_cast<float*>(p.out) + rowoff + col);
+          d[0] = make_uint4(o0[0], o1[0], o0[1], o1[1]);
+          d[1] = make_uint4(o0[2], o1[2], o0[3], o1[3]);
+        }
+      }
+    }
+  }
+}
+
 // fix == nullptr: no corrections (the harness's v8c diagnostic on stage-uniform operands).
-template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES, bool POLL = false>
+// VEPI: the epilogue with 16-byte stores (mxc_epilogue_v4); false: mxt_epilogue (harness A/B).
+template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES, bool POLL = false, bool VEPI = true>
 MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix) {
   typedef MxtLay256<SB2D> LAY;
   constexpr int U = MxcUnits<STAGES>::U;
@@ -299,8 +378,13 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
     int te = t;
     asm volatile("" : "+r"(te));
     const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
-    mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
-    mxt_epilogue<OUT_BF16>(p, T, acc + 64, wrow + 64, lane);
+    if (VEPI) {
+      mxc_epilogue_v4<OUT_BF16>(p, T, acc, wrow, lane);
+      mxc_epilogue_v4<OUT_BF16>(p, T, acc + 64, wrow + 64, lane);
+    } else {
+      mxt_epilogue<OUT_BF16>(p, T, acc, wrow, lane);
+      mxt_epilogue<OUT_BF16>(p, T, acc + 64, wrow + 64, lane);
+    }
   }
   mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
 }
