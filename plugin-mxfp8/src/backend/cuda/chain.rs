@@ -37,10 +37,16 @@ use std::sync::OnceLock;
 const MAX_E: usize = 256;
 
 /// Residuals per element (both operands) up to which the 4-stage build computes the GEMM;
-/// above, the 3-stage build (7× larger correction rounds) does. Run 106 (GEMM alone, a / b / c):
-/// at 2–4e-6 the 4-stage build is 8–11 % faster than the 3-stage one (1.47–1.57× v2t); at
-/// 1.5–1.9e-5 it is 7–14 % slower, at 2.6–3.4e-5 20–33 % slower.
-const SPLIT_RESIDUALS_PER_ELEMENT: f64 = 1e-5;
+/// above, the 3-stage build (7× larger correction rounds) does. Run 110 timed the two builds
+/// in interleaved rounds (run 106 had timed them one after the other, which favoured the
+/// first): at 2–4e-6 they are within ±3.5 % of each other (a, c: 4-stage; b: 3-stage), at
+/// 5–6e-6 the 3-stage one is 1–4 % faster on a, b and c, at 2–3e-5 11–35 % faster.
+const SPLIT_RESIDUALS_PER_ELEMENT: f64 = 4e-6;
+
+/// Where a GEMM with no 3-stage build (E5M2 A) stops going to the 4-stage one under `on`: run
+/// 110's sweep had it at 1.26 / 1.13 / 1.16× v2t on a / b / c at 1.6–1.9e-5 residuals per
+/// element, 1.10 / 0.83 / 1.03× at 2.6–3.4e-5.
+const FOUR_STAGE_ONLY_RESIDUALS_PER_ELEMENT: f64 = 1.5e-5;
 
 /// Residuals per element above which `on` leaves a GEMM to the per-k32 kernel. The gate
 /// decides after the re-encoding has been paid, so this compares the chained GEMM alone with
@@ -126,7 +132,7 @@ fn ranges(mode: ChainMode, elements: f64, has_s3: bool) -> Ranges {
         (_, ChainMode::Always) => Ranges { split: None, limit },
         _ => Ranges {
             split: None,
-            limit: split.min(limit),
+            limit: count(FOUR_STAGE_ONLY_RESIDUALS_PER_ELEMENT).min(limit),
         },
     }
 }
@@ -585,7 +591,7 @@ mod tests {
         assert_eq!(
             on,
             Ranges {
-                split: Some(1000),
+                split: Some(400),
                 limit: 4000
             }
         );
@@ -593,7 +599,7 @@ mod tests {
         assert_eq!(
             always,
             Ranges {
-                split: Some(1000),
+                split: Some(400),
                 limit: i32::MAX
             }
         );
@@ -602,7 +608,7 @@ mod tests {
             ranges(ChainMode::On, el, false),
             Ranges {
                 split: None,
-                limit: 1000
+                limit: 1500
             }
         );
         assert_eq!(
