@@ -6,7 +6,9 @@
 #      chain forms (annex = filled by the quantizer, ABI 1.3) and which kernel the gate chose;
 #   2. the default selftest (the chained path off);
 #   3. bench_peers.py, then `mxhost bench` off and on (MXHOST_MX_CHAIN=on) on the same card,
-#      with one traced rep of `on` first (gate decisions and operand sources).
+#      with one traced rep of `on` first (gate decisions and operand sources);
+#   4. with AB=N (needs dist/libmxbench.so): the chained kernel's builds timed in N interleaved
+#      rounds by the harness (chain.py --ab: 4 vs 3 stages, 16- vs 4-byte-store epilogue; run 110).
 set -u
 out="${OUT:-out/gpu-chain}"
 mkdir -p "$out"
@@ -43,3 +45,10 @@ for mode in off on; do
     grep -E "^[a-d] .*(quantize|forward|dgrad|step)" "$out/bench-$mode.txt" |
         awk '{op=""; for (i=6; i<=NF-5; i++) op=op" "$i; printf "%s%-72.72s %8s %5s\n", $1, op, $(NF-4), $NF}'
 done
+if [ -n "${AB:-}" ] && [ -f dist/libmxbench.so ]; then
+    echo "== chain.py --ab $AB (interleaved rounds)"
+    cp dist/libmxbench.so plugin-mxfp8/cuda/bench/
+    timeout 300 python3 plugin-mxfp8/cuda/bench/chain.py --shapes "${AB_SHAPES:-a,b,bd,c}" --rep 15 --skip-small \
+        --ab "$AB" --dists "${AB_DISTS:-gauss-w0.7,gauss,gauss-w1.0}" >"$out/chain-ab.txt" 2>&1
+    echo "rc=$?"; grep -E "^AB|FAIL" "$out/chain-ab.txt"
+fi
