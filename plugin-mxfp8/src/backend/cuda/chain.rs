@@ -44,8 +44,9 @@ const MAX_E: usize = 256;
 const SPLIT_RESIDUALS_PER_ELEMENT: f64 = 4e-6;
 
 /// Where a GEMM with no 3-stage build (E5M2 A) stops going to the 4-stage one under `on`: run
-/// 110's sweep had it at 1.26 / 1.13 / 1.16× v2t on a / b / c at 1.6–1.9e-5 residuals per
-/// element, 1.10 / 0.83 / 1.03× at 2.6–3.4e-5.
+/// 110's sweep (E4M3 operands, builds timed one after the other) had the 4-stage build at
+/// 1.26 / 1.13 / 1.16× v2t on a / b / c at 1.6–1.9e-5 residuals per element, 1.10 / 0.83 /
+/// 1.03× at 2.6–3.4e-5.
 const FOUR_STAGE_ONLY_RESIDUALS_PER_ELEMENT: f64 = 1.5e-5;
 
 /// Residuals per element above which `on` leaves a GEMM to the per-k32 kernel. The gate
