@@ -79,6 +79,39 @@ fn quantize_desc(input: TensorView, output: MxTensorView) -> QuantizeDesc {
     }
 }
 
+/// The 32 × 64 f32 → E4M3 case (1×32 blocks along rows) that the descriptor tests start
+/// from: its buffers, and a quantize descriptor over them.
+struct RowCase {
+    x: Vec<f32>,
+    d: Vec<u8>,
+    s: Vec<u8>,
+}
+
+impl RowCase {
+    const SHAPE: [u64; 2] = [32, 64];
+
+    fn filled(value: f32) -> RowCase {
+        RowCase {
+            x: vec![value; 32 * 64],
+            d: vec![0; 32 * 64],
+            s: vec![0; 64],
+        }
+    }
+
+    fn desc(&mut self) -> QuantizeDesc {
+        quantize_desc(
+            view(&mut self.x, DType::F32, &Self::SHAPE),
+            mx_view(
+                &mut self.d,
+                &mut self.s,
+                &Self::SHAPE,
+                MxFormat::E4m3,
+                BlockLayout::vector(1),
+            ),
+        )
+    }
+}
+
 /// The transposed copy (ABI 1.1) equals quantizing xᵀ directly, for every block layout
 /// (the transposed layout's blocks are the same sets of elements), on [3, 70, 45].
 #[test]
@@ -141,25 +174,15 @@ fn the_transposed_copy_is_the_quantization_of_the_transpose() {
 /// A host of ABI 1.0 writes a shorter QuantizeDesc (no `transposed`): still accepted.
 #[test]
 fn an_abi_1_0_quantize_descriptor_is_accepted() {
-    let shape = [32u64, 64];
-    let mut x = vec![1.5f32; 32 * 64];
-    let (mut d, mut s) = (vec![0u8; 32 * 64], vec![0u8; 64]);
-    let mut desc = quantize_desc(
-        view(&mut x, DType::F32, &shape),
-        mx_view(
-            &mut d,
-            &mut s,
-            &shape,
-            MxFormat::E4m3,
-            BlockLayout::vector(1),
-        ),
-    );
+    let mut case = RowCase::filled(1.5);
+    let mut desc = case.desc();
     desc.struct_size = QUANTIZE_DESC_SIZE_1_0;
     // Garbage where a 1.0 host's descriptor has ended must not be read.
     desc.transposed.struct_size = 12345;
     // SAFETY: valid descriptor; the plugin reads only struct_size bytes.
     let (st, msg) = call(|e| unsafe { (api().quantize)(&desc, e) });
     assert_eq!(st, Status::Ok, "{msg}");
+    let d = &case.d;
     assert!(d.iter().all(|&b| b == d[0]) && d[0] != 0);
 }
 
@@ -566,21 +589,11 @@ fn kept_values_are_the_dequantized_output() {
 /// a GEMM operand's values must match its data's shape (or the swapped one) in bf16.
 #[test]
 fn malformed_kept_values_are_rejected() {
-    let shape = [32u64, 64];
-    let mut x = vec![1.0f32; 32 * 64];
-    let (mut d, mut s) = (vec![0u8; 32 * 64], vec![0u8; 64]);
+    let shape = RowCase::SHAPE;
+    let mut case = RowCase::filled(1.0);
     let mut vf = vec![0f32; 32 * 64];
     let mut vb = vec![half::bf16::ZERO; 32 * 64];
-    let mut desc = quantize_desc(
-        view(&mut x, DType::F32, &shape),
-        mx_view(
-            &mut d,
-            &mut s,
-            &shape,
-            MxFormat::E4m3,
-            BlockLayout::vector(1),
-        ),
-    );
+    let mut desc = case.desc();
     let run = |desc: &QuantizeDesc| {
         // SAFETY: every buffer is live and as large as its view says.
         call(|e| unsafe { (api().quantize)(desc, e) })
@@ -675,19 +688,8 @@ fn annex_sizes_are_answered_and_bad_queries_refused() {
 /// `MxWithAnnex` computes what the plain MX operand computes (the CPU backend ignores it).
 #[test]
 fn annexes_are_checked_and_never_change_a_result() {
-    let shape = [32u64, 64];
-    let mut x = vec![1.0f32; 32 * 64];
-    let (mut d, mut s) = (vec![0u8; 32 * 64], vec![0u8; 64]);
-    let mut desc = quantize_desc(
-        view(&mut x, DType::F32, &shape),
-        mx_view(
-            &mut d,
-            &mut s,
-            &shape,
-            MxFormat::E4m3,
-            BlockLayout::vector(1),
-        ),
-    );
+    let mut case = RowCase::filled(1.0);
+    let mut desc = case.desc();
     let run = |desc: &QuantizeDesc| {
         // SAFETY: every buffer is live and as large as its view says.
         call(|e| unsafe { (api().quantize)(desc, e) })
