@@ -29,7 +29,8 @@ static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 2
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 // the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
-static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, true>() + 3072 <= 232448, "rounds too large");
+static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, true>() + 3072 <= 232448 &&
+              mxc_smem_bytes<3, true, true>() + 3072 <= 232448, "rounds too large");
 
 #define MXR_INST(NAME, F) \
   extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxReencodeParams p) { mx_reencode_rows<F>(p); }
@@ -40,6 +41,10 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, STAGES, POLL, VEPI>(p.b, &p.f); }
 #define MXC_INST(NAME, FA, FB, OBF, STAGES, POLL) MXC_INST_E(NAME, FA, FB, OBF, STAGES, POLL, true)
+// The 3-stage build with the A' B_res corrections on the tensor cores (mxc_apply_b_tc, run 111).
+#define MXC_INST_TC(NAME, FA, FB, OBF) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, 3, false, true, true>(p.b, &p.f); }
 
 // The gate's status words of one GEMM from its operands' own (each operand re-encoded on its
 // own, in the call or by its quantizer into an annex): flags ORed, counts added (saturating,
@@ -69,5 +74,7 @@ MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32_s3_poll, 0, 0, 0, 3, true)
 MXC_INST_E(mx_cgemm_e4m3e4m3_w2d_bf16_sepi, 0, 0, 1, 4, false, false)
 MXC_INST_E(mx_cgemm_e4m3e4m3_w2d_bf16_s3_sepi, 0, 0, 1, 3, false, false)
 MXC_INST_E(mx_cgemm_e4m3e4m3_w2d_f32_s3_sepi, 0, 0, 0, 3, false, false)
+MXC_INST_TC(mx_cgemm_e4m3e4m3_w2d_bf16_s3_tc, 0, 0, 1)
+MXC_INST_TC(mx_cgemm_e4m3e4m3_w2d_f32_s3_tc, 0, 0, 0)
 #endif
 #endif

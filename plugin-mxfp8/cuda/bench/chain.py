@@ -229,7 +229,7 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             nofix = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
             cf.gemm(nofix, fix=False)
             others = []   # the other builds
-            for sfx in ("_s3", "_poll", "_s3_poll"):
+            for sfx in ("_s3", "_poll", "_s3_poll", "_s3_tc"):
                 o = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
                 cf.suffix = sfx
                 cf.gemm(o)
@@ -291,27 +291,29 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
     return ok
 
 
-LEAN = False   # --lean: time the default and 3-stage builds only (for sweeps)
-AB = 0         # --ab N: only the epilogue A/B, N interleaved rounds (run 110)
-
-
 def ab_epilogues(key, dist, cf, M, N, rep):
-    """The chained GEMM's two epilogues (16-byte stores vs the 4-byte `_sepi` builds) for both
-    stage counts, timed in AB interleaved rounds whose order rotates, so that the card's clock
-    drift and a row's position fall on every build alike; medians of the rounds."""
+    """Builds of the chained GEMM (AB_BUILDS: suffixes; run 110: 16-byte vs 4-byte `_sepi`
+    epilogue stores at both stage counts; run 111: `_s3_tc`, the B corrections on the tensor
+    cores) timed in AB interleaved rounds whose order rotates, so that the card's clock drift
+    and a row's position fall on every build alike; medians of the rounds."""
     o_bf = torch.empty(M, N, dtype=torch.bfloat16, device=DEV)
-    builds = ["", "_sepi", "_s3", "_s3_sepi"]
+    builds = AB_BUILDS
     t = {b: [] for b in builds}
     for r in range(AB):
-        for b in builds[r % 4:] + builds[:r % 4]:
+        k = r % len(builds)
+        for b in builds[k:] + builds[:k]:
             cf.suffix = b
             t[b].append(bench.tms(lambda: cf.gemm(o_bf), rep))
     cf.suffix = ""
     med = {b: sorted(v)[len(v) // 2] * 1e3 for b, v in t.items()}
     per_el = int(cf.status[1].item()) / (M * cf.dims[3] + cf.dims[0] * N * cf.dims[3])
-    print(f"AB {key:3} {dist:11} {per_el:8.1e} res/el | 4 stages: 16-byte {med[''] :6.0f} µs, 4-byte {med['_sepi']:6.0f} "
-          f"({med[''] / med['_sepi']:.3f}) | 3 stages: 16-byte {med['_s3']:6.0f}, 4-byte {med['_s3_sepi']:6.0f} "
-          f"({med['_s3'] / med['_s3_sepi']:.3f})  [{AB} rounds]", flush=True)
+    cols = " | ".join(f"{b or '4 stages'} {med[b]:6.0f} µs ({med[b] / med[builds[0]]:.3f})" for b in builds)
+    print(f"AB {key:3} {dist:11} {per_el:8.1e} res/el | {cols}  [{AB} rounds, ratios to {builds[0] or '4 stages'}]", flush=True)
+
+
+LEAN = False   # --lean: time the default and 3-stage builds only (for sweeps)
+AB = 0         # --ab N: only the build A/B, N interleaved rounds (runs 110-111)
+AB_BUILDS = ["", "_sepi", "_s3", "_s3_sepi"]
 
 
 def main():
@@ -323,9 +325,11 @@ def main():
                         help="operand kinds timed per shape: gauss, student-t3, gauss-w<s> (W ~ N(0, s^2))")
         ap.add_argument("--skip-small", action="store_true", help="skip the small cases against float64")
         ap.add_argument("--lean", action="store_true", help="time the default and 3-stage builds only")
-        ap.add_argument("--ab", type=int, default=0, help="only the epilogue A/B, this many interleaved rounds")
+        ap.add_argument("--ab", type=int, default=0, help="only the build A/B, this many interleaved rounds")
+        ap.add_argument("--ab-builds", default=",".join(AB_BUILDS),
+                        help="the builds --ab compares, as kernel-name suffixes ('' = the 4-stage build)")
     a = reencode.shape_args(extra)
-    LEAN, AB = a.lean, a.ab
+    LEAN, AB, AB_BUILDS[:] = a.lean, a.ab, a.ab_builds.split(",")
     ok = True
     if not a.skip_small:
         for dist in ("gauss", "student-t3", "residual-carried", "overflow", "nan"):

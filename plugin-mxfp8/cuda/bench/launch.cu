@@ -550,6 +550,8 @@ extern "C" int mx_launch_cgemm(const char* name, const MxGemmParams* p, const Mx
     {"mx_cgemm_e4m3e4m3_w2d_bf16_sepi", mx_cgemm_e4m3e4m3_w2d_bf16_sepi, mxc_smem_bytes<4, true>(), false},
     {"mx_cgemm_e4m3e4m3_w2d_bf16_s3_sepi", mx_cgemm_e4m3e4m3_w2d_bf16_s3_sepi, mxc_smem_bytes<3, true>(), false},
     {"mx_cgemm_e4m3e4m3_w2d_f32_s3_sepi", mx_cgemm_e4m3e4m3_w2d_f32_s3_sepi, mxc_smem_bytes<3, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_bf16_s3_tc", mx_cgemm_e4m3e4m3_w2d_bf16_s3_tc, mxc_smem_bytes<3, true, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_f32_s3_tc", mx_cgemm_e4m3e4m3_w2d_f32_s3_tc, mxc_smem_bytes<3, true, true>(), false},
   };
   if (p->batched) return -4;
   if (p->E > MXC_MAX_E || p->N % 16 != 0 || f->ldt % 16 != 0) return -5;

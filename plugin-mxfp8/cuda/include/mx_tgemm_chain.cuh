@@ -63,15 +63,26 @@ template <int U> struct MxcRound {
                                 //   of column c: nA + ob[c] .. nA + ob[c + 1] - 1
   __align__(16) mx_u8 raw[U * MXC_UNIT];   // A entry i: unit i; B entry j: units nA + 2 j (A'), + 1 (scales)
 };
-template <int U> struct MxcFixSmem {
+template <int U_> struct MxcFixSmem {
+  static constexpr int U = U_;
   MxcRound<U> buf[2];
   mx_u64 full[2], empty[2];     // full: 96 gathering threads; empty: 8 consumer warps
   int offA[257], offB[129];     // the gatherers' per-tile list offsets (rows, then columns)
 };
-// Units per round: what the shared memory leaves beside the stages (4 stages: 15; 3: 112).
-template <int STAGES> struct MxcUnits { static constexpr int U = STAGES >= 4 ? 15 : 112; };
-template <int STAGES, bool FIX> constexpr int mxc_smem_bytes() {
-  return STAGES * MxtLay256<1>::STAGE + 1024 + (FIX ? (int)sizeof(MxcFixSmem<MxcUnits<STAGES>::U>) : 0);
+// TCB (mxc_apply_b_tc): each consumer warpgroup's two bf16 slabs for the A' B_res corrections
+// on the tensor cores, P (its 128 rows x 16 entries) at 0 and Q^T (128 columns x 16 entries)
+// at 4096.
+template <int U_> struct MxcFixSmemTc : MxcFixSmem<U_> {
+  __align__(128) mx_u8 tcb[2][8192];
+};
+template <int U, bool TCB> struct MxcFixPick { typedef MxcFixSmem<U> T; };
+template <int U> struct MxcFixPick<U, true> { typedef MxcFixSmemTc<U> T; };
+// Units per round: what the shared memory leaves beside the stages (4 stages: 15; 3: 112, or
+// 82 beside the TCB slabs).
+template <int STAGES, bool TCB = false> struct MxcUnits { static constexpr int U = STAGES >= 4 ? 15 : (TCB ? 82 : 112); };
+template <int STAGES, bool TCB = false> using MxcFix = typename MxcFixPick<MxcUnits<STAGES, TCB>::U, TCB>::T;
+template <int STAGES, bool FIX, bool TCB = false> constexpr int mxc_smem_bytes() {
+  return STAGES * MxtLay256<1>::STAGE + 1024 + (FIX ? (int)sizeof(MxcFix<STAGES, TCB>) : 0);
 }
 constexpr int mxt8_smem_bytes() { return mxc_smem_bytes<MXT8_STAGES, false>(); }
 // The chained kernel's expert tables are smaller than the other kernels' (MX_MAX_E) to leave
@@ -99,9 +110,10 @@ MX_DEV int mxc_find(const int* off, int n, int g) {
 
 // The gatherers (gt = 0..95: warps 1-3 of the producer warpgroup). They move bytes only: the
 // consumers convert them (mxc_apply).
-template <int U>
-MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>& F, const int* g_start,
+template <class FS>
+MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const int* g_start,
                        const int* g_pre, int gt) {
+  constexpr int U = FS::U;
   const int gw = gt >> 5, lane = gt & 31;
   const MxtCtx c = mxt_ctx(p, g_start, g_pre, 256, 128);
   int rc = 0;   // rounds issued
@@ -176,7 +188,7 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, MxcFixSmem<U>
 // columns 8 j + 2 (lane & 3) + {0, 1}; acc[64 (q >> 1) + 4 j + 2 (q & 1) + c] for row q,
 // column (j, c). The round's offset tables give each row's and column's entries directly.
 template <int FA, int FB, int U>
-MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane) {
+MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane, bool b_terms = true) {
   static_assert(U <= 255, "round offsets are bytes");
   const int nA = R.nA, nB = R.nB, cofs = 2 * (lane & 3);
   if (nA > 0) {
@@ -199,7 +211,7 @@ MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane) {
       }
     }
   }
-  if (nB == 0) return;
+  if (nB == 0 || !b_terms) return;
   const int o = R.o;
 #pragma unroll
   for (int j = 0; j < 16; ++j)
@@ -220,14 +232,85 @@ MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane) {
     }
 }
 
+// The A' B_res terms on the tensor cores (TCB, run 111). A round's B entries are a rank-nB
+// update, out += P Q with P[r][i] = A'[r][k_i] (the MX value, from the entry's unit) and Q[i][c]
+// = v_i where c is entry i's column, else 0; in slabs of 16 entries each consumer warpgroup
+// writes its 128 rows of P and its own Q^T as bf16 (exact: MX values of at most 4 significant
+// bits) and adds P Q to its accumulators with two m64n128k16 bf16 wgmmas (FP32 accumulation;
+// products exact, each output gets one product per entry of its column). On the CUDA cores
+// (mxc_apply) an entry costs every warp a pass with a quarter of its lanes (its column's lanes
+// in each quad row) and the 32 columns' loops diverge: 2.5x the GEMM on Student-t(3) (run 105).
+// Slab layout, K-major without swizzle (core matrices of 8 rows x 16 bytes): row r's entries
+// 8h..8h+7 at ((r / 8) * 2 + h) * 128 + (r % 8) * 16; LBO (along K) 128, SBO (along M/N) 256.
+MX_DEV void mxc_wgmma_bf16_m64n128k16(float* d, mx_u64 da, mx_u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db));
+}
+template <int FA, int U>
+MX_DEV void mxc_apply_b_tc(const MxcRound<U>& R, mx_u8* slab, float* acc, int wg, int lt) {
+  const int nA = R.nA, nB = R.nB, o = R.o;
+  const int tr = 128 * wg + lt;   // the tile row whose P row this thread writes
+  mx_u8* P = slab;
+  mx_u8* Q = slab + 4096;
+  const int bar = 5 + wg;
+  for (int s0 = 0; s0 < nB; s0 += 16) {
+    named_bar_sync(bar, 128);   // the previous slab's wgmmas are complete in every warp
+    mx_u32 w[8];
+#pragma unroll
+    for (int i = 0; i < 16; i += 2) {
+      float v2[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int e = s0 + i + h;   // B entry nA + e: units nA + 2 e (A') and nA + 2 e + 1 (scales)
+        v2[h] = 0.f;
+        if (e < nB) {
+          const mx_u8* u = R.raw + MXC_UNIT * (nA + 2 * e) + o + tr;
+          v2[h] = mx_fp8_value<FA>(u[0]) * mx_e8m0_to_f32(u[MXC_UNIT]);
+        }
+      }
+      w[i >> 1] = pack_bf16x2(v2[0], v2[1]);
+    }
+    const int rb = lt >> 3, r8 = lt & 7;
+    *reinterpret_cast<uint4*>(P + (rb * 2) * 128 + r8 * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(P + (rb * 2 + 1) * 128 + r8 * 16) = make_uint4(w[4], w[5], w[6], w[7]);
+    // Q^T row c = lt: zero, then the slab's entries of that column
+    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+    *reinterpret_cast<uint4*>(Q + (rb * 2) * 128 + r8 * 16) = z;
+    *reinterpret_cast<uint4*>(Q + (rb * 2 + 1) * 128 + r8 * 16) = z;
+    named_bar_sync(bar, 128);
+    if (lt < 16 && s0 + lt < nB) {
+      const int e = s0 + lt, c = R.idx[nA + e];
+      const mx_u32 b = pack_bf16x2(R.v[nA + e], 0.f) & 0xFFFFu;
+      *reinterpret_cast<mx_u16*>(Q + ((c >> 3) * 2 + (lt >> 3)) * 128 + (c & 7) * 16 + (lt & 7) * 2) = (mx_u16)b;
+    }
+    fence_proxy_async_smem();
+    named_bar_sync(bar, 128);
+    const mx_u32 ps = smem_u32(P), qs = smem_u32(Q);
+    const mx_u64 dq = make_smem_desc(qs, 128, 256);
+    reg_pin<128>(acc);
+    wgmma_fence();
+    mxc_wgmma_bf16_m64n128k16(acc, make_smem_desc(ps, 128, 256), dq);
+    mxc_wgmma_bf16_m64n128k16(acc + 64, make_smem_desc(ps + 2048, 128, 256), dq);
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_pin<128>(acc);
+  }
+}
+
 // Waits for the next round (the consumers' sequence of rounds follows their tiles: while a
 // tile's last round is not taken, the next one is this tile's), adds it, releases it; returns
-// whether it was the tile's last.
-template <int FA, int FB, int U>
-MX_DEV bool mxc_take(MxcFixSmem<U>& F, int& fb, mx_u32& fph, float* acc, int wrow, int lane) {
+// whether it was the tile's last. TCB: the B entries on the tensor cores (mxc_apply_b_tc).
+template <int FA, int FB, class FS, bool TCB = false>
+MX_DEV bool mxc_take(FS& F, int& fb, mx_u32& fph, float* acc, int wrow, int lane, int wg = 0, int lt = 0) {
+  constexpr int U = FS::U;
   mbar_wait(&F.full[fb], fph);
   const bool last = F.buf[fb].last != 0;
-  mxc_apply<FA, FB, U>(F.buf[fb], acc, wrow, lane);
+  mxc_apply<FA, FB, U>(F.buf[fb], acc, wrow, lane, !TCB);
+  if constexpr (TCB) mxc_apply_b_tc<FA, U>(F.buf[fb], F.tcb[wg], acc, wg, lt);
   __syncwarp();
   if (lane == 0) mbar_arrive(&F.empty[fb]);
   if (++fb == 2) { fb = 0; fph ^= 1; }
@@ -314,10 +397,13 @@ MX_DEV void mxc_epilogue_v4(const MxGemmParams& p, const MxgTile& T, const float
 
 // fix == nullptr: no corrections (the harness's v8c diagnostic on stage-uniform operands).
 // VEPI: the epilogue with 16-byte stores (mxc_epilogue_v4); false: mxt_epilogue (harness A/B).
-template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES, bool POLL = false, bool VEPI = true>
+// TCB: the A' B_res corrections on the tensor cores (mxc_apply_b_tc; 3 stages, no POLL).
+template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES, bool POLL = false, bool VEPI = true,
+          bool TCB = false>
 MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix) {
   typedef MxtLay256<SB2D> LAY;
-  constexpr int U = MxcUnits<STAGES>::U;
+  typedef MxcFix<STAGES, TCB> FS;
+  static_assert(!TCB || (STAGES == 3 && !POLL), "the TCB slabs fit beside 3 stages; POLL would add them mid-loop");
   if (P.gate != nullptr && !mxt_chain_open(P)) return;   // the per-k32 kernel takes it
   const MxGemmParams& p = P.g;
   extern __shared__ __align__(1024) mx_u8 mxt_smem[];
@@ -326,7 +412,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
   const int tid = threadIdx.x;
   const mx_u32 sbase = mxt_smem_base(mxt_smem);
   const mx_u8* sgen = mxt_smem + (sbase - smem_u32(mxt_smem));
-  MxcFixSmem<U>& F = *reinterpret_cast<MxcFixSmem<U>*>(const_cast<mx_u8*>(sgen) + STAGES * LAY::STAGE);
+  FS& F = *reinterpret_cast<FS*>(const_cast<mx_u8*>(sgen) + STAGES * LAY::STAGE);
   if (tid == 0 && fix != nullptr) {   // (mxt_setup's fence and barrier publish these)
     for (int b = 0; b < 2; ++b) { mbar_init(&F.full[b], 96); mbar_init(&F.empty[b], 8); }
   }
@@ -336,7 +422,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
     if (tid == 256)
       mxt_produce<SB2D, STAGES, 0, LAY>(P, g_start, g_pre, sbase, blockIdx.x, gridDim.x, full, empty);
     else if (fix != nullptr && tid >= 288)
-      mxc_gather<U>(p, *fix, F, g_start, g_pre, tid - 288);
+      mxc_gather(p, *fix, F, g_start, g_pre, tid - 288);
     return;
   }
   setmaxnreg_inc<224>();
@@ -372,9 +458,9 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
       // POLL: a round of this tile that is ready is added now (its partial is dead here), so
       // that the gatherers stream through the main loop instead of queueing at its end
       if (POLL && fix != nullptr && !tdone && __shfl_sync(0xffffffffu, (int)mbar_test(&F.full[fb], fph), 0))
-        tdone = mxc_take<FA, FB, U>(F, fb, fph, acc, wrow, lane);
+        tdone = mxc_take<FA, FB>(F, fb, fph, acc, wrow, lane);
     }
-    while (!tdone) tdone = mxc_take<FA, FB, U>(F, fb, fph, acc, wrow, lane);
+    while (!tdone) tdone = mxc_take<FA, FB, FS, TCB>(F, fb, fph, acc, wrow, lane, wg, lt);
     int te = t;
     asm volatile("" : "+r"(te));
     const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
