@@ -25,7 +25,7 @@
 // The launchers (bench/launch.cu and bench/chain.py's ctypes structures; the backend's, when it
 // is wired) hard-code these sizes.
 static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 112, "RP / FIX in bench/chain.py, src/backend/cuda/params.rs");
-static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 228944 && mxc_smem_bytes<3, true>() == 229200,
+static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 228944 && mxc_smem_bytes<3, true, true>() == 228736,
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 // the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
@@ -63,8 +63,8 @@ MXR_INST(mx_reencode_e5m2, 1)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16, 0, 0, 1, 4, false)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32, 0, 0, 0, 4, false)
 MXC_INST(mx_cgemm_e5m2e4m3_w2d_bf16, 1, 0, 1, 4, false)
-MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16_s3, 0, 0, 1, 3, false)
-MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32_s3, 0, 0, 0, 3, false)
+MXC_INST_TC(mx_cgemm_e4m3e4m3_w2d_bf16_s3, 0, 0, 1)
+MXC_INST_TC(mx_cgemm_e4m3e4m3_w2d_f32_s3, 0, 0, 0)
 #ifdef MXC_HARNESS_VARIANTS   // bench/launch.cu: the polling builds (run 103)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16_poll, 0, 0, 1, 4, true)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16_s3_poll, 0, 0, 1, 3, true)
@@ -74,7 +74,8 @@ MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32_s3_poll, 0, 0, 0, 3, true)
 MXC_INST_E(mx_cgemm_e4m3e4m3_w2d_bf16_sepi, 0, 0, 1, 4, false, false)
 MXC_INST_E(mx_cgemm_e4m3e4m3_w2d_bf16_s3_sepi, 0, 0, 1, 3, false, false)
 MXC_INST_E(mx_cgemm_e4m3e4m3_w2d_f32_s3_sepi, 0, 0, 0, 3, false, false)
-MXC_INST_TC(mx_cgemm_e4m3e4m3_w2d_bf16_s3_tc, 0, 0, 1)
-MXC_INST_TC(mx_cgemm_e4m3e4m3_w2d_f32_s3_tc, 0, 0, 0)
+// the 3-stage build with every correction on the CUDA cores (runs 100-110; run 111's A/B)
+MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16_s3_cc, 0, 0, 1, 3, false)
+MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32_s3_cc, 0, 0, 0, 3, false)
 #endif
 #endif

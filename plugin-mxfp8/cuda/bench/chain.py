@@ -229,7 +229,7 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
             nofix = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
             cf.gemm(nofix, fix=False)
             others = []   # the other builds
-            for sfx in ("_s3", "_poll", "_s3_poll", "_s3_tc"):
+            for sfx in ("_s3", "_poll", "_s3_poll", "_s3_cc"):
                 o = torch.full((M, N), float("nan"), dtype=torch.float32, device=DEV)
                 cf.suffix = sfx
                 cf.gemm(o)
@@ -293,8 +293,8 @@ def run_case(key, E, Mg, K, N, dist, rep, with_ref, results):
 
 def ab_epilogues(key, dist, cf, M, N, rep):
     """Builds of the chained GEMM (AB_BUILDS: suffixes; run 110: 16-byte vs 4-byte `_sepi`
-    epilogue stores at both stage counts; run 111: `_s3_tc`, the B corrections on the tensor
-    cores) timed in AB interleaved rounds whose order rotates, so that the card's clock drift
+    epilogue stores at both stage counts; run 111: `_s3` with the B corrections on the tensor
+    cores against `_s3_cc`, all on the CUDA cores) timed in AB interleaved rounds whose order rotates, so that the card's clock drift
     and a row's position fall on every build alike; medians of the rounds."""
     o_bf = torch.empty(M, N, dtype=torch.bfloat16, device=DEV)
     builds = AB_BUILDS

@@ -541,8 +541,8 @@ extern "C" int mx_launch_cgemm(const char* name, const MxGemmParams* p, const Mx
     {"mx_cgemm_e4m3e4m3_w2d_bf16", mx_cgemm_e4m3e4m3_w2d_bf16, mxc_smem_bytes<4, true>(), false},
     {"mx_cgemm_e4m3e4m3_w2d_f32", mx_cgemm_e4m3e4m3_w2d_f32, mxc_smem_bytes<4, true>(), false},
     {"mx_cgemm_e5m2e4m3_w2d_bf16", mx_cgemm_e5m2e4m3_w2d_bf16, mxc_smem_bytes<4, true>(), false},
-    {"mx_cgemm_e4m3e4m3_w2d_bf16_s3", mx_cgemm_e4m3e4m3_w2d_bf16_s3, mxc_smem_bytes<3, true>(), false},
-    {"mx_cgemm_e4m3e4m3_w2d_f32_s3", mx_cgemm_e4m3e4m3_w2d_f32_s3, mxc_smem_bytes<3, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_bf16_s3", mx_cgemm_e4m3e4m3_w2d_bf16_s3, mxc_smem_bytes<3, true, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_f32_s3", mx_cgemm_e4m3e4m3_w2d_f32_s3, mxc_smem_bytes<3, true, true>(), false},
     {"mx_cgemm_e4m3e4m3_w2d_bf16_poll", mx_cgemm_e4m3e4m3_w2d_bf16_poll, mxc_smem_bytes<4, true>(), false},
     {"mx_cgemm_e4m3e4m3_w2d_bf16_s3_poll", mx_cgemm_e4m3e4m3_w2d_bf16_s3_poll, mxc_smem_bytes<3, true>(), false},
     {"mx_cgemm_e4m3e4m3_w2d_f32_poll", mx_cgemm_e4m3e4m3_w2d_f32_poll, mxc_smem_bytes<4, true>(), false},
@@ -550,8 +550,8 @@ extern "C" int mx_launch_cgemm(const char* name, const MxGemmParams* p, const Mx
     {"mx_cgemm_e4m3e4m3_w2d_bf16_sepi", mx_cgemm_e4m3e4m3_w2d_bf16_sepi, mxc_smem_bytes<4, true>(), false},
     {"mx_cgemm_e4m3e4m3_w2d_bf16_s3_sepi", mx_cgemm_e4m3e4m3_w2d_bf16_s3_sepi, mxc_smem_bytes<3, true>(), false},
     {"mx_cgemm_e4m3e4m3_w2d_f32_s3_sepi", mx_cgemm_e4m3e4m3_w2d_f32_s3_sepi, mxc_smem_bytes<3, true>(), false},
-    {"mx_cgemm_e4m3e4m3_w2d_bf16_s3_tc", mx_cgemm_e4m3e4m3_w2d_bf16_s3_tc, mxc_smem_bytes<3, true, true>(), false},
-    {"mx_cgemm_e4m3e4m3_w2d_f32_s3_tc", mx_cgemm_e4m3e4m3_w2d_f32_s3_tc, mxc_smem_bytes<3, true, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_bf16_s3_cc", mx_cgemm_e4m3e4m3_w2d_bf16_s3_cc, mxc_smem_bytes<3, true>(), false},
+    {"mx_cgemm_e4m3e4m3_w2d_f32_s3_cc", mx_cgemm_e4m3e4m3_w2d_f32_s3_cc, mxc_smem_bytes<3, true>(), false},
   };
   if (p->batched) return -4;
   if (p->E > MXC_MAX_E || p->N % 16 != 0 || f->ldt % 16 != 0) return -5;

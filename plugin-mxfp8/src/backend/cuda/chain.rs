@@ -37,11 +37,12 @@ use std::sync::OnceLock;
 const MAX_E: usize = 256;
 
 /// Residuals per element (both operands) up to which the 4-stage build computes the GEMM;
-/// above, the 3-stage build (7× larger correction rounds) does. Run 110 timed the two builds
-/// in interleaved rounds (run 106 had timed them one after the other, which favoured the
-/// first): at 2–4e-6 they are within ±3.5 % of each other (a, c: 4-stage; b: 3-stage), at
-/// 5–6e-6 the 3-stage one is 1–4 % faster on a, b and c, at 2–3e-5 11–35 % faster.
-const SPLIT_RESIDUALS_PER_ELEMENT: f64 = 4e-6;
+/// above, the 3-stage build (larger correction rounds, its A′·B_res terms on the tensor
+/// cores) does. 0: the 4-stage build takes only GEMMs with no residual at all. Run 111 timed
+/// the builds in interleaved rounds: the 3-stage one takes 10–14 % less time than the 4-stage
+/// one at 5–6e-6 and 30–39 % less at 2–3.4e-5 (run 110, before its corrections moved to the
+/// tensor cores: within ±3.5 % at 2–4e-6).
+const SPLIT_RESIDUALS_PER_ELEMENT: f64 = 0.0;
 
 /// Where a GEMM with no 3-stage build (E5M2 A) stops going to the 4-stage one under `on`: run
 /// 110's sweep (E4M3 operands, builds timed one after the other) had the 4-stage build at
@@ -51,10 +52,11 @@ const FOUR_STAGE_ONLY_RESIDUALS_PER_ELEMENT: f64 = 1.5e-5;
 
 /// Residuals per element above which `on` leaves a GEMM to the per-k32 kernel. The gate
 /// decides after the re-encoding has been paid, so this compares the chained GEMM alone with
-/// v2t: the 3-stage build beat it at every count run 106 measured (1.18–1.40× at 2.6–3.4e-5)
-/// and lost on Student-t(3) (1.3–3.4e-4: 0.53–0.70× v2t, run 105); extrapolating the
-/// corrections' cost between those puts the break-even near 9e-5 on shape a.
-const MAX_RESIDUALS_PER_ELEMENT: f64 = 4e-5;
+/// v2t. With its A′·B_res terms on the tensor cores (run 111) the 3-stage build reads 1212 /
+/// 1256 / 668 µs on a / b / c at 2.5–3.4e-5 (v2t 1650–2090 / 1650–1930 / 960–1000 µs in the
+/// harness runs 105–110) and 1841 / 1966 / 991 µs on Student-t(3) at 2.2–2.7e-4, about v2t's
+/// time; the limit sits between, at 1e-4.
+const MAX_RESIDUALS_PER_ELEMENT: f64 = 1e-4;
 
 /// What `MXHOST_MX_CHAIN` asks for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -592,15 +594,15 @@ mod tests {
         assert_eq!(
             on,
             Ranges {
-                split: Some(400),
-                limit: 4000
+                split: Some(0),
+                limit: 10000
             }
         );
         let always = ranges(ChainMode::Always, el, true);
         assert_eq!(
             always,
             Ranges {
-                split: Some(400),
+                split: Some(0),
                 limit: i32::MAX
             }
         );
@@ -620,7 +622,7 @@ mod tests {
             }
         );
         // tiny GEMMs: a split of 0 still leaves the zero-residual case to the 4-stage build
-        let tiny = ranges(ChainMode::On, 1e4, true);
+        let tiny = ranges(ChainMode::On, 1e3, true);
         assert_eq!(
             tiny,
             Ranges {

@@ -196,12 +196,13 @@ pub(super) fn tgemm_smem(w2d: bool, tma_store: bool) -> u32 {
     kernels::TGEMM_STAGES * if w2d { 35840 } else { 36864 } + 1024
 }
 
-/// Dynamic shared memory of the chained GEMM `mx_cgemm_*` (`mxc_smem_bytes<STAGES, true>()`
-/// of mx_tgemm_chain.cuh, pinned by static_asserts in mx_chain_gemm.cu): 4 stages with
-/// rounds of 15 units, or the `_s3` builds' 3 stages with 112.
+/// Dynamic shared memory of the chained GEMM `mx_cgemm_*` (`mxc_smem_bytes<STAGES, true,
+/// TCB>()` of mx_tgemm_chain.cuh, pinned by static_asserts in mx_chain_gemm.cu): 4 stages with
+/// rounds of 15 units, or the `_s3` builds' 3 stages with 82 and the tensor-core correction
+/// slabs (run 111).
 pub(super) fn chain_smem(name: &str) -> u32 {
     if name.contains("_s3") {
-        229200
+        228736
     } else {
         228944
     }
