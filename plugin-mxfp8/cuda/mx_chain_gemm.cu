@@ -34,8 +34,10 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
 
 #define MXR_INST(NAME, F) \
   extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxReencodeParams p) { mx_reencode_rows<F>(p); }
-// STAGES 4 (the default; rounds of 15 units) or 3 (`_s3`: rounds of 112 units, for heavy-tailed
-// operands); the launcher's dynamic shared memory is mxc_smem_bytes<STAGES, true>().
+// STAGES 4 (rounds of 15 units; GEMMs with no residual) or 3 (`_s3`: rounds of 82 units and the
+// A' B_res corrections on the tensor cores, MXC_INST_TC; `_s3_cc` and the other harness 3-stage
+// builds: 112 units, every correction on the CUDA cores); the launcher's dynamic shared memory
+// is mxc_smem_bytes<STAGES, true, TCB>().
 // VEPI 1: the epilogue's 16-byte stores (mxc_epilogue_v4); 0: the 4-byte ones (harness A/B, run 110).
 #define MXC_INST_E(NAME, FA, FB, OBF, STAGES, POLL, VEPI) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \

@@ -104,20 +104,28 @@ MX_DEV mx_u64 make_smem_desc_sw128(mx_u32 saddr) {
 // spilled). SD is the instruction's scale-d: 0 = D = A * B (the hardware ignores the old
 // contents; the per-k32 kernels), 1 = D = A * B + D (k32 steps chained in the tensor core;
 // the chained kernels, mx_tgemm_chain.cuh).
-#define MX_WGMMA_N128_RW(TYPES) \
+#define MX_WGMMA_N128_RW_I(INSTR, TAIL) \
   asm volatile( \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32." TYPES " " \
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n}\n" \
+      "wgmma.mma_async.sync.aligned." INSTR " " \
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1" TAIL ";\n}\n" \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
       : "l"(da), "l"(db), "n"(SD))
+#define MX_WGMMA_N128_RW(TYPES) MX_WGMMA_N128_RW_I("m64n128k32.f32." TYPES, "")
 template <int FA, int FB, int SD = 0> MX_DEV void wgmma_m64n128k32_inplace(float* d, mx_u64 da, mx_u64 db) {
   if constexpr (FA == 0 && FB == 0) MX_WGMMA_N128_RW("e4m3.e4m3");
   else if constexpr (FA == 0) MX_WGMMA_N128_RW("e4m3.e5m2");
   else if constexpr (FB == 0) MX_WGMMA_N128_RW("e5m2.e4m3");
   else MX_WGMMA_N128_RW("e5m2.e5m2");
 }
+// D += A * B, m64 x n128 x k16, bf16 operands K-major in shared memory (no transposes): the
+// chained kernel's corrections on the tensor cores (mxc_apply_b_tc).
+MX_DEV void wgmma_m64n128k16_bf16_acc(float* d, mx_u64 da, mx_u64 db) {
+  constexpr int SD = 1;
+  MX_WGMMA_N128_RW_I("m64n128k16.f32.bf16.bf16", ", 0, 0");
+}
 #undef MX_WGMMA_N128_RW
+#undef MX_WGMMA_N128_RW_I
 template <int FA, int FB> MX_DEV void wgmma_m64n128k32_acc(float* d, mx_u64 da, mx_u64 db) {
   wgmma_m64n128k32_inplace<FA, FB, 1>(d, da, db);
 }
