@@ -8,7 +8,8 @@
 #   3. bench_peers.py, then `mxhost bench` off and on (MXHOST_MX_CHAIN=on) on the same card,
 #      with one traced rep of `on` first (gate decisions and operand sources);
 #   4. with AB=N (needs dist/libmxbench.so): the chained kernel's builds timed in N interleaved
-#      rounds by the harness (chain.py --ab: 4 vs 3 stages, 16- vs 4-byte-store epilogue; run 110).
+#      rounds by the harness (chain.py --ab: 4 vs 3 stages, 16- vs 4-byte-store epilogue; run 110;
+#      AB_BUILDS="_s3,_s3_cc" picks others).
 set -u
 out="${OUT:-out/gpu-chain}"
 mkdir -p "$out"
@@ -49,6 +50,6 @@ if [ -n "${AB:-}" ] && [ -f dist/libmxbench.so ]; then
     echo "== chain.py --ab $AB (interleaved rounds)"
     cp dist/libmxbench.so plugin-mxfp8/cuda/bench/
     timeout 300 python3 plugin-mxfp8/cuda/bench/chain.py --shapes "${AB_SHAPES:-a,b,bd,c}" --rep 15 --skip-small \
-        --ab "$AB" --dists "${AB_DISTS:-gauss-w0.7,gauss,gauss-w1.0}" >"$out/chain-ab.txt" 2>&1
+        --ab "$AB" ${AB_BUILDS:+--ab-builds "$AB_BUILDS"} --dists "${AB_DISTS:-gauss-w0.7,gauss,gauss-w1.0}" >"$out/chain-ab.txt" 2>&1
     echo "rc=$?"; grep -E "^AB|FAIL" "$out/chain-ab.txt"
 fi
