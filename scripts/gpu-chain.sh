@@ -17,13 +17,17 @@ shapes="${SHAPES:-a,b,c}"
 W="${WARMUP_MS:-500}"
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$out/card.txt"
 echo "== selftest, MXHOST_MX_CHAIN=always"
-MXHOST_MX_CHAIN=always MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
+MXHOST_MX_CHAIN=always MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
     dist/mxhost selftest --device cuda --quick >"$out/selftest-always.txt" 2>&1
 echo "rc=$?"; grep -E "^mxhost selftest:" "$out/selftest-always.txt"
 grep -o "chained; A [a-z -]*, B [a-z -]*" "$out/selftest-always.txt" | sort | uniq -c
 grep -o "the [34]-stage chained GEMM computed the output\|the per-k32 kernel computed the output" \
     "$out/selftest-always.txt" | sort | uniq -c
 grep -E "FAIL" "$out/selftest-always.txt" | head -20
+echo "== selftest, MXHOST_MX_CHAIN=on, MXHOST_MX_CHAIN_VERIFY=1 (fused quantizer checked against the four launches)"
+MXHOST_MX_CHAIN=on MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 \
+    dist/mxhost selftest --device cuda --quick >"$out/selftest-on-verify.txt" 2>&1
+echo "rc=$?"; grep -E "^mxhost selftest:" "$out/selftest-on-verify.txt"; grep -E "FAIL|VERIFY" "$out/selftest-on-verify.txt" | head
 echo "== selftest, default"
 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 dist/mxhost selftest --device cuda --quick \
     >"$out/selftest-default.txt" 2>&1
@@ -37,13 +41,18 @@ MXHOST_MX_CHAIN=on MXHOST_MX_GEMM_TRACE=1 timeout 200 dist/mxhost bench --device
     --warmup-ms 0 2>"$out/trace-on.txt" >/dev/null
 grep -oE "chained; A [a-z -]*, B [a-z -]*|chained gate (open|closed) \([^)]*\)[^:]*: the [a-z0-9 -]*" \
     "$out/trace-on.txt" | sed 's/ ([0-9]* residuals, limit [0-9]*)//' | sort | uniq -c
-for mode in off on; do
-    echo "== mxhost bench, MXHOST_MX_CHAIN=$mode"
-    MXHOST_MX_CHAIN=$mode timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
-        --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$mode.json" >"$out/bench-$mode.txt" 2>&1
+# MODES: e.g. "off on on-unfused on": on-unfused is `on` with MXHOST_MX_CHAIN_FUSED=0 (X's and
+# dY's annexes by the four launches instead of mx_quantize_rows_chain_*; run 113).
+n=0
+for mode in ${MODES:-off on}; do
+    n=$((n + 1))
+    echo "== mxhost bench $n, MXHOST_MX_CHAIN=$mode"
+    fused=1; [ "$mode" = on-unfused ] && fused=0
+    MXHOST_MX_CHAIN=${mode%-unfused} MXHOST_MX_CHAIN_FUSED=$fused timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$n-$mode.json" >"$out/bench-$n-$mode.txt" 2>&1
     echo "rc=$?"
     # shape key, op, µs, × BF16 (the full rows are in the file)
-    grep -E "^[a-d] .*(quantize|forward|dgrad|step)" "$out/bench-$mode.txt" |
+    grep -E "^[a-d] .*(quantize|forward|dgrad|step)" "$out/bench-$n-$mode.txt" |
         awk '{op=""; for (i=6; i<=NF-5; i++) op=op" "$i; printf "%s%-72.72s %8s %5s\n", $1, op, $(NF-4), $NF}'
 done
 if [ -n "${AB:-}" ] && [ -f dist/libmxbench.so ]; then

@@ -20,6 +20,8 @@
 #include "mx_tgemm_mainloop.cuh"
 #include "mx_tgemm_roles.cuh"
 #include "mx_reencode.cuh"
+#include "mx_quant_blocks.cuh"
+#include "mx_quant_chain.cuh"
 #include "mx_tgemm_chain.cuh"
 
 // The launchers (bench/launch.cu and bench/chain.py's ctypes structures; the backend's, when it
@@ -27,6 +29,7 @@
 static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 112, "RP / FIX in bench/chain.py, src/backend/cuda/params.rs");
 static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 228944 && mxc_smem_bytes<3, true, true>() == 228736,
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
+static_assert(sizeof(MxQuantChainParams) == 96, "QuantChainParams in src/backend/cuda/params.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 // the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
 static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, true>() + 3072 <= 232448 &&
@@ -59,9 +62,34 @@ extern "C" __global__ void mx_chain_status_merge(const int* a, const int* b, int
   }
 }
 
+#define MXQC_INST(NAME, F) \
+  extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxQuantChainParams p) { mx_quant_chain_rows<F>(p); }
+
+// MXHOST_MX_CHAIN_VERIFY (src/backend/cuda/chain_form.rs): adds to *count the bytes where a and
+// b differ, and the residual records of rows r < rows among their first cnt[r] that differ.
+extern "C" __global__ void __launch_bounds__(256) mx_bytes_diff(const mx_u8* a, const mx_u8* b, mx_i64 n,
+                                                                unsigned long long* count) {
+  unsigned long long d = 0;
+  for (mx_i64 i = (mx_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (mx_i64)gridDim.x * blockDim.x)
+    d += a[i] != b[i];
+  if (d) atomicAdd(count, d);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_chain_res_diff(const MxRes* a, const MxRes* b, const int* cnt,
+                                                                    mx_i64 rows, int slots, unsigned long long* count) {
+  unsigned long long d = 0;
+  for (mx_i64 r = (mx_i64)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (mx_i64)gridDim.x * blockDim.x)
+    for (int i = 0; i < cnt[r]; ++i) {
+      const MxRes x = a[r * slots + i], y = b[r * slots + i];
+      d += x.k != y.k || __float_as_uint(x.v) != __float_as_uint(y.v);
+    }
+  if (d) atomicAdd(count, d);
+}
+
 #ifndef MXC_CUSTOM_INSTANTIATIONS
 MXR_INST(mx_reencode_e4m3, 0)
 MXR_INST(mx_reencode_e5m2, 1)
+MXQC_INST(mx_quantize_rows_chain_e4m3, 0)
+MXQC_INST(mx_quantize_rows_chain_e5m2, 1)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16, 0, 0, 1, 4, false)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32, 0, 0, 0, 4, false)
 MXC_INST(mx_cgemm_e5m2e4m3_w2d_bf16, 1, 0, 1, 4, false)

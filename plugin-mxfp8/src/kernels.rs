@@ -36,7 +36,7 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 16] = [
+pub const HEADERS: [(&str, &str); 17] = [
     header!("mx_ptx.cuh"),
     header!("mx_numerics.cuh"),
     header!("mx_wgmma.cuh"),
@@ -53,6 +53,7 @@ pub const HEADERS: [(&str, &str); 16] = [
     header!("mx_tgemm_kernels.cuh"),
     header!("mx_reencode.cuh"),
     header!("mx_tgemm_chain.cuh"),
+    header!("mx_quant_chain.cuh"),
 ];
 pub const QUANTIZE_CU: &str = include_str!("../cuda/mx_quantize.cu");
 pub const GEMM_CU: &str = include_str!("../cuda/mx_grouped_gemm.cu");
@@ -211,6 +212,10 @@ impl Unit {
                 "mx_chain_status_merge",
                 "mx_reencode_e4m3",
                 "mx_reencode_e5m2",
+                "mx_quantize_rows_chain_e4m3",
+                "mx_quantize_rows_chain_e5m2",
+                "mx_bytes_diff",
+                "mx_chain_res_diff",
                 "mx_cgemm_e4m3e4m3_w2d_bf16",
                 "mx_cgemm_e4m3e4m3_w2d_f32",
                 "mx_cgemm_e5m2e4m3_w2d_bf16",

@@ -41,7 +41,8 @@
 //! Where things live (`cuda/`): `params` (the kernels' `#[repr(C)]` parameter blocks),
 //! `device` (per-device state, kernel loading, `Call` and its launch helpers),
 //! `quantize`, `gemm` (forward/dgrad operands and the GEMM launch), `chain` (the opt-in
-//! chained forward/dgrad), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps) and
+//! chained forward/dgrad; `chain_form` its operands' layouts, `chain_quant` X's and dY's
+//! annexes in the quantizer's pass), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps) and
 //! `bf16_path` (dequantize-to-BF16 + cuBLAS); this file keeps the constants and small
 //! helpers they share and the [`Backend`] entry points.
 
@@ -57,6 +58,7 @@ use std::ffi::c_void;
 mod bf16_path;
 mod chain;
 mod chain_form;
+mod chain_quant;
 mod device;
 mod gemm;
 mod params;
@@ -182,6 +184,10 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let mut call = Call::new(args.ordinal, args.stream)?;
+        // X or dY with its annex: the tensor and its chain form in one pass.
+        if chain_quant::quantize_a_with_annex(&mut call, args)? {
+            return Ok(());
+        }
         self.quantize_tensors(&mut call, args)?;
         // The annexes (ABI 1.3) read the bytes just written: after them on the stream.
         if let Some(a) = &args.annex {

@@ -232,7 +232,7 @@ fn describe_gate([flags, listed]: [i32; 2], limit: i32, split: Option<i32>) -> S
 
 /// Which chained-GEMM operand a quantized tensor can be, from its shape alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum AnnexRole {
+pub(super) enum AnnexRole {
     /// `[rows][red]` in 1×32 blocks along `red`: X of forward, dY of dgrad.
     A { rows: usize, red: usize },
     /// `[E][cols][red]` in 32×32 tiles, E4M3: the weight as forward (or, for a transposed
@@ -282,11 +282,9 @@ pub(super) fn annex_words(spec: &AnnexSpec) -> PluginResult<u64> {
         .map_or(0, |r| chain_form::annex_words(role_bytes(r)) as u64))
 }
 
-/// Fills `annex` with the chain form of `m`, which this quantize call has just written (on
-/// the same stream, so in order). Skipped on devices the chained GEMM never runs on (no
-/// sm_90a kernels or tensor maps): there `operand_refusal` turns every GEMM away before it
-/// reads an annex.
-pub(super) fn fill_annex(call: &Call, m: &MxArg, annex: &TensorArg) -> PluginResult<()> {
+/// The role of the tensor `m` that `annex` is for, and the annex's address, checked: the
+/// size this plugin's `annex_words` asked for, 256-byte aligned.
+pub(super) fn checked_annex(m: &MxArg, annex: &TensorArg) -> PluginResult<(AnnexRole, u64)> {
     let block = Blocking::from_abi(m.block).expect("checked by MxArg::parse");
     let role = annex_role(&m.data.shape, block, m.format).ok_or_else(|| {
         PluginError::invalid(format!(
@@ -302,7 +300,22 @@ pub(super) fn fill_annex(call: &Call, m: &MxArg, annex: &TensorArg) -> PluginRes
             annex.numel
         )));
     }
-    if call.dev.portable || !tensor_map_available(call.dev) {
+    Ok((role, base))
+}
+
+/// Whether this device's quantize calls fill annexes: only where the chained GEMM runs
+/// (sm_90a kernels and tensor maps).
+pub(super) fn annex_filled_here(call: &Call) -> bool {
+    !call.dev.portable && tensor_map_available(call.dev)
+}
+
+/// Fills `annex` with the chain form of `m`, which this quantize call has just written (on
+/// the same stream, so in order). Skipped on devices the chained GEMM never runs on (no
+/// sm_90a kernels or tensor maps): there `operand_refusal` turns every GEMM away before it
+/// reads an annex.
+pub(super) fn fill_annex(call: &Call, m: &MxArg, annex: &TensorArg) -> PluginResult<()> {
+    let (role, base) = checked_annex(m, annex)?;
+    if !annex_filled_here(call) {
         return Ok(());
     }
     let (q, s, fmt) = (m.data.ptr as u64, m.scales.ptr as u64, fmt_code(m.format));

@@ -219,9 +219,21 @@ pub(super) fn prepare_a(
     )?;
     call.transpose(out.q2, at(l.at), 1, rows, red)?;
     call.transpose(out.s2, at(l.sat), 1, rows, kb)?;
-    let dims = (rows, kb, rows, rup(kb, 4), 1);
-    call.scales_f32_into(at(l.sa), out.s2, 0, (kb as i64, 1), 1, dims, true)?;
+    a_scale_table(call, &l, (rows, red), base)?;
     Ok(l)
+}
+
+/// The A-side chain form's FP32 scale table (`sa`), from its stage scales (`s2`).
+pub(super) fn a_scale_table(
+    call: &Call,
+    l: &ALayout,
+    (rows, red): (usize, usize),
+    base: u64,
+) -> PluginResult<()> {
+    let kb = cdiv(red, 32);
+    let dims = (rows, kb, rows, rup(kb, 4), 1);
+    let (sa, s2) = (base + l.sa as u64, base + l.s2 as u64);
+    call.scales_f32_into(sa, s2, 0, (kb as i64, 1), 1, dims, true)
 }
 
 /// Fills the B-side chain form of `b` (`[E][cols][red]`, 32×32 tiles) at `base`

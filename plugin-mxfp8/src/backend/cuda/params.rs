@@ -166,6 +166,28 @@ pub(super) struct ReencodeParams {
     pub(super) slots: i32,
 }
 
+/// `MxQuantChainParams` of mx_quant_chain.cuh (`mx_quantize_rows_chain_*`): bf16 rows
+/// `[r][c]` to the MX tensor (`q`, `s`) and the A-side chain form (`q2`, `s2`, `res`, `cnt`,
+/// `status`, `at`, `sat`: the regions of `chain_form::a_layout`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct QuantChainParams {
+    pub(super) inp: u64,
+    pub(super) q: u64,
+    pub(super) s: u64,
+    pub(super) q2: u64,
+    pub(super) s2: u64,
+    pub(super) res: u64,
+    pub(super) cnt: u64,
+    pub(super) status: u64,
+    pub(super) at: u64,
+    pub(super) sat: u64,
+    pub(super) r: i32,
+    pub(super) c: i32,
+    pub(super) slots: i32,
+    pub(super) mode: i32,
+}
+
 /// `MxChainFix` of mx_tgemm_chain.cuh: what the chained GEMM's residual corrections read.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -227,6 +249,7 @@ const _: () = {
     assert!(std::mem::offset_of!(TGemmParams, limit) == 400);
     assert!(std::mem::offset_of!(TGemmParams, limit_lo) == 404);
     assert!(std::mem::size_of::<ReencodeParams>() == 104);
+    assert!(std::mem::size_of::<QuantChainParams>() == 96);
     assert!(std::mem::size_of::<ChainFix>() == 112);
     assert!(std::mem::size_of::<ChainParams>() == 576);
     assert!(std::mem::offset_of!(ChainParams, f) == 448);

@@ -1,0 +1,238 @@
+//! The A-side annex in the quantizer's own pass (ABI 1.3, `MXHOST_MX_CHAIN`). A quantize
+//! call that writes X or dY (bf16 rows, 1×32 blocks along them) together with its annex runs
+//! `mx_quantize_rows_chain_*` (cuda/include/mx_quant_chain.cuh): one kernel writes the MX
+//! tensor and its chain form, where the other path runs the flat quantizer, then the
+//! re-encoding and two transposes over the bytes it wrote ([`chain_form::prepare_a`]). The
+//! bytes are the same; the input is read once and the FP8 bytes are not read back (5 bytes
+//! moved per element instead of 7).
+//!
+//! `MXHOST_MX_CHAIN_VERIFY=1` checks that on the device for every such call: it runs the
+//! other path too, into scratch, compares every region byte for byte (the residual lists up
+//! to each row's count) and fails the call on any difference. It synchronizes: for tests
+//! (`scripts/gpu-chain.sh` runs the selftest with it). `MXHOST_MX_CHAIN_FUSED=0` keeps the
+//! four launches.
+
+use super::chain::{annex_filled_here, checked_annex, AnnexRole};
+use super::chain_form::{self, a_layout, ALayout};
+use super::device::Call;
+use super::gemm::AMat;
+use super::params::QuantChainParams;
+use super::quantize::FlatOut;
+use super::{arg, cdiv, fmt_code, i32_of, mode_code, ptr};
+use crate::kernels::Unit;
+use cudarc::driver::result as cr;
+use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use mxhost_plugin_abi::DType;
+use mxhost_plugin_common::args::QuantizeArgs;
+use mxhost_plugin_common::cuda::drv;
+use std::sync::OnceLock;
+
+/// CTAs of `mx_quantize_rows_chain_*` resident per SM that the grid rule counts on (48
+/// registers and 9 KB of shared memory per 256-thread CTA allow five).
+const CTAS_PER_SM: usize = 4;
+
+fn env_flag(name: &str, default: bool) -> bool {
+    match std::env::var(name).ok().as_deref().map(str::trim) {
+        None | Some("") => default,
+        Some("0") | Some("off") | Some("false") => false,
+        Some(_) => true,
+    }
+}
+
+fn fused_enabled() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| env_flag("MXHOST_MX_CHAIN_FUSED", true))
+}
+
+fn verify_enabled() -> bool {
+    static V: OnceLock<bool> = OnceLock::new();
+    *V.get_or_init(|| env_flag("MXHOST_MX_CHAIN_VERIFY", false))
+}
+
+/// Grid of the fused kernel over `tiles` 32-row tiles: the fewest grid-stride rounds the
+/// resident CTAs allow, then the fewest CTAs that do them (no CTA idles a round).
+fn grid(tiles: usize, sms: usize) -> usize {
+    let resident = (CTAS_PER_SM * sms).max(1);
+    let rounds = tiles.div_ceil(resident).max(1);
+    tiles.div_ceil(rounds)
+}
+
+/// Runs the quantize request `args` as one fused launch when it is an A-side tensor with an
+/// annex the kernel takes (bf16 `[rows, red]`, `red % 32 == 0`, no transposed copy, no kept
+/// values, aligned buffers, a device that fills annexes); returns whether it did.
+pub(super) fn quantize_a_with_annex(call: &mut Call, args: &QuantizeArgs) -> PluginResult<bool> {
+    let (Some(annex), None, None) = (&args.annex, &args.transposed, &args.values) else {
+        return Ok(false);
+    };
+    let (x, o) = (&args.input, &args.output);
+    if !fused_enabled() || x.dtype != DType::Bf16 || !annex_filled_here(call) {
+        return Ok(false);
+    }
+    let (AnnexRole::A { rows, red }, base) = checked_annex(o, annex)? else {
+        return Ok(false);
+    };
+    if !red.is_multiple_of(32) || !ptr(x).is_multiple_of(16) || !ptr(&o.data).is_multiple_of(8) {
+        return Ok(false);
+    }
+    let (fmt, mode) = (fmt_code(o.format), mode_code(o.mode));
+    let (q, s) = (ptr(&o.data), ptr(&o.scales));
+    if verify_enabled() {
+        call.zero(base, a_layout(rows, red).bytes)?;
+    }
+    let l = fused(call, ptr(x), (q, s, fmt, mode), (rows, red), base)?;
+    if verify_enabled() {
+        verify(call, ptr(x), (q, s, fmt, mode), (rows, red), (&l, base))?;
+    }
+    Ok(true)
+}
+
+/// `mx_quantize_rows_chain_*` over bf16 `x` (`[rows][red]`): the MX tensor at `q`, `s` and
+/// its chain form at `base`, then the form's FP32 scale table.
+fn fused(
+    call: &Call,
+    x: u64,
+    (q, s, fmt, mode): (u64, u64, u8, i32),
+    (rows, red): (usize, usize),
+    base: u64,
+) -> PluginResult<ALayout> {
+    let l = a_layout(rows, red);
+    let at = |o: usize| base + o as u64;
+    call.zero(at(l.status), 8)?;
+    let p = QuantChainParams {
+        inp: x,
+        q,
+        s,
+        q2: at(l.q2),
+        s2: at(l.s2),
+        res: at(l.res),
+        cnt: at(l.cnt),
+        status: at(l.status),
+        at: at(l.at),
+        sat: at(l.sat),
+        r: i32_of("rows", rows)?,
+        c: i32_of("reduction", red)?,
+        slots: chain_form::slots(red) as i32,
+        mode,
+    };
+    let name = if fmt == 0 {
+        "mx_quantize_rows_chain_e4m3"
+    } else {
+        "mx_quantize_rows_chain_e5m2"
+    };
+    let g = grid(cdiv(rows, 32), call.dev.sms as usize);
+    call.launch(Unit::Chain, name, (g, 1, 1), (256, 1, 1), 0, &mut [arg(&p)])?;
+    chain_form::a_scale_table(call, &l, (rows, red), base)?;
+    Ok(l)
+}
+
+/// `MXHOST_MX_CHAIN_VERIFY`: the flat quantizer and [`chain_form::prepare_a`] into scratch,
+/// every region compared with what the fused kernel wrote; an error names the differences.
+fn verify(
+    call: &mut Call,
+    x: u64,
+    (q, s, fmt, mode): (u64, u64, u8, i32),
+    (rows, red): (usize, usize),
+    (l, base): (&ALayout, u64),
+) -> PluginResult<()> {
+    let kb = red / 32;
+    let q_ref = call.alloc(rows * red)?;
+    let s_ref = call.alloc(rows * kb)?;
+    let base_ref = call.alloc(l.bytes)?;
+    let count = call.alloc(8)?;
+    call.zero(base_ref, l.bytes)?;
+    call.zero(count, 8)?;
+    call.flat_rows(x, true, rows * kb, fmt, mode, (q_ref, s_ref), FlatOut::Quantized)?;
+    let a = AMat {
+        q: q_ref,
+        s: s_ref,
+        fmt,
+        rdiv: 1,
+    };
+    chain_form::prepare_a(call, &a, (rows, red), base_ref)?;
+    let sa_bytes = l.status - l.sa;
+    let regions = [
+        ("the FP8 bytes", q, q_ref, rows * red),
+        ("the scales", s, s_ref, rows * kb),
+        ("q2", base + l.q2 as u64, base_ref + l.q2 as u64, rows * red),
+        ("s2", base + l.s2 as u64, base_ref + l.s2 as u64, rows * kb),
+        ("the residual counts", base + l.cnt as u64, base_ref + l.cnt as u64, rows * 4),
+        ("q2 transposed", base + l.at as u64, base_ref + l.at as u64, rows * red),
+        ("s2 transposed", base + l.sat as u64, base_ref + l.sat as u64, rows * kb),
+        ("the FP32 scale table", base + l.sa as u64, base_ref + l.sa as u64, sa_bytes),
+        ("the status words", base + l.status as u64, base_ref + l.status as u64, 8),
+    ];
+    let mut diffs = Vec::new();
+    for (what, a, b, n) in regions {
+        let n64 = n as i64;
+        let g = cdiv(n, 256).clamp(1, 4 * call.dev.sms as usize);
+        call.launch(
+            Unit::Chain,
+            "mx_bytes_diff",
+            (g, 1, 1),
+            (256, 1, 1),
+            0,
+            &mut [arg(&a), arg(&b), arg(&n64), arg(&count)],
+        )?;
+        diffs.push((what, read_count(call, count)?));
+        call.zero(count, 8)?;
+    }
+    let (res, res_ref, cnt) = (
+        base + l.res as u64,
+        base_ref + l.res as u64,
+        base + l.cnt as u64,
+    );
+    let (rows64, slots) = (rows as i64, chain_form::slots(red) as i32);
+    call.launch(
+        Unit::Chain,
+        "mx_chain_res_diff",
+        (cdiv(rows, 256), 1, 1),
+        (256, 1, 1),
+        0,
+        &mut [arg(&res), arg(&res_ref), arg(&cnt), arg(&rows64), arg(&slots), arg(&count)],
+    )?;
+    diffs.push(("the residual records", read_count(call, count)?));
+    let bad: Vec<String> = diffs
+        .iter()
+        .filter(|(_, n)| *n != 0)
+        .map(|(what, n)| format!("{what}: {n}"))
+        .collect();
+    if bad.is_empty() {
+        return Ok(());
+    }
+    Err(PluginError::backend(format!(
+        "MXHOST_MX_CHAIN_VERIFY: mx_quantize_rows_chain (rows {rows}, reduction {red}) differs from the flat quantizer + re-encoding + transposes in {}",
+        bad.join(", ")
+    )))
+}
+
+/// The u64 at `count`, after the stream's work so far.
+fn read_count(call: &Call, count: u64) -> PluginResult<u64> {
+    let mut n = [0u64; 1];
+    // SAFETY: `count` is this call's live 8-byte scratch; the copy completes before the
+    // synchronize returns.
+    unsafe {
+        cr::memcpy_dtoh_async(&mut n, count, call.stream).map_err(drv("cuMemcpyDtoHAsync"))?;
+        cr::stream::synchronize(call.stream).map_err(drv("cuStreamSynchronize"))?;
+    }
+    Ok(n[0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grid_covers_every_tile_in_the_fewest_rounds() {
+        for sms in [1, 78, 132] {
+            for tiles in [1, 31, 527, 528, 529, 1024, 5000] {
+                let g = grid(tiles, sms);
+                let rounds = tiles.div_ceil(g);
+                assert!(g <= CTAS_PER_SM * sms, "{tiles} tiles, {sms} SMs: grid {g}");
+                assert_eq!(rounds, tiles.div_ceil(CTAS_PER_SM * sms), "{tiles} {sms}");
+                // every tile is covered, and one CTA fewer would need another round
+                assert!(g * rounds >= tiles && (g - 1) * rounds < tiles, "{tiles} {sms}");
+            }
+        }
+        assert_eq!(grid(1024, 132), 512);
+    }
+}
