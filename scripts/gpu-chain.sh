@@ -4,10 +4,12 @@
 #   1. the selftest with MXHOST_MX_CHAIN=always (every GEMM the chained kernel can take goes
 #      to it; outputs poisoned), with a count of where each chained launch read its operands'
 #      chain forms (annex = filled by the quantizer, ABI 1.3) and which kernel the gate chose;
-#   2. the default selftest (the chained path off);
-#   3. bench_peers.py, then `mxhost bench` off and on (MXHOST_MX_CHAIN=on) on the same card,
+#      this one and 2 run the fused quantizer (MXHOST_MX_CHAIN_FUSED=1) under
+#      MXHOST_MX_CHAIN_VERIFY=1, which fails a call whose bytes differ from the four launches;
+#   2. the selftest with MXHOST_MX_CHAIN=on; 3. the default selftest (the chained path off);
+#   4. bench_peers.py, then `mxhost bench` in each of MODES (default "off on") on the same card,
 #      with one traced rep of `on` first (gate decisions and operand sources);
-#   4. with AB=N (needs dist/libmxbench.so): the chained kernel's builds timed in N interleaved
+#   5. with AB=N (needs dist/libmxbench.so): the chained kernel's builds timed in N interleaved
 #      rounds by the harness (chain.py --ab: 4 vs 3 stages, 16- vs 4-byte-store epilogue; run 110;
 #      AB_BUILDS="_s3,_s3_cc" picks others).
 set -u
@@ -17,15 +19,15 @@ shapes="${SHAPES:-a,b,c}"
 W="${WARMUP_MS:-500}"
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$out/card.txt"
 echo "== selftest, MXHOST_MX_CHAIN=always"
-MXHOST_MX_CHAIN=always MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
+MXHOST_MX_CHAIN=always MXHOST_MX_CHAIN_FUSED=1 MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
     dist/mxhost selftest --device cuda --quick >"$out/selftest-always.txt" 2>&1
 echo "rc=$?"; grep -E "^mxhost selftest:" "$out/selftest-always.txt"
 grep -o "chained; A [a-z -]*, B [a-z -]*" "$out/selftest-always.txt" | sort | uniq -c
 grep -o "the [34]-stage chained GEMM computed the output\|the per-k32 kernel computed the output" \
     "$out/selftest-always.txt" | sort | uniq -c
 grep -E "FAIL" "$out/selftest-always.txt" | head -20
-echo "== selftest, MXHOST_MX_CHAIN=on, MXHOST_MX_CHAIN_VERIFY=1 (fused quantizer checked against the four launches)"
-MXHOST_MX_CHAIN=on MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 \
+echo "== selftest, MXHOST_MX_CHAIN=on, the fused quantizer checked against the four launches"
+MXHOST_MX_CHAIN=on MXHOST_MX_CHAIN_FUSED=1 MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 \
     dist/mxhost selftest --device cuda --quick >"$out/selftest-on-verify.txt" 2>&1
 echo "rc=$?"; grep -E "^mxhost selftest:" "$out/selftest-on-verify.txt"; grep -E "FAIL|VERIFY" "$out/selftest-on-verify.txt" | head
 echo "== selftest, default"
@@ -41,14 +43,14 @@ MXHOST_MX_CHAIN=on MXHOST_MX_GEMM_TRACE=1 timeout 200 dist/mxhost bench --device
     --warmup-ms 0 2>"$out/trace-on.txt" >/dev/null
 grep -oE "chained; A [a-z -]*, B [a-z -]*|chained gate (open|closed) \([^)]*\)[^:]*: the [a-z0-9 -]*" \
     "$out/trace-on.txt" | sed 's/ ([0-9]* residuals, limit [0-9]*)//' | sort | uniq -c
-# MODES: e.g. "off on on-unfused on": on-unfused is `on` with MXHOST_MX_CHAIN_FUSED=0 (X's and
-# dY's annexes by the four launches instead of mx_quantize_rows_chain_*; run 113).
+# MODES: e.g. "off on on-fused on": on-fused is `on` with MXHOST_MX_CHAIN_FUSED=1 (X's and
+# dY's chain forms by mx_quantize_rows_chain_* instead of four launches; run 113).
 n=0
 for mode in ${MODES:-off on}; do
     n=$((n + 1))
     echo "== mxhost bench $n, MXHOST_MX_CHAIN=$mode"
-    fused=1; [ "$mode" = on-unfused ] && fused=0
-    MXHOST_MX_CHAIN=${mode%-unfused} MXHOST_MX_CHAIN_FUSED=$fused timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+    fused=0; [ "$mode" = on-fused ] && fused=1
+    MXHOST_MX_CHAIN=${mode%-fused} MXHOST_MX_CHAIN_FUSED=$fused timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$n-$mode.json" >"$out/bench-$n-$mode.txt" 2>&1
     echo "rc=$?"
     # shape key, op, µs, × BF16 (the full rows are in the file)

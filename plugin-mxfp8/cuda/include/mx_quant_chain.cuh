@@ -31,6 +31,15 @@ struct MxQuantChainParams {
 
 MX_DEV void mxqc_set(mx_u32 (&w)[4], uint4 v) { w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w; }
 
+// The thread's two chunks of stage c0 (zeros outside the tensor).
+MX_DEV void mxqc_load(mx_u32 (&raw)[2][4], const mx_u16* xr, int c0, int j, int C, bool rowok) {
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int col = c0 + 64 * k + 8 * j;
+    mxqc_set(raw[k], rowok && col < C ? __ldg(reinterpret_cast<const uint4*>(xr + col)) : make_uint4(0u, 0u, 0u, 0u));
+  }
+}
+
 // Inclusive sum over the 8 lanes of a row (j = lane % 8).
 MX_DEV int mxqc_scan8(int v, int j) {
 #pragma unroll
@@ -70,19 +79,14 @@ MX_DEV void mx_quant_chain_rows(const MxQuantChainParams& p) {
     const mx_u16* xr = p.in + (mx_i64)(rowok ? r : 0) * C;
     MxRes* rr = p.res + (mx_i64)r * p.slots;
     int run = 0;
-    mx_u32 raw[2][4], nxt[2][4];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int col = 64 * k + 8 * j;
-      mxqc_set(raw[k], rowok && col < C ? __ldg(reinterpret_cast<const uint4*>(xr + col)) : make_uint4(0u, 0u, 0u, 0u));
-    }
+    // Stages c0 (raw), c0 + 128 (nx1) and c0 + 256 (nx2) in registers: the loads of two stages
+    // (four 16-byte loads per thread) are in flight while one is computed (run 113: with one
+    // stage ahead the kernel read its input at ~2 TB/s).
+    mx_u32 raw[2][4], nx1[2][4], nx2[2][4];
+    mxqc_load(raw, xr, 0, j, C, rowok);
+    mxqc_load(nx1, xr, 128, j, C, rowok);
     for (int c0 = 0; c0 < C; c0 += 128, ++stage) {
-      // the next stage's loads first (two 16-byte loads per thread in flight during this one)
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int col = c0 + 128 + 64 * k + 8 * j;
-        mxqc_set(nxt[k], rowok && col < C ? __ldg(reinterpret_cast<const uint4*>(xr + col)) : make_uint4(0u, 0u, 0u, 0u));
-      }
+      mxqc_load(nx2, xr, c0 + 256, j, C, rowok);
       mx_u32 sb[2], S = 0, q[2][2], q2[2][2], miss[2];
       bool valid[2];
 #pragma unroll
@@ -158,7 +162,10 @@ MX_DEV void mx_quant_chain_rows(const MxQuantChainParams& p) {
 #pragma unroll
       for (int k = 0; k < 2; ++k)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) raw[k][i] = nxt[k][i];
+        for (int i = 0; i < 4; ++i) {
+          raw[k][i] = nx1[k][i];
+          nx1[k][i] = nx2[k][i];
+        }
     }
     if (rowok && j == 0) {
       p.cnt[r] = run > p.slots ? 0 : run;

@@ -158,6 +158,29 @@ pub(super) fn shape_refusal(e: usize, rows: usize, cols: usize) -> Option<String
     None
 }
 
+/// Whether [`launch_chained`] would take a GEMM of these sizes whose A, in `a_fmt`, is
+/// quantized 1×32 into 16-byte aligned scratch (it may still fall back to the per-k32
+/// kernel on the device, by the gate).
+pub(super) fn would_take(
+    call: &Call,
+    a_fmt: u8,
+    b: &BMat,
+    out_bf16: bool,
+    (e, rows, cols): (usize, usize, usize),
+) -> PluginResult<bool> {
+    let a = AMat {
+        q: 0,
+        s: 0,
+        fmt: a_fmt,
+        rdiv: 1,
+    };
+    if shape_refusal(e, rows, cols).is_some() || operand_refusal(call, &a, b, out_bf16).is_some() {
+        return Ok(false);
+    }
+    let name = kernel_name(a_fmt, b.fmt, out_bf16).expect("checked by operand_refusal");
+    Ok(call.dev.func_opt(Unit::Chain, name)?.is_some())
+}
+
 /// The operand part of the refusal: layouts, formats, alignment, driver.
 fn operand_refusal(call: &Call, a: &AMat, b: &BMat, out_bf16: bool) -> Option<String> {
     if call.dev.portable || !tensor_map_available(call.dev) {

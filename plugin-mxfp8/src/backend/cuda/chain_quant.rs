@@ -1,21 +1,27 @@
 //! The A-side annex in the quantizer's own pass (ABI 1.3, `MXHOST_MX_CHAIN`). A quantize
 //! call that writes X or dY (bf16 rows, 1×32 blocks along them) together with its annex runs
-//! `mx_quantize_rows_chain_*` (cuda/include/mx_quant_chain.cuh): one kernel writes the MX
-//! tensor and its chain form, where the other path runs the flat quantizer, then the
-//! re-encoding and two transposes over the bytes it wrote ([`chain_form::prepare_a`]). The
-//! bytes are the same; the input is read once and the FP8 bytes are not read back (5 bytes
-//! moved per element instead of 7).
+//! `mx_quantize_rows_chain_*` (cuda/include/mx_quant_chain.cuh) when `MXHOST_MX_CHAIN_FUSED=1`:
+//! one kernel writes the MX tensor and its chain form, where the default path runs the flat
+//! quantizer, then the re-encoding and two transposes over the bytes it wrote
+//! ([`chain_form::prepare_a`]). The bytes are the same; the input is read once and the FP8
+//! bytes are not read back (5 bytes moved per element instead of 7). It is opt-in because it
+//! is not yet faster where it matters (docs/perf.md run 113): 11 % and 5 % less time than the
+//! four launches on b and c, 10 % more on a. It runs at ~2 TB/s on every shape (about 5 µs per
+//! 32 × 128 stage of a CTA): more instructions per element than the bandwidth allows, not
+//! the memory system.
+//!
+//! The same kernel quantizes a dense bf16 A that a chained forward/dgrad gets (guest-sdk's
+//! GroupedLinear passes X so), and the GEMM reads the form from scratch as from an annex.
 //!
 //! `MXHOST_MX_CHAIN_VERIFY=1` checks that on the device for every such call: it runs the
 //! other path too, into scratch, compares every region byte for byte (the residual lists up
 //! to each row's count) and fails the call on any difference. It synchronizes: for tests
-//! (`scripts/gpu-chain.sh` runs the selftest with it). `MXHOST_MX_CHAIN_FUSED=0` keeps the
-//! four launches.
+//! (`scripts/gpu-chain.sh` runs the selftest with it, and the fused kernel on).
 
-use super::chain::{annex_filled_here, checked_annex, AnnexRole};
+use super::chain::{self, annex_filled_here, checked_annex, AnnexRole, ChainMode};
 use super::chain_form::{self, a_layout, ALayout};
 use super::device::Call;
-use super::gemm::AMat;
+use super::gemm::{AMat, BMat, RowsA};
 use super::params::QuantChainParams;
 use super::quantize::FlatOut;
 use super::{arg, cdiv, fmt_code, i32_of, mode_code, ptr};
@@ -27,8 +33,8 @@ use mxhost_plugin_common::args::QuantizeArgs;
 use mxhost_plugin_common::cuda::drv;
 use std::sync::OnceLock;
 
-/// CTAs of `mx_quantize_rows_chain_*` resident per SM that the grid rule counts on (48
-/// registers and 9 KB of shared memory per 256-thread CTA allow five).
+/// CTAs of `mx_quantize_rows_chain_*` resident per SM that the grid rule counts on (63
+/// registers per thread and 9 KB of shared memory per 256-thread CTA allow four).
 const CTAS_PER_SM: usize = 4;
 
 fn env_flag(name: &str, default: bool) -> bool {
@@ -41,7 +47,7 @@ fn env_flag(name: &str, default: bool) -> bool {
 
 fn fused_enabled() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| env_flag("MXHOST_MX_CHAIN_FUSED", true))
+    *F.get_or_init(|| env_flag("MXHOST_MX_CHAIN_FUSED", false))
 }
 
 fn verify_enabled() -> bool {
@@ -84,6 +90,48 @@ pub(super) fn quantize_a_with_annex(call: &mut Call, args: &QuantizeArgs) -> Plu
         verify(call, ptr(x), (q, s, fmt, mode), (rows, red), (&l, base))?;
     }
     Ok(true)
+}
+
+/// A dense bf16 A of a forward/dgrad under `MXHOST_MX_CHAIN`, quantized with its chain
+/// form in one pass into this call's scratch when the chained GEMM will take the GEMM:
+/// the FP8 operand and the form's address (read as an annex). `None`: the caller quantizes
+/// A as usual.
+pub(super) fn quantize_dense_a(
+    call: &mut Call,
+    a: &RowsA,
+    b: &BMat,
+    out_bf16: bool,
+    (e, rows, cols, red): (usize, usize, usize, usize),
+) -> PluginResult<Option<(AMat, u64)>> {
+    let RowsA::Dense {
+        x,
+        in_bf16: true,
+        fmt,
+        mode,
+    } = *a
+    else {
+        return Ok(None);
+    };
+    if !fused_enabled()
+        || chain::mode()? == ChainMode::Off
+        || !red.is_multiple_of(32)
+        || !x.is_multiple_of(16)
+        || !chain::would_take(call, fmt, b, out_bf16, (e, rows, cols))?
+    {
+        return Ok(None);
+    }
+    let q = call.alloc(rows * red)?;
+    let s = call.alloc(rows * red / 32)?;
+    let l = a_layout(rows, red);
+    let base = call.alloc(l.bytes)?;
+    if verify_enabled() {
+        call.zero(base, l.bytes)?;
+    }
+    fused(call, x, (q, s, fmt, mode), (rows, red), base)?;
+    if verify_enabled() {
+        verify(call, x, (q, s, fmt, mode), (rows, red), (&l, base))?;
+    }
+    Ok(Some((AMat { q, s, fmt, rdiv: 1 }, base)))
 }
 
 /// `mx_quantize_rows_chain_*` over bf16 `x` (`[rows][red]`): the MX tensor at `q`, `s` and

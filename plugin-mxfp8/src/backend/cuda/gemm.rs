@@ -5,6 +5,7 @@
 
 use super::bf16_path::{dequantize_into, gemm_rows_bf16, Bf16Weight};
 use super::chain::{self, ChainMode, Gate};
+use super::chain_quant;
 use super::cublas;
 use super::device::{gemm_smem, tgemm_smem, Call};
 use super::params::{GemmParams, QuantParams, TGemmParamsO};
@@ -252,8 +253,14 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                 let dims = (rows, cols, red);
                 return gemm_rows_bf16(call, &a, &b, out, &groups, dims, out_bf16, b_kept);
             }
-            let a = a.quantized(call, rows, red)?;
             let b = weights(call, args, fwd, cols, red, e)?;
+            // A dense bf16 A that the chained GEMM will take: quantized with its chain form
+            // in one pass (chain_quant), the form read like an annex.
+            let dims = (e, rows, cols, red);
+            let (a, a_form) = match chain_quant::quantize_dense_a(call, &a, &b, out_bf16, dims)? {
+                Some((a, base)) => (a, Some(base)),
+                None => (a.quantized(call, rows, red)?, None),
+            };
             let offs_dev = offsets_on_device(call, args)?;
             let gate = if chain_mode == ChainMode::Off {
                 None
@@ -268,14 +275,14 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     }
                     _ => None,
                 };
-                let dims = (e, rows, cols, red);
                 // A's annex describes the tensor passed; a dense A was quantized here.
-                let annexes = chain::Annexes::pick(
+                let mut annexes = chain::Annexes::pick(
                     (annex_of(&args.a), annex_of(&args.b)),
                     &b,
                     stored_is_kmajor(args, fwd),
                     dims,
                 );
+                annexes.a = annexes.a.or(a_form);
                 match chain::launch_chained(
                     call,
                     chain_mode,
