@@ -25,12 +25,13 @@ use super::gemm::{AMat, BMat};
 use super::params::{ChainFix, ChainParams, GemmParams, TGemmParams};
 use super::tma::{encode_2d, encode_2d_box, tensor_map_available};
 use super::{arg, cdiv, fmt_code, i32_of, rup};
-use crate::kernels::{Unit, TGEMM_THREADS};
+use crate::kernels::{self, Unit, TGEMM_THREADS};
 use cudarc::driver::result as cr;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{DeviceKind, MxFormat};
 use mxhost_plugin_common::args::{AnnexSpec, Blocking, MxArg, TensorArg};
-use mxhost_plugin_common::cuda::drv;
+use mxhost_plugin_common::cuda::{drv, driver_present};
+use cudarc::driver::sys as drv_sys;
 use std::sync::OnceLock;
 
 /// `MXC_MAX_E` of mx_tgemm_chain.cuh: experts per chained launch.
@@ -298,11 +299,52 @@ fn role_bytes(role: AnnexRole) -> usize {
 /// It is 0 when `MXHOST_MX_CHAIN` is off, when the call keeps the values (such a weight stays
 /// on cuBLAS), and when no chained GEMM could read the tensor.
 pub(super) fn annex_words(spec: &AnnexSpec) -> PluginResult<u64> {
-    if mode()? == ChainMode::Off || spec.keeps_values || spec.device != DeviceKind::Cuda {
+    if mode()? == ChainMode::Off
+        || spec.keeps_values
+        || spec.device != DeviceKind::Cuda
+        || !some_device_fills_annexes()
+    {
         return Ok(0);
     }
     Ok(annex_role(&spec.shape, spec.block, spec.format)
         .map_or(0, |r| chain_form::annex_words(role_bytes(r)) as u64))
+}
+
+/// Whether any CUDA device of this machine gets the sm_90a build ([`kernels::select_arch`],
+/// as the backend chooses it, `MXHOST_MX_PORTABLE` included) with a driver that has tensor
+/// maps, i.e. could fill annexes and run the chained GEMM. Without one an annex would be
+/// allocated and never written, so `annex_words` asks for none. (The query names no device:
+/// on a machine that mixes Hopper with other GPUs the others' tensors still get annexes,
+/// unused.) Asked of the driver without creating a context.
+fn some_device_fills_annexes() -> bool {
+    static S: OnceLock<bool> = OnceLock::new();
+    *S.get_or_init(|| {
+        if !driver_present() || cr::init().is_err() {
+            return false;
+        }
+        let mut driver = 0;
+        // SAFETY: plain out-parameter.
+        unsafe { drv_sys::cuDriverGetVersion(&mut driver) };
+        let forced = std::env::var("MXHOST_MX_PORTABLE").ok();
+        let count = cr::device::get_count().unwrap_or(0);
+        driver >= 12000
+            && (0..count).any(|i| {
+                let Ok(dev) = cr::device::get(i) else {
+                    return false;
+                };
+                use drv_sys::CUdevice_attribute::*;
+                // SAFETY: a device handle from cuDeviceGet; plain attribute queries.
+                let attr = |a| unsafe { cr::device::get_attribute(dev, a) }.unwrap_or(0);
+                let cc = (
+                    attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                    attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+                );
+                // (only Hopper gets the sm_90a build; asking no further spares loading NVRTC)
+                cc == (9, 0)
+                    && kernels::select_arch(cc, forced.as_deref(), kernels::nvrtc_supported_archs)
+                        .is_ok_and(|arch| !kernels::is_portable(&arch))
+            })
+    })
 }
 
 /// The role of the tensor `m` that `annex` is for, and the annex's address, checked: the
