@@ -11,7 +11,8 @@
 #      with one traced rep of `on` first (gate decisions and operand sources);
 #   5. with AB=N (needs dist/libmxbench.so): the chained kernel's builds timed in N interleaved
 #      rounds by the harness (chain.py --ab: 4 vs 3 stages, 16- vs 4-byte-store epilogue; run 110;
-#      AB_BUILDS="_s3,_s3_cc" picks others).
+#      AB_BUILDS="_s3,_s3_cc" picks others);
+#   6. with NCU=regex: an ncu profile of the matching kernels (run 114).
 set -u
 out="${OUT:-out/gpu-chain}"
 mkdir -p "$out"
@@ -57,6 +58,18 @@ for mode in ${MODES:-off on}; do
     grep -E "^[a-d] .*(quantize|forward|dgrad|step)" "$out/bench-$n-$mode.txt" |
         awk '{op=""; for (i=6; i<=NF-5; i++) op=op" "$i; printf "%s%-72.72s %8s %5s\n", $1, op, $(NF-4), $NF}'
 done
+# NCU=regex: ncu (clocks not locked) on the first two launches of the kernels matching it in
+# one rep of `on` with the fused quantizer on shape NCU_SHAPE (default a); details in ncu.txt.
+if [ -n "${NCU:-}" ] && command -v ncu >/dev/null; then
+    echo "== ncu --kernel-name regex:$NCU"
+    MXHOST_MX_CHAIN=on MXHOST_MX_CHAIN_FUSED=1 timeout 300 ncu --clock-control none --kernel-name "regex:$NCU" \
+        --launch-count "${NCU_COUNT:-2}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+        --section InstructionStats --section Occupancy --section LaunchStats \
+        dist/mxhost bench --device cuda --shapes "${NCU_SHAPE:-a}" --reps 1 --warmup-ms 0 >"$out/ncu.txt" 2>&1
+    echo "rc=$?"
+    grep -E "^  [a-z_0-9]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible|Executed Ipc Active|Achieved Occupancy|Registers Per" "$out/ncu.txt" | head -60
+fi
 if [ -n "${AB:-}" ] && [ -f dist/libmxbench.so ]; then
     echo "== chain.py --ab $AB (interleaved rounds)"
     cp dist/libmxbench.so plugin-mxfp8/cuda/bench/
