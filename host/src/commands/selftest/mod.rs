@@ -260,7 +260,11 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
             // chained GEMM reads the chain forms the quantizer left in the annexes (the plain
             // ones with 1552 rows: a last 32-row tile half full, for the fused quantizer).
             for carried in [true, false] {
-                let sizes = if carried { [512, 0, 384, 640] } else { [512, 0, 400, 640] };
+                let sizes = if carried {
+                    [512, 0, 384, 640]
+                } else {
+                    [512, 0, 400, 640]
+                };
                 let mut g = GemmCase::new(pass, sizes.to_vec(), 2880, 256);
                 (g.mx, g.layout, g.out) = (true, layout, out);
                 (g.residual_carried, g.quantized_on_gpu) = (carried, true);

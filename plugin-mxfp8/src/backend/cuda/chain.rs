@@ -27,11 +27,11 @@ use super::tma::{encode_2d, encode_2d_box, tensor_map_available};
 use super::{arg, cdiv, fmt_code, i32_of, rup};
 use crate::kernels::{self, Unit, TGEMM_THREADS};
 use cudarc::driver::result as cr;
+use cudarc::driver::sys as drv_sys;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{DeviceKind, MxFormat};
 use mxhost_plugin_common::args::{AnnexSpec, Blocking, MxArg, TensorArg};
-use mxhost_plugin_common::cuda::{drv, driver_present};
-use cudarc::driver::sys as drv_sys;
+use mxhost_plugin_common::cuda::{driver_present, drv};
 use std::sync::OnceLock;
 
 /// `MXC_MAX_E` of mx_tgemm_chain.cuh: experts per chained launch.

@@ -189,7 +189,15 @@ fn verify(
     let count = call.alloc(8)?;
     call.zero(base_ref, l.bytes)?;
     call.zero(count, 8)?;
-    call.flat_rows(x, true, rows * kb, fmt, mode, (q_ref, s_ref), FlatOut::Quantized)?;
+    call.flat_rows(
+        x,
+        true,
+        rows * kb,
+        fmt,
+        mode,
+        (q_ref, s_ref),
+        FlatOut::Quantized,
+    )?;
     let a = AMat {
         q: q_ref,
         s: s_ref,
@@ -203,11 +211,36 @@ fn verify(
         ("the scales", s, s_ref, rows * kb),
         ("q2", base + l.q2 as u64, base_ref + l.q2 as u64, rows * red),
         ("s2", base + l.s2 as u64, base_ref + l.s2 as u64, rows * kb),
-        ("the residual counts", base + l.cnt as u64, base_ref + l.cnt as u64, rows * 4),
-        ("q2 transposed", base + l.at as u64, base_ref + l.at as u64, rows * red),
-        ("s2 transposed", base + l.sat as u64, base_ref + l.sat as u64, rows * kb),
-        ("the FP32 scale table", base + l.sa as u64, base_ref + l.sa as u64, sa_bytes),
-        ("the status words", base + l.status as u64, base_ref + l.status as u64, 8),
+        (
+            "the residual counts",
+            base + l.cnt as u64,
+            base_ref + l.cnt as u64,
+            rows * 4,
+        ),
+        (
+            "q2 transposed",
+            base + l.at as u64,
+            base_ref + l.at as u64,
+            rows * red,
+        ),
+        (
+            "s2 transposed",
+            base + l.sat as u64,
+            base_ref + l.sat as u64,
+            rows * kb,
+        ),
+        (
+            "the FP32 scale table",
+            base + l.sa as u64,
+            base_ref + l.sa as u64,
+            sa_bytes,
+        ),
+        (
+            "the status words",
+            base + l.status as u64,
+            base_ref + l.status as u64,
+            8,
+        ),
     ];
     let mut diffs = Vec::new();
     for (what, a, b, n) in regions {
@@ -236,7 +269,14 @@ fn verify(
         (cdiv(rows, 256), 1, 1),
         (256, 1, 1),
         0,
-        &mut [arg(&res), arg(&res_ref), arg(&cnt), arg(&rows64), arg(&slots), arg(&count)],
+        &mut [
+            arg(&res),
+            arg(&res_ref),
+            arg(&cnt),
+            arg(&rows64),
+            arg(&slots),
+            arg(&count),
+        ],
     )?;
     diffs.push(("the residual records", read_count(call, count)?));
     let bad: Vec<String> = diffs
@@ -278,7 +318,10 @@ mod tests {
                 assert!(g <= CTAS_PER_SM * sms, "{tiles} tiles, {sms} SMs: grid {g}");
                 assert_eq!(rounds, tiles.div_ceil(CTAS_PER_SM * sms), "{tiles} {sms}");
                 // every tile is covered, and one CTA fewer would need another round
-                assert!(g * rounds >= tiles && (g - 1) * rounds < tiles, "{tiles} {sms}");
+                assert!(
+                    g * rounds >= tiles && (g - 1) * rounds < tiles,
+                    "{tiles} {sms}"
+                );
             }
         }
         assert_eq!(grid(1024, 132), 512);
