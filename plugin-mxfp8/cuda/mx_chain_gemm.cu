@@ -63,7 +63,7 @@ extern "C" __global__ void mx_chain_status_merge(const int* a, const int* b, int
 }
 
 #define MXQC_INST(NAME, F) \
-  extern "C" __global__ void __launch_bounds__(128, MXQC_CTAS_PER_SM) NAME(const __grid_constant__ MxQuantChainParams p) { mx_quant_chain_rows<F>(p); }
+  extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxQuantChainParams p) { mx_quant_chain_rows<F>(p); }
 
 // MXHOST_MX_CHAIN_VERIFY (src/backend/cuda/chain_form.rs): adds to *count the bytes where a and
 // b differ, and the residual records of rows r < rows among their first cnt[r] that differ.

@@ -7,26 +7,21 @@
 // (MXHOST_MX_CHAIN_VERIFY=1 compares them on the device), but the input is read once and the
 // bytes are not read back: 5 bytes moved per element instead of 7 (docs/perf.md run 113).
 //
-// CTA: 128 threads on one 32-row tile at a time (grid-stride over tiles), walking its rows'
+// CTA: 256 threads on one 32-row tile at a time (grid-stride over tiles), walking its rows'
 // 128-column stages in order, so each row's residuals are listed in k order with a running
-// count as mx_reencode_rows lists them (same slots, same overflow rule). Lane l of warp w
-// holds row 8w + l/4 and the whole 32-column block l % 4 of the stage (64 bytes of bf16,
-// four 16-byte loads, the next stage's loaded while this one is computed): a block's amax,
-// scale byte and re-encoding are one lane's work, with no shuffles, and the stage's largest
-// scale is two xor-shuffles over the row's 4 lanes. (Run 114's layout, 8 elements per lane
-// and a block over 4 lanes, issued ~32 instructions per element, 4x redundant per-block
-// work; ncu: issue-bound at 2.3 TB/s.) q2's bytes go through a [128 columns][32 rows]
-// shared tile (swizzled: mxqc_tile_at) to 32-byte transposed rows, one column per thread.
-// Requires C % 32 == 0, R % 16 == 0, the input, q and q2 16-byte aligned (the host checks;
-// other tensors take the four launches). Requires mx_quant_blocks.cuh and mx_reencode.cuh.
-// NVRTC-clean.
+// count as mx_reencode_rows lists them (same slots, same overflow rule). Thread layout of the
+// tiled quantizer for bf16 (mx_quant_tile.cuh): warp w holds rows 4w..4w+3; lane l holds row
+// 4w + l/8 and, with j = l % 8, the 8 columns at 64 k + 8 j of the stage for k = 0, 1, so a
+// 32-column block is 4 lanes and a stage's 4 blocks are the row's 8 lanes. The stage's q2
+// bytes go through a [128][32] shared tile (4-byte words XOR-swizzled by the column's j, so
+// the byte stores of a warp hit 8 banks) to 32-byte transposed rows.
+// Run 115 tried one lane per whole 32-element block (commit a770867): a third fewer
+// instructions, but 40 % slower, latency-bound (a lane's 64 contiguous bytes make every
+// load and store instruction half-fill 32 sectors); this layout stayed.
+// Requires C % 32 == 0, R % 16 == 0, the input 16-byte aligned, q and q2 8-byte aligned (the
+// host checks; other tensors take the four launches). Requires mx_quant_blocks.cuh and
+// mx_reencode.cuh. NVRTC-clean.
 #pragma once
-
-// Resident CTAs per SM the launch bounds ask for (the host's grid rule counts on it:
-// CTAS_PER_SM in src/backend/cuda/chain_quant.rs).
-#ifndef MXQC_CTAS_PER_SM
-#define MXQC_CTAS_PER_SM 8
-#endif
 
 struct MxQuantChainParams {
   const mx_u16* in;              // [R][C] bf16
@@ -39,49 +34,43 @@ struct MxQuantChainParams {
 
 MX_DEV void mxqc_set(mx_u32 (&w)[4], uint4 v) { w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w; }
 
-// The lane's block at column col of row xr: four 16-byte chunks (zeros outside the tensor).
-MX_DEV void mxqc_load(mx_u32 (&raw)[4][4], const mx_u16* xr, int col, bool ok) {
+// The thread's two chunks of stage c0 (zeros outside the tensor).
+MX_DEV void mxqc_load(mx_u32 (&raw)[2][4], const mx_u16* xr, int c0, int j, int C, bool rowok) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    mxqc_set(raw[i], ok ? __ldg(reinterpret_cast<const uint4*>(xr + col) + i) : make_uint4(0u, 0u, 0u, 0u));
-}
-
-// The block's amax as mxq_chunk_amax<1> gives it (bf16 magnitude bits << 16), by packed
-// 16-bit maxima: two instructions per word instead of four.
-MX_DEV mx_u32 mxqc_block_amax(const mx_u32 (&raw)[4][4]) {
-  mx_u32 m = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int k = 0; k < 4; ++k) m = mxq_max_u16x2(m, raw[i][k] & 0x7FFF7FFFu);
-  return max(m & 0xFFFFu, m >> 16) << 16;
-}
-
-// Byte offset in the shared tile of (column kk of the stage, row rl of the tile): column kk
-// is 32 bytes, rows in order, its eight 4-row words XOR-swizzled by s = 2 (kk / 32) ^
-// 4 ((kk / 4) & 1). Then the byte stores of one instruction (one column per block of the
-// stage, rows of one warp) hit 8 banks, and the 16-byte reads of 8 consecutive columns
-// (one transposed half each) hit all 32.
-MX_DEV int mxqc_swz(int kk) { return (((kk >> 5) & 3) << 1) ^ (((kk >> 2) & 1) << 2); }
-MX_DEV int mxqc_tile_at(int kk, int rl) { return 32 * kk + 4 * ((rl >> 2) ^ mxqc_swz(kk)) + (rl & 3); }
-
-// Lists the residual bytes of one word (bit i of m4: byte i of w) at slots from `slot` on,
-// column k0 + i, with the block's scale; returns the next slot.
-template <int FMT>
-MX_DEV int mxqc_list(MxRes* rr, int slot, mx_u32 m4, mx_u32 w, int k0, float scale) {
-  for (; m4; m4 &= m4 - 1) {
-    const int i = __ffs((int)m4) - 1;
-    rr[slot++] = MxRes{k0 + i, mx_fp8_value<FMT>((w >> (8 * i)) & 0xFFu) * scale};
+  for (int k = 0; k < 2; ++k) {
+    const int col = c0 + 64 * k + 8 * j;
+    mxqc_set(raw[k], rowok && col < C ? __ldg(reinterpret_cast<const uint4*>(xr + col)) : make_uint4(0u, 0u, 0u, 0u));
   }
-  return slot;
+}
+
+// Inclusive sum over the 8 lanes of a row (j = lane % 8).
+MX_DEV int mxqc_scan8(int v, int j) {
+#pragma unroll
+  for (int d = 1; d < 8; d <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, v, d, 8);
+    if (j >= d) v += u;
+  }
+  return v;
+}
+
+// Lists the residual bytes of one chunk (bit i of miss: byte i of the original words w) at
+// slots from `slot` on, column k0 + i, with the chunk's block scale byte sc.
+template <int FMT>
+MX_DEV void mxqc_list(MxRes* rr, int slot, mx_u32 miss, const mx_u32 (&w)[2], int k0, mx_u32 sc) {
+  const float scale = mx_e8m0_to_f32(sc);
+  for (mx_u32 m = miss; m; m &= m - 1) {
+    const int i = __ffs((int)m) - 1;
+    const mx_u32 b = ((i & 4) ? w[1] : w[0]) >> (8 * (i & 3)) & 0xFFu;
+    rr[slot++] = MxRes{k0 + i, mx_fp8_value<FMT>(b) * scale};
+  }
 }
 
 template <int FMT>
 MX_DEV void mx_quant_chain_rows(const MxQuantChainParams& p) {
-  __shared__ __align__(16) mx_u8 tq[2][128 * 32];   // two stages' q2 tiles (mxqc_tile_at)
+  __shared__ __align__(16) mx_u32 tq[2][128 * 8];   // two stages' q2 tiles: word (k, row / 4)
   __shared__ int listed;                           // this CTA's residuals: one atomic on status[1]
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
-  const int rl = 8 * w + (lane >> 2), bi = lane & 3;
+  const int rl = 4 * w + (lane >> 3), j = lane & 7;
   const int C = p.C, KB = C >> 5;
   if (t == 0) listed = 0;
   __syncthreads();
@@ -93,90 +82,95 @@ MX_DEV void mx_quant_chain_rows(const MxQuantChainParams& p) {
     const mx_u16* xr = p.in + (mx_i64)(rowok ? r : 0) * C;
     MxRes* rr = p.res + (mx_i64)r * p.slots;
     int run = 0;
-    mx_u32 raw[4][4], nxt[4][4];
-    mxqc_load(nxt, xr, 32 * bi, rowok && 32 * bi < C);
+    // Stages c0 (raw), c0 + 128 (nx1) and c0 + 256 (nx2) in registers: the loads of two stages
+    // (four 16-byte loads per thread) are in flight while one is computed (run 113: with one
+    // stage ahead the kernel read its input at ~2 TB/s).
+    mx_u32 raw[2][4], nx1[2][4], nx2[2][4];
+    mxqc_load(raw, xr, 0, j, C, rowok);
+    mxqc_load(nx1, xr, 128, j, C, rowok);
     for (int c0 = 0; c0 < C; c0 += 128, ++stage) {
-      const int col = c0 + 32 * bi;
-      const bool valid = col < C;   // (C % 32 == 0: a block is whole or absent)
+      mxqc_load(nx2, xr, c0 + 256, j, C, rowok);
+      mx_u32 sb[2], S = 0, q[2][2], q2[2][2], miss[2];
+      bool valid[2];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) raw[i][k] = nxt[i][k];
-      mxqc_load(nxt, xr, col + 128, rowok && col + 128 < C);
-      const mx_u32 sb = mx_scale_byte<FMT, true>(mxqc_block_amax(raw), p.mode);
-      mx_u32 q[8], q2[8], miss = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) mxq_quant_chunk<1, FMT>(raw[i], sb, q + 2 * i);
-      // the stage's largest scale byte over the row's 4 lanes
-      mx_u32 S = valid ? sb : 0u;
-      S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 1));
-      S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 2));
+      for (int k = 0; k < 2; ++k) {
+        valid[k] = c0 + 64 * k + 8 * j < C;   // (C % 32 == 0: a block is whole or absent)
+        mx_u32 am = mxq_chunk_amax<1>(raw[k]);
+        am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
+        am = max(am, __shfl_xor_sync(0xffffffffu, am, 2));
+        sb[k] = mx_scale_byte<FMT, true>(am, p.mode);
+        mxq_quant_chunk<1, FMT>(raw[k], sb[k], q[k]);
+        if (valid[k]) S = max(S, sb[k]);
+      }
+      // the stage's largest scale byte: blocks {0, 2} on lanes j < 4, {1, 3} on j >= 4
+      S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 4));
       if (rowok && S == 0xFFu) flags |= MX_RES_NONFINITE;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        mx_u32 mi;
-        q2[i] = valid ? mx_fp8_shift4<FMT>(q[i], S - sb, mi) : 0u;
-        if (valid) miss |= mi << (4 * i);
-      }
-      // the residuals in k order: block 0 of the stage, then 1, 2, 3 (lanes bi = 0..3)
-      const int n = __popc(miss);
-      int incl = n;
+      for (int k = 0; k < 2; ++k) {
+        miss[k] = 0;
 #pragma unroll
-      for (int d = 1; d < 4; d <<= 1) {
-        const int u = __shfl_up_sync(0xffffffffu, incl, d, 4);
-        if (bi >= d) incl += u;
-      }
-      const int tot = __shfl_sync(0xffffffffu, incl, 3, 4);
-      if (rowok) {
-        if (run + tot > p.slots) {
-          flags |= MX_RES_OVERFLOW;
-        } else if (n) {
-          const float scale = mx_e8m0_to_f32(sb);
-          int slot = run + incl - n;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) slot = mxqc_list<FMT>(rr, slot, (miss >> (4 * i)) & 15u, q[i], col + 4 * i, scale);
+        for (int i = 0; i < 2; ++i) {
+          mx_u32 mi;
+          q2[k][i] = valid[k] ? mx_fp8_shift4<FMT>(q[k][i], S - sb[k], mi) : 0u;
+          if (valid[k]) miss[k] |= mi << (4 * i);
         }
       }
-      run = min(run + tot, p.slots + 1);
-      // row-major outputs
-      if (rowok && valid) {
-        const mx_i64 o = (mx_i64)r * C + col;
-        uint4* dq = reinterpret_cast<uint4*>(p.q + o);
-        uint4* dq2 = reinterpret_cast<uint4*>(p.q2 + o);
-        dq[0] = make_uint4(q[0], q[1], q[2], q[3]);
-        dq[1] = make_uint4(q[4], q[5], q[6], q[7]);
-        dq2[0] = make_uint4(q2[0], q2[1], q2[2], q2[3]);
-        dq2[1] = make_uint4(q2[4], q2[5], q2[6], q2[7]);
-        const int kb = col >> 5;
-        p.s[(mx_i64)r * KB + kb] = (mx_u8)sb;
-        p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
-        p.sat[(mx_i64)kb * p.R + r] = (mx_u8)S;
+      // the residuals in k order: chunk 0 of lanes j = 0..7, then chunk 1
+      const int n0 = __popc(miss[0]), n1 = __popc(miss[1]);
+      const int i0 = mxqc_scan8(n0, j), i1 = mxqc_scan8(n1, j);
+      const int tot0 = __shfl_sync(0xffffffffu, i0, 7, 8), tot1 = __shfl_sync(0xffffffffu, i1, 7, 8);
+      if (rowok) {
+        if (run + tot0 + tot1 > p.slots) {
+          flags |= MX_RES_OVERFLOW;
+        } else {
+          if (n0) mxqc_list<FMT>(rr, run + i0 - n0, miss[0], q[0], c0 + 8 * j, sb[0]);
+          if (n1) mxqc_list<FMT>(rr, run + tot0 + i1 - n1, miss[1], q[1], c0 + 64 + 8 * j, sb[1]);
+        }
       }
-      // q2's bytes into the shared tile
-      // (byte b of the block is column 32 bi + b, swizzle 2 bi ^ 4 ((b / 4) & 1): two base
-      // addresses, the rest immediate offsets)
-      mx_u8* tb = tq[stage & 1];
-      mx_u8* wb[2] = {tb + mxqc_tile_at(32 * bi, rl), tb + mxqc_tile_at(32 * bi + 4, rl) - 128};
+      run = min(run + tot0 + tot1, p.slots + 1);
+      // row-major outputs
+      mx_u32* tb = tq[stage & 1];
 #pragma unroll
-      for (int b = 0; b < 32; ++b) wb[(b >> 2) & 1][32 * b] = (mx_u8)(q2[b >> 2] >> (8 * (b & 3)));
-      __syncthreads();
-      // transposed rows: thread t writes column c0 + t, rows 0-15 and 16-31 of the tile
-      if (c0 + t < C) {
-        const int s = mxqc_swz(t);
-        mx_u8* dst = p.at + (mx_i64)(c0 + t) * p.R + r0;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (r0 + 16 * h < p.R) {
-            // logical words 4h..4h+3 sit in physical half h ^ (s / 4), pairs swapped when s & 2
-            const uint4 v = *reinterpret_cast<const uint4*>(tb + 32 * t + 16 * (h ^ (s >> 2)));
-            const bool sw = (s & 2) != 0;
-            *reinterpret_cast<uint4*>(dst + 16 * h) =
-                sw ? make_uint4(v.z, v.w, v.x, v.y) : v;
+      for (int k = 0; k < 2; ++k) {
+        const int col = c0 + 64 * k + 8 * j;
+        if (rowok && valid[k]) {
+          const mx_i64 o = (mx_i64)r * C + col;
+          *reinterpret_cast<uint2*>(p.q + o) = make_uint2(q[k][0], q[k][1]);
+          *reinterpret_cast<uint2*>(p.q2 + o) = make_uint2(q2[k][0], q2[k][1]);
+          if ((j & 3) == 0) {
+            const int kb = col >> 5;
+            p.s[(mx_i64)r * KB + kb] = (mx_u8)sb[k];
+            p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
+            p.sat[(mx_i64)kb * p.R + r] = (mx_u8)S;
           }
         }
+        // q2's bytes into the shared tile: byte (column kk, row rl) in word kk * 8 + ((rl / 4) ^ j)
+        mx_u8* tbb = reinterpret_cast<mx_u8*>(tb);
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+          const int kk = 64 * k + 8 * j + b;
+          tbb[4 * (kk * 8 + (w ^ j)) + (rl & 3)] = (mx_u8)(q2[k][b >> 2] >> (8 * (b & 3)));
+        }
       }
+      __syncthreads();
+      // transposed rows: thread t writes column c0 + t / 2, rows 16 (t % 2) .. + 15 of the tile
+      {
+        const int kk = t >> 1, h = t & 1, g = (kk >> 3) & 7;
+        if (c0 + kk < C && r0 + 16 * h < p.R) {
+          const mx_u32* row = tb + kk * 8;
+          *reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + kk) * p.R + r0 + 16 * h) =
+              make_uint4(row[(4 * h) ^ g], row[(4 * h + 1) ^ g], row[(4 * h + 2) ^ g], row[(4 * h + 3) ^ g]);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          raw[k][i] = nx1[k][i];
+          nx1[k][i] = nx2[k][i];
+        }
     }
-    if (rowok && bi == 0) {
+    if (rowok && j == 0) {
       p.cnt[r] = run > p.slots ? 0 : run;
       if (run > 0 && run <= p.slots) atomicAdd(&listed, run);
     }
