@@ -13,10 +13,8 @@
 // tiled quantizer for bf16 (mx_quant_tile.cuh): warp w holds rows 4w..4w+3; lane l holds row
 // 4w + l/8 and, with j = l % 8, the 8 columns at 64 k + 8 j of the stage for k = 0, 1, so a
 // 32-column block is 4 lanes and a stage's 4 blocks are the row's 8 lanes. The stage's q2
-// bytes go row-major into a [32][128] shared tile (one 8-byte store per lane and half stage),
-// and come back as 4 x 4 byte blocks transposed in registers (PRMT) to the transposed rows.
-// (Until run 116 they went in as 16 single-byte stores per lane and half stage: ncu run 116
-// put 35 % of the warps' stall cycles on shared-memory dependencies and the MIO queue.)
+// bytes go through a [128][32] shared tile (4-byte words XOR-swizzled by the column's j, so
+// the byte stores of a warp hit 8 banks) to 32-byte transposed rows.
 // Run 115 tried one lane per whole 32-element block (commit a770867): a third fewer
 // instructions, but 40 % slower, latency-bound (a lane's 64 contiguous bytes make every
 // load and store instruction half-fill 32 sectors); this layout stayed.
@@ -67,16 +65,9 @@ MX_DEV void mxqc_list(MxRes* rr, int slot, mx_u32 miss, const mx_u32 (&w)[2], in
   }
 }
 
-// Word index in the row-major [32 rows][32 words] stage tile of (row, column word cw), cw
-// XOR-swizzled by the row: bits 2-4 by row / 4, bit 4 again by row % 2. Then the 8-byte
-// stores of a half-warp (2 rows x 8 lanes, 16 words each) and the word loads of a warp (8
-// row quads x 4 column words, one row of each quad) hit 32 distinct banks; pairs (2i, 2i+1)
-// stay adjacent.
-MX_DEV int mxqc_tile_word(int row, int cw) { return 32 * row + (cw ^ (((row >> 2) & 7) << 2) ^ ((row & 1) << 4)); }
-
 template <int FMT>
 MX_DEV void mx_quant_chain_rows(const MxQuantChainParams& p) {
-  __shared__ __align__(16) mx_u32 tq[2][32 * 32];   // two stages' q2 tiles (mxqc_tile_word)
+  __shared__ __align__(16) mx_u32 tq[2][128 * 8];   // two stages' q2 tiles: word (k, row / 4)
   __shared__ int listed;                           // this CTA's residuals: one atomic on status[1]
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int rl = 4 * w + (lane >> 3), j = lane & 7;
@@ -153,26 +144,22 @@ MX_DEV void mx_quant_chain_rows(const MxQuantChainParams& p) {
             p.sat[(mx_i64)kb * p.R + r] = (mx_u8)S;
           }
         }
-        // q2's 8 bytes into the row-major shared tile, one 8-byte store (mxqc_tile_word)
-        *reinterpret_cast<uint2*>(tb + mxqc_tile_word(rl, 16 * k + 2 * j)) = make_uint2(q2[k][0], q2[k][1]);
+        // q2's bytes into the shared tile: byte (column kk, row rl) in word kk * 8 + ((rl / 4) ^ j)
+        mx_u8* tbb = reinterpret_cast<mx_u8*>(tb);
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+          const int kk = 64 * k + 8 * j + b;
+          tbb[4 * (kk * 8 + (w ^ j)) + (rl & 3)] = (mx_u8)(q2[k][b >> 2] >> (8 * (b & 3)));
+        }
       }
       __syncthreads();
-      // transposed rows: thread t takes rows 4g..4g+3 and columns 4cw..4cw+3 of the stage
-      // (g = t % 8, cw = t / 8), transposes the 4 x 4 bytes in registers and writes each
-      // column's 4 rows; 8 consecutive lanes write one column's 32 rows, a whole sector.
+      // transposed rows: thread t writes column c0 + t / 2, rows 16 (t % 2) .. + 15 of the tile
       {
-        const int g = t & 7, cw = t >> 3;
-        if (c0 + 4 * cw < C && r0 + 4 * g < p.R) {
-          mx_u32 v[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) v[i] = tb[mxqc_tile_word(4 * g + i, cw)];
-          const mx_u32 lo0 = __byte_perm(v[0], v[1], 0x5140), lo1 = __byte_perm(v[2], v[3], 0x5140);
-          const mx_u32 hi0 = __byte_perm(v[0], v[1], 0x7362), hi1 = __byte_perm(v[2], v[3], 0x7362);
-          const mx_u32 col[4] = {__byte_perm(lo0, lo1, 0x5410), __byte_perm(lo0, lo1, 0x7632),
-                                 __byte_perm(hi0, hi1, 0x5410), __byte_perm(hi0, hi1, 0x7632)};
-          mx_u8* dst = p.at + (mx_i64)(c0 + 4 * cw) * p.R + r0 + 4 * g;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) *reinterpret_cast<mx_u32*>(dst + (mx_i64)i * p.R) = col[i];
+        const int kk = t >> 1, h = t & 1, g = (kk >> 3) & 7;
+        if (c0 + kk < C && r0 + 16 * h < p.R) {
+          const mx_u32* row = tb + kk * 8;
+          *reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + kk) * p.R + r0 + 16 * h) =
+              make_uint4(row[(4 * h) ^ g], row[(4 * h + 1) ^ g], row[(4 * h + 2) ^ g], row[(4 * h + 3) ^ g]);
         }
       }
 #pragma unroll
