@@ -5,7 +5,8 @@
 #      to it; outputs poisoned), with a count of where each chained launch read its operands'
 #      chain forms (annex = filled by the quantizer, ABI 1.3) and which kernel the gate chose;
 #      this one and 2 run the fused quantizer (MXHOST_MX_CHAIN_FUSED=1) under
-#      MXHOST_MX_CHAIN_VERIFY=1, which fails a call whose bytes differ from the four launches;
+#      MXHOST_MX_CHAIN_VERIFY=1, which fails a call whose bytes differ from the four launches
+#      (and a weight's paired annexes that differ from the two re-encodings, run 118);
 #   2. the selftest with MXHOST_MX_CHAIN=on; 3. the default selftest (the chained path off);
 #   4. bench_peers.py, then `mxhost bench` in each of MODES (default "off on") on the same card,
 #      with one traced rep of `on` first (gate decisions and operand sources);
@@ -48,13 +49,15 @@ MXHOST_MX_CHAIN=on MXHOST_MX_GEMM_TRACE=1 timeout 200 dist/mxhost bench --device
 grep -oE "chained; A [a-z -]*, B [a-z -]*|chained gate (open|closed) \([^)]*\)[^:]*: the [a-z0-9 -]*" \
     "$out/trace-on.txt" | sed 's/ ([0-9]* residuals, limit [0-9]*)//' | sort | uniq -c
 # MODES: e.g. "off on on-fused on": on-fused is `on` with MXHOST_MX_CHAIN_FUSED=1 (X's and
-# dY's chain forms by mx_quantize_rows_chain_* instead of four launches; run 113).
+# dY's chain forms by mx_quantize_rows_chain_* instead of four launches; run 113); on-unpaired
+# is `on` with MXHOST_MX_CHAIN_PAIR=0 (a weight's two annexes filled one at a time; run 118).
 n=0
 for mode in ${MODES:-off on}; do
     n=$((n + 1))
     echo "== mxhost bench $n, MXHOST_MX_CHAIN=$mode"
     fused=0; [ "$mode" = on-fused ] && fused=1
-    MXHOST_MX_CHAIN=${mode%-fused} MXHOST_MX_CHAIN_FUSED=$fused timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+    pair=1; [ "$mode" = on-unpaired ] && pair=0
+    MXHOST_MX_CHAIN=${mode%-*} MXHOST_MX_CHAIN_FUSED=$fused MXHOST_MX_CHAIN_PAIR=$pair timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$n-$mode.json" >"$out/bench-$n-$mode.txt" 2>&1
     echo "rc=$?"
     # shape key, op, µs, × BF16 (the full rows are in the file)

@@ -1,5 +1,7 @@
 // mx_chain_gemm.cu — the chained MXFP8 grouped GEMM for sm_90a and the re-encoding it needs:
 //   mx_reencode_<fmt>: an MX operand -> stage-uniform copy + residual lists (mx_reencode.cuh);
+//   mx_reencode_pair_e4m3 + mx_chain_lists_e4m3: both forms of a weight and its transposed copy
+//   from one read (mx_reencode_pair.cuh);
 //   mx_cgemm_<A fmt><B fmt>_w2d_<bf16|f32>: the 256 x 128 chained GEMM on the copies, with the
 //   residual corrections gathered into shared memory and added before its epilogue
 //   (mx_tgemm_chain.cuh).
@@ -20,6 +22,7 @@
 #include "mx_tgemm_mainloop.cuh"
 #include "mx_tgemm_roles.cuh"
 #include "mx_reencode.cuh"
+#include "mx_reencode_pair.cuh"
 #include "mx_quant_blocks.cuh"
 #include "mx_quant_chain.cuh"
 #include "mx_tgemm_chain.cuh"
@@ -29,6 +32,8 @@
 static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 112, "RP / FIX in bench/chain.py, src/backend/cuda/params.rs");
 static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 228944 && mxc_smem_bytes<3, true, true>() == 228736,
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
+static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 96,
+              "ReencodePairParams, ChainListParams in src/backend/cuda/params.rs");
 static_assert(sizeof(MxQuantChainParams) == 96, "QuantChainParams in src/backend/cuda/params.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 // the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
@@ -60,6 +65,15 @@ extern "C" __global__ void mx_chain_status_merge(const int* a, const int* b, int
     out[0] = a[0] | b[0];
     out[1] = n > 0x7FFFFFFF ? 0x7FFFFFFF : (int)n;
   }
+}
+
+// A weight and its transposed copy with both chain forms (mx_reencode_pair.cuh; E4M3 only, as
+// the chained GEMM's B operand).
+extern "C" __global__ void __launch_bounds__(256) mx_reencode_pair_e4m3(const __grid_constant__ MxReencodePairParams p) {
+  mx_reencode_pair<0>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e4m3(const __grid_constant__ MxChainListParams p) {
+  mx_chain_lists<0>(p);
 }
 
 #define MXQC_INST(NAME, F) \

@@ -212,6 +212,8 @@ impl Unit {
                 "mx_chain_status_merge",
                 "mx_reencode_e4m3",
                 "mx_reencode_e5m2",
+                "mx_reencode_pair_e4m3",
+                "mx_chain_lists_e4m3",
                 "mx_quantize_rows_chain_e4m3",
                 "mx_quantize_rows_chain_e5m2",
                 "mx_bytes_diff",

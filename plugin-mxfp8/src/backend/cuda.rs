@@ -42,7 +42,8 @@
 //! `device` (per-device state, kernel loading, `Call` and its launch helpers),
 //! `quantize`, `gemm` (forward/dgrad operands and the GEMM launch), `chain` (the opt-in
 //! chained forward/dgrad; `chain_form` its operands' layouts, `chain_quant` X's and dY's
-//! annexes in the quantizer's pass), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps) and
+//! annexes in the quantizer's pass, `chain_pair` a weight's and its transposed copy's annexes in
+//! one pass, `chain_verify` the device-side check of both), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps) and
 //! `bf16_path` (dequantize-to-BF16 + cuBLAS); this file keeps the constants and small
 //! helpers they share and the [`Backend`] entry points.
 
@@ -58,7 +59,9 @@ use std::ffi::c_void;
 mod bf16_path;
 mod chain;
 mod chain_form;
+mod chain_pair;
 mod chain_quant;
+mod chain_verify;
 mod device;
 mod gemm;
 mod params;
@@ -189,7 +192,11 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         self.quantize_tensors(&mut call, args)?;
-        // The annexes (ABI 1.3) read the bytes just written: after them on the stream.
+        // The annexes (ABI 1.3) read the bytes just written: after them on the stream. A
+        // weight's and its transposed copy's together when the call writes both.
+        if chain_pair::fill_b_pair(&mut call, args)? {
+            return Ok(());
+        }
         if let Some(a) = &args.annex {
             chain::fill_annex(&call, &args.output, a)?;
         }

@@ -247,7 +247,6 @@ pub(super) fn prepare_b(
 ) -> PluginResult<BLayout> {
     let l = b_layout((e, cols, red), e * b.ise as usize, !has_bt);
     let at = |o: usize| base + o as u64;
-    let (kb, nb) = (cdiv(red, 32), cdiv(cols, 32));
     let out = ReencodeOut::at(base, [l.q2, l.s2, l.res, l.cnt, l.status]);
     reencode(
         call,
@@ -259,9 +258,23 @@ pub(super) fn prepare_b(
     if let Some(bt) = l.bt {
         call.transpose(b.q, at(bt), e, cols, red)?;
     }
-    let dims = (kb, nb, rup(kb, 4), b_table_cols(nb), e);
-    call.scales_f32_into(at(l.sb), out.s2, b.ise, (b.isr, 1), b.isc, dims, false)?;
+    b_scale_table(call, &l, b, (e, cols, red), base)?;
     Ok(l)
+}
+
+/// The B-side chain form's FP32 scale table (`sb`), from its stage scales (`s2`, in `b`'s
+/// scale layout).
+pub(super) fn b_scale_table(
+    call: &Call,
+    l: &BLayout,
+    b: &BMat,
+    (e, cols, red): (usize, usize, usize),
+    base: u64,
+) -> PluginResult<()> {
+    let (kb, nb) = (cdiv(red, 32), cdiv(cols, 32));
+    let dims = (kb, nb, rup(kb, 4), b_table_cols(nb), e);
+    let (sb, s2) = (base + l.sb as u64, base + l.s2 as u64);
+    call.scales_f32_into(sb, s2, b.ise, (b.isr, 1), b.isc, dims, false)
 }
 
 #[cfg(test)]

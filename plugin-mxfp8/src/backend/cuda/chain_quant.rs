@@ -20,39 +20,25 @@
 
 use super::chain::{self, annex_filled_here, checked_annex, AnnexRole, ChainMode};
 use super::chain_form::{self, a_layout, ALayout};
+use super::chain_verify::{self, Lists, Region};
 use super::device::Call;
 use super::gemm::{AMat, BMat, RowsA};
 use super::params::QuantChainParams;
 use super::quantize::FlatOut;
 use super::{arg, cdiv, fmt_code, i32_of, mode_code, ptr};
 use crate::kernels::Unit;
-use cudarc::driver::result as cr;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::DType;
 use mxhost_plugin_common::args::QuantizeArgs;
-use mxhost_plugin_common::cuda::drv;
 use std::sync::OnceLock;
 
 /// CTAs of `mx_quantize_rows_chain_*` resident per SM that the grid rule counts on (63
 /// registers per thread and 9 KB of shared memory per 256-thread CTA allow four).
 const CTAS_PER_SM: usize = 4;
 
-fn env_flag(name: &str, default: bool) -> bool {
-    match std::env::var(name).ok().as_deref().map(str::trim) {
-        None | Some("") => default,
-        Some("0") | Some("off") | Some("false") => false,
-        Some(_) => true,
-    }
-}
-
 fn fused_enabled() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| env_flag("MXHOST_MX_CHAIN_FUSED", false))
-}
-
-fn verify_enabled() -> bool {
-    static V: OnceLock<bool> = OnceLock::new();
-    *V.get_or_init(|| env_flag("MXHOST_MX_CHAIN_VERIFY", false))
+    *F.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_FUSED", false))
 }
 
 /// Grid of the fused kernel over `tiles` 32-row tiles: the fewest grid-stride rounds the
@@ -82,11 +68,11 @@ pub(super) fn quantize_a_with_annex(call: &mut Call, args: &QuantizeArgs) -> Plu
     }
     let (fmt, mode) = (fmt_code(o.format), mode_code(o.mode));
     let (q, s) = (ptr(&o.data), ptr(&o.scales));
-    if verify_enabled() {
+    if chain_verify::enabled() {
         call.zero(base, a_layout(rows, red).bytes)?;
     }
     let l = fused(call, ptr(x), (q, s, fmt, mode), (rows, red), base)?;
-    if verify_enabled() {
+    if chain_verify::enabled() {
         verify(call, ptr(x), (q, s, fmt, mode), (rows, red), (&l, base))?;
     }
     Ok(true)
@@ -124,11 +110,11 @@ pub(super) fn quantize_dense_a(
     let s = call.alloc(rows * red / 32)?;
     let l = a_layout(rows, red);
     let base = call.alloc(l.bytes)?;
-    if verify_enabled() {
+    if chain_verify::enabled() {
         call.zero(base, l.bytes)?;
     }
     fused(call, x, (q, s, fmt, mode), (rows, red), base)?;
-    if verify_enabled() {
+    if chain_verify::enabled() {
         verify(call, x, (q, s, fmt, mode), (rows, red), (&l, base))?;
     }
     Ok(Some((AMat { q, s, fmt, rdiv: 1 }, base)))
@@ -186,9 +172,7 @@ fn verify(
     let q_ref = call.alloc(rows * red)?;
     let s_ref = call.alloc(rows * kb)?;
     let base_ref = call.alloc(l.bytes)?;
-    let count = call.alloc(8)?;
     call.zero(base_ref, l.bytes)?;
-    call.zero(count, 8)?;
     call.flat_rows(
         x,
         true,
@@ -205,85 +189,42 @@ fn verify(
         rdiv: 1,
     };
     chain_form::prepare_a(call, &a, (rows, red), base_ref)?;
-    let sa_bytes = l.status - l.sa;
+    let form = |what, o: usize, bytes| Region {
+        what,
+        got: base + o as u64,
+        want: base_ref + o as u64,
+        bytes,
+    };
     let regions = [
-        ("the FP8 bytes", q, q_ref, rows * red),
-        ("the scales", s, s_ref, rows * kb),
-        ("q2", base + l.q2 as u64, base_ref + l.q2 as u64, rows * red),
-        ("s2", base + l.s2 as u64, base_ref + l.s2 as u64, rows * kb),
-        (
-            "the residual counts",
-            base + l.cnt as u64,
-            base_ref + l.cnt as u64,
-            rows * 4,
-        ),
-        (
-            "q2 transposed",
-            base + l.at as u64,
-            base_ref + l.at as u64,
-            rows * red,
-        ),
-        (
-            "s2 transposed",
-            base + l.sat as u64,
-            base_ref + l.sat as u64,
-            rows * kb,
-        ),
-        (
-            "the FP32 scale table",
-            base + l.sa as u64,
-            base_ref + l.sa as u64,
-            sa_bytes,
-        ),
-        (
-            "the status words",
-            base + l.status as u64,
-            base_ref + l.status as u64,
-            8,
-        ),
+        Region {
+            what: "the FP8 bytes",
+            got: q,
+            want: q_ref,
+            bytes: rows * red,
+        },
+        Region {
+            what: "the scales",
+            got: s,
+            want: s_ref,
+            bytes: rows * kb,
+        },
+        form("q2", l.q2, rows * red),
+        form("s2", l.s2, rows * kb),
+        form("the residual counts", l.cnt, rows * 4),
+        form("q2 transposed", l.at, rows * red),
+        form("s2 transposed", l.sat, rows * kb),
+        form("the FP32 scale table", l.sa, l.status - l.sa),
+        form("the status words", l.status, 8),
     ];
-    let mut diffs = Vec::new();
-    for (what, a, b, n) in regions {
-        let n64 = n as i64;
-        let g = cdiv(n, 256).clamp(1, 4 * call.dev.sms as usize);
-        call.launch(
-            Unit::Chain,
-            "mx_bytes_diff",
-            (g, 1, 1),
-            (256, 1, 1),
-            0,
-            &mut [arg(&a), arg(&b), arg(&n64), arg(&count)],
-        )?;
-        diffs.push((what, read_count(call, count)?));
-        call.zero(count, 8)?;
-    }
-    let (res, res_ref, cnt) = (
-        base + l.res as u64,
-        base_ref + l.res as u64,
-        base + l.cnt as u64,
-    );
-    let (rows64, slots) = (rows as i64, chain_form::slots(red) as i32);
-    call.launch(
-        Unit::Chain,
-        "mx_chain_res_diff",
-        (cdiv(rows, 256), 1, 1),
-        (256, 1, 1),
-        0,
-        &mut [
-            arg(&res),
-            arg(&res_ref),
-            arg(&cnt),
-            arg(&rows64),
-            arg(&slots),
-            arg(&count),
-        ],
-    )?;
-    diffs.push(("the residual records", read_count(call, count)?));
-    let bad: Vec<String> = diffs
-        .iter()
-        .filter(|(_, n)| *n != 0)
-        .map(|(what, n)| format!("{what}: {n}"))
-        .collect();
+    let lists = [Lists {
+        what: "the residual records",
+        got: base + l.res as u64,
+        want: base_ref + l.res as u64,
+        cnt: base + l.cnt as u64,
+        rows,
+        slots: chain_form::slots(red),
+    }];
+    let bad = chain_verify::differences(call, &regions, &lists)?;
     if bad.is_empty() {
         return Ok(());
     }
@@ -291,18 +232,6 @@ fn verify(
         "MXHOST_MX_CHAIN_VERIFY: mx_quantize_rows_chain (rows {rows}, reduction {red}) differs from the flat quantizer + re-encoding + transposes in {}",
         bad.join(", ")
     )))
-}
-
-/// The u64 at `count`, after the stream's work so far.
-fn read_count(call: &Call, count: u64) -> PluginResult<u64> {
-    let mut n = [0u64; 1];
-    // SAFETY: `count` is this call's live 8-byte scratch; the copy completes before the
-    // synchronize returns.
-    unsafe {
-        cr::memcpy_dtoh_async(&mut n, count, call.stream).map_err(drv("cuMemcpyDtoHAsync"))?;
-        cr::stream::synchronize(call.stream).map_err(drv("cuStreamSynchronize"))?;
-    }
-    Ok(n[0])
 }
 
 #[cfg(test)]

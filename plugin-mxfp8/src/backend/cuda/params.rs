@@ -166,6 +166,51 @@ pub(super) struct ReencodeParams {
     pub(super) slots: i32,
 }
 
+/// `MxReencodePairParams` of mx_reencode_pair.cuh (`mx_reencode_pair_e4m3`): a weight `W`
+/// `[E][r][c]` in 32×32 tiles to both chain forms (its own and its transposed copy's), from
+/// one read of its bytes; `mc`/`mct` are the per-row, per-stage residual counts that
+/// [`ChainListParams`] turns into lists.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct ReencodePairParams {
+    pub(super) q: u64,
+    pub(super) s: u64,
+    pub(super) q2: u64,
+    pub(super) s2: u64,
+    pub(super) qt2: u64,
+    pub(super) st2: u64,
+    pub(super) bt: u64,
+    pub(super) btt: u64,
+    pub(super) mc: u64,
+    pub(super) mct: u64,
+    pub(super) status: u64,
+    pub(super) status_t: u64,
+    pub(super) r: i32,
+    pub(super) c: i32,
+}
+
+/// `MxChainListParams` of mx_reencode_pair.cuh (`mx_chain_lists_e4m3`): the residual lists
+/// of one copy from its per-stage counts `mc[j * r + row]`, rows and scales as
+/// [`ReencodeParams`] describes them.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct ChainListParams {
+    pub(super) q: u64,
+    pub(super) s: u64,
+    pub(super) mc: u64,
+    pub(super) res: u64,
+    pub(super) cnt: u64,
+    pub(super) status: u64,
+    pub(super) r: i64,
+    pub(super) ise: i64,
+    pub(super) isr: i64,
+    pub(super) isc: i64,
+    pub(super) k: i32,
+    pub(super) rpe: i32,
+    pub(super) rdv: i32,
+    pub(super) slots: i32,
+}
+
 /// `MxQuantChainParams` of mx_quant_chain.cuh (`mx_quantize_rows_chain_*`): bf16 rows
 /// `[r][c]` to the MX tensor (`q`, `s`) and the A-side chain form (`q2`, `s2`, `res`, `cnt`,
 /// `status`, `at`, `sat`: the regions of `chain_form::a_layout`).
@@ -250,6 +295,8 @@ const _: () = {
     assert!(std::mem::offset_of!(TGemmParams, limit_lo) == 404);
     assert!(std::mem::size_of::<ReencodeParams>() == 104);
     assert!(std::mem::size_of::<QuantChainParams>() == 96);
+    assert!(std::mem::size_of::<ReencodePairParams>() == 104);
+    assert!(std::mem::size_of::<ChainListParams>() == 96);
     assert!(std::mem::size_of::<ChainFix>() == 112);
     assert!(std::mem::size_of::<ChainParams>() == 576);
     assert!(std::mem::offset_of!(ChainParams, f) == 448);

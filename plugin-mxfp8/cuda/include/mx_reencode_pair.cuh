@@ -1,0 +1,197 @@
+// mx_reencode_pair.cuh — the chain forms (mx_reencode.cuh) of a weight in 32x32 tiles and of
+// its transposed copy, from one read of the weight's bytes, for a quantize call that writes both
+// with their annexes (src/backend/cuda/chain_pair.rs).
+//
+// The four launches it replaces (a re-encoding and a transpose of the original bytes per copy)
+// read the bytes four times and write them four times. Here one 128 x 128 block of W per CTA
+// holds everything both forms need: a 32x32 tile has one scale, so W's 128-deep stage along its
+// reduction (C) is the block's row of four tiles and the transposed copy's stage along R is its
+// column of four tiles; each stage's largest scale is a max over those four. The CTA writes
+//   q2  (W re-encoded along C, [E][R][C])      qt2 (Wᵀ re-encoded along R, [E][C][R])
+//   btt (W's own bytes: Wᵀ's annex keeps them)  bt  (W transposed: W's annex keeps it)
+// plus both copies' stage scale bytes and, per row and stage, how many elements did not survive
+// the shift (mc, mct: the residuals). Those are rare, and a row's list must be in reduction
+// order, which no single block sees: mx_chain_lists then walks each row's counts and re-reads
+// only the stages that have residuals, writing the records exactly as mx_reencode_rows does.
+// So every byte equals the four launches' (MXHOST_MX_CHAIN_VERIFY compares them).
+// Traffic: 1 byte read and 4 written per element, against 4 and 4.
+// Requires mx_ptx.cuh, mx_numerics.cuh and mx_reencode.cuh. NVRTC-clean.
+#pragma once
+
+// W [E][R][C] in 32x32 tiles, scales s[e][R/32][C/32] (the quantizer's tile layout); the
+// transposed copy's scales are st[e][C/32][R/32]. R % 16 == 0, C % 16 == 0.
+struct MxReencodePairParams {
+  const mx_u8* q; const mx_u8* s;
+  mx_u8* q2; mx_u8* s2;       // W's form: copy [E][R][C], scale bytes in s's layout
+  mx_u8* qt2; mx_u8* st2;     // Wᵀ's form: copy [E][C][R], scale bytes in st's layout
+  mx_u8* bt; mx_u8* btt;      // W transposed [E][C][R]; W's bytes [E][R][C]
+  mx_u8* mc; mx_u8* mct;      // residuals per row and stage: mc[(c / 128) * E R + e R + r],
+                              //   mct[(r / 128) * E C + e C + c]
+  int* status; int* status_t; // each copy's status words (this kernel ORs MX_RES_NONFINITE)
+  int R, C;                   // E = gridDim.z
+};
+
+// Grid (ceil(C / 128), ceil(R / 128), E), 256 threads. Thread (warp w, lane l) holds the words
+// of rows 16 w + i (i < 16) at bytes 4 l .. 4 l + 3 of the block: all in tile (w / 2, l / 8).
+// The transposes go through shared memory as mx_transpose_u8 does (4x4 byte transposes in
+// registers, swizzled words, 16-byte stores along the transposed rows).
+template <int FMT>
+MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
+  __shared__ __align__(16) mx_u32 sm[2][128 * 32];   // W transposed; Wᵀ's copy
+  __shared__ mx_u32 tile_s[4][4];                     // the block's tile scales [r tile][c tile]
+  __shared__ int rowc[128], colc[128];                // residuals per row of W, per column
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int e = blockIdx.z, c0 = blockIdx.x * 128, r0 = blockIdx.y * 128;
+  const int R = p.R, C = p.C, NB = (R + 31) >> 5, KB = (C + 31) >> 5;
+  const mx_i64 tiles_e = (mx_i64)NB * KB;
+  if (t < 16) {
+    const int a = t >> 2, b = t & 3, nb = (r0 >> 5) + a, kb = (c0 >> 5) + b;
+    const bool ok = nb < NB && kb < KB;
+    const mx_u32 v = ok ? p.s[e * tiles_e + (mx_i64)nb * KB + kb] : 0u;
+    tile_s[a][b] = v;
+    if (v == 0xFFu) { atomicOr(p.status, MX_RES_NONFINITE); atomicOr(p.status_t, MX_RES_NONFINITE); }
+  }
+  if (t < 128) { rowc[t] = 0; colc[t] = 0; }
+  __syncthreads();
+  if (t < 16) {
+    const int a = t >> 2, b = t & 3, nb = (r0 >> 5) + a, kb = (c0 >> 5) + b;
+    if (nb < NB && kb < KB) {
+      const mx_u32 sw = max(max(tile_s[a][0], tile_s[a][1]), max(tile_s[a][2], tile_s[a][3]));
+      const mx_u32 st = max(max(tile_s[0][b], tile_s[1][b]), max(tile_s[2][b], tile_s[3][b]));
+      p.s2[e * tiles_e + (mx_i64)nb * KB + kb] = (mx_u8)sw;
+      p.st2[e * tiles_e + (mx_i64)kb * NB + nb] = (mx_u8)st;
+    }
+  }
+  const int ta = warp >> 1, tb = lane >> 3;
+  const mx_u32 sc = tile_s[ta][tb];
+  const mx_u32 sw = max(max(tile_s[ta][0], tile_s[ta][1]), max(tile_s[ta][2], tile_s[ta][3]));
+  const mx_u32 st = max(max(tile_s[0][tb], tile_s[1][tb]), max(tile_s[2][tb], tile_s[3][tb]));
+  const bool rows_ok = r0 + 16 * warp < R;   // R % 16 == 0: a warp's 16 rows are all in or out
+  const bool word_ok = rows_ok && c0 + 4 * lane < C;
+  const mx_i64 row0 = (mx_i64)e * R + r0 + 16 * warp;
+  mx_u32 w[16], wt[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    w[i] = word_ok ? *reinterpret_cast<const mx_u32*>(p.q + (row0 + i) * C + c0 + 4 * lane) : 0u;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    mx_u32 mw, mt;
+    const mx_u32 q2 = mx_fp8_shift4<FMT>(w[i], sw - sc, mw);
+    wt[i] = mx_fp8_shift4<FMT>(w[i], st - sc, mt);
+    if (word_ok) {
+      *reinterpret_cast<mx_u32*>(p.q2 + (row0 + i) * C + c0 + 4 * lane) = q2;
+      *reinterpret_cast<mx_u32*>(p.btt + (row0 + i) * C + c0 + 4 * lane) = w[i];
+    }
+    if (mw) atomicAdd(&rowc[16 * warp + i], __popc(mw));
+    if (mt) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if ((mt >> q) & 1u) atomicAdd(&colc[4 * lane + q], 1);
+    }
+  }
+  // ---- the two transposes (mx_transpose_u8's word path) ----
+  const int g = lane & 7, h = (lane >> 3) & 3;
+#pragma unroll
+  for (int blk = 0; blk < 4; ++blk) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const mx_u32 sel = (mx_u32)q | ((mx_u32)(q + 4) << 4);
+      const int at = (4 * lane + q) * 32 + 4 * (warp ^ g) + (blk ^ h);
+      sm[0][at] = __byte_perm(__byte_perm(w[4 * blk], w[4 * blk + 1], sel), __byte_perm(w[4 * blk + 2], w[4 * blk + 3], sel), 0x5410);
+      sm[1][at] = __byte_perm(__byte_perm(wt[4 * blk], wt[4 * blk + 1], sel), __byte_perm(wt[4 * blk + 2], wt[4 * blk + 3], sel), 0x5410);
+    }
+  }
+  __syncthreads();
+  const int j = t & 7;   // 16-byte chunk of a transposed row: block rows 16 j .. 16 j + 15
+  const bool chunk_ok = r0 + 16 * j < R;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int c = (t >> 3) + 32 * k;
+    const int hc = (c >> 5) & 3;
+    const mx_i64 o = ((mx_i64)e * C + c0 + c) * R + r0 + 16 * j;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      uint4 v = *reinterpret_cast<const uint4*>(&sm[m][c * 32 + 4 * (j ^ ((c >> 2) & 7))]);
+      if (hc & 1) { const mx_u32 x = v.x; v.x = v.y; v.y = x; const mx_u32 z = v.z; v.z = v.w; v.w = z; }
+      if (hc & 2) { const mx_u32 x = v.x; v.x = v.z; v.z = x; const mx_u32 y = v.y; v.y = v.w; v.w = y; }
+      if (chunk_ok && c0 + c < C) *reinterpret_cast<uint4*>((m ? p.qt2 : p.bt) + o) = v;
+    }
+  }
+  // ---- residual counts per row and stage (every row of the block, zeros included) ----
+  if (t < 128) {
+    if (r0 + t < R) p.mc[(mx_i64)blockIdx.x * gridDim.z * R + (mx_i64)e * R + r0 + t] = (mx_u8)rowc[t];
+  } else {
+    const int c = t - 128;
+    if (c0 + c < C) p.mct[(mx_i64)blockIdx.y * gridDim.z * C + (mx_i64)e * C + c0 + c] = (mx_u8)colc[c];
+  }
+}
+
+// The residual lists of one copy from its per-stage counts (mx_reencode_pair's mc or mct): one
+// warp per row, grid-stride. A row without residuals costs one read of its counts; otherwise
+// its stages with residuals (in order) are read again, 4 bytes per lane, and listed as
+// mx_reencode_rows lists them (same records, same order, same overflow rule and status words).
+struct MxChainListParams {
+  const mx_u8* q; const mx_u8* s; const mx_u8* mc;   // mc[j * R + r]: row r's residuals in stage j
+  MxRes* res; int* cnt; int* status;
+  mx_i64 R; mx_i64 ise, isr, isc;                    // as MxReencodeParams
+  int K, rpe, rdv, slots;
+};
+
+template <int FMT>
+MX_DEV void mx_chain_lists(const MxChainListParams& p) {
+  const int lane = threadIdx.x & 31;
+  const int ns = (p.K + 127) >> 7;
+  const mx_i64 nw = (mx_i64)gridDim.x * (blockDim.x >> 5);
+  __shared__ int listed;
+  if (threadIdx.x == 0) listed = 0;
+  __syncthreads();
+  for (mx_i64 r = (mx_i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < p.R; r += nw) {
+    int total = 0;
+    for (int j = lane; j < ns; j += 32) total += p.mc[(mx_i64)j * p.R + r];
+    total = __reduce_add_sync(0xffffffffu, total);
+    if (total == 0 || total > p.slots) {
+      if (lane == 0) {
+        p.cnt[r] = 0;
+        if (total) atomicOr(p.status, MX_RES_OVERFLOW);
+      }
+      continue;
+    }
+    const mx_i64 e = r / p.rpe;
+    const int n = (int)(r - e * p.rpe);
+    const mx_i64 sb = e * p.ise + (mx_i64)(n / p.rdv) * p.isc;
+    const mx_u8* qr = p.q + r * p.K;
+    MxRes* rr = p.res + r * p.slots;
+    int run = 0;
+    for (int j0 = 0; j0 < ns; j0 += 32) {
+      mx_u32 todo = __ballot_sync(0xffffffffu, j0 + lane < ns && p.mc[(mx_i64)(j0 + lane) * p.R + r] != 0);
+      for (; todo; todo &= todo - 1) {
+        const int k = 128 * (j0 + __ffs((int)todo) - 1) + 4 * lane;
+        const bool valid = k < p.K;
+        const mx_u32 sc = valid ? p.s[sb + (k >> 5) * p.isr] : 0u;
+        mx_u32 S = sc;
+        S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
+        S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 16));
+        const mx_u32 x = valid ? *reinterpret_cast<const mx_u32*>(qr + k) : 0u;
+        mx_u32 miss;
+        mx_fp8_shift4<FMT>(x, S - sc, miss);
+        const int nm = __popc(miss);
+        const int incl = warp_incl_scan(nm);
+        int slot = run + incl - nm;
+        if (nm) {
+          const float scale = mx_e8m0_to_f32(sc);
+          for (mx_u32 m = miss; m; m &= m - 1) {
+            const int i = __ffs((int)m) - 1;
+            rr[slot++] = MxRes{k + i, mx_fp8_value<FMT>((x >> (8 * i)) & 0xFFu) * scale};
+          }
+        }
+        run += __shfl_sync(0xffffffffu, incl, 31);
+      }
+    }
+    if (lane == 0) {
+      p.cnt[r] = run;
+      atomicAdd(&listed, run);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && listed) atomicAdd(p.status + 1, listed);
+}
