@@ -36,7 +36,7 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 17] = [
+pub const HEADERS: [(&str, &str); 18] = [
     header!("mx_ptx.cuh"),
     header!("mx_numerics.cuh"),
     header!("mx_wgmma.cuh"),
@@ -52,6 +52,7 @@ pub const HEADERS: [(&str, &str); 17] = [
     header!("mx_tgemm_roles.cuh"),
     header!("mx_tgemm_kernels.cuh"),
     header!("mx_reencode.cuh"),
+    header!("mx_reencode_pair.cuh"),
     header!("mx_tgemm_chain.cuh"),
     header!("mx_quant_chain.cuh"),
 ];
