@@ -4,9 +4,10 @@
 #   1. the selftest with MXHOST_MX_CHAIN=always (every GEMM the chained kernel can take goes
 #      to it; outputs poisoned), with a count of where each chained launch read its operands'
 #      chain forms (annex = filled by the quantizer, ABI 1.3) and which kernel the gate chose;
-#      this one and 2 run the fused quantizer (MXHOST_MX_CHAIN_FUSED=1) under
-#      MXHOST_MX_CHAIN_VERIFY=1, which fails a call whose bytes differ from the four launches
-#      (and a weight's paired annexes that differ from the two re-encodings, run 118);
+#      this one and 2 run under MXHOST_MX_CHAIN_VERIFY=1, which fails a call whose chain forms
+#      differ from the separate launches': in 1 X's and dY's forms by mx_reencode_block (run
+#      119), in 2 by the fused quantizer (MXHOST_MX_CHAIN_FUSED=1), in both a weight's paired
+#      annexes (run 118);
 #   2. the selftest with MXHOST_MX_CHAIN=on; 3. the default selftest (the chained path off);
 #   4. bench_peers.py, then `mxhost bench` in each of MODES (default "off on") on the same card,
 #      with one traced rep of `on` first (gate decisions and operand sources);
@@ -21,7 +22,7 @@ shapes="${SHAPES:-a,b,c}"
 W="${WARMUP_MS:-500}"
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$out/card.txt"
 echo "== selftest, MXHOST_MX_CHAIN=always"
-MXHOST_MX_CHAIN=always MXHOST_MX_CHAIN_FUSED=1 MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
+MXHOST_MX_CHAIN=always MXHOST_MX_CHAIN_FUSED=0 MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 MXHOST_MX_GEMM_TRACE=1 timeout 150 \
     dist/mxhost selftest --device cuda --quick >"$out/selftest-always.txt" 2>&1
 echo "rc=$?"; grep -E "^mxhost selftest:" "$out/selftest-always.txt"
 grep -o "chained; A [a-z -]*, B [a-z -]*" "$out/selftest-always.txt" | sort | uniq -c
@@ -50,14 +51,17 @@ grep -oE "chained; A [a-z -]*, B [a-z -]*|chained gate (open|closed) \([^)]*\)[^
     "$out/trace-on.txt" | sed 's/ ([0-9]* residuals, limit [0-9]*)//' | sort | uniq -c
 # MODES: e.g. "off on on-fused on": on-fused is `on` with MXHOST_MX_CHAIN_FUSED=1 (X's and
 # dY's chain forms by mx_quantize_rows_chain_* instead of four launches; run 113); on-unpaired
-# is `on` with MXHOST_MX_CHAIN_PAIR=0 (a weight's two annexes filled one at a time; run 118).
+# is `on` with MXHOST_MX_CHAIN_PAIR=0 (a weight's two annexes filled one at a time; run 118);
+# on-unblocked is `on` with MXHOST_MX_CHAIN_BLOCK=0 (X's and dY's forms by a re-encoding and two
+# transposes instead of mx_reencode_block; run 119).
 n=0
 for mode in ${MODES:-off on}; do
     n=$((n + 1))
     echo "== mxhost bench $n, MXHOST_MX_CHAIN=$mode"
     fused=0; [ "$mode" = on-fused ] && fused=1
     pair=1; [ "$mode" = on-unpaired ] && pair=0
-    MXHOST_MX_CHAIN=${mode%-*} MXHOST_MX_CHAIN_FUSED=$fused MXHOST_MX_CHAIN_PAIR=$pair timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+    block=1; [ "$mode" = on-unblocked ] && block=0
+    MXHOST_MX_CHAIN=${mode%-*} MXHOST_MX_CHAIN_FUSED=$fused MXHOST_MX_CHAIN_PAIR=$pair MXHOST_MX_CHAIN_BLOCK=$block timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$n-$mode.json" >"$out/bench-$n-$mode.txt" 2>&1
     echo "rc=$?"
     # shape key, op, µs, × BF16 (the full rows are in the file)
@@ -65,10 +69,11 @@ for mode in ${MODES:-off on}; do
         awk '{op=""; for (i=6; i<=NF-5; i++) op=op" "$i; printf "%s%-72.72s %8s %5s\n", $1, op, $(NF-4), $NF}'
 done
 # NCU=regex: ncu (clocks not locked) on the first two launches of the kernels matching it in
-# one rep of `on` with the fused quantizer on shape NCU_SHAPE (default a); details in ncu.txt.
+# one rep of `on` on shape NCU_SHAPE (default a), the fused quantizer on with NCU_FUSED=1; details
+# in ncu.txt.
 if [ -n "${NCU:-}" ] && command -v ncu >/dev/null; then
     echo "== ncu --kernel-name regex:$NCU"
-    MXHOST_MX_CHAIN=on MXHOST_MX_CHAIN_FUSED=1 timeout 300 ncu --clock-control none --kernel-name "regex:$NCU" \
+    MXHOST_MX_CHAIN=on MXHOST_MX_CHAIN_FUSED=${NCU_FUSED:-0} timeout 300 ncu --clock-control none --kernel-name "regex:$NCU" \
         --launch-count "${NCU_COUNT:-2}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
         --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
         --section InstructionStats --section Occupancy --section LaunchStats \

@@ -2,6 +2,8 @@
 //   mx_reencode_<fmt>: an MX operand -> stage-uniform copy + residual lists (mx_reencode.cuh);
 //   mx_reencode_pair_e4m3 + mx_chain_lists_e4m3: both forms of a weight and its transposed copy
 //   from one read (mx_reencode_pair.cuh);
+//   mx_reencode_block_<fmt> (+ mx_chain_lists_<fmt>): an A operand's form and its transposed copy
+//   from one read (mx_reencode_block.cuh);
 //   mx_cgemm_<A fmt><B fmt>_w2d_<bf16|f32>: the 256 x 128 chained GEMM on the copies, with the
 //   residual corrections gathered into shared memory and added before its epilogue
 //   (mx_tgemm_chain.cuh).
@@ -23,6 +25,7 @@
 #include "mx_tgemm_roles.cuh"
 #include "mx_reencode.cuh"
 #include "mx_reencode_pair.cuh"
+#include "mx_reencode_block.cuh"
 #include "mx_quant_blocks.cuh"
 #include "mx_quant_chain.cuh"
 #include "mx_tgemm_chain.cuh"
@@ -34,7 +37,7 @@ static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 2
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 96,
               "ReencodePairParams, ChainListParams in src/backend/cuda/params.rs");
-static_assert(sizeof(MxQuantChainParams) == 96, "QuantChainParams in src/backend/cuda/params.rs");
+static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72, "QuantChainParams, ReencodeBlockParams in src/backend/cuda/params.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 // the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
 static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, true>() + 3072 <= 232448 &&
@@ -74,6 +77,17 @@ extern "C" __global__ void __launch_bounds__(256) mx_reencode_pair_e4m3(const __
 }
 extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e4m3(const __grid_constant__ MxChainListParams p) {
   mx_chain_lists<0>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e5m2(const __grid_constant__ MxChainListParams p) {
+  mx_chain_lists<1>(p);
+}
+// An A operand (X, dY) with its transposed copy (mx_reencode_block.cuh; both formats, as the
+// chained GEMM's A operand).
+extern "C" __global__ void __launch_bounds__(256) mx_reencode_block_e4m3(const __grid_constant__ MxReencodeBlockParams p) {
+  mx_reencode_block<0>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_reencode_block_e5m2(const __grid_constant__ MxReencodeBlockParams p) {
+  mx_reencode_block<1>(p);
 }
 
 #define MXQC_INST(NAME, F) \

@@ -36,7 +36,7 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 18] = [
+pub const HEADERS: [(&str, &str); 19] = [
     header!("mx_ptx.cuh"),
     header!("mx_numerics.cuh"),
     header!("mx_wgmma.cuh"),
@@ -53,6 +53,7 @@ pub const HEADERS: [(&str, &str); 18] = [
     header!("mx_tgemm_kernels.cuh"),
     header!("mx_reencode.cuh"),
     header!("mx_reencode_pair.cuh"),
+    header!("mx_reencode_block.cuh"),
     header!("mx_tgemm_chain.cuh"),
     header!("mx_quant_chain.cuh"),
 ];
@@ -215,6 +216,9 @@ impl Unit {
                 "mx_reencode_e5m2",
                 "mx_reencode_pair_e4m3",
                 "mx_chain_lists_e4m3",
+                "mx_chain_lists_e5m2",
+                "mx_reencode_block_e4m3",
+                "mx_reencode_block_e5m2",
                 "mx_quantize_rows_chain_e4m3",
                 "mx_quantize_rows_chain_e5m2",
                 "mx_bytes_diff",

@@ -42,7 +42,7 @@
 //! `device` (per-device state, kernel loading, `Call` and its launch helpers),
 //! `quantize`, `gemm` (forward/dgrad operands and the GEMM launch), `chain` (the opt-in
 //! chained forward/dgrad; `chain_form` its operands' layouts, `chain_quant` X's and dY's
-//! annexes in the quantizer's pass, `chain_pair` a weight's and its transposed copy's annexes in
+//! annexes in the quantizer's pass, `chain_block` an A operand's form in one pass over its bytes, `chain_pair` a weight's and its transposed copy's annexes in
 //! one pass, `chain_verify` the device-side check of both), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps) and
 //! `bf16_path` (dequantize-to-BF16 + cuBLAS); this file keeps the constants and small
 //! helpers they share and the [`Backend`] entry points.
@@ -58,6 +58,7 @@ use std::ffi::c_void;
 
 mod bf16_path;
 mod chain;
+mod chain_block;
 mod chain_form;
 mod chain_pair;
 mod chain_quant;
@@ -198,10 +199,10 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         if let Some(a) = &args.annex {
-            chain::fill_annex(&call, &args.output, a)?;
+            chain::fill_annex(&mut call, &args.output, a)?;
         }
         if let (Some(t), Some(a)) = (&args.transposed, &args.transposed_annex) {
-            chain::fill_annex(&call, t, a)?;
+            chain::fill_annex(&mut call, t, a)?;
         }
         Ok(())
     }

@@ -19,7 +19,7 @@
 //! Heavy-tailed data lands there: on Student-t(3) the corrections cost more than the
 //! chained main loop saves (run 104: 0.45–0.54× v2t).
 
-use super::chain_form;
+use super::{chain_block, chain_form};
 use super::device::{chain_smem, Call};
 use super::gemm::{AMat, BMat};
 use super::params::{ChainFix, ChainParams, GemmParams, TGemmParams};
@@ -378,7 +378,7 @@ pub(super) fn annex_filled_here(call: &Call) -> bool {
 /// the same stream, so in order). Skipped on devices the chained GEMM never runs on (no
 /// sm_90a kernels or tensor maps): there `operand_refusal` turns every GEMM away before it
 /// reads an annex.
-pub(super) fn fill_annex(call: &Call, m: &MxArg, annex: &TensorArg) -> PluginResult<()> {
+pub(super) fn fill_annex(call: &mut Call, m: &MxArg, annex: &TensorArg) -> PluginResult<()> {
     let (role, base) = checked_annex(m, annex)?;
     if !annex_filled_here(call) {
         return Ok(());
@@ -387,7 +387,7 @@ pub(super) fn fill_annex(call: &Call, m: &MxArg, annex: &TensorArg) -> PluginRes
     match role {
         AnnexRole::A { rows, red } => {
             let a = AMat { q, s, fmt, rdiv: 1 };
-            chain_form::prepare_a(call, &a, (rows, red), base)?;
+            chain_block::form_a(call, &a, (rows, red), base)?;
         }
         AnnexRole::B { e, cols, red } => {
             let (ise, isr, isc) = chain_form::tile_strides(cols, red);
@@ -485,7 +485,7 @@ pub(super) fn launch_chained(
         Some(base) => (chain_form::a_layout(rows, red), base),
         None => {
             let base = call.alloc(chain_form::a_layout(rows, red).bytes)?;
-            (chain_form::prepare_a(call, a, (rows, red), base)?, base)
+            (chain_block::form_a(call, a, (rows, red), base)?, base)
         }
     };
     let (lb, bbase) = match annexes.b {

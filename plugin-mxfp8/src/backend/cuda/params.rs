@@ -211,6 +211,25 @@ pub(super) struct ChainListParams {
     pub(super) slots: i32,
 }
 
+/// `MxReencodeBlockParams` of mx_reencode_block.cuh (`mx_reencode_block_*`): an A operand
+/// `[r][c]` in 1×32 blocks to its stage-uniform copy `q2`/`s2` and their transposes `at`/`sat`,
+/// from one read of its bytes; `mc` the per-row, per-stage residual counts that
+/// [`ChainListParams`] turns into lists.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct ReencodeBlockParams {
+    pub(super) q: u64,
+    pub(super) s: u64,
+    pub(super) q2: u64,
+    pub(super) s2: u64,
+    pub(super) at: u64,
+    pub(super) sat: u64,
+    pub(super) mc: u64,
+    pub(super) status: u64,
+    pub(super) r: i32,
+    pub(super) c: i32,
+}
+
 /// `MxQuantChainParams` of mx_quant_chain.cuh (`mx_quantize_rows_chain_*`): bf16 rows
 /// `[r][c]` to the MX tensor (`q`, `s`) and the A-side chain form (`q2`, `s2`, `res`, `cnt`,
 /// `status`, `at`, `sat`: the regions of `chain_form::a_layout`).
@@ -297,6 +316,7 @@ const _: () = {
     assert!(std::mem::size_of::<QuantChainParams>() == 96);
     assert!(std::mem::size_of::<ReencodePairParams>() == 104);
     assert!(std::mem::size_of::<ChainListParams>() == 96);
+    assert!(std::mem::size_of::<ReencodeBlockParams>() == 72);
     assert!(std::mem::size_of::<ChainFix>() == 112);
     assert!(std::mem::size_of::<ChainParams>() == 576);
     assert!(std::mem::offset_of!(ChainParams, f) == 448);
