@@ -5,8 +5,8 @@
 #      to it; outputs poisoned), with a count of where each chained launch read its operands'
 #      chain forms (annex = filled by the quantizer, ABI 1.3) and which kernel the gate chose;
 #      this one and 2 run under MXHOST_MX_CHAIN_VERIFY=1, which fails a call whose chain forms
-#      differ from the separate launches': in 1 X's and dY's forms by mx_reencode_block (run
-#      119), in 2 by the fused quantizer (MXHOST_MX_CHAIN_FUSED=1), in both a weight's paired
+#      differ from the separate launches': in 1 X's and dY's forms by mx_quantize_rows_form
+#      (run 120) or mx_reencode_block (run 119), in 2 by the fused quantizer (MXHOST_MX_CHAIN_FUSED=1), in both a weight's paired
 #      annexes (run 118);
 #   2. the selftest with MXHOST_MX_CHAIN=on; 3. the default selftest (the chained path off);
 #   4. bench_peers.py, then `mxhost bench` in each of MODES (default "off on") on the same card,
@@ -53,7 +53,8 @@ grep -oE "chained; A [a-z -]*, B [a-z -]*|chained gate (open|closed) \([^)]*\)[^
 # dY's chain forms by mx_quantize_rows_chain_* instead of four launches; run 113); on-unpaired
 # is `on` with MXHOST_MX_CHAIN_PAIR=0 (a weight's two annexes filled one at a time; run 118);
 # on-unblocked is `on` with MXHOST_MX_CHAIN_BLOCK=0 (X's and dY's forms by a re-encoding and two
-# transposes instead of mx_reencode_block; run 119).
+# transposes instead of mx_reencode_block; run 119); on-split is `on` with MXHOST_MX_CHAIN_FORM=0
+# (the flat quantizer, then mx_reencode_block, instead of mx_quantize_rows_form; run 120).
 n=0
 for mode in ${MODES:-off on}; do
     n=$((n + 1))
@@ -61,7 +62,9 @@ for mode in ${MODES:-off on}; do
     fused=0; [ "$mode" = on-fused ] && fused=1
     pair=1; [ "$mode" = on-unpaired ] && pair=0
     block=1; [ "$mode" = on-unblocked ] && block=0
-    MXHOST_MX_CHAIN=${mode%-*} MXHOST_MX_CHAIN_FUSED=$fused MXHOST_MX_CHAIN_PAIR=$pair MXHOST_MX_CHAIN_BLOCK=$block timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+    form=1; [ "$mode" = on-split ] && form=0
+    MXHOST_MX_CHAIN=${mode%-*} MXHOST_MX_CHAIN_FUSED=$fused MXHOST_MX_CHAIN_PAIR=$pair MXHOST_MX_CHAIN_BLOCK=$block \
+        MXHOST_MX_CHAIN_FORM=$form timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$n-$mode.json" >"$out/bench-$n-$mode.txt" 2>&1
     echo "rc=$?"
     # shape key, op, µs, × BF16 (the full rows are in the file)

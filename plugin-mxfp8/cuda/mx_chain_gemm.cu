@@ -3,7 +3,8 @@
 //   mx_reencode_pair_e4m3 + mx_chain_lists_e4m3: both forms of a weight and its transposed copy
 //   from one read (mx_reencode_pair.cuh);
 //   mx_reencode_block_<fmt> (+ mx_chain_lists_<fmt>): an A operand's form and its transposed copy
-//   from one read (mx_reencode_block.cuh);
+//   from one read (mx_reencode_block.cuh); mx_quantize_rows_form_<fmt>: bf16 rows to the MX
+//   tensor and that form in one pass (mx_quant_block_form.cuh);
 //   mx_cgemm_<A fmt><B fmt>_w2d_<bf16|f32>: the 256 x 128 chained GEMM on the copies, with the
 //   residual corrections gathered into shared memory and added before its epilogue
 //   (mx_tgemm_chain.cuh).
@@ -28,6 +29,7 @@
 #include "mx_reencode_block.cuh"
 #include "mx_quant_blocks.cuh"
 #include "mx_quant_chain.cuh"
+#include "mx_quant_block_form.cuh"
 #include "mx_tgemm_chain.cuh"
 
 // The launchers (bench/launch.cu and bench/chain.py's ctypes structures; the backend's, when it
@@ -37,7 +39,8 @@ static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 2
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 96,
               "ReencodePairParams, ChainListParams in src/backend/cuda/params.rs");
-static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72, "QuantChainParams, ReencodeBlockParams in src/backend/cuda/params.rs");
+static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72 && sizeof(MxQuantBlockFormParams) == 88,
+              "QuantChainParams, ReencodeBlockParams, QuantBlockFormParams in src/backend/cuda/params.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 // the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
 static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, true>() + 3072 <= 232448 &&
@@ -88,6 +91,13 @@ extern "C" __global__ void __launch_bounds__(256) mx_reencode_block_e4m3(const _
 }
 extern "C" __global__ void __launch_bounds__(256) mx_reencode_block_e5m2(const __grid_constant__ MxReencodeBlockParams p) {
   mx_reencode_block<1>(p);
+}
+// bf16 X or dY to the MX tensor and its form in one pass (mx_quant_block_form.cuh).
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_e4m3(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<0>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<1>(p);
 }
 
 #define MXQC_INST(NAME, F) \

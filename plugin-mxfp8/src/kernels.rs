@@ -36,7 +36,7 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 19] = [
+pub const HEADERS: [(&str, &str); 20] = [
     header!("mx_ptx.cuh"),
     header!("mx_numerics.cuh"),
     header!("mx_wgmma.cuh"),
@@ -56,6 +56,7 @@ pub const HEADERS: [(&str, &str); 19] = [
     header!("mx_reencode_block.cuh"),
     header!("mx_tgemm_chain.cuh"),
     header!("mx_quant_chain.cuh"),
+    header!("mx_quant_block_form.cuh"),
 ];
 pub const QUANTIZE_CU: &str = include_str!("../cuda/mx_quantize.cu");
 pub const GEMM_CU: &str = include_str!("../cuda/mx_grouped_gemm.cu");
@@ -219,6 +220,8 @@ impl Unit {
                 "mx_chain_lists_e5m2",
                 "mx_reencode_block_e4m3",
                 "mx_reencode_block_e5m2",
+                "mx_quantize_rows_form_e4m3",
+                "mx_quantize_rows_form_e5m2",
                 "mx_quantize_rows_chain_e4m3",
                 "mx_quantize_rows_chain_e5m2",
                 "mx_bytes_diff",

@@ -69,36 +69,41 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
   const bool rows_ok = r0 + 16 * warp < R;   // R % 16 == 0: a warp's 16 rows are all in or out
   const bool word_ok = rows_ok && c0 + 4 * lane < C;
   const mx_i64 row0 = (mx_i64)e * R + r0 + 16 * warp;
-  mx_u32 w[16], wt[16];
+  mx_u32 w[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i)
     w[i] = word_ok ? *reinterpret_cast<const mx_u32*>(p.q + (row0 + i) * C + c0 + 4 * lane) : 0u;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    mx_u32 mw, mt;
-    const mx_u32 q2 = mx_fp8_shift4<FMT>(w[i], sw - sc, mw);
-    wt[i] = mx_fp8_shift4<FMT>(w[i], st - sc, mt);
-    if (word_ok) {
-      *reinterpret_cast<mx_u32*>(p.q2 + (row0 + i) * C + c0 + 4 * lane) = q2;
-      *reinterpret_cast<mx_u32*>(p.btt + (row0 + i) * C + c0 + 4 * lane) = w[i];
-    }
-    if (mw) atomicAdd(&rowc[16 * warp + i], __popc(mw));
-    if (mt) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        if ((mt >> q) & 1u) atomicAdd(&colc[4 * lane + q], 1);
-    }
-  }
-  // ---- the two transposes (mx_transpose_u8's word path) ----
+  // Four rows at a time: the words of Wᵀ's copy live only until their transpose, so the kernel
+  // holds 16 + 4 words (run 119: with all 32 live, 64 registers allowed 4 CTAs per SM and the
+  // kernel moved 2.7 TB/s).
   const int g = lane & 7, h = (lane >> 3) & 3;
 #pragma unroll
   for (int blk = 0; blk < 4; ++blk) {
+    mx_u32 wt[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int i = 4 * blk + q;
+      mx_u32 mw, mt;
+      const mx_u32 q2 = mx_fp8_shift4<FMT>(w[i], sw - sc, mw);
+      wt[q] = mx_fp8_shift4<FMT>(w[i], st - sc, mt);
+      if (word_ok) {
+        *reinterpret_cast<mx_u32*>(p.q2 + (row0 + i) * C + c0 + 4 * lane) = q2;
+        *reinterpret_cast<mx_u32*>(p.btt + (row0 + i) * C + c0 + 4 * lane) = w[i];
+      }
+      if (mw) atomicAdd(&rowc[16 * warp + i], __popc(mw));
+      if (mt) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+          if ((mt >> b) & 1u) atomicAdd(&colc[4 * lane + b], 1);
+      }
+    }
+    // ---- the two transposes (mx_transpose_u8's word path) ----
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const mx_u32 sel = (mx_u32)q | ((mx_u32)(q + 4) << 4);
       const int at = (4 * lane + q) * 32 + 4 * (warp ^ g) + (blk ^ h);
       sm[0][at] = __byte_perm(__byte_perm(w[4 * blk], w[4 * blk + 1], sel), __byte_perm(w[4 * blk + 2], w[4 * blk + 3], sel), 0x5410);
-      sm[1][at] = __byte_perm(__byte_perm(wt[4 * blk], wt[4 * blk + 1], sel), __byte_perm(wt[4 * blk + 2], wt[4 * blk + 3], sel), 0x5410);
+      sm[1][at] = __byte_perm(__byte_perm(wt[0], wt[1], sel), __byte_perm(wt[2], wt[3], sel), 0x5410);
     }
   }
   __syncthreads();

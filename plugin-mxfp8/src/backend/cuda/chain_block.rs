@@ -18,7 +18,9 @@ use crate::kernels::Unit;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use std::sync::OnceLock;
 
-fn block_enabled() -> bool {
+/// Whether the one-pass kernels for A operands run (`MXHOST_MX_CHAIN_BLOCK`, on by default):
+/// this module's and `mx_quantize_rows_form_*` ([`super::chain_quant`]).
+pub(super) fn block_enabled() -> bool {
     static B: OnceLock<bool> = OnceLock::new();
     *B.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_BLOCK", true))
 }
@@ -69,7 +71,24 @@ pub(super) fn form_a(
         0,
         &mut [arg(&p)],
     )?;
-    let kb = cdiv(red, 32);
+    finish(call, a, (rows, red), mc, (&l, base))?;
+    if chain_verify::enabled() {
+        verify(call, a, (rows, red), (&l, base))?;
+    }
+    Ok(l)
+}
+
+/// What follows a one-pass kernel that left per-row, per-stage residual counts at `mc`
+/// (`mx_reencode_block_*`, `mx_quantize_rows_form_*`): `mx_chain_lists_*` writes the lists,
+/// their counts and status word 1, then the form's FP32 scale table.
+pub(super) fn finish(
+    call: &Call,
+    a: &AMat,
+    (rows, red): (usize, usize),
+    mc: u64,
+    (l, base): (&ALayout, u64),
+) -> PluginResult<()> {
+    let at = |o: usize| base + o as u64;
     let lp = ChainListParams {
         q: a.q,
         s: a.s,
@@ -80,7 +99,7 @@ pub(super) fn form_a(
         r: rows as i64,
         ise: 0,
         isr: 1,
-        isc: kb as i64,
+        isc: cdiv(red, 32) as i64,
         k: i32_of("reduction", red)?,
         rpe: i32_of("rows", rows)?,
         rdv: 1,
@@ -88,19 +107,20 @@ pub(super) fn form_a(
     };
     // One warp per row, grid-stride, as the re-encoding.
     let grid = cdiv(rows, 8).min(16 * call.dev.sms as usize);
+    let name = if a.fmt == 0 {
+        "mx_chain_lists_e4m3"
+    } else {
+        "mx_chain_lists_e5m2"
+    };
     call.launch(
         Unit::Chain,
-        &format!("mx_chain_lists_{fmt}"),
+        name,
         (grid, 1, 1),
         (256, 1, 1),
         0,
         &mut [arg(&lp)],
     )?;
-    chain_form::a_scale_table(call, &l, (rows, red), base)?;
-    if chain_verify::enabled() {
-        verify(call, a, (rows, red), (&l, base))?;
-    }
-    Ok(l)
+    chain_form::a_scale_table(call, l, (rows, red), base)
 }
 
 /// `MXHOST_MX_CHAIN_VERIFY`: [`chain_form::prepare_a`] of `a` into scratch, every region of

@@ -1,29 +1,32 @@
 //! The A-side annex in the quantizer's own pass (ABI 1.3, `MXHOST_MX_CHAIN`). A quantize
 //! call that writes X or dY (bf16 rows, 1×32 blocks along them) together with its annex runs
-//! `mx_quantize_rows_chain_*` (cuda/include/mx_quant_chain.cuh) when `MXHOST_MX_CHAIN_FUSED=1`:
-//! one kernel writes the MX tensor and its chain form, where the default path runs the flat
-//! quantizer, then the re-encoding and two transposes over the bytes it wrote
-//! ([`chain_form::prepare_a`]). The bytes are the same; the input is read once and the FP8
-//! bytes are not read back (5 bytes moved per element instead of 7). It is opt-in because it
-//! is not yet faster where it matters (docs/perf.md run 113): 11 % and 5 % less time than the
-//! four launches on b and c, 10 % more on a. It runs at ~2 TB/s on every shape (about 5 µs per
-//! 32 × 128 stage of a CTA): more instructions per element than the bandwidth allows, not
-//! the memory system.
+//! one kernel that writes the MX tensor and its chain form:
+//! - by default `mx_quantize_rows_form_*` (cuda/include/mx_quant_block_form.cuh): one 128 × 128
+//!   block per CTA, the copy's transpose through shared memory, per row and stage a residual
+//!   count, then `mx_chain_lists_*` for the lists ([`chain_block::finish`]). 5 bytes moved per
+//!   element, against 6 for the flat quantizer followed by [`chain_block::form_a`] (run 120);
+//!   `MXHOST_MX_CHAIN_FORM=0` turns it off (the flat quantizer, then `form_a`),
+//!   `MXHOST_MX_CHAIN_BLOCK=0` both one-pass paths (the flat quantizer, then the re-encoding
+//!   and two transposes of [`chain_form::prepare_a`]);
+//! - with `MXHOST_MX_CHAIN_FUSED=1`, `mx_quantize_rows_chain_*` (cuda/include/mx_quant_chain.cuh,
+//!   runs 113–117): a 32-row tile walking its stages in order and listing as it goes. Exact,
+//!   but issue-bound at ~2 TB/s (ncu, run 114): kept for comparison.
 //!
-//! The same kernel quantizes a dense bf16 A that a chained forward/dgrad gets (guest-sdk's
+//! The same kernels quantize a dense bf16 A that a chained forward/dgrad gets (guest-sdk's
 //! GroupedLinear passes X so), and the GEMM reads the form from scratch as from an annex.
 //!
 //! `MXHOST_MX_CHAIN_VERIFY=1` checks that on the device for every such call: it runs the
-//! other path too, into scratch, compares every region byte for byte (the residual lists up
-//! to each row's count) and fails the call on any difference. It synchronizes: for tests
-//! (`scripts/gpu-chain.sh` runs the selftest with it, and the fused kernel on).
+//! flat quantizer and [`chain_form::prepare_a`] too, into scratch, compares every region byte
+//! for byte (the residual lists up to each row's count) and fails the call on any difference.
+//! It synchronizes: for tests (`scripts/gpu-chain.sh` runs the selftests with it).
 
 use super::chain::{self, annex_filled_here, checked_annex, AnnexRole, ChainMode};
+use super::chain_block;
 use super::chain_form::{self, a_layout, ALayout};
 use super::chain_verify::{self, Lists, Region};
 use super::device::Call;
 use super::gemm::{AMat, BMat, RowsA};
-use super::params::QuantChainParams;
+use super::params::{QuantBlockFormParams, QuantChainParams};
 use super::quantize::FlatOut;
 use super::{arg, cdiv, fmt_code, i32_of, mode_code, ptr};
 use crate::kernels::Unit;
@@ -39,6 +42,33 @@ const CTAS_PER_SM: usize = 4;
 fn fused_enabled() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
     *F.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_FUSED", false))
+}
+
+/// The one-pass kernel for an A of `rows × red` (bf16, `red % 32 == 0`, 16-byte aligned):
+/// `None` when neither is enabled or takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnePass {
+    /// `mx_quantize_rows_chain_*` (`MXHOST_MX_CHAIN_FUSED=1`).
+    Tile32,
+    /// `mx_quantize_rows_form_*` (the default; whole 16-row groups).
+    Block,
+}
+
+/// `MXHOST_MX_CHAIN_FORM=0`: the flat quantizer, then [`chain_block::form_a`] (for A/B
+/// timing of the one-pass quantizer alone).
+fn form_enabled() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_FORM", true))
+}
+
+fn one_pass(rows: usize) -> Option<OnePass> {
+    if fused_enabled() {
+        Some(OnePass::Tile32)
+    } else if chain_block::block_enabled() && form_enabled() && rows.is_multiple_of(16) {
+        Some(OnePass::Block)
+    } else {
+        None
+    }
 }
 
 /// Grid of the fused kernel over `tiles` 32-row tiles: the fewest grid-stride rounds the
@@ -57,7 +87,7 @@ pub(super) fn quantize_a_with_annex(call: &mut Call, args: &QuantizeArgs) -> Plu
         return Ok(false);
     };
     let (x, o) = (&args.input, &args.output);
-    if !fused_enabled() || x.dtype != DType::Bf16 || !annex_filled_here(call) {
+    if x.dtype != DType::Bf16 || !annex_filled_here(call) {
         return Ok(false);
     }
     let (AnnexRole::A { rows, red }, base) = checked_annex(o, annex)? else {
@@ -66,12 +96,15 @@ pub(super) fn quantize_a_with_annex(call: &mut Call, args: &QuantizeArgs) -> Plu
     if !red.is_multiple_of(32) || !ptr(x).is_multiple_of(16) || !ptr(&o.data).is_multiple_of(8) {
         return Ok(false);
     }
+    let Some(kernel) = one_pass(rows) else {
+        return Ok(false);
+    };
     let (fmt, mode) = (fmt_code(o.format), mode_code(o.mode));
     let (q, s) = (ptr(&o.data), ptr(&o.scales));
     if chain_verify::enabled() {
         call.zero(base, a_layout(rows, red).bytes)?;
     }
-    let l = fused(call, ptr(x), (q, s, fmt, mode), (rows, red), base)?;
+    let l = fused(call, kernel, ptr(x), (q, s, fmt, mode), (rows, red), base)?;
     if chain_verify::enabled() {
         verify(call, ptr(x), (q, s, fmt, mode), (rows, red), (&l, base))?;
     }
@@ -98,8 +131,10 @@ pub(super) fn quantize_dense_a(
     else {
         return Ok(None);
     };
-    if !fused_enabled()
-        || chain::mode()? == ChainMode::Off
+    let Some(kernel) = one_pass(rows) else {
+        return Ok(None);
+    };
+    if chain::mode()? == ChainMode::Off
         || !red.is_multiple_of(32)
         || !x.is_multiple_of(16)
         || !chain::would_take(call, fmt, b, out_bf16, (e, rows, cols))?
@@ -113,17 +148,18 @@ pub(super) fn quantize_dense_a(
     if chain_verify::enabled() {
         call.zero(base, l.bytes)?;
     }
-    fused(call, x, (q, s, fmt, mode), (rows, red), base)?;
+    fused(call, kernel, x, (q, s, fmt, mode), (rows, red), base)?;
     if chain_verify::enabled() {
         verify(call, x, (q, s, fmt, mode), (rows, red), (&l, base))?;
     }
     Ok(Some((AMat { q, s, fmt, rdiv: 1 }, base)))
 }
 
-/// `mx_quantize_rows_chain_*` over bf16 `x` (`[rows][red]`): the MX tensor at `q`, `s` and
-/// its chain form at `base`, then the form's FP32 scale table.
+/// `kernel` over bf16 `x` (`[rows][red]`): the MX tensor at `q`, `s` and its chain form at
+/// `base`, with the form's FP32 scale table.
 fn fused(
-    call: &Call,
+    call: &mut Call,
+    kernel: OnePass,
     x: u64,
     (q, s, fmt, mode): (u64, u64, u8, i32),
     (rows, red): (usize, usize),
@@ -132,6 +168,33 @@ fn fused(
     let l = a_layout(rows, red);
     let at = |o: usize| base + o as u64;
     call.zero(at(l.status), 8)?;
+    if kernel == OnePass::Block {
+        let mc = call.alloc(cdiv(red, 128) * rows)?;
+        let p = QuantBlockFormParams {
+            inp: x,
+            q,
+            s,
+            q2: at(l.q2),
+            s2: at(l.s2),
+            at: at(l.at),
+            sat: at(l.sat),
+            mc,
+            status: at(l.status),
+            r: i32_of("rows", rows)?,
+            c: i32_of("reduction", red)?,
+            mode,
+        };
+        let name = if fmt == 0 {
+            "mx_quantize_rows_form_e4m3"
+        } else {
+            "mx_quantize_rows_form_e5m2"
+        };
+        let grid = (cdiv(red, 128), cdiv(rows, 128), 1);
+        call.launch(Unit::Chain, name, grid, (256, 1, 1), 0, &mut [arg(&p)])?;
+        let a = AMat { q, s, fmt, rdiv: 1 };
+        chain_block::finish(call, &a, (rows, red), mc, (&l, base))?;
+        return Ok(l);
+    }
     let p = QuantChainParams {
         inp: x,
         q,

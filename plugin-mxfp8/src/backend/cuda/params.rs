@@ -230,6 +230,26 @@ pub(super) struct ReencodeBlockParams {
     pub(super) c: i32,
 }
 
+/// `MxQuantBlockFormParams` of mx_quant_block_form.cuh (`mx_quantize_rows_form_*`): bf16 rows
+/// `[r][c]` to the MX tensor (`q`, `s`) and what [`ReencodeBlockParams`] writes from it, per
+/// 128 × 128 block.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct QuantBlockFormParams {
+    pub(super) inp: u64,
+    pub(super) q: u64,
+    pub(super) s: u64,
+    pub(super) q2: u64,
+    pub(super) s2: u64,
+    pub(super) at: u64,
+    pub(super) sat: u64,
+    pub(super) mc: u64,
+    pub(super) status: u64,
+    pub(super) r: i32,
+    pub(super) c: i32,
+    pub(super) mode: i32,
+}
+
 /// `MxQuantChainParams` of mx_quant_chain.cuh (`mx_quantize_rows_chain_*`): bf16 rows
 /// `[r][c]` to the MX tensor (`q`, `s`) and the A-side chain form (`q2`, `s2`, `res`, `cnt`,
 /// `status`, `at`, `sat`: the regions of `chain_form::a_layout`).
@@ -317,6 +337,7 @@ const _: () = {
     assert!(std::mem::size_of::<ReencodePairParams>() == 104);
     assert!(std::mem::size_of::<ChainListParams>() == 96);
     assert!(std::mem::size_of::<ReencodeBlockParams>() == 72);
+    assert!(std::mem::size_of::<QuantBlockFormParams>() == 88);
     assert!(std::mem::size_of::<ChainFix>() == 112);
     assert!(std::mem::size_of::<ChainParams>() == 576);
     assert!(std::mem::offset_of!(ChainParams, f) == 448);

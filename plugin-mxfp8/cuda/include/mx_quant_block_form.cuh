@@ -1,0 +1,112 @@
+// mx_quant_block_form.cuh — 1x32 quantization of bf16 rows and the chained GEMM's A-side chain
+// form in one pass, per 128 x 128 block (mx_quantize_rows_form_<fmt>): what a quantize call with
+// an annex (ABI 1.3) for X or dY writes by default (src/backend/cuda/chain_quant.rs).
+//
+// Outputs: the MX tensor (q, s: the bytes and scales mx_quantize_rows_* writes) and what
+// mx_reencode_block writes from them (the stage-uniform copy q2, s2, both transposed into at,
+// sat, and per row and stage the residual count mc, which mx_chain_lists turns into the lists).
+// A 128 x 128 block is one 128-deep stage of 128 rows, so a row's stage scale is in the CTA and
+// nothing is carried from block to block: no running list, no scan (where mx_quant_chain.cuh,
+// which walks a 32-row tile's stages in order and lists as it goes, is issue-bound, run 114).
+// Traffic: 2 bytes read and 3 written per element, against 3 + 3 for the quantizer followed by
+// mx_reencode_block. Same bytes as that pair (MXHOST_MX_CHAIN_VERIFY compares them).
+//
+// CTA: 256 threads; warp w holds block rows 16 w .. 16 w + 15, lane l = 16 hb + j the 8 columns
+// 8 j .. 8 j + 7 of rows 16 w + 8 hb + i (i < 8): a 1x32 block is 4 lanes, a row's stage 16.
+// The thread's 8 x 8 bytes of q2 are transposed in registers (4x4 byte transposes) and stored
+// as 8-byte words into a [128 columns][32 words] shared tile, the 4-row group index XORed with
+// 2 (c / 8 mod 16) (two wavefronts per warp store); transposed rows leave as 16-byte stores.
+// Requires C % 32 == 0, R % 16 == 0, the input 16-byte aligned (the host checks).
+// Requires mx_quant_blocks.cuh and mx_reencode.cuh. NVRTC-clean.
+#pragma once
+
+struct MxQuantBlockFormParams {
+  const mx_u16* in;        // [R][C] bf16
+  mx_u8* q; mx_u8* s;      // the MX tensor: [R][C], [R][C / 32]
+  mx_u8* q2; mx_u8* s2;    // the stage-uniform copy, same layouts
+  mx_u8* at; mx_u8* sat;   // q2 and s2 transposed: [C][R], [C / 32][R]
+  mx_u8* mc;               // residuals per row and stage: mc[(c / 128) * R + r]
+  int* status;             // this kernel ORs MX_RES_NONFINITE into status[0]
+  int R, C, mode;
+};
+
+// (a, b, c, d: byte k of word x is column k of one row) -> column q of the four rows.
+MX_DEV mx_u32 mxqb_col(mx_u32 a, mx_u32 b, mx_u32 c, mx_u32 d, int q) {
+  const mx_u32 sel = (mx_u32)q | ((mx_u32)(q + 4) << 4);
+  return __byte_perm(__byte_perm(a, b, sel), __byte_perm(c, d, sel), 0x5410);
+}
+
+template <int FMT>
+MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
+  __shared__ __align__(16) mx_u32 sm[128 * 32];   // q2 transposed: word (column, 4-row group)
+  __shared__ int rowc[128];                       // residuals per block row
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int hb = lane >> 4, j = lane & 15;
+  const int c0 = blockIdx.x * 128, r0 = blockIdx.y * 128;
+  const int R = p.R, C = p.C, KB = C >> 5;
+  const int col = c0 + 8 * j, kb = col >> 5;
+  const bool col_ok = col < C;   // (C % 32 == 0: a 1x32 block is whole or absent)
+  const int rb = 16 * warp + 8 * hb;   // the thread's first block row
+  if (t < 128) rowc[t] = 0;
+  mx_u32 raw[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = r0 + rb + i;
+    const uint4 v = col_ok && r < R ? __ldg(reinterpret_cast<const uint4*>(p.in + (mx_i64)r * C + col))
+                                    : make_uint4(0u, 0u, 0u, 0u);
+    raw[i][0] = v.x; raw[i][1] = v.y; raw[i][2] = v.z; raw[i][3] = v.w;
+  }
+  __syncthreads();   // rowc
+  mx_u32 q2[8][2];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = r0 + rb + i;
+    const bool ok = col_ok && r < R;
+    mx_u32 am = mxq_chunk_amax<1>(raw[i]);
+    am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
+    am = max(am, __shfl_xor_sync(0xffffffffu, am, 2));
+    const mx_u32 sb = col_ok ? mx_scale_byte<FMT, true>(am, p.mode) : 0u;
+    mx_u32 q[2];
+    mxq_quant_chunk<1, FMT>(raw[i], sb, q);
+    mx_u32 S = max(sb, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)sb, 4));
+    S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
+    mx_u32 m0, m1;
+    q2[i][0] = ok ? mx_fp8_shift4<FMT>(q[0], S - sb, m0) : 0u;
+    q2[i][1] = ok ? mx_fp8_shift4<FMT>(q[1], S - sb, m1) : 0u;
+    if (ok) {
+      const mx_i64 o = (mx_i64)r * C + col;
+      *reinterpret_cast<uint2*>(p.q + o) = make_uint2(q[0], q[1]);
+      *reinterpret_cast<uint2*>(p.q2 + o) = make_uint2(q2[i][0], q2[i][1]);
+      if ((j & 3) == 0) {
+        p.s[(mx_i64)r * KB + kb] = (mx_u8)sb;
+        p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
+        p.sat[(mx_i64)kb * R + r] = (mx_u8)S;
+        if (S == 0xFFu) atomicOr(p.status, MX_RES_NONFINITE);
+      }
+      const int nm = __popc(m0) + __popc(m1);
+      if (nm) atomicAdd(&rowc[rb + i], nm);
+    }
+  }
+  // 8 x 8 bytes -> 8 columns of 8 rows (two 4-row words each) -> shared tile
+  const int g = 2 * (4 * warp + 2 * hb);   // word of rows rb .. rb + 3 in a column's 32
+#pragma unroll
+  for (int cc = 0; cc < 8; ++cc) {
+    const int h = cc >> 2, q = cc & 3;
+    const mx_u32 lo = mxqb_col(q2[0][h], q2[1][h], q2[2][h], q2[3][h], q);
+    const mx_u32 hi = mxqb_col(q2[4][h], q2[5][h], q2[6][h], q2[7][h], q);
+    const int c = 8 * j + cc;
+    *reinterpret_cast<uint2*>(&sm[c * 32 + ((g >> 1) ^ (2 * j))]) = make_uint2(lo, hi);
+  }
+  __syncthreads();
+  // transposed rows: thread t writes column c of 4 (t / 8 + 32 k), block rows 16 m .. 16 m + 15
+  const int m = t & 7;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int c = (t >> 3) + 32 * k;
+    const int f = 2 * ((c >> 3) & 15);
+    uint4 v = *reinterpret_cast<const uint4*>(&sm[c * 32 + 4 * (m ^ (f >> 2))]);
+    if (f & 2) { mx_u32 x = v.x; v.x = v.z; v.z = x; x = v.y; v.y = v.w; v.w = x; }
+    if (c0 + c < C && r0 + 16 * m < R) *reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + c) * R + r0 + 16 * m) = v;
+  }
+  if (t < 128 && r0 + t < R) p.mc[(mx_i64)blockIdx.x * R + r0 + t] = (mx_u8)rowc[t];
+}
