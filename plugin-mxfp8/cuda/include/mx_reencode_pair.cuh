@@ -131,13 +131,10 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
   }
 }
 
-// The residual lists of one copy from its per-stage counts (mx_reencode_pair's mc or mct,
-// mx_reencode_block's mc): one warp per 32 rows, grid-stride. Each lane sums its row's counts
-// (the warp reads 32 consecutive bytes per stage) and writes the count of a row without
-// residuals or with too many; then the warp lists its rows that have some, one at a time: their
-// stages with residuals (in order) are read again, 4 bytes per lane, and listed as
+// The residual lists of one copy from its per-stage counts (mx_reencode_pair's mc or mct): one
+// warp per row, grid-stride. A row without residuals costs one read of its counts; otherwise
+// its stages with residuals (in order) are read again, 4 bytes per lane, and listed as
 // mx_reencode_rows lists them (same records, same order, same overflow rule and status words).
-// (Run 120: a warp per row read its counts from 32 different sectors.)
 struct MxChainListParams {
   const mx_u8* q; const mx_u8* s; const mx_u8* mc;   // mc[j * R + r]: row r's residuals in stage j
   MxRes* res; int* cnt; int* status;
@@ -153,55 +150,51 @@ MX_DEV void mx_chain_lists(const MxChainListParams& p) {
   __shared__ int listed;
   if (threadIdx.x == 0) listed = 0;
   __syncthreads();
-  for (mx_i64 r0 = 32 * ((mx_i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)); r0 < p.R; r0 += 32 * nw) {
-    const mx_i64 rl = r0 + lane;
+  for (mx_i64 r = (mx_i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < p.R; r += nw) {
     int total = 0;
-    if (rl < p.R) {
-#pragma unroll 8
-      for (int j = 0; j < ns; ++j) total += p.mc[(mx_i64)j * p.R + rl];
-    }
-    const bool some = total > 0 && total <= p.slots;
-    if (rl < p.R && !some) {
-      p.cnt[rl] = 0;
-      if (total) atomicOr(p.status, MX_RES_OVERFLOW);
-    }
-    for (mx_u32 rows = __ballot_sync(0xffffffffu, rl < p.R && some); rows; rows &= rows - 1) {
-      const mx_i64 r = r0 + __ffs((int)rows) - 1;
-      const mx_i64 e = r / p.rpe;
-      const int n = (int)(r - e * p.rpe);
-      const mx_i64 sb = e * p.ise + (mx_i64)(n / p.rdv) * p.isc;
-      const mx_u8* qr = p.q + r * p.K;
-      MxRes* rr = p.res + r * p.slots;
-      int run = 0;
-      for (int j0 = 0; j0 < ns; j0 += 32) {
-        mx_u32 todo = __ballot_sync(0xffffffffu, j0 + lane < ns && p.mc[(mx_i64)(j0 + lane) * p.R + r] != 0);
-        for (; todo; todo &= todo - 1) {
-          const int k = 128 * (j0 + __ffs((int)todo) - 1) + 4 * lane;
-          const bool valid = k < p.K;
-          const mx_u32 sc = valid ? p.s[sb + (k >> 5) * p.isr] : 0u;
-          mx_u32 S = sc;
-          S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
-          S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 16));
-          const mx_u32 x = valid ? *reinterpret_cast<const mx_u32*>(qr + k) : 0u;
-          mx_u32 miss;
-          mx_fp8_shift4<FMT>(x, S - sc, miss);
-          const int nm = __popc(miss);
-          const int incl = warp_incl_scan(nm);
-          int slot = run + incl - nm;
-          if (nm) {
-            const float scale = mx_e8m0_to_f32(sc);
-            for (mx_u32 m = miss; m; m &= m - 1) {
-              const int i = __ffs((int)m) - 1;
-              rr[slot++] = MxRes{k + i, mx_fp8_value<FMT>((x >> (8 * i)) & 0xFFu) * scale};
-            }
-          }
-          run += __shfl_sync(0xffffffffu, incl, 31);
-        }
-      }
+    for (int j = lane; j < ns; j += 32) total += p.mc[(mx_i64)j * p.R + r];
+    total = __reduce_add_sync(0xffffffffu, total);
+    if (total == 0 || total > p.slots) {
       if (lane == 0) {
-        p.cnt[r] = run;
-        atomicAdd(&listed, run);
+        p.cnt[r] = 0;
+        if (total) atomicOr(p.status, MX_RES_OVERFLOW);
       }
+      continue;
+    }
+    const mx_i64 e = r / p.rpe;
+    const int n = (int)(r - e * p.rpe);
+    const mx_i64 sb = e * p.ise + (mx_i64)(n / p.rdv) * p.isc;
+    const mx_u8* qr = p.q + r * p.K;
+    MxRes* rr = p.res + r * p.slots;
+    int run = 0;
+    for (int j0 = 0; j0 < ns; j0 += 32) {
+      mx_u32 todo = __ballot_sync(0xffffffffu, j0 + lane < ns && p.mc[(mx_i64)(j0 + lane) * p.R + r] != 0);
+      for (; todo; todo &= todo - 1) {
+        const int k = 128 * (j0 + __ffs((int)todo) - 1) + 4 * lane;
+        const bool valid = k < p.K;
+        const mx_u32 sc = valid ? p.s[sb + (k >> 5) * p.isr] : 0u;
+        mx_u32 S = sc;
+        S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
+        S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 16));
+        const mx_u32 x = valid ? *reinterpret_cast<const mx_u32*>(qr + k) : 0u;
+        mx_u32 miss;
+        mx_fp8_shift4<FMT>(x, S - sc, miss);
+        const int nm = __popc(miss);
+        const int incl = warp_incl_scan(nm);
+        int slot = run + incl - nm;
+        if (nm) {
+          const float scale = mx_e8m0_to_f32(sc);
+          for (mx_u32 m = miss; m; m &= m - 1) {
+            const int i = __ffs((int)m) - 1;
+            rr[slot++] = MxRes{k + i, mx_fp8_value<FMT>((x >> (8 * i)) & 0xFFu) * scale};
+          }
+        }
+        run += __shfl_sync(0xffffffffu, incl, 31);
+      }
+    }
+    if (lane == 0) {
+      p.cnt[r] = run;
+      atomicAdd(&listed, run);
     }
   }
   __syncthreads();

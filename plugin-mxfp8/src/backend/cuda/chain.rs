@@ -19,12 +19,12 @@
 //! Heavy-tailed data lands there: on Student-t(3) the corrections cost more than the
 //! chained main loop saves (run 104: 0.45–0.54× v2t).
 
-use super::{chain_block, chain_form};
 use super::device::{chain_smem, Call};
 use super::gemm::{AMat, BMat};
 use super::params::{ChainFix, ChainParams, GemmParams, TGemmParams};
 use super::tma::{encode_2d, encode_2d_box, tensor_map_available};
 use super::{arg, cdiv, fmt_code, i32_of, rup};
+use super::{chain_block, chain_form};
 use crate::kernels::{self, Unit, TGEMM_THREADS};
 use cudarc::driver::result as cr;
 use cudarc::driver::sys as drv_sys;

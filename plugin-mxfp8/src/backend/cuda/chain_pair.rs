@@ -149,8 +149,8 @@ fn lists(
         rdv: 32,
         slots: chain_form::slots(red) as i32,
     };
-    // One warp per 32 rows, grid-stride.
-    let grid = cdiv(rows, 256).min(16 * call.dev.sms as usize);
+    // One warp per row, grid-stride, as the re-encoding.
+    let grid = cdiv(rows, 8).min(16 * call.dev.sms as usize);
     call.launch(
         Unit::Chain,
         "mx_chain_lists_e4m3",
