@@ -123,25 +123,21 @@ pub(super) fn finish(
     chain_form::a_scale_table(call, l, (rows, red), base)
 }
 
-/// `MXHOST_MX_CHAIN_VERIFY`: [`chain_form::prepare_a`] of `a` into scratch, every region of
-/// the form at `base` compared with it.
-fn verify(
-    call: &mut Call,
-    a: &AMat,
+/// Every region of the A-side form at `base` paired with the reference form at `base_ref`, and
+/// its residual lists (compared up to each row's count): what `MXHOST_MX_CHAIN_VERIFY` checks.
+pub(super) fn a_form_checks(
+    l: &ALayout,
     (rows, red): (usize, usize),
-    (l, base): (&ALayout, u64),
-) -> PluginResult<()> {
+    (base, base_ref): (u64, u64),
+) -> (Vec<Region>, [Lists; 1]) {
     let kb = cdiv(red, 32);
-    let base_ref = call.alloc(l.bytes)?;
-    call.zero(base_ref, l.bytes)?;
-    chain_form::prepare_a(call, a, (rows, red), base_ref)?;
     let form = |what, o: usize, bytes| Region {
         what,
         got: base + o as u64,
         want: base_ref + o as u64,
         bytes,
     };
-    let regions = [
+    let regions = vec![
         form("q2", l.q2, rows * red),
         form("s2", l.s2, rows * kb),
         form("the residual counts", l.cnt, rows * 4),
@@ -158,6 +154,21 @@ fn verify(
         rows,
         slots: chain_form::slots(red),
     }];
+    (regions, lists)
+}
+
+/// `MXHOST_MX_CHAIN_VERIFY`: [`chain_form::prepare_a`] of `a` into scratch, every region of
+/// the form at `base` compared with it.
+fn verify(
+    call: &mut Call,
+    a: &AMat,
+    (rows, red): (usize, usize),
+    (l, base): (&ALayout, u64),
+) -> PluginResult<()> {
+    let base_ref = call.alloc(l.bytes)?;
+    call.zero(base_ref, l.bytes)?;
+    chain_form::prepare_a(call, a, (rows, red), base_ref)?;
+    let (regions, lists) = a_form_checks(l, (rows, red), (base, base_ref));
     let bad = chain_verify::differences(call, &regions, &lists)?;
     if bad.is_empty() {
         return Ok(());

@@ -23,7 +23,7 @@
 use super::chain::{self, annex_filled_here, checked_annex, AnnexRole, ChainMode};
 use super::chain_block;
 use super::chain_form::{self, a_layout, ALayout};
-use super::chain_verify::{self, Lists, Region};
+use super::chain_verify::{self, Region};
 use super::device::Call;
 use super::gemm::{AMat, BMat, RowsA};
 use super::params::{QuantBlockFormParams, QuantChainParams};
@@ -252,13 +252,8 @@ fn verify(
         rdiv: 1,
     };
     chain_form::prepare_a(call, &a, (rows, red), base_ref)?;
-    let form = |what, o: usize, bytes| Region {
-        what,
-        got: base + o as u64,
-        want: base_ref + o as u64,
-        bytes,
-    };
-    let regions = [
+    let (form, lists) = chain_block::a_form_checks(l, (rows, red), (base, base_ref));
+    let tensor = [
         Region {
             what: "the FP8 bytes",
             got: q,
@@ -271,28 +266,14 @@ fn verify(
             want: s_ref,
             bytes: rows * kb,
         },
-        form("q2", l.q2, rows * red),
-        form("s2", l.s2, rows * kb),
-        form("the residual counts", l.cnt, rows * 4),
-        form("q2 transposed", l.at, rows * red),
-        form("s2 transposed", l.sat, rows * kb),
-        form("the FP32 scale table", l.sa, l.status - l.sa),
-        form("the status words", l.status, 8),
     ];
-    let lists = [Lists {
-        what: "the residual records",
-        got: base + l.res as u64,
-        want: base_ref + l.res as u64,
-        cnt: base + l.cnt as u64,
-        rows,
-        slots: chain_form::slots(red),
-    }];
+    let regions: Vec<Region> = tensor.into_iter().chain(form).collect();
     let bad = chain_verify::differences(call, &regions, &lists)?;
     if bad.is_empty() {
         return Ok(());
     }
     Err(PluginError::backend(format!(
-        "MXHOST_MX_CHAIN_VERIFY: mx_quantize_rows_chain (rows {rows}, reduction {red}) differs from the flat quantizer + re-encoding + transposes in {}",
+        "MXHOST_MX_CHAIN_VERIFY: the one-pass quantizer (rows {rows}, reduction {red}) differs from the flat quantizer + re-encoding + transposes in {}",
         bad.join(", ")
     )))
 }
