@@ -15,7 +15,7 @@ use super::gemm::AMat;
 use super::params::{ChainListParams, ReencodeBlockParams};
 use super::{arg, cdiv, i32_of};
 use crate::kernels::Unit;
-use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use mxhost_plugin_abi::plugin_support::PluginResult;
 use std::sync::OnceLock;
 
 /// Whether the one-pass kernels for A operands run (`MXHOST_MX_CHAIN_BLOCK`, on by default):
@@ -105,21 +105,7 @@ pub(super) fn finish(
         rdv: 1,
         slots: chain_form::slots(red) as i32,
     };
-    // One warp per row, grid-stride, as the re-encoding.
-    let grid = cdiv(rows, 8).min(16 * call.dev.sms as usize);
-    let name = if a.fmt == 0 {
-        "mx_chain_lists_e4m3"
-    } else {
-        "mx_chain_lists_e5m2"
-    };
-    call.launch(
-        Unit::Chain,
-        name,
-        (grid, 1, 1),
-        (256, 1, 1),
-        0,
-        &mut [arg(&lp)],
-    )?;
+    chain_form::launch_lists(call, a.fmt, &lp)?;
     chain_form::a_scale_table(call, l, (rows, red), base)
 }
 
@@ -169,14 +155,12 @@ fn verify(
     call.zero(base_ref, l.bytes)?;
     chain_form::prepare_a(call, a, (rows, red), base_ref)?;
     let (regions, lists) = a_form_checks(l, (rows, red), (base, base_ref));
-    let bad = chain_verify::differences(call, &regions, &lists)?;
-    if bad.is_empty() {
-        return Ok(());
-    }
-    Err(PluginError::backend(format!(
-        "MXHOST_MX_CHAIN_VERIFY: mx_reencode_block (rows {rows}, reduction {red}) differs from the re-encoding + transposes in {}",
-        bad.join(", ")
-    )))
+    chain_verify::require_equal(
+        call,
+        (&regions, &lists),
+        &format!("mx_reencode_block (rows {rows}, reduction {red})"),
+        "the re-encoding + transposes",
+    )
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 
 use super::device::Call;
 use super::gemm::{AMat, BMat};
-use super::params::ReencodeParams;
+use super::params::{ChainListParams, ReencodeParams};
 use super::{arg, cdiv, i32_of, rup};
 use crate::kernels::Unit;
 use mxhost_plugin_abi::plugin_support::PluginResult;
@@ -196,6 +196,26 @@ fn reencode(
         (256, 1, 1),
         0,
         &mut [arg(&p)],
+    )
+}
+
+/// Launches `mx_chain_lists_<fmt>` with `p` (rows `p.r`): one warp per row, grid-stride, as the
+/// re-encoding. Follows each one-pass kernel that leaves per-row, per-stage residual counts
+/// (`chain_block`, `chain_pair`).
+pub(super) fn launch_lists(call: &Call, fmt: u8, p: &ChainListParams) -> PluginResult<()> {
+    let grid = cdiv(p.r as usize, 8).min(16 * call.dev.sms as usize);
+    let name = if fmt == 0 {
+        "mx_chain_lists_e4m3"
+    } else {
+        "mx_chain_lists_e5m2"
+    };
+    call.launch(
+        Unit::Chain,
+        name,
+        (grid, 1, 1),
+        (256, 1, 1),
+        0,
+        &mut [arg(p)],
     )
 }
 

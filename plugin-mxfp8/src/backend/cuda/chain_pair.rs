@@ -21,7 +21,7 @@ use super::gemm::BMat;
 use super::params::{ChainListParams, ReencodePairParams};
 use super::{arg, cdiv, fmt_code, i32_of};
 use crate::kernels::Unit;
-use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use mxhost_plugin_abi::plugin_support::PluginResult;
 use mxhost_plugin_common::args::{MxArg, QuantizeArgs};
 use std::sync::OnceLock;
 
@@ -123,7 +123,7 @@ fn layout(b: &BMat, (e, cols, red): (usize, usize, usize)) -> BLayout {
     b_layout((e, cols, red), e * b.ise as usize, true)
 }
 
-/// `mx_chain_lists_e4m3` over the `e * cols` rows of `b` with the per-stage counts `mc`.
+/// `mx_chain_lists_*` over the `e * cols` rows of `b` with the per-stage counts `mc`.
 fn lists(
     call: &Call,
     b: &BMat,
@@ -149,16 +149,7 @@ fn lists(
         rdv: 32,
         slots: chain_form::slots(red) as i32,
     };
-    // One warp per row, grid-stride, as the re-encoding.
-    let grid = cdiv(rows, 8).min(16 * call.dev.sms as usize);
-    call.launch(
-        Unit::Chain,
-        "mx_chain_lists_e4m3",
-        (grid, 1, 1),
-        (256, 1, 1),
-        0,
-        &mut [arg(&p)],
-    )
+    chain_form::launch_lists(call, b.fmt, &p)
 }
 
 /// `MXHOST_MX_CHAIN_VERIFY`: [`chain_form::prepare_b`] of `b` into scratch, every region of
@@ -197,12 +188,10 @@ fn verify(
         rows: e * cols,
         slots: chain_form::slots(red),
     }];
-    let bad = chain_verify::differences(call, &regions, &lists)?;
-    if bad.is_empty() {
-        return Ok(());
-    }
-    Err(PluginError::backend(format!(
-        "MXHOST_MX_CHAIN_VERIFY: mx_reencode_pair (E {e}, {cols} × {red}) differs from the re-encoding + transpose in {}",
-        bad.join(", ")
-    )))
+    chain_verify::require_equal(
+        call,
+        (&regions, &lists),
+        &format!("mx_reencode_pair (E {e}, {cols} × {red})"),
+        "the re-encoding + transpose",
+    )
 }

@@ -30,7 +30,7 @@ use super::params::{QuantBlockFormParams, QuantChainParams};
 use super::quantize::FlatOut;
 use super::{arg, cdiv, fmt_code, i32_of, mode_code, ptr};
 use crate::kernels::Unit;
-use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use mxhost_plugin_abi::plugin_support::PluginResult;
 use mxhost_plugin_abi::DType;
 use mxhost_plugin_common::args::QuantizeArgs;
 use std::sync::OnceLock;
@@ -44,8 +44,7 @@ fn fused_enabled() -> bool {
     *F.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_FUSED", false))
 }
 
-/// The one-pass kernel for an A of `rows × red` (bf16, `red % 32 == 0`, 16-byte aligned):
-/// `None` when neither is enabled or takes it.
+/// The one-pass kernels for a bf16 A with `red % 32 == 0` and a 16-byte aligned input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OnePass {
     /// `mx_quantize_rows_chain_*` (`MXHOST_MX_CHAIN_FUSED=1`).
@@ -61,6 +60,7 @@ fn form_enabled() -> bool {
     *F.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_FORM", true))
 }
 
+/// The one-pass kernel for an A of `rows` rows: `None` when neither is enabled or takes it.
 fn one_pass(rows: usize) -> Option<OnePass> {
     if fused_enabled() {
         Some(OnePass::Tile32)
@@ -268,14 +268,12 @@ fn verify(
         },
     ];
     let regions: Vec<Region> = tensor.into_iter().chain(form).collect();
-    let bad = chain_verify::differences(call, &regions, &lists)?;
-    if bad.is_empty() {
-        return Ok(());
-    }
-    Err(PluginError::backend(format!(
-        "MXHOST_MX_CHAIN_VERIFY: the one-pass quantizer (rows {rows}, reduction {red}) differs from the flat quantizer + re-encoding + transposes in {}",
-        bad.join(", ")
-    )))
+    chain_verify::require_equal(
+        call,
+        (&regions, &lists),
+        &format!("the one-pass quantizer (rows {rows}, reduction {red})"),
+        "the flat quantizer + re-encoding + transposes",
+    )
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use super::device::Call;
 use super::{arg, cdiv};
 use crate::kernels::Unit;
 use cudarc::driver::result as cr;
-use mxhost_plugin_abi::plugin_support::PluginResult;
+use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_common::cuda::drv;
 use std::sync::OnceLock;
 
@@ -46,6 +46,24 @@ pub(super) struct Lists {
     pub cnt: u64,
     pub rows: usize,
     pub slots: usize,
+}
+
+/// Fails with an error naming every region or list set of `subject` that differs from
+/// `reference` (`MXHOST_MX_CHAIN_VERIFY`'s verdict).
+pub(super) fn require_equal(
+    call: &mut Call,
+    (regions, lists): (&[Region], &[Lists]),
+    subject: &str,
+    reference: &str,
+) -> PluginResult<()> {
+    let bad = differences(call, regions, lists)?;
+    if bad.is_empty() {
+        return Ok(());
+    }
+    Err(PluginError::backend(format!(
+        "MXHOST_MX_CHAIN_VERIFY: {subject} differs from {reference} in {}",
+        bad.join(", ")
+    )))
 }
 
 /// "what: n" for each region or list set that differs (empty: all equal).
