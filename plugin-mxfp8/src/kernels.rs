@@ -200,6 +200,7 @@ impl Unit {
                     }
                 }
                 v.push("mx_scales_to_f32".into());
+                v.push("mx_scales_to_f32_stages".into());
                 v
             }
             Unit::Aux => [

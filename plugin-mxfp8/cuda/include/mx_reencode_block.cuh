@@ -84,27 +84,17 @@ MX_DEV void mx_reencode_block(const MxReencodeBlockParams& p) {
     if (word_ok) *reinterpret_cast<mx_u32*>(p.q2 + (row0 + i) * C + c0 + 4 * lane) = w[i];
     if (miss) atomicAdd(&rowc[rr], __popc(miss));
   }
-  // ---- the transpose (mx_reencode_pair's word path) ----
-  const int g = lane & 7, h = (lane >> 3) & 3;
+  // ---- the transpose ----
 #pragma unroll
-  for (int blk = 0; blk < 4; ++blk) {
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const mx_u32 sel = (mx_u32)q | ((mx_u32)(q + 4) << 4);
-      sm[(4 * lane + q) * 32 + 4 * (warp ^ g) + (blk ^ h)] =
-          __byte_perm(__byte_perm(w[4 * blk], w[4 * blk + 1], sel), __byte_perm(w[4 * blk + 2], w[4 * blk + 3], sel), 0x5410);
-    }
-  }
+  for (int blk = 0; blk < 4; ++blk)
+    mx_t128_put(sm, warp, lane, blk, w[4 * blk], w[4 * blk + 1], w[4 * blk + 2], w[4 * blk + 3]);
   __syncthreads();
   const int j = t & 7;   // 16-byte chunk of a transposed row: block rows 16 j .. 16 j + 15
   const bool chunk_ok = r0 + 16 * j < R;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int c = (t >> 3) + 32 * k;
-    const int hc = (c >> 5) & 3;
-    uint4 v = *reinterpret_cast<const uint4*>(&sm[c * 32 + 4 * (j ^ ((c >> 2) & 7))]);
-    if (hc & 1) { const mx_u32 x = v.x; v.x = v.y; v.y = x; const mx_u32 z = v.z; v.z = v.w; v.w = z; }
-    if (hc & 2) { const mx_u32 x = v.x; v.x = v.z; v.z = x; const mx_u32 y = v.y; v.y = v.w; v.w = y; }
+    const uint4 v = mx_t128_get(sm, c, j);
     if (chunk_ok && c0 + c < C) *reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + c) * R + r0 + 16 * j) = v;
   }
   // ---- residual counts per row and stage ----

@@ -34,7 +34,7 @@ struct MxReencodePairParams {
 // Grid (ceil(C / 128), ceil(R / 128), E), 256 threads. Thread (warp w, lane l) holds the words
 // of rows 16 w + i (i < 16) at bytes 4 l .. 4 l + 3 of the block: all in tile (w / 2, l / 8).
 // The transposes go through shared memory as mx_transpose_u8 does (4x4 byte transposes in
-// registers, swizzled words, 16-byte stores along the transposed rows).
+// registers, swizzled words, 16-byte stores along the transposed rows: mx_t128_put/get).
 template <int FMT>
 MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
   __shared__ __align__(16) mx_u32 sm[2][128 * 32];   // W transposed; Wᵀ's copy
@@ -76,7 +76,6 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
   // Four rows at a time: the words of Wᵀ's copy live only until their transpose, so the kernel
   // holds 16 + 4 words (run 119: with all 32 live, 64 registers allowed 4 CTAs per SM and the
   // kernel moved 2.7 TB/s).
-  const int g = lane & 7, h = (lane >> 3) & 3;
 #pragma unroll
   for (int blk = 0; blk < 4; ++blk) {
     mx_u32 wt[4];
@@ -97,14 +96,9 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
           if ((mt >> b) & 1u) atomicAdd(&colc[4 * lane + b], 1);
       }
     }
-    // ---- the two transposes (mx_transpose_u8's word path) ----
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const mx_u32 sel = (mx_u32)q | ((mx_u32)(q + 4) << 4);
-      const int at = (4 * lane + q) * 32 + 4 * (warp ^ g) + (blk ^ h);
-      sm[0][at] = __byte_perm(__byte_perm(w[4 * blk], w[4 * blk + 1], sel), __byte_perm(w[4 * blk + 2], w[4 * blk + 3], sel), 0x5410);
-      sm[1][at] = __byte_perm(__byte_perm(wt[0], wt[1], sel), __byte_perm(wt[2], wt[3], sel), 0x5410);
-    }
+    // ---- the two transposes ----
+    mx_t128_put(sm[0], warp, lane, blk, w[4 * blk], w[4 * blk + 1], w[4 * blk + 2], w[4 * blk + 3]);
+    mx_t128_put(sm[1], warp, lane, blk, wt[0], wt[1], wt[2], wt[3]);
   }
   __syncthreads();
   const int j = t & 7;   // 16-byte chunk of a transposed row: block rows 16 j .. 16 j + 15
@@ -112,13 +106,10 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int c = (t >> 3) + 32 * k;
-    const int hc = (c >> 5) & 3;
     const mx_i64 o = ((mx_i64)e * C + c0 + c) * R + r0 + 16 * j;
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
-      uint4 v = *reinterpret_cast<const uint4*>(&sm[m][c * 32 + 4 * (j ^ ((c >> 2) & 7))]);
-      if (hc & 1) { const mx_u32 x = v.x; v.x = v.y; v.y = x; const mx_u32 z = v.z; v.z = v.w; v.w = z; }
-      if (hc & 2) { const mx_u32 x = v.x; v.x = v.z; v.z = x; const mx_u32 y = v.y; v.y = v.w; v.w = y; }
+      const uint4 v = mx_t128_get(sm[m], c, j);
       if (chunk_ok && c0 + c < C) *reinterpret_cast<uint4*>((m ? p.qt2 : p.bt) + o) = v;
     }
   }
@@ -131,10 +122,14 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
   }
 }
 
-// The residual lists of one copy from its per-stage counts (mx_reencode_pair's mc or mct): one
-// warp per row, grid-stride. A row without residuals costs one read of its counts; otherwise
-// its stages with residuals (in order) are read again, 4 bytes per lane, and listed as
-// mx_reencode_rows lists them (same records, same order, same overflow rule and status words).
+// The residual lists of one copy from its per-stage counts (mx_reencode_pair's mc or mct). A CTA
+// of 256 threads owns 32 rows. First every row's total: warp w sums stages w, w + 8, ... of the
+// 32 rows, one byte per lane, so each load is one 32-byte sector (runs 120-121: a warp per row
+// read its counts from as many sectors as stages, and a lane per row left 32 dependent loads per
+// warp; both took 15-23 us on shape a). Then warp w lists rows w, w + 8, w + 16, w + 24: a row
+// without residuals costs nothing more; otherwise its stages with residuals (in order) are read
+// again, 4 bytes per lane, and listed as mx_reencode_rows lists them (same records, same order,
+// same overflow rule and status words).
 struct MxChainListParams {
   const mx_u8* q; const mx_u8* s; const mx_u8* mc;   // mc[j * R + r]: row r's residuals in stage j
   MxRes* res; int* cnt; int* status;
@@ -144,16 +139,32 @@ struct MxChainListParams {
 
 template <int FMT>
 MX_DEV void mx_chain_lists(const MxChainListParams& p) {
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int ns = (p.K + 127) >> 7;
-  const mx_i64 nw = (mx_i64)gridDim.x * (blockDim.x >> 5);
+  const mx_i64 r0 = (mx_i64)blockIdx.x * 32;
+  __shared__ int part[8][32];
   __shared__ int listed;
+  {
+    int sum = 0;
+    if (r0 + lane < p.R) {
+      const mx_u8* mc = p.mc + r0 + lane;
+      int j = warp;
+#pragma unroll 1
+      for (; j + 24 < ns; j += 32)
+        sum += (int)mc[(mx_i64)j * p.R] + (int)mc[(mx_i64)(j + 8) * p.R] +
+               (int)mc[(mx_i64)(j + 16) * p.R] + (int)mc[(mx_i64)(j + 24) * p.R];
+      for (; j < ns; j += 8) sum += mc[(mx_i64)j * p.R];
+    }
+    part[warp][lane] = sum;
+  }
   if (threadIdx.x == 0) listed = 0;
   __syncthreads();
-  for (mx_i64 r = (mx_i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < p.R; r += nw) {
+  for (int row = warp; row < 32; row += 8) {
+    const mx_i64 r = r0 + row;
+    if (r >= p.R) break;
     int total = 0;
-    for (int j = lane; j < ns; j += 32) total += p.mc[(mx_i64)j * p.R + r];
-    total = __reduce_add_sync(0xffffffffu, total);
+#pragma unroll
+    for (int w = 0; w < 8; ++w) total += part[w][row];
     if (total == 0 || total > p.slots) {
       if (lane == 0) {
         p.cnt[r] = 0;

@@ -165,11 +165,6 @@ impl Call {
         (r, c, rp, cp, batch): (usize, usize, usize, usize, usize),
         stage_major: bool,
     ) -> PluginResult<()> {
-        let (osr, ocg) = if stage_major {
-            (4i64, 4 * rp as i64)
-        } else {
-            (cp as i64, 4i64)
-        };
         let ose = (rp * cp) as i64;
         let (r, c, rp32, cp32) = (
             i32_of("scale rows", r)?,
@@ -178,6 +173,30 @@ impl Call {
             i32_of("scale cols", cp)?,
         );
         let (outv, inv) = (out, s);
+        if stage_major {
+            // A float4 per thread: the per-float kernel scatters this layout's stores (run 121).
+            return self.launch(
+                Unit::Quantize,
+                "mx_scales_to_f32_stages",
+                (cdiv(rp * cp / 4, 256), batch, 1),
+                (256, 1, 1),
+                0,
+                &mut [
+                    arg(&inv),
+                    arg(&ise),
+                    arg(&isr),
+                    arg(&isc),
+                    arg(&outv),
+                    arg(&ose),
+                    arg(&r),
+                    arg(&c),
+                    arg(&rp32),
+                    arg(&cp32),
+                    arg(&rdv),
+                ],
+            );
+        }
+        let (osr, ocg) = (cp as i64, 4i64);
         self.launch(
             Unit::Quantize,
             "mx_scales_to_f32",
