@@ -75,27 +75,36 @@ extern "C" __global__ void __launch_bounds__(256) mx_scales_to_f32(
   out[e * ose + (mx_i64)(c >> 2) * ocg + r * osr + (c & 3)] = v;
 }
 
-// The same table in the GEMM's stage-major A layout (osr = 4, ocg = 4*Rp), one thread per row
-// and group of four columns: a warp stores 32 consecutive float4 (512 contiguous bytes). The
+// The same table in the GEMM's stage-major A layout (osr = 4, ocg = 4*Rp). A CTA converts a
+// 32-row x 128-column tile into shared memory (a warp's loads are one row's consecutive scale
+// bytes), then writes it as float4s along the rows: a warp stores 512 contiguous bytes. The
 // kernel above gives each float a thread, so a warp's stores land in 8 pieces of 16 bytes Rp*16
-// bytes apart (run 121: 23 us for shape a's 16.8 MB table, 0.7 TB/s).
+// bytes apart (run 121: 23 us for shape a's 16.8 MB table, 0.7 TB/s); a thread per float4 that
+// reads its 4 bytes from its own row takes as long (run 122: 32 rows' lines per load).
 //   out[e*ose + g*4*Rp + 4*r + q] = (r < R && 4g+q < C) ? 2^(in[e*ise + (r/rdv)*isr + (4g+q)*isc] - 127) : 0
-// grid: x = ceil(Rp*Cp/4/256), y = batch; block 256. Cp % 4 == 0; out 16-byte aligned.
+// grid: x = ceil(Rp/32), y = ceil(Cp/128), z = batch; block 256. Cp % 4 == 0; out 16-byte aligned.
 extern "C" __global__ void __launch_bounds__(256) mx_scales_to_f32_stages(
     const mx_u8* __restrict__ in, mx_i64 ise, mx_i64 isr, mx_i64 isc,
     float* __restrict__ out, mx_i64 ose, int R, int C, int Rp, int Cp, int rdv) {
-  const mx_i64 i = (mx_i64)blockIdx.x * 256 + threadIdx.x;
-  if (i >= (mx_i64)Rp * (Cp >> 2)) return;
-  const int r = (int)(i % Rp), g = (int)(i / Rp);
-  const mx_i64 e = blockIdx.y;
-  const mx_u8* src = in + e * ise + (mx_i64)(r / rdv) * isr;
-  float v[4];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int c = 4 * g + q;
-    v[q] = (r < R && c < C) ? mx_e8m0_to_f32(src[c * isc]) : 0.f;
+  __shared__ float tile[32][129];
+  const int r0 = blockIdx.x * 32, c0 = blockIdx.y * 128;
+  const mx_i64 e = blockIdx.z;
+  const mx_u8* src = in + e * ise;
+  for (int i = threadIdx.x; i < 32 * 128; i += 256) {
+    const int rr = i >> 7, cc = i & 127, r = r0 + rr, c = c0 + cc;
+    tile[rr][cc] = (r < R && c < C) ? mx_e8m0_to_f32(src[(mx_i64)(r / rdv) * isr + (mx_i64)c * isc]) : 0.f;
   }
-  *reinterpret_cast<float4*>(out + e * ose + (mx_i64)g * 4 * Rp + (mx_i64)r * 4) = make_float4(v[0], v[1], v[2], v[3]);
+  __syncthreads();
+  const int rr = threadIdx.x & 31, r = r0 + rr;
+  if (r >= Rp) return;
+  float* dst = out + e * ose + (mx_i64)r * 4;
+#pragma unroll
+  for (int g = threadIdx.x >> 5; g < 32; g += 8) {
+    const int c = c0 + 4 * g;
+    if (c < Cp)
+      *reinterpret_cast<float4*>(dst + (mx_i64)(c >> 2) * 4 * Rp) =
+          make_float4(tile[rr][4 * g], tile[rr][4 * g + 1], tile[rr][4 * g + 2], tile[rr][4 * g + 3]);
+  }
 }
 
 #include "mx_fakequant.cuh"

@@ -123,13 +123,14 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
 }
 
 // The residual lists of one copy from its per-stage counts (mx_reencode_pair's mc or mct). A CTA
-// of 256 threads owns 32 rows. First every row's total: warp w sums stages w, w + 8, ... of the
-// 32 rows, one byte per lane, so each load is one 32-byte sector (runs 120-121: a warp per row
-// read its counts from as many sectors as stages, and a lane per row left 32 dependent loads per
-// warp; both took 15-23 us on shape a). Then warp w lists rows w, w + 8, w + 16, w + 24: a row
-// without residuals costs nothing more; otherwise its stages with residuals (in order) are read
-// again, 4 bytes per lane, and listed as mx_reencode_rows lists them (same records, same order,
-// same overflow rule and status words).
+// of 256 threads owns 8 rows. First every row's total: thread (phase f, row i) sums stages f,
+// f + 32, ... of row i, so a warp's load is four 8-byte pieces (runs 120-121: a warp per row
+// read its counts from as many sectors as stages, and a lane per row left 32 dependent loads
+// per warp; both took 15-23 us on shape a). Then warp w lists row w (run 122: a warp that
+// listed four rows in turn took 8-13 us, its rows' round trips in series): a row without
+// residuals costs nothing more; otherwise its stages with residuals (in order) are read again,
+// 4 bytes per lane, and listed as mx_reencode_rows lists them (same records, same order, same
+// overflow rule and status words).
 struct MxChainListParams {
   const mx_u8* q; const mx_u8* s; const mx_u8* mc;   // mc[j * R + r]: row r's residuals in stage j
   MxRes* res; int* cnt; int* status;
@@ -137,75 +138,70 @@ struct MxChainListParams {
   int K, rpe, rdv, slots;
 };
 
+// Row r's residual list (a full warp; the row has residuals): its stages with residuals, in
+// order, re-read 4 bytes per lane. Returns the number listed.
+template <int FMT>
+MX_DEV int mx_chain_list_row(const MxChainListParams& p, mx_i64 r, int ns) {
+  const int lane = threadIdx.x & 31;
+  const mx_i64 e = r / p.rpe;
+  const int n = (int)(r - e * p.rpe);
+  const mx_i64 sb = e * p.ise + (mx_i64)(n / p.rdv) * p.isc;
+  const mx_u8* qr = p.q + r * p.K;
+  MxRes* rr = p.res + r * p.slots;
+  int run = 0;
+  for (int j0 = 0; j0 < ns; j0 += 32) {
+    mx_u32 todo = __ballot_sync(0xffffffffu, j0 + lane < ns && p.mc[(mx_i64)(j0 + lane) * p.R + r] != 0);
+    for (; todo; todo &= todo - 1) {
+      const int k = 128 * (j0 + __ffs((int)todo) - 1) + 4 * lane;
+      const bool valid = k < p.K;
+      const mx_u32 sc = valid ? p.s[sb + (k >> 5) * p.isr] : 0u;
+      mx_u32 S = sc;
+      S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
+      S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 16));
+      const mx_u32 x = valid ? *reinterpret_cast<const mx_u32*>(qr + k) : 0u;
+      mx_u32 miss;
+      mx_fp8_shift4<FMT>(x, S - sc, miss);
+      const int nm = __popc(miss);
+      const int incl = warp_incl_scan(nm);
+      int slot = run + incl - nm;
+      if (nm) {
+        const float scale = mx_e8m0_to_f32(sc);
+        for (mx_u32 m = miss; m; m &= m - 1) {
+          const int i = __ffs((int)m) - 1;
+          rr[slot++] = MxRes{k + i, mx_fp8_value<FMT>((x >> (8 * i)) & 0xFFu) * scale};
+        }
+      }
+      run += __shfl_sync(0xffffffffu, incl, 31);
+    }
+  }
+  return run;
+}
+
 template <int FMT>
 MX_DEV void mx_chain_lists(const MxChainListParams& p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int ns = (p.K + 127) >> 7;
-  const mx_i64 r0 = (mx_i64)blockIdx.x * 32;
-  __shared__ int part[8][32];
+  const mx_i64 r0 = (mx_i64)blockIdx.x * 8;
+  __shared__ int part[32][8];
   __shared__ int listed;
   {
+    const int i = threadIdx.x & 7, f = threadIdx.x >> 3;
     int sum = 0;
-    if (r0 + lane < p.R) {
-      const mx_u8* mc = p.mc + r0 + lane;
-      int j = warp;
-#pragma unroll 1
-      for (; j + 24 < ns; j += 32)
-        sum += (int)mc[(mx_i64)j * p.R] + (int)mc[(mx_i64)(j + 8) * p.R] +
-               (int)mc[(mx_i64)(j + 16) * p.R] + (int)mc[(mx_i64)(j + 24) * p.R];
-      for (; j < ns; j += 8) sum += mc[(mx_i64)j * p.R];
-    }
-    part[warp][lane] = sum;
+    if (r0 + i < p.R)
+      for (int j = f; j < ns; j += 32) sum += p.mc[(mx_i64)j * p.R + r0 + i];
+    part[f][i] = sum;
   }
   if (threadIdx.x == 0) listed = 0;
   __syncthreads();
-  for (int row = warp; row < 32; row += 8) {
-    const mx_i64 r = r0 + row;
-    if (r >= p.R) break;
-    int total = 0;
-#pragma unroll
-    for (int w = 0; w < 8; ++w) total += part[w][row];
-    if (total == 0 || total > p.slots) {
-      if (lane == 0) {
-        p.cnt[r] = 0;
-        if (total) atomicOr(p.status, MX_RES_OVERFLOW);
-      }
-      continue;
-    }
-    const mx_i64 e = r / p.rpe;
-    const int n = (int)(r - e * p.rpe);
-    const mx_i64 sb = e * p.ise + (mx_i64)(n / p.rdv) * p.isc;
-    const mx_u8* qr = p.q + r * p.K;
-    MxRes* rr = p.res + r * p.slots;
-    int run = 0;
-    for (int j0 = 0; j0 < ns; j0 += 32) {
-      mx_u32 todo = __ballot_sync(0xffffffffu, j0 + lane < ns && p.mc[(mx_i64)(j0 + lane) * p.R + r] != 0);
-      for (; todo; todo &= todo - 1) {
-        const int k = 128 * (j0 + __ffs((int)todo) - 1) + 4 * lane;
-        const bool valid = k < p.K;
-        const mx_u32 sc = valid ? p.s[sb + (k >> 5) * p.isr] : 0u;
-        mx_u32 S = sc;
-        S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
-        S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 16));
-        const mx_u32 x = valid ? *reinterpret_cast<const mx_u32*>(qr + k) : 0u;
-        mx_u32 miss;
-        mx_fp8_shift4<FMT>(x, S - sc, miss);
-        const int nm = __popc(miss);
-        const int incl = warp_incl_scan(nm);
-        int slot = run + incl - nm;
-        if (nm) {
-          const float scale = mx_e8m0_to_f32(sc);
-          for (mx_u32 m = miss; m; m &= m - 1) {
-            const int i = __ffs((int)m) - 1;
-            rr[slot++] = MxRes{k + i, mx_fp8_value<FMT>((x >> (8 * i)) & 0xFFu) * scale};
-          }
-        }
-        run += __shfl_sync(0xffffffffu, incl, 31);
-      }
-    }
+  const mx_i64 r = r0 + warp;
+  const int total = __reduce_add_sync(0xffffffffu, part[lane][warp]);
+  if (r < p.R) {
+    const bool listable = total > 0 && total <= p.slots;
+    const int run = listable ? mx_chain_list_row<FMT>(p, r, ns) : 0;
     if (lane == 0) {
       p.cnt[r] = run;
-      atomicAdd(&listed, run);
+      if (run) atomicAdd(&listed, run);
+      if (total > p.slots) atomicOr(p.status, MX_RES_OVERFLOW);
     }
   }
   __syncthreads();

@@ -203,8 +203,8 @@ fn reencode(
 /// re-encoding. Follows each one-pass kernel that leaves per-row, per-stage residual counts
 /// (`chain_block`, `chain_pair`).
 pub(super) fn launch_lists(call: &Call, fmt: u8, p: &ChainListParams) -> PluginResult<()> {
-    // 32 rows per CTA (mx_chain_lists), no grid-stride loop.
-    let grid = cdiv(p.r as usize, 32);
+    // 8 rows per CTA (mx_chain_lists), no grid-stride loop.
+    let grid = cdiv(p.r as usize, 8);
     let name = if fmt == 0 {
         "mx_chain_lists_e4m3"
     } else {

@@ -174,11 +174,12 @@ impl Call {
         );
         let (outv, inv) = (out, s);
         if stage_major {
-            // A float4 per thread: the per-float kernel scatters this layout's stores (run 121).
+            // 32 × 128 tiles through shared memory: the per-float kernel scatters this
+            // layout's stores (run 121).
             return self.launch(
                 Unit::Quantize,
                 "mx_scales_to_f32_stages",
-                (cdiv(rp * cp / 4, 256), batch, 1),
+                (cdiv(rp, 32), cdiv(cp, 128), batch),
                 (256, 1, 1),
                 0,
                 &mut [
