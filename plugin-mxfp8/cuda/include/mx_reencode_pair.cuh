@@ -128,9 +128,10 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
 // read its counts from as many sectors as stages, and a lane per row left 32 dependent loads
 // per warp; both took 15-23 us on shape a). Then warp w lists row w (run 122: a warp that
 // listed four rows in turn took 8-13 us, its rows' round trips in series): a row without
-// residuals costs nothing more; otherwise its stages with residuals (in order) are read again,
-// 4 bytes per lane, and listed as mx_reencode_rows lists them (same records, same order, same
-// overflow rule and status words).
+// residuals costs nothing more; otherwise its stages with residuals (in order; with at most 32
+// stages their counts are the ones in shared memory) are read again, 4 bytes per lane, and
+// listed as mx_reencode_rows lists them (same records, same order, same overflow rule and
+// status words).
 struct MxChainListParams {
   const mx_u8* q; const mx_u8* s; const mx_u8* mc;   // mc[j * R + r]: row r's residuals in stage j
   MxRes* res; int* cnt; int* status;
@@ -140,8 +141,10 @@ struct MxChainListParams {
 
 // Row r's residual list (a full warp; the row has residuals): its stages with residuals, in
 // order, re-read 4 bytes per lane. Returns the number listed.
+// `first`: stage `lane`'s count when ns <= 32 (the caller has it in shared memory), which saves
+// re-reading the counts.
 template <int FMT>
-MX_DEV int mx_chain_list_row(const MxChainListParams& p, mx_i64 r, int ns) {
+MX_DEV int mx_chain_list_row(const MxChainListParams& p, mx_i64 r, int ns, int first) {
   const int lane = threadIdx.x & 31;
   const mx_i64 e = r / p.rpe;
   const int n = (int)(r - e * p.rpe);
@@ -150,7 +153,8 @@ MX_DEV int mx_chain_list_row(const MxChainListParams& p, mx_i64 r, int ns) {
   MxRes* rr = p.res + r * p.slots;
   int run = 0;
   for (int j0 = 0; j0 < ns; j0 += 32) {
-    mx_u32 todo = __ballot_sync(0xffffffffu, j0 + lane < ns && p.mc[(mx_i64)(j0 + lane) * p.R + r] != 0);
+    const bool has = j0 + lane < ns && (ns <= 32 ? first : p.mc[(mx_i64)(j0 + lane) * p.R + r]) != 0;
+    mx_u32 todo = __ballot_sync(0xffffffffu, has);
     for (; todo; todo &= todo - 1) {
       const int k = 128 * (j0 + __ffs((int)todo) - 1) + 4 * lane;
       const bool valid = k < p.K;
@@ -194,10 +198,11 @@ MX_DEV void mx_chain_lists(const MxChainListParams& p) {
   if (threadIdx.x == 0) listed = 0;
   __syncthreads();
   const mx_i64 r = r0 + warp;
-  const int total = __reduce_add_sync(0xffffffffu, part[lane][warp]);
+  const int mine = part[lane][warp];   // stage `lane`'s count when ns <= 32
+  const int total = __reduce_add_sync(0xffffffffu, mine);
   if (r < p.R) {
     const bool listable = total > 0 && total <= p.slots;
-    const int run = listable ? mx_chain_list_row<FMT>(p, r, ns) : 0;
+    const int run = listable ? mx_chain_list_row<FMT>(p, r, ns, mine) : 0;
     if (lane == 0) {
       p.cnt[r] = run;
       if (run) atomicAdd(&listed, run);
