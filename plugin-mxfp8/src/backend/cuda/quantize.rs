@@ -173,53 +173,28 @@ impl Call {
             i32_of("scale cols", cp)?,
         );
         let (outv, inv) = (out, s);
-        if stage_major {
-            // 32 × 128 tiles through shared memory: the per-float kernel scatters this
-            // layout's stores (run 121).
-            return self.launch(
-                Unit::Quantize,
-                "mx_scales_to_f32_stages",
-                (cdiv(rp, 32), cdiv(cp, 128), batch),
-                (256, 1, 1),
-                0,
-                &mut [
-                    arg(&inv),
-                    arg(&ise),
-                    arg(&isr),
-                    arg(&isc),
-                    arg(&outv),
-                    arg(&ose),
-                    arg(&r),
-                    arg(&c),
-                    arg(&rp32),
-                    arg(&cp32),
-                    arg(&rdv),
-                ],
-            );
+        // The stage-major layout has its own kernel (32 × 128 tiles through shared memory):
+        // the per-float kernel scatters its stores (run 121). It takes no (osr, ocg).
+        let (name, grid, strides) = if stage_major {
+            let grid = (cdiv(rp, 32), cdiv(cp, 128), batch);
+            ("mx_scales_to_f32_stages", grid, None)
+        } else {
+            let grid = (cdiv(rp * cp, 256), batch, 1);
+            ("mx_scales_to_f32", grid, Some((cp as i64, 4i64)))
+        };
+        let mut args = vec![
+            arg(&inv),
+            arg(&ise),
+            arg(&isr),
+            arg(&isc),
+            arg(&outv),
+            arg(&ose),
+        ];
+        if let Some((osr, ocg)) = &strides {
+            args.extend([arg(osr), arg(ocg)]);
         }
-        let (osr, ocg) = (cp as i64, 4i64);
-        self.launch(
-            Unit::Quantize,
-            "mx_scales_to_f32",
-            (cdiv(rp * cp, 256), batch, 1),
-            (256, 1, 1),
-            0,
-            &mut [
-                arg(&inv),
-                arg(&ise),
-                arg(&isr),
-                arg(&isc),
-                arg(&outv),
-                arg(&ose),
-                arg(&osr),
-                arg(&ocg),
-                arg(&r),
-                arg(&c),
-                arg(&rp32),
-                arg(&cp32),
-                arg(&rdv),
-            ],
-        )
+        args.extend([arg(&r), arg(&c), arg(&rp32), arg(&cp32), arg(&rdv)]);
+        self.launch(Unit::Quantize, name, grid, (256, 1, 1), 0, &mut args)
     }
 
     /// out[b][c][r] = in[b][r][c] (bytes).
