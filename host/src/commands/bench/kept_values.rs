@@ -3,7 +3,7 @@
 
 #[cfg(doc)]
 use super::rows::bench_shape;
-use super::timing::{push_gemm_row, time, PushRow, Timing};
+use super::timing::{push_gemm_row, push_timed_row, PushRow, Timing};
 use super::Shape;
 use crate::device::Device;
 use crate::error::OpResult;
@@ -43,22 +43,20 @@ pub(super) fn bench_kept_values(
         ops::grouped_gemm(plugin, pass, a, b, &offs, c).map(drop)
     };
     let (xb, wb) = ((rows * s.k) as f64, (s.e * s.n * s.k) as f64);
-    let t = time(device, timing, || qv(x, BlockLayout::vector(1)).map(drop))?;
-    push(
-        "quantize X 1x32, values kept (bf16→e4m3 + bf16)",
-        "-",
-        t,
-        None,
-        xb * 2.0 + xb + xb / 32.0 + 2.0 * xb,
-    );
-    let t = time(device, timing, || qwv(w).map(drop))?;
-    push(
-        "quantize W 32x32, values kept (no transposed copy)",
-        "-",
-        t,
-        None,
-        wb * 2.0 + wb + wb / 1024.0 + 2.0 * wb,
-    );
+    push_timed_row(
+        (device, timing),
+        push,
+        ("quantize X 1x32, values kept (bf16→e4m3 + bf16)", "-"),
+        &mut || qv(x, BlockLayout::vector(1)).map(drop),
+        (None, xb * 2.0 + xb + xb / 32.0 + 2.0 * xb),
+    )?;
+    push_timed_row(
+        (device, timing),
+        push,
+        ("quantize W 32x32, values kept (no transposed copy)", "-"),
+        &mut || qwv(w).map(drop),
+        (None, wb * 2.0 + wb + wb / 1024.0 + 2.0 * wb),
+    )?;
     let flops = 2.0 * (rows * s.n * s.k) as f64;
     let gemm_bytes = |a: u64, b: u64, o: u64| 2.0 * (a + b) as f64 + 2.0 * o as f64;
     let mut gemm_row = |label: &str, pass: &str, f: &mut dyn FnMut() -> OpResult<()>, fb| {

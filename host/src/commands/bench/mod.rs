@@ -63,6 +63,11 @@ pub struct BenchArgs {
     /// before it. Pair with bench_peers.py `--warmup` of the same length (run 75).
     #[arg(long, default_value_t = 0)]
     pub warmup_ms: u64,
+    /// Time only the rows whose label contains one of these comma-separated words
+    /// (case-insensitive), e.g. `--only "quantize,step:"` for the quantizers and the
+    /// training steps: a shorter device call when a change touches only those.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -190,6 +195,14 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
         back_to_back: args.back_to_back,
         cooldown: std::time::Duration::from_millis(args.cooldown_ms),
         warmup: std::time::Duration::from_millis(args.warmup_ms),
+        // Lives for the whole command (Timing stays Copy for the row helpers).
+        only: Vec::leak(
+            args.only
+                .iter()
+                .map(|w| w.trim().to_lowercase())
+                .filter(|w| !w.is_empty())
+                .collect(),
+        ),
     };
     let mut all = Vec::new();
     for s in shapes {
@@ -207,6 +220,12 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
             );
             all.push(r);
         }
+    }
+    if all.is_empty() && !timing.only.is_empty() {
+        eprintln!(
+            "mxhost bench: no row matched --only {} (rows are named as in docs/perf.md, e.g. \"quantize X 1x32\", \"training step\")",
+            args.only.join(",")
+        );
     }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&all)?)

@@ -4,7 +4,7 @@
 use super::dense::bench_dense;
 use super::kept_values::bench_kept_values;
 use super::peers::Peers;
-use super::timing::{push_gemm_row, time, Timing};
+use super::timing::{push_gemm_row, push_timed_row, Timing};
 use super::{Row, Shape};
 use crate::device::Device;
 use crate::error::OpResult;
@@ -89,23 +89,21 @@ pub(super) fn bench_shape(
         });
     };
     let xb = (rows * s.k) as f64;
-    let t = time(device, timing, || q(&x, BlockLayout::vector(1)).map(drop))?;
-    push(
-        "quantize X 1x32 (bf16→e4m3)",
-        "-",
-        t,
-        None,
-        xb * 2.0 + xb + xb / 32.0,
-    );
+    push_timed_row(
+        (device, timing),
+        &mut push,
+        ("quantize X 1x32 (bf16→e4m3)", "-"),
+        &mut || q(&x, BlockLayout::vector(1)).map(drop),
+        (None, xb * 2.0 + xb + xb / 32.0),
+    )?;
     let wb = (s.e * s.n * s.k) as f64;
-    let t = time(device, timing, || qwt(&w).map(drop))?;
-    push(
-        "quantize W 32x32 + transposed copy (bf16→e4m3)",
-        "-",
-        t,
-        None,
-        wb * 2.0 + 2.0 * (wb + wb / 1024.0),
-    );
+    push_timed_row(
+        (device, timing),
+        &mut push,
+        ("quantize W 32x32 + transposed copy (bf16→e4m3)", "-"),
+        &mut || qwt(&w).map(drop),
+        (None, wb * 2.0 + 2.0 * (wb + wb / 1024.0)),
+    )?;
     let gemm_bytes = |a: u64, b: u64, o: u64| (a + b) as f64 + 2.0 * o as f64;
     let gemm = |pass, a: GemmOperand<'_>, b: GemmOperand<'_>, c: &GemmConfig| {
         ops::grouped_gemm(plugin, pass, a, b, &offs, c).map(drop)

@@ -21,6 +21,17 @@ pub(super) struct Timing {
     pub(super) back_to_back: bool,
     pub(super) cooldown: std::time::Duration,
     pub(super) warmup: std::time::Duration,
+    /// [`BenchArgs::only`], lower-cased: the rows to time (every row when empty).
+    pub(super) only: &'static [String],
+}
+
+impl Timing {
+    /// Whether the row `label` is timed: every row without `--only`, else those whose
+    /// label contains one of its words (case-insensitive).
+    pub(super) fn wants(&self, label: &str) -> bool {
+        let label = label.to_lowercase();
+        self.only.is_empty() || self.only.iter().any(|w| label.contains(w.as_str()))
+    }
 }
 
 /// Seconds per call of `f` after 2 warm-up calls. On a GPU, the protocol bench_peers.py
@@ -65,16 +76,30 @@ pub(super) fn time(
 /// How a shape's rows are recorded: label, peer pass, seconds, FLOP (GEMM rows), bytes.
 pub(super) type PushRow<'a> = dyn FnMut(&str, &str, f64, Option<f64>, f64) + 'a;
 
-/// One timed GEMM row: `f` timed by [`time`], recorded through `push` with its FLOP and
-/// bytes.
-pub(super) fn push_gemm_row(
+/// One row, unless [`Timing::wants`] skips it: `f` timed by [`time`], recorded through
+/// `push` with its FLOP (GEMM rows) and bytes.
+pub(super) fn push_timed_row(
     (device, timing): (Device, Timing),
     push: &mut PushRow<'_>,
     (label, pass): (&str, &str),
     f: &mut dyn FnMut() -> OpResult<()>,
+    (flops, bytes): (Option<f64>, f64),
+) -> anyhow::Result<()> {
+    if !timing.wants(label) {
+        return Ok(());
+    }
+    let t = time(device, timing, f)?;
+    push(label, pass, t, flops, bytes);
+    Ok(())
+}
+
+/// One GEMM row ([`push_timed_row`] with its FLOP).
+pub(super) fn push_gemm_row(
+    dt: (Device, Timing),
+    push: &mut PushRow<'_>,
+    names: (&str, &str),
+    f: &mut dyn FnMut() -> OpResult<()>,
     (flops, bytes): (f64, f64),
 ) -> anyhow::Result<()> {
-    let t = time(device, timing, f)?;
-    push(label, pass, t, Some(flops), bytes);
-    Ok(())
+    push_timed_row(dt, push, names, f, (Some(flops), bytes))
 }
