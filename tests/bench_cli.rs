@@ -47,5 +47,8 @@ fn only_times_the_rows_it_names() {
 fn only_without_a_match_says_so() {
     let (ops, stderr) = bench_ops("no such row");
     assert!(ops.is_empty(), "{ops:?}");
-    assert!(stderr.contains("no row matched --only no such row"), "{stderr}");
+    assert!(
+        stderr.contains("no row matched --only no such row"),
+        "{stderr}"
+    );
 }
