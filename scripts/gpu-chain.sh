@@ -49,6 +49,7 @@ MXHOST_MX_CHAIN=on MXHOST_MX_GEMM_TRACE=1 timeout 200 dist/mxhost bench --device
     --warmup-ms 0 2>"$out/trace-on.txt" >/dev/null
 grep -oE "chained; A [a-z -]*, B [a-z -]*|chained gate (open|closed) \([^)]*\)[^:]*: the [a-z0-9 -]*" \
     "$out/trace-on.txt" | sed 's/ ([0-9]* residuals, limit [0-9]*)//' | sort | uniq -c
+# ONLY="quantize,step:" passes --only to every bench (those rows alone: a shorter call).
 # MODES: e.g. "off on on-fused on": on-fused is `on` with MXHOST_MX_CHAIN_FUSED=1 (X's and
 # dY's chain forms by mx_quantize_rows_chain_* instead of four launches; run 113); on-unpaired
 # is `on` with MXHOST_MX_CHAIN_PAIR=0 (a weight's two annexes filled one at a time; run 118);
@@ -65,7 +66,7 @@ for mode in ${MODES:-off on}; do
     form=1; [ "$mode" = on-split ] && form=0
     MXHOST_MX_CHAIN=${mode%-*} MXHOST_MX_CHAIN_FUSED=$fused MXHOST_MX_CHAIN_PAIR=$pair MXHOST_MX_CHAIN_BLOCK=$block \
         MXHOST_MX_CHAIN_FORM=$form timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
-        --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$n-$mode.json" >"$out/bench-$n-$mode.txt" 2>&1
+        ${ONLY:+--only "$ONLY"} --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$n-$mode.json" >"$out/bench-$n-$mode.txt" 2>&1
     echo "rc=$?"
     # shape key, op, µs, × BF16 (the full rows are in the file)
     grep -E "^[a-d] .*(quantize|forward|dgrad|step)" "$out/bench-$n-$mode.txt" |
