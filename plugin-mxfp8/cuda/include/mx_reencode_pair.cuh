@@ -126,8 +126,9 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
 // of 256 threads owns 8 rows. First every row's total: thread (phase f, row i) sums stages f,
 // f + 32, ... of row i, so a warp's load is four 8-byte pieces (runs 120-121: a warp per row
 // read its counts from as many sectors as stages, and a lane per row left 32 dependent loads
-// per warp; both took 15-23 us on shape a). Then warp w lists row w (run 122: a warp that
-// listed four rows in turn took 8-13 us, its rows' round trips in series): a row without
+// per warp; both took 15-23 us on shape a). Then warp w lists row w (four rows per warp took
+// 8.3 us for X on a with cold caches, run 122; this 8.6 us in the stream's caches, runs 123-124:
+// latency-bound either way, one wave of short CTAs): a row without
 // residuals costs nothing more; otherwise its stages with residuals (in order; with at most 32
 // stages their counts are the ones in shared memory) are read again, 4 bytes per lane, and
 // listed as mx_reencode_rows lists them (same records, same order, same overflow rule and
