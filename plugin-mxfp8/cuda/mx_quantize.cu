@@ -62,7 +62,9 @@ MXQFV_INST(mx_quantize_rows_vals_bf16_e5m2, 1, 1)
 //   out[e*ose + (c/4)*ocg + r*osr + c%4] = (r < R && c < C) ? 2^(in[e*ise + (r/rdv)*isr + c*isc] - 127) : 0
 // for r < Rp, c < Cp (Cp a multiple of 4). rdv = 32 expands an A operand quantized in 32x32
 // tiles (scales [R/32][C]) into the per-row table the GEMM reads; otherwise 1. Row-major: ocg = 4; the GEMM's A-scale table
-// is "stage-major": osr = 4, ocg = 4*Rp. grid: x = ceil(Rp*Cp/256), y = batch; block 256.
+// is "stage-major": osr = 4, ocg = 4*Rp (the plugin makes that one with mx_scales_to_f32_stages
+// below; the harness, bench/launch.cu, still uses this kernel for both).
+// grid: x = ceil(Rp*Cp/256), y = batch; block 256.
 extern "C" __global__ void __launch_bounds__(256) mx_scales_to_f32(
     const mx_u8* __restrict__ in, mx_i64 ise, mx_i64 isr, mx_i64 isc,
     float* __restrict__ out, mx_i64 ose, mx_i64 osr, mx_i64 ocg, int R, int C, int Rp, int Cp, int rdv) {

@@ -199,11 +199,10 @@ fn reencode(
     )
 }
 
-/// Launches `mx_chain_lists_<fmt>` with `p` (rows `p.r`): one warp per row, grid-stride, as the
-/// re-encoding. Follows each one-pass kernel that leaves per-row, per-stage residual counts
-/// (`chain_block`, `chain_pair`).
+/// Launches `mx_chain_lists_<fmt>` with `p` (rows `p.r`): 8 rows per CTA, a warp per row, no
+/// grid-stride loop. Follows each one-pass kernel that leaves per-row, per-stage residual
+/// counts (`chain_block`, `chain_pair`).
 pub(super) fn launch_lists(call: &Call, fmt: u8, p: &ChainListParams) -> PluginResult<()> {
-    // 8 rows per CTA (mx_chain_lists), no grid-stride loop.
     let grid = cdiv(p.r as usize, 8);
     let name = if fmt == 0 {
         "mx_chain_lists_e4m3"
