@@ -55,7 +55,9 @@ grep -oE "chained; A [a-z -]*, B [a-z -]*|chained gate (open|closed) \([^)]*\)[^
 # is `on` with MXHOST_MX_CHAIN_PAIR=0 (a weight's two annexes filled one at a time; run 118);
 # on-unblocked is `on` with MXHOST_MX_CHAIN_BLOCK=0 (X's and dY's forms by a re-encoding and two
 # transposes instead of mx_reencode_block; run 119); on-split is `on` with MXHOST_MX_CHAIN_FORM=0
-# (the flat quantizer, then mx_reencode_block, instead of mx_quantize_rows_form; run 120).
+# (the flat quantizer, then mx_reencode_block, instead of mx_quantize_rows_form; run 120);
+# on-copies is `on` with MXHOST_MX_CHAIN_PARTNER=0 (a weight's annexes hold copies of their
+# partner's bytes, as before ABI 1.4; run 127).
 n=0
 for mode in ${MODES:-off on}; do
     n=$((n + 1))
@@ -64,8 +66,9 @@ for mode in ${MODES:-off on}; do
     pair=1; [ "$mode" = on-unpaired ] && pair=0
     block=1; [ "$mode" = on-unblocked ] && block=0
     form=1; [ "$mode" = on-split ] && form=0
+    partner=1; [ "$mode" = on-copies ] && partner=0
     MXHOST_MX_CHAIN=${mode%-*} MXHOST_MX_CHAIN_FUSED=$fused MXHOST_MX_CHAIN_PAIR=$pair MXHOST_MX_CHAIN_BLOCK=$block \
-        MXHOST_MX_CHAIN_FORM=$form timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        MXHOST_MX_CHAIN_FORM=$form MXHOST_MX_CHAIN_PARTNER=$partner timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         ${ONLY:+--only "$ONLY"} --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$n-$mode.json" >"$out/bench-$n-$mode.txt" 2>&1
     echo "rc=$?"
     # shape key, op, µs, × BF16 (the full rows are in the file)

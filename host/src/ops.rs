@@ -222,8 +222,11 @@ pub fn quantize_with(
     };
     // The plugin's annexes (ABI 1.3), allocated as it asks; their writable views are taken
     // while they are unshared.
+    // ABI 1.4: the two results of a transposing quantize keep each other's data alive (linked
+    // after the call), so the plugin's annex of one may refer to the other's bytes.
+    let partner_kept = out_t.is_some() && plugin.abi_minor >= 4;
     let annex_for = |q: &mut MxTensor| -> OpResult<TensorView> {
-        let words = annex_words(plugin, q, extras.keep_values)?;
+        let words = annex_words(plugin, q, extras.keep_values, partner_kept)?;
         if words == 0 {
             return Ok(TensorView::absent());
         }
@@ -232,6 +235,7 @@ pub fn quantize_with(
         q.annex = Some(MxAnnex {
             tensor: t,
             plugin: plugin.path.clone(),
+            partner: None,
         });
         Ok(view)
     };
@@ -258,12 +262,34 @@ pub fn quantize_with(
         keep.push(Box::new(t.clone()));
     }
     call::quantize(plugin, &desc, KeepAlive(keep), dev == Device::Cpu)?;
+    if partner_kept {
+        if let Some(t) = &mut out_t {
+            link_partners(&mut out, t);
+        }
+    }
     Ok((out, out_t))
+}
+
+/// Each annex of the two results of a transposing quantize keeps the other result's data
+/// alive (ABI 1.4, `AnnexQuery::partner_kept`).
+fn link_partners(a: &mut MxTensor, b: &mut MxTensor) {
+    let (da, db) = (a.data.clone(), b.data.clone());
+    if let Some(x) = &mut a.annex {
+        x.partner = Some(Box::new(db));
+    }
+    if let Some(x) = &mut b.annex {
+        x.partner = Some(Box::new(da));
+    }
 }
 
 /// How many i32 words of annex `plugin` wants beside `q` (ABI 1.3; 0 for older plugins,
 /// plugins without the entry, and tensors it keeps none for).
-fn annex_words(plugin: &LoadedPlugin, q: &MxTensor, keeps_values: bool) -> OpResult<u64> {
+fn annex_words(
+    plugin: &LoadedPlugin,
+    q: &MxTensor,
+    keeps_values: bool,
+    partner_kept: bool,
+) -> OpResult<u64> {
     let Some(f) = plugin.annex_words else {
         return Ok(0);
     };
@@ -278,6 +304,7 @@ fn annex_words(plugin: &LoadedPlugin, q: &MxTensor, keeps_values: bool) -> OpRes
         block: q.block,
         device: q.data.device() as u32,
         keeps_values: keeps_values as u32,
+        partner_kept: partner_kept as u32,
     };
     Ok(call::annex_words(plugin, f, &query)?)
 }
@@ -535,4 +562,49 @@ pub fn grouped_gemm(
     }
     call::grouped_gemm(plugin, &desc, KeepAlive(keep), dev == Device::Cpu)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn annexed(shape: Vec<u64>) -> MxTensor {
+        let t = |shape: Vec<u64>, dtype| Tensor::zeros_on(Device::Cpu, shape, dtype).unwrap();
+        MxTensor {
+            data: t(shape.clone(), DType::E4m3),
+            scales: t(vec![1], DType::E8m0),
+            format: MxFormat::E4m3,
+            mode: ScaleMode::Floor,
+            block: BlockLayout::tile(),
+            values: None,
+            annex: Some(MxAnnex {
+                tensor: t(vec![64], DType::I32),
+                plugin: "p".into(),
+                partner: None,
+            }),
+        }
+    }
+
+    /// ABI 1.4: each result of a transposing quantize keeps the other's data alive (and so
+    /// unwritable), and counts it among the bytes it holds.
+    #[test]
+    fn partners_keep_each_others_data_alive() {
+        let (mut w, mut wt) = (annexed(vec![32, 64]), annexed(vec![64, 32]));
+        let before = w.byte_len();
+        link_partners(&mut w, &mut wt);
+        assert_eq!(w.byte_len(), before + wt.data.byte_len());
+        let kept = w.annex.as_ref().unwrap().partner.as_ref().unwrap();
+        assert!(Arc::ptr_eq(&kept.storage, &wt.data.storage));
+        assert_eq!(Arc::strong_count(&wt.data.storage), 2);
+        assert!(
+            wt.data.view_mut().is_none(),
+            "a kept partner is never written"
+        );
+        let back = wt.annex.as_ref().unwrap().partner.as_ref().unwrap();
+        assert!(Arc::ptr_eq(&back.storage, &w.data.storage));
+        drop(wt);
+        let kept = w.annex.as_ref().unwrap().partner.as_ref().unwrap();
+        assert_eq!(Arc::strong_count(&kept.storage), 1, "outlives its tensor");
+    }
 }

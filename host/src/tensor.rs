@@ -300,6 +300,10 @@ pub struct MxAnnex {
     pub tensor: Tensor,
     /// The library of the plugin that wrote it; the host hands it to no other.
     pub plugin: std::path::PathBuf,
+    /// ABI 1.4: the data of the other result of the transposing quantize that wrote this
+    /// annex, kept alive (and, being shared, never written again) because the annex may
+    /// refer to its bytes (`AnnexQuery::partner_kept`).
+    pub partner: Option<Box<Tensor>>,
 }
 
 /// The bf16 values kept beside an [`MxTensor`]'s bytes.
@@ -312,13 +316,15 @@ pub struct MxValues {
 }
 
 impl MxTensor {
-    /// Bytes held: data, scales and kept values (counted in full by both tensors that
-    /// share them).
+    /// Bytes held: data, scales, kept values and the annex with the partner data it keeps
+    /// alive (counted in full by both tensors that share them).
     pub fn byte_len(&self) -> u64 {
         self.data.byte_len()
             + self.scales.byte_len()
             + self.values.as_ref().map_or(0, |v| v.tensor.byte_len())
-            + self.annex.as_ref().map_or(0, |a| a.tensor.byte_len())
+            + self.annex.as_ref().map_or(0, |a| {
+                a.tensor.byte_len() + a.partner.as_ref().map_or(0, |p| p.byte_len())
+            })
     }
     pub fn view(&self) -> mxhost_plugin_abi::MxTensorView {
         mxhost_plugin_abi::MxTensorView {

@@ -389,7 +389,16 @@ pub struct AnnexQuery {
     pub device: u32,
     /// 1 when the same call also keeps the values in bf16 (`QuantizeDesc::values`).
     pub keeps_values: u32,
+    /// ABI 1.4: 1 when the tensor is one of the two results of a transposing quantize
+    /// (`QuantizeDesc::transposed`) and the host keeps its partner's data alive, unchanged,
+    /// for as long as this tensor's annex lives. The plugin's annex may then refer to the
+    /// partner's bytes instead of holding a copy of them. 0 in an older query (which ends
+    /// before this field).
+    pub partner_kept: u32,
 }
+
+/// `struct_size` of an [`AnnexQuery`] written by an ABI 1.3 host (no `partner_kept`).
+pub const ANNEX_QUERY_SIZE_1_3: usize = std::mem::offset_of!(AnnexQuery, partner_kept);
 
 impl MxTensorView {
     /// The "absent" view (`struct_size` 0, null buffers).
@@ -489,6 +498,7 @@ mod tests {
             assert!(QUANTIZE_DESC_SIZE_1_0 < QUANTIZE_DESC_SIZE_1_1);
             assert!(QUANTIZE_DESC_SIZE_1_1 < QUANTIZE_DESC_SIZE_1_2);
             assert!(QUANTIZE_DESC_SIZE_1_2 < std::mem::size_of::<QuantizeDesc>());
+            assert!(ANNEX_QUERY_SIZE_1_3 < std::mem::size_of::<AnnexQuery>());
         }
     }
 }

@@ -29,7 +29,10 @@
 //! `QuantizeDesc::annex` / `transposed_annex` and the operand kind `MxWithAnnex`: a plugin
 //! may keep private data beside an MX tensor it writes (host-allocated, host-owned, handed
 //! back only to that plugin); a host reads `annex_words` only from tables whose
-//! `struct_size` covers it.
+//! `struct_size` covers it. 1.4 appended `AnnexQuery::partner_kept`: the two results of a
+//! transposing quantize each keep the other's data alive, so a plugin's annex of one may
+//! refer to the other's bytes (a host sets it only for plugins that report minor ≥ 4;
+//! plugins read 1.3 queries with `read_desc_grown`).
 
 use std::ffi::{c_char, c_void};
 
@@ -43,7 +46,7 @@ pub const ENTRY_SYMBOL: &[u8] = b"mxhost_plugin_entry\0";
 /// `"MXHOSTPL"` in ASCII: the first field of every [`PluginApi`].
 pub const PLUGIN_MAGIC: u64 = 0x4D58_484F_5354_504C;
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 3;
+pub const ABI_MINOR: u32 = 4;
 
 /// ABI 1.3: the size, in i32 words, of the annex a plugin wants beside the MX tensor that
 /// `query` describes (0: none); written to `words`.

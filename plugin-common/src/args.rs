@@ -15,7 +15,7 @@ use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{
     scale_shape, AnnexQuery, BlockKind, BlockLayout, DType, DequantizeDesc, DeviceKind, GemmPass,
     GroupedGemmDesc, MxFormat, MxTensorView, Operand, OperandKind, QuantizeDesc, ScaleMode,
-    TensorView, WeightLayout, MAX_RANK,
+    TensorView, WeightLayout, ANNEX_QUERY_SIZE_1_3, MAX_RANK,
 };
 use std::ffi::c_void;
 use std::ops::Range;
@@ -469,15 +469,15 @@ pub struct AnnexSpec {
     pub block: Blocking,
     pub device: DeviceKind,
     pub keeps_values: bool,
+    /// ABI 1.4: the host keeps the partner result of a transposing quantize alive as long
+    /// as this annex (false in a 1.3 query).
+    pub partner_kept: bool,
 }
 
 impl AnnexSpec {
+    /// `q` as read by `read_desc_grown` (a 1.3 query reads `partner_kept` as 0).
     pub fn parse(q: &AnnexQuery) -> PluginResult<Self> {
-        check_struct_size(
-            "annex query",
-            q.struct_size,
-            std::mem::size_of::<AnnexQuery>(),
-        )?;
+        check_struct_size("annex query", q.struct_size, ANNEX_QUERY_SIZE_1_3)?;
         let rank = q.rank as usize;
         if rank == 0 || rank > MAX_RANK {
             return Err(PluginError::invalid(format!(
@@ -506,6 +506,7 @@ impl AnnexSpec {
             block,
             device,
             keeps_values: q.keeps_values != 0,
+            partner_kept: q.partner_kept != 0,
         })
     }
 }

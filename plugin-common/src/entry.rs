@@ -13,7 +13,7 @@ use mxhost_plugin_abi::plugin_support::{
 };
 use mxhost_plugin_abi::{
     AnnexQuery, DequantizeDesc, DeviceKind, ErrorBuf, GroupedGemmDesc, QuantizeDesc,
-    QUANTIZE_DESC_SIZE_1_0,
+    ANNEX_QUERY_SIZE_1_3, QUANTIZE_DESC_SIZE_1_0,
 };
 
 /// One compute backend (CPU today; CUDA and HIP later). Receives validated requests;
@@ -109,8 +109,9 @@ pub unsafe fn annex_words(
         if words.is_null() {
             return Err(PluginError::invalid("annex_words: null output"));
         }
-        // SAFETY: the host passes null or a readable query (ABI contract).
-        let query = unsafe { read_desc(query)? };
+        // SAFETY: the host passes null or a readable query (ABI contract); a zero
+        // `partner_kept` is valid for a 1.3 query that ends before it.
+        let query = unsafe { read_desc_grown(query, ANNEX_QUERY_SIZE_1_3)? };
         let spec = AnnexSpec::parse(&query)?;
         let n = select(spec.device)?.annex_words(&spec)?;
         // SAFETY: checked non-null; the host passes a writable u64.

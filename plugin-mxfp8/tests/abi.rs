@@ -646,6 +646,7 @@ fn annex_query(shape: &[u64], block: BlockLayout, device: DeviceKind) -> AnnexQu
         block,
         device: device as u32,
         keeps_values: 0,
+        partner_kept: 0,
     }
 }
 
@@ -678,6 +679,15 @@ fn annex_sizes_are_answered_and_bad_queries_refused() {
     let mut bad = q;
     bad.struct_size = 8;
     assert_eq!(annex_words_of(&bad).0, Status::InvalidArgument);
+    // ABI 1.4 hosts say whether the partner of a transposing quantize is kept; a 1.3 query
+    // ends before that field and is still answered.
+    let mut older = q;
+    older.struct_size = ANNEX_QUERY_SIZE_1_3;
+    older.partner_kept = 1;
+    assert_eq!(annex_words_of(&older).0, Status::Ok);
+    let mut kept = q;
+    kept.partner_kept = 1;
+    assert_eq!(annex_words_of(&kept), (Status::Ok, String::new(), 0));
     let f = api().annex_words.unwrap();
     // SAFETY: null output pointer: refused before anything is written.
     let (st, _) = call(|e| unsafe { f(&q, std::ptr::null_mut(), e) });

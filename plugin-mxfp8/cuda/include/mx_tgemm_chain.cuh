@@ -34,8 +34,12 @@ struct MxChainFix {
                                         //   sAt[(k / 32) * ldt + R] (uniform over a stage)
   mx_i64 bt_es, ise, isr, isc, ldt;
   int slots;
-  int terms;                            // 3: both corrections (0-2: harness diagnostics, wrong results)
+  int terms;                            // 3: both corrections (0-2: harness diagnostics, wrong results),
+                                        //   | MXC_BT_REF
 };
+// terms | MXC_BT_REF: Bt is the address of an 8-byte word that holds the transposed bytes'
+// address (a B annex of ABI 1.4 that refers to its partner tensor's bytes instead of a copy).
+#define MXC_BT_REF 4
 struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 
 // ---- the corrections, gathered into shared memory (runs 100-104) ----
@@ -116,6 +120,7 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
   constexpr int U = FS::U;
   const int gw = gt >> 5, lane = gt & 31;
   const MxtCtx c = mxt_ctx(p, g_start, g_pre, 256, 128);
+  const mx_u8* const Bt = (f.terms & MXC_BT_REF) ? *reinterpret_cast<const mx_u8* const*>(f.Bt) : f.Bt;
   int rc = 0;   // rounds issued
   for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
     const MxgTile T = mxg_decode(p, t, 256, c.ntn, c.tiles_m, g_start, g_pre, 128);
@@ -167,7 +172,7 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
           R.idx[i] = (mx_u8)r; R.v[i] = x.v; R.s4[i] = s4;
           const mx_u32 bytes = (mx_u32)min(128, p.N - T.n0);   // (N % 16 == 0)
           mbar_expect_tx(&F.full[b], bytes);
-          bulk_load(dst, f.Bt + (mx_i64)T.e * f.bt_es + (mx_i64)x.k * p.N + T.n0, bytes, &F.full[b]);
+          bulk_load(dst, Bt + (mx_i64)T.e * f.bt_es + (mx_i64)x.k * p.N + T.n0, bytes, &F.full[b]);
         } else {
           const int g = b0 + i - nA, cl = mxc_find(F.offB, 128, g);
           const MxRes x = f.resB[((mx_i64)T.e * p.N + T.n0 + cl) * f.slots + (g - F.offB[cl])];

@@ -199,10 +199,10 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         if let Some(a) = &args.annex {
-            chain::fill_annex(&mut call, &args.output, a)?;
+            chain::fill_annex(&mut call, &args.output, a, args.transposed.as_ref())?;
         }
         if let (Some(t), Some(a)) = (&args.transposed, &args.transposed_annex) {
-            chain::fill_annex(&mut call, t, a)?;
+            chain::fill_annex(&mut call, t, a, Some(&args.output))?;
         }
         Ok(())
     }

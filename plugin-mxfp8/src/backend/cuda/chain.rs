@@ -19,6 +19,7 @@
 //! Heavy-tailed data lands there: on Student-t(3) the corrections cost more than the
 //! chained main loop saves (run 104: 0.45–0.54× v2t).
 
+use super::chain_form::BtAt;
 use super::device::{chain_smem, Call};
 use super::gemm::{AMat, BMat};
 use super::params::{ChainFix, ChainParams, GemmParams, TGemmParams};
@@ -36,6 +37,10 @@ use std::sync::OnceLock;
 
 /// `MXC_MAX_E` of mx_tgemm_chain.cuh: experts per chained launch.
 const MAX_E: usize = 256;
+
+/// `MXC_BT_REF` of mx_tgemm_chain.cuh: `ChainFix::bt` is the address of a word that holds Bᵀ's
+/// address (a B annex referring to its partner's bytes), not Bᵀ itself.
+const MXC_BT_REF: i32 = 4;
 
 /// Residuals per element (both operands) up to which the 4-stage build computes the GEMM;
 /// above, the 3-stage build (larger correction rounds, its A′·B_res terms on the tensor
@@ -284,14 +289,32 @@ fn annex_role(shape: &[u64], block: Blocking, format: MxFormat) -> Option<AnnexR
     }
 }
 
-/// The chain form's size in bytes for a tensor of this role.
-fn role_bytes(role: AnnexRole) -> usize {
+/// The chain form's size in bytes for a tensor of this role (a B form holding its
+/// transposed bytes, or referring to its partner's: [`BtAt`]).
+fn role_bytes(role: AnnexRole, bt: BtAt) -> usize {
     match role {
         AnnexRole::A { rows, red } => chain_form::a_layout(rows, red).bytes,
-        AnnexRole::B { e, cols, red } => {
-            let (ise, _, _) = chain_form::tile_strides(cols, red);
-            chain_form::b_layout((e, cols, red), e * ise as usize, true).bytes
-        }
+        AnnexRole::B { e, cols, red } => b_annex_layout((e, cols, red), bt).bytes,
+    }
+}
+
+/// The layout of a B-side annex (`[E][cols][red]`, 32×32 tiles in the quantizer's layout).
+fn b_annex_layout((e, cols, red): (usize, usize, usize), bt: BtAt) -> chain_form::BLayout {
+    let (ise, _, _) = chain_form::tile_strides(cols, red);
+    chain_form::b_layout((e, cols, red), e * ise as usize, bt)
+}
+
+/// The B annex layout a quantize call asks for: referring to the partner's bytes when the
+/// host keeps the partner alive (ABI 1.4), else holding a copy. `MXHOST_MX_CHAIN_PARTNER=0`
+/// keeps the copies (for A/B timing).
+fn b_annex_bt(partner_kept: bool) -> BtAt {
+    static REFER: OnceLock<bool> = OnceLock::new();
+    let refer =
+        *REFER.get_or_init(|| super::chain_verify::env_flag("MXHOST_MX_CHAIN_PARTNER", true));
+    if partner_kept && refer {
+        BtAt::Partner
+    } else {
+        BtAt::Held
     }
 }
 
@@ -306,8 +329,9 @@ pub(super) fn annex_words(spec: &AnnexSpec) -> PluginResult<u64> {
     {
         return Ok(0);
     }
+    let bt = b_annex_bt(spec.partner_kept);
     Ok(annex_role(&spec.shape, spec.block, spec.format)
-        .map_or(0, |r| chain_form::annex_words(role_bytes(r)) as u64))
+        .map_or(0, |r| chain_form::annex_words(role_bytes(r, bt)) as u64))
 }
 
 /// Whether any CUDA device of this machine gets the sm_90a build ([`kernels::select_arch`],
@@ -347,9 +371,14 @@ fn some_device_fills_annexes() -> bool {
     })
 }
 
-/// The role of the tensor `m` that `annex` is for, and the annex's address, checked: the
-/// size this plugin's `annex_words` asked for, 256-byte aligned.
-pub(super) fn checked_annex(m: &MxArg, annex: &TensorArg) -> PluginResult<(AnnexRole, u64)> {
+/// The role of the tensor `m` that `annex` is for, the annex's address and, for a B form,
+/// where it keeps the transposed bytes, checked: a size this plugin's `annex_words` asks for
+/// (a B annex that refers to its partner only when the call writes one), 256-byte aligned.
+pub(super) fn checked_annex(
+    m: &MxArg,
+    annex: &TensorArg,
+    has_partner: bool,
+) -> PluginResult<(AnnexRole, u64, BtAt)> {
     let block = Blocking::from_abi(m.block).expect("checked by MxArg::parse");
     let role = annex_role(&m.data.shape, block, m.format).ok_or_else(|| {
         PluginError::invalid(format!(
@@ -357,15 +386,20 @@ pub(super) fn checked_annex(m: &MxArg, annex: &TensorArg) -> PluginResult<(Annex
             m.data.shape
         ))
     })?;
-    let want = chain_form::annex_words(role_bytes(role));
+    let words = |bt| chain_form::annex_words(role_bytes(role, bt));
     let base = annex.ptr as u64;
-    if annex.numel != want || !base.is_multiple_of(256) {
-        return Err(PluginError::invalid(format!(
-            "quantize: annex of {} words at {base:#x}; this tensor's needs {want} words, 256-byte aligned",
-            annex.numel
-        )));
+    let bt = [BtAt::Held, BtAt::Partner]
+        .into_iter()
+        .filter(|&bt| bt == BtAt::Held || (has_partner && matches!(role, AnnexRole::B { .. })))
+        .find(|&bt| annex.numel == words(bt));
+    match bt {
+        Some(bt) if base.is_multiple_of(256) => Ok((role, base, bt)),
+        _ => Err(PluginError::invalid(format!(
+            "quantize: annex of {} words at {base:#x}; this tensor's needs {} words, 256-byte aligned",
+            annex.numel,
+            words(BtAt::Held)
+        ))),
     }
-    Ok((role, base))
 }
 
 /// Whether this device's quantize calls fill annexes: only where the chained GEMM runs
@@ -375,11 +409,17 @@ pub(super) fn annex_filled_here(call: &Call) -> bool {
 }
 
 /// Fills `annex` with the chain form of `m`, which this quantize call has just written (on
-/// the same stream, so in order). Skipped on devices the chained GEMM never runs on (no
-/// sm_90a kernels or tensor maps): there `operand_refusal` turns every GEMM away before it
-/// reads an annex.
-pub(super) fn fill_annex(call: &mut Call, m: &MxArg, annex: &TensorArg) -> PluginResult<()> {
-    let (role, base) = checked_annex(m, annex)?;
+/// the same stream, so in order); `partner`: the other result of a transposing quantize
+/// (its bytes are `m`'s transposed), which a B annex of ABI 1.4 refers to. Skipped on
+/// devices the chained GEMM never runs on (no sm_90a kernels or tensor maps): there
+/// `operand_refusal` turns every GEMM away before it reads an annex.
+pub(super) fn fill_annex(
+    call: &mut Call,
+    m: &MxArg,
+    annex: &TensorArg,
+    partner: Option<&MxArg>,
+) -> PluginResult<()> {
+    let (role, base, bt) = checked_annex(m, annex, partner.is_some())?;
     if !annex_filled_here(call) {
         return Ok(());
     }
@@ -400,7 +440,8 @@ pub(super) fn fill_annex(call: &mut Call, m: &MxArg, annex: &TensorArg) -> Plugi
                 w2d: true,
                 fmt,
             };
-            chain_form::prepare_b(call, &b, (e, cols, red), false, base)?;
+            let partner = partner.map_or(0, |t| t.data.ptr as u64);
+            chain_form::prepare_b(call, &b, (e, cols, red), (bt, partner), base)?;
         }
     }
     Ok(())
@@ -410,7 +451,8 @@ pub(super) fn fill_annex(call: &mut Call, m: &MxArg, annex: &TensorArg) -> Plugi
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub(super) struct Annexes {
     pub(super) a: Option<u64>,
-    pub(super) b: Option<u64>,
+    /// B's annex and where it keeps the transposed bytes (held, or its partner's address).
+    pub(super) b: Option<(u64, BtAt)>,
 }
 
 impl Annexes {
@@ -434,11 +476,12 @@ impl Annexes {
         let b = b_annex
             .filter(|_| b_as_stored && b.w2d)
             .filter(|_| (b.ise, b.isr, b.isc) == chain_form::tile_strides(cols, red))
-            .filter(|t| {
-                let l = chain_form::b_layout((e, cols, red), e * b.ise as usize, true);
-                fits(t, l.bytes)
-            })
-            .map(|t| t.ptr as u64);
+            .and_then(|t| {
+                [BtAt::Held, BtAt::Partner]
+                    .into_iter()
+                    .find(|&bt| fits(t, b_annex_layout((e, cols, red), bt).bytes))
+                    .map(|bt| (t.ptr as u64, bt))
+            });
         Annexes { a, b }
     }
 }
@@ -489,18 +532,17 @@ pub(super) fn launch_chained(
         }
     };
     let (lb, bbase) = match annexes.b {
-        Some(base) => (
-            chain_form::b_layout((e, cols, red), e * b.ise as usize, true),
-            base,
-        ),
+        Some((base, kind)) => (b_annex_layout((e, cols, red), kind), base),
         None => {
-            let l = chain_form::b_layout((e, cols, red), e * b.ise as usize, bt.is_none());
+            let kind = if bt.is_some() {
+                BtAt::Caller
+            } else {
+                BtAt::Held
+            };
+            let l = chain_form::b_layout((e, cols, red), e * b.ise as usize, kind);
             let base = call.alloc(l.bytes)?;
             let dims = (e, cols, red);
-            (
-                chain_form::prepare_b(call, b, dims, bt.is_some(), base)?,
-                base,
-            )
+            (chain_form::prepare_b(call, b, dims, (kind, 0), base)?, base)
         }
     };
     let (pa, pb) = (|o: usize| abase + o as u64, |o: usize| bbase + o as u64);
@@ -514,10 +556,16 @@ pub(super) fn launch_chained(
         0,
         &mut [arg(&sta), arg(&stb), arg(&status)],
     )?;
-    // (B's annex is only taken for a weight read as stored, where the caller has no Bᵀ.)
-    let bt = bt
-        .or_else(|| lb.bt.map(pb))
-        .expect("b_layout holds Bᵀ when the caller has none");
+    // (B's annex is only taken for a weight read as stored, where the caller has no Bᵀ.) With
+    // `MXC_BT_REF` the kernel reads Bᵀ's address from the annex word at `bt`.
+    let (bt, bt_ref) = match (bt, lb.bt, lb.bt_ref) {
+        (Some(bt), _, _) => (bt, false),
+        (None, Some(o), _) => (pb(o), false),
+        (None, None, Some(o)) => (pb(o), true),
+        (None, None, None) => {
+            unreachable!("b_layout holds Bᵀ or its address when the caller has none")
+        }
+    };
     let (xq2, wq2) = (pa(la.q2), pb(lb.q2));
     let (sa, sb) = (pa(la.sa), pb(lb.sb));
     let g = GemmParams {
@@ -583,7 +631,7 @@ pub(super) fn launch_chained(
             isc: b.isc,
             ldt: rows as i64,
             slots: slots as i32,
-            terms: 3,
+            terms: if bt_ref { 3 | MXC_BT_REF } else { 3 },
         },
     };
     // Both builds are enqueued when there are two; the gate lets at most one of them run.
@@ -739,13 +787,21 @@ mod tests {
         assert_eq!(annex_role(&[4100, 2880], rows, E4m3), None);
         assert_eq!(annex_role(&[0, 2880], rows, E4m3), None);
         assert_eq!(annex_role(&[257, 64, 64], Blocking::Tile, E4m3), None);
-        // an annex holds the whole chain form, Bᵀ included
+        // an annex holds the whole chain form, Bᵀ included unless the host keeps the partner
+        // (ABI 1.4): then only its address
         let b = AnnexRole::B {
             e: 8,
             cols: 4096,
             red: 4096,
         };
-        assert!(role_bytes(b) > 2 * 8 * 4096 * 4096);
+        let n = 8 * 4096 * 4096;
+        assert!(role_bytes(b, BtAt::Held) > 2 * n);
+        assert_eq!(
+            role_bytes(b, BtAt::Held) - role_bytes(b, BtAt::Partner),
+            n - 256
+        );
+        assert_eq!(b_annex_bt(true), BtAt::Partner);
+        assert_eq!(b_annex_bt(false), BtAt::Held);
     }
 
     #[test]

@@ -87,18 +87,37 @@ pub(super) struct BLayout {
     pub s2: usize,
     pub res: usize,
     pub cnt: usize,
-    /// The original bytes transposed, `[E][red][cols]`, when the layout holds them (a caller
-    /// that has them stored that way passes its own).
+    /// The original bytes transposed, `[E][red][cols]`, when the layout holds them
+    /// ([`BtAt::Held`]).
     pub bt: Option<usize>,
+    /// [`BtAt::Partner`]: an 8-byte word holding the device address of the partner tensor's
+    /// bytes, which are this tensor's bytes transposed (the chained GEMM reads it on the
+    /// device: `MXC_BT_REF` in mx_tgemm_chain.cuh).
+    pub bt_ref: Option<usize>,
     pub sb: usize,
     pub status: usize,
     pub bytes: usize,
 }
 
+/// Where the chained GEMM's A_res corrections find B's original bytes transposed
+/// (`[E][red][cols]`, one 128-byte row per k).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum BtAt {
+    /// In the layout (an annex of ABI 1.3, or scratch made per call).
+    Held,
+    /// Passed by the caller, which has them stored so (the weight of a pass whose
+    /// reduction is not its last axis).
+    Caller,
+    /// In the other result of the transposing quantize that wrote this annex (ABI 1.4,
+    /// `AnnexQuery::partner_kept`: the host keeps it alive as long as the annex): the layout
+    /// holds its address only, which saves the annex a copy of every byte.
+    Partner,
+}
+
 pub(super) fn b_layout(
     (e, cols, red): (usize, usize, usize),
     scale_bytes: usize,
-    with_bt: bool,
+    bt: BtAt,
 ) -> BLayout {
     let (kb, nb, sl) = (cdiv(red, 32), cdiv(cols, 32), slots(red));
     let mut b = Bump(0);
@@ -107,7 +126,8 @@ pub(super) fn b_layout(
         s2: b.take(scale_bytes),
         res: b.take(e * cols * sl * 8),
         cnt: b.take(e * cols * 4),
-        bt: with_bt.then(|| b.take(e * cols * red)),
+        bt: (bt == BtAt::Held).then(|| b.take(e * cols * red)),
+        bt_ref: (bt == BtAt::Partner).then(|| b.take(8)),
         sb: b.take(Call::scales_f32_bytes(rup(kb, 4), b_table_cols(nb), e)),
         status: b.take(8),
         bytes: b.0,
@@ -257,15 +277,16 @@ pub(super) fn a_scale_table(
 }
 
 /// Fills the B-side chain form of `b` (`[E][cols][red]`, 32×32 tiles) at `base`
-/// ([`b_layout`] bytes, with Bᵀ unless `has_bt`: the caller holds the transposed bytes).
+/// ([`b_layout`] bytes for `bt`; with [`BtAt::Partner`], `partner` is the address of the
+/// transposed bytes, which the layout's word then holds).
 pub(super) fn prepare_b(
     call: &Call,
     b: &BMat,
     (e, cols, red): (usize, usize, usize),
-    has_bt: bool,
+    (bt, partner): (BtAt, u64),
     base: u64,
 ) -> PluginResult<BLayout> {
-    let l = b_layout((e, cols, red), e * b.ise as usize, !has_bt);
+    let l = b_layout((e, cols, red), e * b.ise as usize, bt);
     let at = |o: usize| base + o as u64;
     let out = ReencodeOut::at(base, [l.q2, l.s2, l.res, l.cnt, l.status]);
     reencode(
@@ -277,6 +298,9 @@ pub(super) fn prepare_b(
     )?;
     if let Some(bt) = l.bt {
         call.transpose(b.q, at(bt), e, cols, red)?;
+    }
+    if let Some(slot) = l.bt_ref {
+        call.put_u64(at(slot), partner)?;
     }
     b_scale_table(call, &l, b, (e, cols, red), base)?;
     Ok(l)
@@ -312,11 +336,14 @@ mod tests {
         assert!(l.bytes >= l.status + 8 && l.bytes.is_multiple_of(ALIGN));
         let (e, cols, red) = (8, 4096, 4096);
         let sb = e * (cdiv(cols, 32) * cdiv(red, 32));
-        let with = b_layout((e, cols, red), sb, true);
-        let without = b_layout((e, cols, red), sb, false);
+        let with = b_layout((e, cols, red), sb, BtAt::Held);
+        let without = b_layout((e, cols, red), sb, BtAt::Caller);
+        let partner = b_layout((e, cols, red), sb, BtAt::Partner);
         assert_eq!(with.bt, Some(with.cnt + rup(e * cols * 4, ALIGN)));
-        assert_eq!(without.bt, None);
+        assert_eq!((without.bt, without.bt_ref), (None, None));
         assert_eq!(with.bytes - without.bytes, e * cols * red);
+        assert_eq!((partner.bt, partner.bt_ref), (None, with.bt));
+        assert_eq!(partner.bytes - without.bytes, ALIGN);
     }
 
     #[test]

@@ -11,10 +11,13 @@
 //! `mx_chain_lists_e4m3` turns the counts into the lists, re-reading only the stages with
 //! residuals (cuda/include/mx_reencode_pair.cuh). The bytes are those of the two
 //! [`chain_form::prepare_b`] calls; `MXHOST_MX_CHAIN_VERIFY=1` checks every region.
+//! With a host of ABI 1.4 (`AnnexQuery::partner_kept`) the annexes hold no transposed bytes
+//! at all, only the partner's address ([`BtAt::Partner`]): the kernel then writes 2 bytes per
+//! element instead of 4.
 //! `MXHOST_MX_CHAIN_PAIR=0` turns the path off (the two calls instead), for A/B timing.
 
 use super::chain::{annex_filled_here, checked_annex, AnnexRole};
-use super::chain_form::{self, b_layout, tile_strides, BLayout};
+use super::chain_form::{self, b_layout, tile_strides, BLayout, BtAt};
 use super::chain_verify::{self, Lists, Region};
 use super::device::Call;
 use super::gemm::BMat;
@@ -56,23 +59,31 @@ pub(super) fn fill_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<
     if !pair_enabled() || !annex_filled_here(call) {
         return Ok(false);
     }
-    let (w, base) = checked_annex(&args.output, annex)?;
-    let (wt, base_t) = checked_annex(t, t_annex)?;
+    let (w, base, bt_w) = checked_annex(&args.output, annex, true)?;
+    let (wt, base_t, bt_t) = checked_annex(t, t_annex, true)?;
     let (AnnexRole::B { e, cols: r, red: c }, AnnexRole::B { e: e2, cols, red }) = (w, wt) else {
         return Ok(false);
     };
     let aligned = [&args.output, t]
         .iter()
         .all(|m| (m.data.ptr as u64).is_multiple_of(16));
-    if (e2, cols, red) != (e, c, r) || !aligned {
+    if (e2, cols, red) != (e, c, r) || !aligned || bt_w != bt_t {
         return Ok(false);
     }
     let (bw, bwt) = (tile_mat(&args.output, (r, c)), tile_mat(t, (c, r)));
-    let (lw, lt) = (layout(&bw, (e, r, c)), layout(&bwt, (e, c, r)));
-    let (Some(bt), Some(btt)) = (lw.bt, lt.bt) else {
-        unreachable!("annex layouts hold the transposed bytes")
-    };
+    let (lw, lt) = (layout(&bw, (e, r, c), bt_w), layout(&bwt, (e, c, r), bt_t));
     let at = |b: u64, o: usize| b + o as u64;
+    // Held: the kernel writes each annex's copy of the other's bytes; Partner: the annex
+    // words take the partner's address instead, and the kernel writes no copy (null).
+    let (bt, btt) = match (lw.bt, lt.bt, lw.bt_ref, lt.bt_ref) {
+        (Some(bt), Some(btt), _, _) => (at(base, bt), at(base_t, btt)),
+        (None, None, Some(slot), Some(slot_t)) => {
+            call.put_u64(at(base, slot), bwt.q)?;
+            call.put_u64(at(base_t, slot_t), bw.q)?;
+            (0, 0)
+        }
+        _ => unreachable!("both annexes are Held or both Partner"),
+    };
     if chain_verify::enabled() {
         // (the regions' alignment padding too, which the reference leaves zero)
         call.zero(base, lw.bytes)?;
@@ -91,8 +102,8 @@ pub(super) fn fill_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<
         s2: at(base, lw.s2),
         qt2: at(base_t, lt.q2),
         st2: at(base_t, lt.s2),
-        bt: at(base, bt),
-        btt: at(base_t, btt),
+        bt,
+        btt,
         mc,
         mct,
         status: at(base, lw.status),
@@ -113,14 +124,14 @@ pub(super) fn fill_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<
     chain_form::b_scale_table(call, &lw, &bw, (e, r, c), base)?;
     chain_form::b_scale_table(call, &lt, &bwt, (e, c, r), base_t)?;
     if chain_verify::enabled() {
-        verify(call, &bw, (e, r, c), (&lw, base))?;
-        verify(call, &bwt, (e, c, r), (&lt, base_t))?;
+        verify(call, &bw, (e, r, c), (&lw, base), bwt.q)?;
+        verify(call, &bwt, (e, c, r), (&lt, base_t), bw.q)?;
     }
     Ok(true)
 }
 
-fn layout(b: &BMat, (e, cols, red): (usize, usize, usize)) -> BLayout {
-    b_layout((e, cols, red), e * b.ise as usize, true)
+fn layout(b: &BMat, (e, cols, red): (usize, usize, usize), bt: BtAt) -> BLayout {
+    b_layout((e, cols, red), e * b.ise as usize, bt)
 }
 
 /// `mx_chain_lists_*` over the `e * cols` rows of `b` with the per-stage counts `mc`.
@@ -152,38 +163,63 @@ fn lists(
     chain_form::launch_lists(call, b.fmt, &p)
 }
 
-/// `MXHOST_MX_CHAIN_VERIFY`: [`chain_form::prepare_b`] of `b` into scratch, every region of
-/// the annex at `base` compared with it.
+/// `MXHOST_MX_CHAIN_VERIFY`: [`chain_form::prepare_b`] of `b` into scratch (holding the
+/// transposed bytes), every region of the annex at `base` compared with it; with
+/// [`BtAt::Partner`], the partner's bytes (at `partner`) and the annex word's address too.
 fn verify(
     call: &mut Call,
     b: &BMat,
     dims: (usize, usize, usize),
     (l, base): (&BLayout, u64),
+    partner: u64,
 ) -> PluginResult<()> {
     let (e, cols, red) = dims;
-    let base_ref = call.alloc(l.bytes)?;
-    call.zero(base_ref, l.bytes)?;
-    let l_ref = chain_form::prepare_b(call, b, dims, false, base_ref)?;
-    debug_assert_eq!(&l_ref, l);
-    let form = |what, o: usize, bytes| Region {
+    let l_ref = layout(b, dims, BtAt::Held);
+    let base_ref = call.alloc(l_ref.bytes)?;
+    call.zero(base_ref, l_ref.bytes)?;
+    let l_ref = chain_form::prepare_b(call, b, dims, (BtAt::Held, 0), base_ref)?;
+    let form = |what, got: usize, want: usize, bytes| Region {
         what,
-        got: base + o as u64,
-        want: base_ref + o as u64,
+        got: base + got as u64,
+        want: base_ref + want as u64,
         bytes,
     };
     let n = e * cols * red;
-    let regions = [
-        form("q2", l.q2, n),
-        form("s2", l.s2, e * b.ise as usize),
-        form("the residual counts", l.cnt, e * cols * 4),
-        form("the transposed bytes", l.bt.expect("with bt"), n),
-        form("the FP32 scale table", l.sb, l.status - l.sb),
-        form("the status words", l.status, 8),
+    let want_bt = base_ref + l_ref.bt.expect("held") as u64;
+    let (bt_got, address) = match (l.bt, l.bt_ref) {
+        (Some(o), _) => (base + o as u64, None),
+        (None, Some(slot)) => {
+            let word = call.alloc(8)?;
+            call.put_u64(word, partner)?;
+            (partner, Some((base + slot as u64, word)))
+        }
+        (None, None) => unreachable!("an annex holds Bᵀ or its address"),
+    };
+    let mut regions = vec![
+        form("q2", l.q2, l_ref.q2, n),
+        form("s2", l.s2, l_ref.s2, e * b.ise as usize),
+        form("the residual counts", l.cnt, l_ref.cnt, e * cols * 4),
+        Region {
+            what: "the transposed bytes",
+            got: bt_got,
+            want: want_bt,
+            bytes: n,
+        },
+        form("the FP32 scale table", l.sb, l_ref.sb, l.status - l.sb),
+        form("the status words", l.status, l_ref.status, 8),
     ];
+    if let Some((got, want)) = address {
+        regions.push(Region {
+            what: "the partner's address",
+            got,
+            want,
+            bytes: 8,
+        });
+    }
     let lists = [Lists {
         what: "the residual records",
         got: base + l.res as u64,
-        want: base_ref + l.res as u64,
+        want: base_ref + l_ref.res as u64,
         cnt: base + l.cnt as u64,
         rows: e * cols,
         slots: chain_form::slots(red),

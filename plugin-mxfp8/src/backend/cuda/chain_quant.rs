@@ -90,7 +90,7 @@ pub(super) fn quantize_a_with_annex(call: &mut Call, args: &QuantizeArgs) -> Plu
     if x.dtype != DType::Bf16 || !annex_filled_here(call) {
         return Ok(false);
     }
-    let (AnnexRole::A { rows, red }, base) = checked_annex(o, annex)? else {
+    let (AnnexRole::A { rows, red }, base, _) = checked_annex(o, annex, false)? else {
         return Ok(false);
     };
     if !red.is_multiple_of(32) || !ptr(x).is_multiple_of(16) || !ptr(&o.data).is_multiple_of(8) {

@@ -236,6 +236,13 @@ impl Call {
         unsafe { cr::memset_d8_async(p, 0, bytes, self.stream) }.map_err(drv("cuMemsetD8Async"))
     }
 
+    /// Writes `value` to the 8 device bytes at `p`, in stream order.
+    pub(super) fn put_u64(&self, p: u64, value: u64) -> PluginResult<()> {
+        // SAFETY: `p` addresses 8 writable device bytes (an annex word); the pageable
+        // source is staged before the call returns.
+        unsafe { cr::memcpy_htod_async(p, &[value], self.stream) }.map_err(drv("cuMemcpyHtoDAsync"))
+    }
+
     pub(super) fn launch(
         &self,
         unit: Unit,

@@ -5,6 +5,7 @@
 
 use super::bf16_path::{dequantize_into, gemm_rows_bf16, Bf16Weight};
 use super::chain::{self, ChainMode, Gate};
+use super::chain_form;
 use super::chain_quant;
 use super::cublas;
 use super::device::{gemm_smem, tgemm_smem, Call};
@@ -296,14 +297,20 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                 )? {
                     Ok((gate, name)) => {
                         if gemm_trace() {
-                            let from = |a: Option<u64>| {
-                                if a.is_some() {
+                            let from = |annex: bool| {
+                                if annex {
                                     "annex"
                                 } else {
                                     "re-encoded in the call"
                                 }
                             };
-                            eprintln!("mxhost-plugin-mxfp8: GEMM {name} (M {rows} N {cols} K {red} E {e}, chained; A {}, B {}; the per-k32 kernel below runs instead if the re-encoding reports overflow, NaN/Inf or more than {} residuals)", from(annexes.a), from(annexes.b), gate.limit);
+                            let b_from = match annexes.b {
+                                Some((_, chain_form::BtAt::Partner)) => {
+                                    "annex referring to the partner tensor"
+                                }
+                                b => from(b.is_some()),
+                            };
+                            eprintln!("mxhost-plugin-mxfp8: GEMM {name} (M {rows} N {cols} K {red} E {e}, chained; A {}, B {b_from}; the per-k32 kernel below runs instead if the re-encoding reports overflow, NaN/Inf or more than {} residuals)", from(annexes.a.is_some()), gate.limit);
                         }
                         Some(gate)
                     }
