@@ -76,7 +76,11 @@ extern "C" __global__ void mx_chain_status_merge(const int* a, const int* b, int
 // A weight and its transposed copy with both chain forms (mx_reencode_pair.cuh; E4M3 only, as
 // the chained GEMM's B operand).
 extern "C" __global__ void __launch_bounds__(256) mx_reencode_pair_e4m3(const __grid_constant__ MxReencodePairParams p) {
-  mx_reencode_pair<0>(p);
+  mx_reencode_pair<0, true>(p);
+}
+// The same for annexes that refer to their partner's bytes (ABI 1.4): no copies written.
+extern "C" __global__ void __launch_bounds__(256) mx_reencode_pair_ref_e4m3(const __grid_constant__ MxReencodePairParams p) {
+  mx_reencode_pair<0, false>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e4m3(const __grid_constant__ MxChainListParams p) {
   mx_chain_lists<0>(p);

@@ -14,8 +14,10 @@
 // order, which no single block sees: mx_chain_lists then walks each row's counts and re-reads
 // only the stages that have residuals, writing the records exactly as mx_reencode_rows does.
 // So every byte equals the four launches' (MXHOST_MX_CHAIN_VERIFY compares them).
-// Traffic: 1 byte read and 4 written per element, against 4 and 4; 2 written when bt and btt
-// are null (annexes of ABI 1.4 that refer to their partner's bytes instead of copying them).
+// Traffic: 1 byte read and 4 written per element, against 4 and 4; 2 written without the copies
+// (COPIES = false, mx_reencode_pair_ref_*: annexes of ABI 1.4 that refer to their partner's
+// bytes instead of copying them; bt and btt unused). Two instantiations, not a runtime test:
+// with the stores predicated at run time ptxas kept 98 registers instead of 48 (run 127).
 // Requires mx_ptx.cuh, mx_numerics.cuh and mx_reencode.cuh. NVRTC-clean.
 #pragma once
 
@@ -25,7 +27,7 @@ struct MxReencodePairParams {
   const mx_u8* q; const mx_u8* s;
   mx_u8* q2; mx_u8* s2;       // W's form: copy [E][R][C], scale bytes in s's layout
   mx_u8* qt2; mx_u8* st2;     // Wᵀ's form: copy [E][C][R], scale bytes in st's layout
-  mx_u8* bt; mx_u8* btt;      // W transposed [E][C][R]; W's bytes [E][R][C] (both null: not written)
+  mx_u8* bt; mx_u8* btt;      // W transposed [E][C][R]; W's bytes [E][R][C] (COPIES only)
   mx_u8* mc; mx_u8* mct;      // residuals per row and stage: mc[(c / 128) * E R + e R + r],
                               //   mct[(r / 128) * E C + e C + c]
   int* status; int* status_t; // each copy's status words (this kernel ORs MX_RES_NONFINITE)
@@ -36,9 +38,10 @@ struct MxReencodePairParams {
 // of rows 16 w + i (i < 16) at bytes 4 l .. 4 l + 3 of the block: all in tile (w / 2, l / 8).
 // The transposes go through shared memory as mx_transpose_u8 does (4x4 byte transposes in
 // registers, swizzled words, 16-byte stores along the transposed rows: mx_t128_put/get).
-template <int FMT>
+template <int FMT, bool COPIES>
 MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
-  __shared__ __align__(16) mx_u32 sm[2][128 * 32];   // W transposed; Wᵀ's copy
+  constexpr int T1 = COPIES ? 1 : 0;                  // Wᵀ's copy's tile
+  __shared__ __align__(16) mx_u32 sm[T1 + 1][128 * 32];   // (COPIES: W transposed;) Wᵀ's copy
   __shared__ mx_u32 tile_s[4][4];                     // the block's tile scales [r tile][c tile]
   __shared__ int rowc[128], colc[128];                // residuals per row of W, per column
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -69,7 +72,6 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
   const mx_u32 st = max(max(tile_s[0][tb], tile_s[1][tb]), max(tile_s[2][tb], tile_s[3][tb]));
   const bool rows_ok = r0 + 16 * warp < R;   // R % 16 == 0: a warp's 16 rows are all in or out
   const bool word_ok = rows_ok && c0 + 4 * lane < C;
-  const bool copies = p.bt != nullptr;   // (bt and btt are both set or both null)
   const mx_i64 row0 = (mx_i64)e * R + r0 + 16 * warp;
   mx_u32 w[16];
 #pragma unroll
@@ -89,7 +91,7 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
       wt[q] = mx_fp8_shift4<FMT>(w[i], st - sc, mt);
       if (word_ok) {
         *reinterpret_cast<mx_u32*>(p.q2 + (row0 + i) * C + c0 + 4 * lane) = q2;
-        if (copies) *reinterpret_cast<mx_u32*>(p.btt + (row0 + i) * C + c0 + 4 * lane) = w[i];
+        if (COPIES) *reinterpret_cast<mx_u32*>(p.btt + (row0 + i) * C + c0 + 4 * lane) = w[i];
       }
       if (mw) atomicAdd(&rowc[16 * warp + i], __popc(mw));
       if (mt) {
@@ -99,8 +101,8 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
       }
     }
     // ---- the two transposes ----
-    if (copies) mx_t128_put(sm[0], warp, lane, blk, w[4 * blk], w[4 * blk + 1], w[4 * blk + 2], w[4 * blk + 3]);
-    mx_t128_put(sm[1], warp, lane, blk, wt[0], wt[1], wt[2], wt[3]);
+    if (COPIES) mx_t128_put(sm[0], warp, lane, blk, w[4 * blk], w[4 * blk + 1], w[4 * blk + 2], w[4 * blk + 3]);
+    mx_t128_put(sm[T1], warp, lane, blk, wt[0], wt[1], wt[2], wt[3]);
   }
   __syncthreads();
   const int j = t & 7;   // 16-byte chunk of a transposed row: block rows 16 j .. 16 j + 15
@@ -110,8 +112,8 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
     const int c = (t >> 3) + 32 * k;
     const mx_i64 o = ((mx_i64)e * C + c0 + c) * R + r0 + 16 * j;
 #pragma unroll
-    for (int m = copies ? 0 : 1; m < 2; ++m) {
-      const uint4 v = mx_t128_get(sm[m], c, j);
+    for (int m = COPIES ? 0 : 1; m < 2; ++m) {
+      const uint4 v = mx_t128_get(sm[COPIES ? m : 0], c, j);
       if (chunk_ok && c0 + c < C) *reinterpret_cast<uint4*>((m ? p.qt2 : p.bt) + o) = v;
     }
   }

@@ -73,22 +73,22 @@ pub(super) fn fill_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<
     let (bw, bwt) = (tile_mat(&args.output, (r, c)), tile_mat(t, (c, r)));
     let (lw, lt) = (layout(&bw, (e, r, c), bt_w), layout(&bwt, (e, c, r), bt_t));
     let at = |b: u64, o: usize| b + o as u64;
-    // Held: the kernel writes each annex's copy of the other's bytes; Partner: the annex
-    // words take the partner's address instead, and the kernel writes no copy (null).
-    let (bt, btt) = match (lw.bt, lt.bt, lw.bt_ref, lt.bt_ref) {
-        (Some(bt), Some(btt), _, _) => (at(base, bt), at(base_t, btt)),
-        (None, None, Some(slot), Some(slot_t)) => {
-            call.put_u64(at(base, slot), bwt.q)?;
-            call.put_u64(at(base_t, slot_t), bw.q)?;
-            (0, 0)
-        }
-        _ => unreachable!("both annexes are Held or both Partner"),
-    };
     if chain_verify::enabled() {
         // (the regions' alignment padding too, which the reference leaves zero)
         call.zero(base, lw.bytes)?;
         call.zero(base_t, lt.bytes)?;
     }
+    // Held: the kernel writes each annex's copy of the other's bytes; Partner: the annex
+    // words take the partner's address instead, and the kernel writes no copy (null).
+    let (bt, btt, kernel) = match (lw.bt, lt.bt, lw.bt_ref, lt.bt_ref) {
+        (Some(bt), Some(btt), _, _) => (at(base, bt), at(base_t, btt), "mx_reencode_pair_e4m3"),
+        (None, None, Some(slot), Some(slot_t)) => {
+            call.put_u64(at(base, slot), bwt.q)?;
+            call.put_u64(at(base_t, slot_t), bw.q)?;
+            (0, 0, "mx_reencode_pair_ref_e4m3")
+        }
+        _ => unreachable!("both annexes are Held or both Partner"),
+    };
     call.zero(at(base, lw.status), 8)?;
     call.zero(at(base_t, lt.status), 8)?;
     let (mc, mct) = (
@@ -113,7 +113,7 @@ pub(super) fn fill_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<
     };
     call.launch(
         Unit::Chain,
-        "mx_reencode_pair_e4m3",
+        kernel,
         (cdiv(c, 128), cdiv(r, 128), e),
         (256, 1, 1),
         0,
