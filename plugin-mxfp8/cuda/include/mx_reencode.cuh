@@ -24,6 +24,7 @@
 
 #define MX_RES_OVERFLOW 1
 #define MX_RES_NONFINITE 2
+#define MX_RES_UNALIGNED 4   // set by the host: a B annex's partner bytes are not 16-byte aligned (ABI 1.4)
 
 // One residual element: its index along the reduction and its exact MX value.
 struct MxRes { int k; float v; };

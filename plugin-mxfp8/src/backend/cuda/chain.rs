@@ -42,6 +42,10 @@ const MAX_E: usize = 256;
 /// address (a B annex referring to its partner's bytes), not Bᵀ itself.
 const MXC_BT_REF: i32 = 4;
 
+/// `MX_RES_UNALIGNED` of mx_reencode.cuh, as the status words' first i32 (the residual count,
+/// the second, 0): a B annex whose partner's bytes the chained GEMM cannot copy.
+const STATUS_UNALIGNED: u64 = 4;
+
 /// Residuals per element (both operands) up to which the 4-stage build computes the GEMM;
 /// above, the 3-stage build (larger correction rounds, its A′·B_res terms on the tensor
 /// cores) does. 0: the 4-stage build takes only GEMMs with no residual at all. Run 111 timed
@@ -242,6 +246,9 @@ fn describe_gate([flags, listed]: [i32; 2], limit: i32, split: Option<i32>) -> S
     if flags & 2 != 0 {
         why.push("a NaN/Inf block".to_string());
     }
+    if flags & STATUS_UNALIGNED as i32 != 0 {
+        why.push("the weight's partner bytes are not 16-byte aligned".to_string());
+    }
     if (listed as u32) > limit as u32 {
         why.push(format!("{listed} residuals > limit {limit}"));
     }
@@ -441,7 +448,12 @@ pub(super) fn fill_annex(
                 fmt,
             };
             let partner = partner.map_or(0, |t| t.data.ptr as u64);
-            chain_form::prepare_b(call, &b, (e, cols, red), (bt, partner), base)?;
+            let l = chain_form::prepare_b(call, &b, (e, cols, red), (bt, partner), base)?;
+            if bt == BtAt::Partner && !partner.is_multiple_of(16) {
+                // The gatherers' bulk copies read Bᵀ in 16-byte aligned pieces: close the gate
+                // of every GEMM that reads this annex (the per-k32 kernel computes them).
+                call.put_u64(base + l.status as u64, STATUS_UNALIGNED)?;
+            }
         }
     }
     Ok(())
@@ -704,6 +716,7 @@ mod tests {
         assert!(describe_gate([0, 100], 100, None).contains("4-stage"));
         assert!(describe_gate([0, 50], 100, Some(50)).contains("the 4-stage"));
         assert!(describe_gate([0, 51], 100, Some(50)).contains("the 3-stage"));
+        assert!(describe_gate([4, 0], 100, None).contains("not 16-byte aligned"));
         let closed = describe_gate([3, 101], 100, Some(50));
         assert!(
             closed.contains("overflowed") && closed.contains("NaN/Inf"),
