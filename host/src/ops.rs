@@ -220,11 +220,11 @@ pub fn quantize_with(
     } else {
         None
     };
-    // The plugin's annexes (ABI 1.3), allocated as it asks; their writable views are taken
-    // while they are unshared.
     // ABI 1.4: the two results of a transposing quantize keep each other's data alive (linked
     // after the call), so the plugin's annex of one may refer to the other's bytes.
     let partner_kept = out_t.is_some() && plugin.abi_minor >= 4;
+    // The plugin's annexes (ABI 1.3), allocated as it asks; their writable views are taken
+    // while they are unshared.
     let annex_for = |q: &mut MxTensor| -> OpResult<TensorView> {
         let words = annex_words(plugin, q, extras.keep_values, partner_kept)?;
         if words == 0 {
