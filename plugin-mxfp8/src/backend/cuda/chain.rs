@@ -817,6 +817,50 @@ mod tests {
         assert_eq!(b_annex_bt(false), BtAt::Held);
     }
 
+    /// The annex size says which B layout a quantize call got: the partner-referring one
+    /// (ABI 1.4) only where the call writes the partner; anything else is refused.
+    #[test]
+    fn an_annex_refers_to_its_partner_only_beside_one() {
+        let tensor = |shape: Vec<u64>, ptr: usize| {
+            let numel = shape.iter().product::<u64>() as usize;
+            TensorArg {
+                what: "t".into(),
+                ptr: ptr as *mut std::ffi::c_void,
+                dtype: mxhost_plugin_abi::DType::E4m3,
+                device: DeviceKind::Cuda,
+                ordinal: 0,
+                shape,
+                numel,
+            }
+        };
+        let (e, cols, red) = (2usize, 64usize, 96usize);
+        let w = MxArg {
+            data: tensor(vec![e as u64, cols as u64, red as u64], 0x1000),
+            scales: tensor(vec![e as u64, 2, 3], 0x2000),
+            format: MxFormat::E4m3,
+            mode: mxhost_plugin_abi::ScaleMode::Floor,
+            block: mxhost_plugin_abi::BlockLayout::tile(),
+            values: None,
+            annex: None,
+        };
+        let role = AnnexRole::B { e, cols, red };
+        let words = |bt| chain_form::annex_words(role_bytes(role, bt));
+        let annex = |numel: usize, ptr: usize| tensor(vec![numel as u64], ptr);
+        let held = annex(words(BtAt::Held), 0x10000);
+        let partner = annex(words(BtAt::Partner), 0x10000);
+        assert_eq!(checked_annex(&w, &held, false).unwrap().2, BtAt::Held);
+        assert_eq!(checked_annex(&w, &held, true).unwrap().2, BtAt::Held);
+        assert_eq!(checked_annex(&w, &partner, true).unwrap().2, BtAt::Partner);
+        assert!(
+            checked_annex(&w, &partner, false).is_err(),
+            "no partner written"
+        );
+        let odd = annex(words(BtAt::Held) - 1, 0x10000);
+        assert!(checked_annex(&w, &odd, true).is_err());
+        let unaligned = annex(words(BtAt::Partner), 0x10080);
+        assert!(checked_annex(&w, &unaligned, true).is_err());
+    }
+
     #[test]
     fn only_built_kernels_are_named() {
         assert_eq!(kernel_name_s3(1, 0, true), None);
