@@ -311,6 +311,16 @@ fn b_annex_layout((e, cols, red): (usize, usize, usize), bt: BtAt) -> chain_form
     chain_form::b_layout((e, cols, red), e * ise as usize, bt)
 }
 
+/// Which layout an annex of `words` i32 words has for a tensor of this role: holding Bᵀ (any
+/// role), or, for a B form where `partner` allows it, referring to the partner's bytes. The
+/// sizes differ, so the size alone tells them apart.
+fn annex_bt_of(role: AnnexRole, words: usize, partner: bool) -> Option<BtAt> {
+    [BtAt::Held, BtAt::Partner]
+        .into_iter()
+        .filter(|&bt| bt == BtAt::Held || (partner && matches!(role, AnnexRole::B { .. })))
+        .find(|&bt| words == chain_form::annex_words(role_bytes(role, bt)))
+}
+
 /// The B annex layout a quantize call asks for: referring to the partner's bytes when the
 /// host keeps the partner alive (ABI 1.4), else holding a copy. `MXHOST_MX_CHAIN_PARTNER=0`
 /// keeps the copies (for A/B timing).
@@ -393,18 +403,13 @@ pub(super) fn checked_annex(
             m.data.shape
         ))
     })?;
-    let words = |bt| chain_form::annex_words(role_bytes(role, bt));
     let base = annex.ptr as u64;
-    let bt = [BtAt::Held, BtAt::Partner]
-        .into_iter()
-        .filter(|&bt| bt == BtAt::Held || (has_partner && matches!(role, AnnexRole::B { .. })))
-        .find(|&bt| annex.numel == words(bt));
-    match bt {
+    match annex_bt_of(role, annex.numel, has_partner) {
         Some(bt) if base.is_multiple_of(256) => Ok((role, base, bt)),
         _ => Err(PluginError::invalid(format!(
             "quantize: annex of {} words at {base:#x}; this tensor's needs {} words, 256-byte aligned",
             annex.numel,
-            words(BtAt::Held)
+            chain_form::annex_words(role_bytes(role, BtAt::Held))
         ))),
     }
 }
@@ -488,11 +493,10 @@ impl Annexes {
         let b = b_annex
             .filter(|_| b_as_stored && b.w2d)
             .filter(|_| (b.ise, b.isr, b.isc) == chain_form::tile_strides(cols, red))
+            .filter(|t| (t.ptr as u64).is_multiple_of(256))
             .and_then(|t| {
-                [BtAt::Held, BtAt::Partner]
-                    .into_iter()
-                    .find(|&bt| fits(t, b_annex_layout((e, cols, red), bt).bytes))
-                    .map(|bt| (t.ptr as u64, bt))
+                let role = AnnexRole::B { e, cols, red };
+                annex_bt_of(role, t.numel, true).map(|bt| (t.ptr as u64, bt))
             });
         Annexes { a, b }
     }
