@@ -57,8 +57,7 @@ grep -oE "chained; A [a-z -]*, B [a-z -]*|chained gate (open|closed) \([^)]*\)[^
 # transposes instead of mx_reencode_block; run 119); on-split is `on` with MXHOST_MX_CHAIN_FORM=0
 # (the flat quantizer, then mx_reencode_block, instead of mx_quantize_rows_form; run 120);
 # on-copies is `on` with MXHOST_MX_CHAIN_PARTNER=0 (a weight's annexes hold copies of their
-# partner's bytes, as before ABI 1.4; run 127); a mode ending in -pN (e.g. on-p1, off-p8) sets
-# MXHOST_MX_WGRAD_PIECES=N (wgrad's in-call fake quantization in N pieces beside cuBLAS; run 131).
+# partner's bytes, as before ABI 1.4; run 127).
 n=0
 for mode in ${MODES:-off on}; do
     n=$((n + 1))
@@ -68,13 +67,12 @@ for mode in ${MODES:-off on}; do
     block=1; [ "$mode" = on-unblocked ] && block=0
     form=1; [ "$mode" = on-split ] && form=0
     partner=1; [ "$mode" = on-copies ] && partner=0
-    pieces=""; case "$mode" in *-p[0-9]*) pieces="${mode##*-p}" ;; esac
     MXHOST_MX_CHAIN=${mode%-*} MXHOST_MX_CHAIN_FUSED=$fused MXHOST_MX_CHAIN_PAIR=$pair MXHOST_MX_CHAIN_BLOCK=$block \
-        MXHOST_MX_CHAIN_FORM=$form MXHOST_MX_CHAIN_PARTNER=$partner env ${pieces:+MXHOST_MX_WGRAD_PIECES=$pieces} timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        MXHOST_MX_CHAIN_FORM=$form MXHOST_MX_CHAIN_PARTNER=$partner timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         ${ONLY:+--only "$ONLY"} --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$n-$mode.json" >"$out/bench-$n-$mode.txt" 2>&1
     echo "rc=$?"
     # shape key, op, µs, × BF16 (the full rows are in the file)
-    grep -E "^[a-d] .*(quantize|forward|dgrad|wgrad|step)" "$out/bench-$n-$mode.txt" |
+    grep -E "^[a-d] .*(quantize|forward|dgrad|step)" "$out/bench-$n-$mode.txt" |
         awk '{op=""; for (i=6; i<=NF-5; i++) op=op" "$i; printf "%s%-72.72s %8s %5s\n", $1, op, $(NF-4), $NF}'
 done
 # NCU=regex: ncu (clocks not locked) on the first two launches of the kernels matching it in

@@ -69,7 +69,6 @@ mod params;
 mod quantize;
 mod tma;
 mod wgrad;
-mod wgrad_bf16;
 
 use bf16_path::dequantize_into;
 use device::Call;

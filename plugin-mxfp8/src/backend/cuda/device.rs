@@ -28,9 +28,6 @@ pub(super) struct Dev {
     smem_optin: i32,
     funcs: Mutex<HashMap<String, FuncHandle>>,
     loaded: Mutex<Vec<Unit>>,
-    /// A second stream for work that runs beside a call's own ([`Call::side_stream`]),
-    /// created on first use and never destroyed (as the modules).
-    side: OnceLock<Result<usize, String>>,
 }
 
 /// A loaded kernel and whether it can be launched with the dynamic shared memory our
@@ -75,7 +72,6 @@ fn device(ordinal: i32) -> PluginResult<&'static Dev> {
         smem_optin: pc.smem_optin,
         funcs: Mutex::new(HashMap::new()),
         loaded: Mutex::new(Vec::new()),
-        side: OnceLock::new(),
     }));
     map.insert(ordinal, d);
     Ok(d)
@@ -247,48 +243,6 @@ impl Call {
         unsafe { cr::memcpy_htod_async(p, &[value], self.stream) }.map_err(drv("cuMemcpyHtoDAsync"))
     }
 
-    /// The device's side stream: work enqueued there may run beside this call's stream;
-    /// [`Call::order`] orders the two where a result of one feeds the other. Shared by
-    /// every call on the device, which only costs concurrency: each call waits for its own
-    /// events alone.
-    pub(super) fn side_stream(&self) -> PluginResult<cu::CUstream> {
-        let side = self.dev.side.get_or_init(|| {
-            // Non-blocking: the side stream never waits for the legacy default stream by
-            // itself; every dependency is an event.
-            cr::stream::create(cr::stream::StreamKind::NonBlocking)
-                .map(|s| s as usize)
-                .map_err(|e| format!("cuStreamCreate failed: {e}"))
-        });
-        match side {
-            Ok(s) => Ok(*s as cu::CUstream),
-            Err(e) => Err(PluginError::backend(format!("CUDA backend: {e}"))),
-        }
-    }
-
-    /// Makes `waiter` wait (on the device) for everything enqueued on `on` so far.
-    pub(super) fn order(&self, on: cu::CUstream, waiter: cu::CUstream) -> PluginResult<()> {
-        let ev = cr::event::create(cu::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-            .map_err(drv("cuEventCreate"))?;
-        // SAFETY: `ev` was just created; both streams belong to this call's context and
-        // outlive the call. Destroying an event whose record is pending is allowed: the
-        // driver releases it once the device has passed it, and the wait enqueued before
-        // captured the record.
-        let done = unsafe {
-            cr::event::record(ev, on)
-                .and_then(|()| {
-                    cr::stream::wait_event(
-                        waiter,
-                        ev,
-                        cu::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                    )
-                })
-                .map_err(drv("cuEventRecord/cuStreamWaitEvent"))
-        };
-        // SAFETY: as above; the event is not used after this.
-        let _ = unsafe { cr::event::destroy(ev) };
-        done
-    }
-
     pub(super) fn launch(
         &self,
         unit: Unit,
@@ -296,18 +250,6 @@ impl Call {
         grid: (usize, usize, usize),
         block: (u32, u32, u32),
         smem: u32,
-        params: &mut [*mut c_void],
-    ) -> PluginResult<()> {
-        self.launch_on(self.stream, unit, name, (grid, block, smem), params)
-    }
-
-    /// [`Call::launch`] on `stream`: this call's or [`Call::side_stream`].
-    pub(super) fn launch_on(
-        &self,
-        stream: cu::CUstream,
-        unit: Unit,
-        name: &str,
-        (grid, block, smem): ((usize, usize, usize), (u32, u32, u32), u32),
         params: &mut [*mut c_void],
     ) -> PluginResult<()> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
@@ -328,7 +270,7 @@ impl Call {
                 (grid.0 as u32, grid.1 as u32, grid.2 as u32),
                 block,
                 smem,
-                stream,
+                self.stream,
                 params,
             )
         }

@@ -3,12 +3,11 @@
 //! exactly by `mx_wgrad_relayout`), then one batched GEMM launch. The default
 //! dequantize-to-BF16 wgrad is [`wgrad_via_bf16`].
 
-use super::bf16_path::need_cublas;
+use super::bf16_path::{need_cublas, wgrad_via_bf16};
 use super::cublas;
 use super::device::Call;
 use super::gemm::{launch_gemm, offsets_on_device, unsupported_layout};
 use super::params::{GemmParams, QuantParams};
-use super::wgrad_bf16::wgrad_via_bf16;
 use super::{arg, cdiv, fmt_code, i32_of, mode_code, ptr, rup, COLS, GRID_YZ_MAX};
 use crate::kernels::Unit;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
