@@ -72,7 +72,7 @@ for mode in ${MODES:-off on}; do
         ${ONLY:+--only "$ONLY"} --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$n-$mode.json" >"$out/bench-$n-$mode.txt" 2>&1
     echo "rc=$?"
     # shape key, op, µs, × BF16 (the full rows are in the file)
-    grep -E "^[a-d] .*(quantize|forward|dgrad|step)" "$out/bench-$n-$mode.txt" |
+    grep -E "^[a-d] .*(quantize|forward|dgrad|wgrad|step)" "$out/bench-$n-$mode.txt" |
         awk '{op=""; for (i=6; i<=NF-5; i++) op=op" "$i; printf "%s%-72.72s %8s %5s\n", $1, op, $(NF-4), $NF}'
 done
 # NCU=regex: ncu (clocks not locked) on the first two launches of the kernels matching it in
