@@ -39,7 +39,7 @@ static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 2
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 96,
               "ReencodePairParams, ChainListParams in src/backend/cuda/params.rs");
-static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72 && sizeof(MxQuantBlockFormParams) == 88,
+static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72 && sizeof(MxQuantBlockFormParams) == 96,
               "QuantChainParams, ReencodeBlockParams, QuantBlockFormParams in src/backend/cuda/params.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 // the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
@@ -87,6 +87,14 @@ extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e4m3(const __gr
 }
 extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e5m2(const __grid_constant__ MxChainListParams p) {
   mx_chain_lists<1>(p);
+}
+// A weight's two copies' lists in one launch (grid y = 2: a, then b; grid x for the longer),
+// so that the second does not wait for the first one's tail (each is one short wave).
+extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_pair_e4m3(const __grid_constant__ MxChainListParams a,
+                                                                          const __grid_constant__ MxChainListParams b) {
+  const MxChainListParams& p = blockIdx.y ? b : a;
+  if ((mx_i64)blockIdx.x * 8 >= p.R) return;   // (the shorter copy's surplus CTAs)
+  mx_chain_lists<0>(p);
 }
 // An A operand (X, dY) with its transposed copy (mx_reencode_block.cuh; both formats, as the
 // chained GEMM's A operand).

@@ -4,7 +4,9 @@
 //
 // Outputs: the MX tensor (q, s: the bytes and scales mx_quantize_rows_* writes) and what
 // mx_reencode_block writes from them (the stage-uniform copy q2, s2, both transposed into at,
-// sat, and per row and stage the residual count mc, which mx_chain_lists turns into the lists).
+// sat, and per row and stage the residual count mc, which mx_chain_lists turns into the lists),
+// and the chained GEMM's FP32 stage-major scale table sa (what mx_scales_to_f32_stages writes
+// from s2: the CTA's 128 rows of one stage are 2 KB in one piece, so it costs no launch).
 // A 128 x 128 block is one 128-deep stage of 128 rows, so a row's stage scale is in the CTA and
 // nothing is carried from block to block: no running list, no scan (where mx_quant_chain.cuh,
 // which walks a 32-row tile's stages in order and lists as it goes, is issue-bound, run 114).
@@ -27,6 +29,8 @@ struct MxQuantBlockFormParams {
   mx_u8* at; mx_u8* sat;   // q2 and s2 transposed: [C][R], [C / 32][R]
   mx_u8* mc;               // residuals per row and stage: mc[(c / 128) * R + r]
   int* status;             // this kernel ORs MX_RES_NONFINITE into status[0]
+  float* sa;               // s2 as FP32, stage-major: sa[(c / 128) * 4 R + 4 r + (c / 32) % 4]
+                           //   (0 for the blocks past C / 32 of the last stage); 16-byte aligned
   int R, C, mode;
 };
 
@@ -116,5 +120,12 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
     const int i = t + 256 * k, rr = i & 127, b = i >> 7;
     if (r0 + rr < R && (c0 >> 5) + b < KB) p.sat[(mx_i64)((c0 >> 5) + b) * R + r0 + rr] = ssat[b][rr];
   }
-  if (t < 128 && r0 + t < R) p.mc[(mx_i64)blockIdx.x * R + r0 + t] = (mx_u8)rowc[t];
+  if (t < 128 && r0 + t < R) {
+    p.mc[(mx_i64)blockIdx.x * R + r0 + t] = (mx_u8)rowc[t];
+    // this stage's table row for block row t (ssat holds only the blocks inside the tensor)
+    float v[4];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) v[b] = (c0 >> 5) + b < KB ? mx_e8m0_to_f32(ssat[b][t]) : 0.f;
+    *reinterpret_cast<float4*>(p.sa + (mx_i64)blockIdx.x * 4 * R + 4 * (r0 + t)) = make_float4(v[0], v[1], v[2], v[3]);
+  }
 }

@@ -71,7 +71,8 @@ pub(super) fn form_a(
         0,
         &mut [arg(&p)],
     )?;
-    finish(call, a, (rows, red), mc, (&l, base))?;
+    lists(call, a, (rows, red), mc, (&l, base))?;
+    chain_form::a_scale_table(call, &l, (rows, red), base)?;
     if chain_verify::enabled() {
         verify(call, a, (rows, red), (&l, base))?;
     }
@@ -80,8 +81,8 @@ pub(super) fn form_a(
 
 /// What follows a one-pass kernel that left per-row, per-stage residual counts at `mc`
 /// (`mx_reencode_block_*`, `mx_quantize_rows_form_*`): `mx_chain_lists_*` writes the lists,
-/// their counts and status word 1, then the form's FP32 scale table.
-pub(super) fn finish(
+/// their counts and status word 1.
+pub(super) fn lists(
     call: &Call,
     a: &AMat,
     (rows, red): (usize, usize),
@@ -105,8 +106,7 @@ pub(super) fn finish(
         rdv: 1,
         slots: chain_form::slots(red) as i32,
     };
-    chain_form::launch_lists(call, a.fmt, &lp)?;
-    chain_form::a_scale_table(call, l, (rows, red), base)
+    chain_form::launch_lists(call, a.fmt, &lp)
 }
 
 /// Every region of the A-side form at `base` paired with the reference form at `base_ref`, and

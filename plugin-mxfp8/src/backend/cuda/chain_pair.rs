@@ -8,8 +8,8 @@
 //! and a 128 × 128 block of the weight holds every stage scale both re-encodings need.
 //! `mx_reencode_pair_e4m3` therefore reads the weight once and writes both copies, both
 //! transposed originals and both stage scale sets, with per-row residual counts per stage;
-//! `mx_chain_lists_e4m3` turns the counts into the lists, re-reading only the stages with
-//! residuals (cuda/include/mx_reencode_pair.cuh). The bytes are those of the two
+//! `mx_chain_lists_pair_e4m3` turns both copies' counts into their lists in one launch,
+//! re-reading only the stages with residuals (cuda/include/mx_reencode_pair.cuh). The bytes are those of the two
 //! [`chain_form::prepare_b`] calls; `MXHOST_MX_CHAIN_VERIFY=1` checks every region.
 //! With a host of ABI 1.4 (`AnnexQuery::partner_kept`) the annexes hold no transposed bytes
 //! at all, only the partner's address ([`BtAt::Partner`]): the kernel then writes 2 bytes per
@@ -119,8 +119,9 @@ pub(super) fn fill_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<
         0,
         &mut [arg(&p)],
     )?;
-    lists(call, &bw, (e, r, c), mc, (&lw, base))?;
-    lists(call, &bwt, (e, c, r), mct, (&lt, base_t))?;
+    let lw_p = list_params(&bw, (e, r, c), mc, (&lw, base))?;
+    let lt_p = list_params(&bwt, (e, c, r), mct, (&lt, base_t))?;
+    chain_form::launch_lists_pair(call, &lw_p, &lt_p)?;
     chain_form::b_scale_table(call, &lw, &bw, (e, r, c), base)?;
     chain_form::b_scale_table(call, &lt, &bwt, (e, c, r), base_t)?;
     if chain_verify::enabled() {
@@ -134,17 +135,17 @@ fn layout(b: &BMat, (e, cols, red): (usize, usize, usize), bt: BtAt) -> BLayout 
     b_layout((e, cols, red), e * b.ise as usize, bt)
 }
 
-/// `mx_chain_lists_*` over the `e * cols` rows of `b` with the per-stage counts `mc`.
-fn lists(
-    call: &Call,
+/// What `mx_chain_lists_*` needs for the `e * cols` rows of `b` with the per-stage counts
+/// `mc`.
+fn list_params(
     b: &BMat,
     (e, cols, red): (usize, usize, usize),
     mc: u64,
     (l, base): (&BLayout, u64),
-) -> PluginResult<()> {
+) -> PluginResult<ChainListParams> {
     let rows = e * cols;
     let at = |o: usize| base + o as u64;
-    let p = ChainListParams {
+    Ok(ChainListParams {
         q: b.q,
         s: b.s,
         mc,
@@ -159,8 +160,7 @@ fn lists(
         rpe: i32_of("rows", cols)?,
         rdv: 32,
         slots: chain_form::slots(red) as i32,
-    };
-    chain_form::launch_lists(call, b.fmt, &p)
+    })
 }
 
 /// `MXHOST_MX_CHAIN_VERIFY`: [`chain_form::prepare_b`] of `b` into scratch (holding the

@@ -180,6 +180,7 @@ fn fused(
             sat: at(l.sat),
             mc,
             status: at(l.status),
+            sa: at(l.sa),
             r: i32_of("rows", rows)?,
             c: i32_of("reduction", red)?,
             mode,
@@ -192,7 +193,8 @@ fn fused(
         let grid = (cdiv(red, 128), cdiv(rows, 128), 1);
         call.launch(Unit::Chain, name, grid, (256, 1, 1), 0, &mut [arg(&p)])?;
         let a = AMat { q, s, fmt, rdiv: 1 };
-        chain_block::finish(call, &a, (rows, red), mc, (&l, base))?;
+        // (the kernel wrote the FP32 scale table too)
+        chain_block::lists(call, &a, (rows, red), mc, (&l, base))?;
         return Ok(l);
     }
     let p = QuantChainParams {

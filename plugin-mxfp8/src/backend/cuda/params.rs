@@ -245,6 +245,7 @@ pub(super) struct QuantBlockFormParams {
     pub(super) sat: u64,
     pub(super) mc: u64,
     pub(super) status: u64,
+    pub(super) sa: u64,
     pub(super) r: i32,
     pub(super) c: i32,
     pub(super) mode: i32,
@@ -337,7 +338,7 @@ const _: () = {
     assert!(std::mem::size_of::<ReencodePairParams>() == 104);
     assert!(std::mem::size_of::<ChainListParams>() == 96);
     assert!(std::mem::size_of::<ReencodeBlockParams>() == 72);
-    assert!(std::mem::size_of::<QuantBlockFormParams>() == 88);
+    assert!(std::mem::size_of::<QuantBlockFormParams>() == 96);
     assert!(std::mem::size_of::<ChainFix>() == 112);
     assert!(std::mem::size_of::<ChainParams>() == 576);
     assert!(std::mem::offset_of!(ChainParams, f) == 448);
