@@ -88,14 +88,6 @@ extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e4m3(const __gr
 extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e5m2(const __grid_constant__ MxChainListParams p) {
   mx_chain_lists<1>(p);
 }
-// A weight's two copies' lists in one launch (grid y = 2: a, then b; grid x for the longer),
-// so that the second does not wait for the first one's tail (each is one short wave).
-extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_pair_e4m3(const __grid_constant__ MxChainListParams a,
-                                                                          const __grid_constant__ MxChainListParams b) {
-  const MxChainListParams& p = blockIdx.y ? b : a;
-  if ((mx_i64)blockIdx.x * 8 >= p.R) return;   // (the shorter copy's surplus CTAs)
-  mx_chain_lists<0>(p);
-}
 // An A operand (X, dY) with its transposed copy (mx_reencode_block.cuh; both formats, as the
 // chained GEMM's A operand).
 extern "C" __global__ void __launch_bounds__(256) mx_reencode_block_e4m3(const __grid_constant__ MxReencodeBlockParams p) {

@@ -220,7 +220,6 @@ impl Unit {
                 "mx_reencode_pair_ref_e4m3",
                 "mx_chain_lists_e4m3",
                 "mx_chain_lists_e5m2",
-                "mx_chain_lists_pair_e4m3",
                 "mx_reencode_block_e4m3",
                 "mx_reencode_block_e5m2",
                 "mx_quantize_rows_form_e4m3",

@@ -239,23 +239,6 @@ pub(super) fn launch_lists(call: &Call, fmt: u8, p: &ChainListParams) -> PluginR
     )
 }
 
-/// [`launch_lists`] for both copies of a weight at once (`mx_chain_lists_pair_e4m3`, E4M3).
-pub(super) fn launch_lists_pair(
-    call: &Call,
-    a: &ChainListParams,
-    b: &ChainListParams,
-) -> PluginResult<()> {
-    let grid = cdiv(a.r.max(b.r) as usize, 8);
-    call.launch(
-        Unit::Chain,
-        "mx_chain_lists_pair_e4m3",
-        (grid, 2, 1),
-        (256, 1, 1),
-        0,
-        &mut [arg(a), arg(b)],
-    )
-}
-
 /// Fills the A-side chain form of `a` (`[rows][red]`, 1×32) at `base` ([`a_layout`] bytes).
 pub(super) fn prepare_a(
     call: &Call,
