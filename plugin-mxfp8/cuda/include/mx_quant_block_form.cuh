@@ -44,8 +44,7 @@ template <int FMT>
 MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   __shared__ __align__(16) mx_u32 sm[128 * 32];   // q2 transposed: word (column, 4-row group)
   __shared__ int rowc[128];                       // residuals per block row
-  __shared__ mx_u8 ssat[4][128];                  // the block's s2 (= sat) bytes [k32 block][row]
-  __shared__ mx_u8 ss[4][128];                    // the block's s bytes [k32 block][row]
+  __shared__ mx_u8 ssat[4][128];                  // the block's sat bytes [k32 block][row]
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int hb = lane >> 4, j = lane & 15;
   const int c0 = blockIdx.x * 128, r0 = blockIdx.y * 128;
@@ -84,7 +83,8 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       *reinterpret_cast<uint2*>(p.q + o) = make_uint2(q[0], q[1]);
       *reinterpret_cast<uint2*>(p.q2 + o) = make_uint2(q2[i][0], q2[i][1]);
       if ((j & 3) == 0) {
-        ss[j >> 2][rb + i] = (mx_u8)sb;
+        p.s[(mx_i64)r * KB + kb] = (mx_u8)sb;
+        p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
         ssat[j >> 2][rb + i] = (mx_u8)S;
         if (S == 0xFFu) atomicOr(p.status, MX_RES_NONFINITE);
       }
@@ -121,18 +121,6 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
     if (r0 + rr < R && (c0 >> 5) + b < KB) p.sat[(mx_i64)((c0 >> 5) + b) * R + r0 + rr] = ssat[b][rr];
   }
   if (t < 128 && r0 + t < R) {
-    // s and s2: a row's four bytes of this stage as one word where they are whole and aligned
-    // (a byte store per row and block put 2 sectors of 4 useful bytes in each warp store,
-    // 16 such stores per warp; ncu found the kernel bound by L2 requests, run 129)
-    const mx_i64 so = (mx_i64)(r0 + t) * KB + (c0 >> 5);
-    if ((KB & 3) == 0 && ((reinterpret_cast<mx_u64>(p.s) | reinterpret_cast<mx_u64>(p.s2)) & 3) == 0) {
-      *reinterpret_cast<mx_u32*>(p.s + so) = ss[0][t] | ss[1][t] << 8 | ss[2][t] << 16 | (mx_u32)ss[3][t] << 24;
-      *reinterpret_cast<mx_u32*>(p.s2 + so) = ssat[0][t] | ssat[1][t] << 8 | ssat[2][t] << 16 | (mx_u32)ssat[3][t] << 24;
-    } else {
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-        if ((c0 >> 5) + b < KB) { p.s[so + b] = ss[b][t]; p.s2[so + b] = ssat[b][t]; }
-    }
     p.mc[(mx_i64)blockIdx.x * R + r0 + t] = (mx_u8)rowc[t];
     // this stage's table row for block row t (ssat holds only the blocks inside the tensor)
     float v[4];
