@@ -1,0 +1,108 @@
+//! How many residuals a chained wgrad's B operand would carry, on the CPU (docs/perf.md,
+//! "twenty-third part"). wgrad reduces over M, and with the default recipe X is quantized
+//! 1×32 along M: each column k has its own scale per 32 rows. The chained GEMM promotes once
+//! per 128-deep stage, so B must be re-encoded to scales that are uniform over each stage's
+//! scale group, and every element that does not survive the shift becomes a residual
+//! (`numerics::reencode`). Two groupings are possible:
+//! - per column (4 scales: the column's 4 blocks of the stage), as the A side of forward is
+//!   re-encoded: the kernel then needs a B scale per output column;
+//! - per 32 columns (128 scales), the B layout the chained kernel has today (one scale per 32
+//!   columns and stage): no kernel change for the scales, but one large column in the group
+//!   shifts the other 31.
+//!
+//! Run: `cargo run --release -p mxhost-plugin-mxfp8 --example wgrad_stage_residuals`.
+//! Prints residuals per element for three kinds of activations (i.i.d. Gaussian, channels
+//! with log-normal magnitudes, 1 % outlier channels at 30×); the chained gate closes above
+//! 1e-4 per element.
+
+use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
+use mxhost_plugin_common::testing::Rng;
+use mxhost_plugin_mxfp8::numerics::reencode::{reencode_rows, shift_exact};
+use mxhost_plugin_mxfp8::quantize_mx;
+
+const M: usize = 4096;
+const K: usize = 1024;
+
+/// Xᵀ `[K][M]` (column k of X is row k here) with per-channel magnitudes `chan`.
+fn activations(rng: &mut Rng, chan: &[f64]) -> Vec<f32> {
+    let mut xt = vec![0f32; K * M];
+    for (k, row) in xt.chunks_mut(M).enumerate() {
+        for v in row {
+            *v = (rng.normal() * chan[k]) as f32;
+        }
+    }
+    xt
+}
+
+/// Residuals when every group of `cols` columns × one 128-row stage shares the group's
+/// largest scale byte (bytes `[K][M]`, scales `[K][M / 32]`).
+fn residuals_grouped(bytes: &[u8], scales: &[u8], cols: usize) -> usize {
+    let kb = M / 32;
+    let mut n = 0;
+    for k0 in (0..K).step_by(cols) {
+        for stage in 0..M / 128 {
+            let blocks = |k: usize| &scales[k * kb + 4 * stage..k * kb + 4 * stage + 4];
+            let top = (k0..k0 + cols)
+                .flat_map(|k| blocks(k).iter().copied())
+                .max()
+                .unwrap();
+            for k in k0..k0 + cols {
+                for (i, &t) in blocks(k).iter().enumerate() {
+                    let m0 = 128 * stage + 32 * i;
+                    n += bytes[k * M + m0..k * M + m0 + 32]
+                        .iter()
+                        .filter(|&&b| shift_exact(b, (top - t) as u32, MxFormat::E4m3).is_none())
+                        .count();
+                }
+            }
+        }
+    }
+    n
+}
+
+fn main() {
+    let mut rng = Rng::new(20261204);
+    let kinds: [(&str, Vec<f64>); 3] = [
+        ("i.i.d. N(0, 1)", vec![1.0; K]),
+        (
+            "channels ~ lognormal(0, 1)",
+            (0..K).map(|_| rng.normal().exp()).collect(),
+        ),
+        (
+            "1 % outlier channels at 30x",
+            (0..K)
+                .map(|_| if rng.below(100) == 0 { 30.0 } else { 1.0 })
+                .collect(),
+        ),
+    ];
+    println!("X [{M} rows][{K} channels], 1x32 along M, E4M3, rceil; residuals per element");
+    println!(
+        "{:<30} {:>14} {:>16}",
+        "activations", "per column", "per 32 columns"
+    );
+    for (name, chan) in kinds {
+        let xt = activations(&mut rng, &chan);
+        let (mut bytes, mut scales) = (vec![0u8; K * M], vec![0u8; K * M / 32]);
+        quantize_mx(
+            &xt,
+            &[K as u64, M as u64],
+            BlockLayout::vector(1),
+            MxFormat::E4m3,
+            ScaleMode::Rceil,
+            &mut bytes,
+            &mut scales,
+        )
+        .expect("quantize");
+        let per_col = reencode_rows(&bytes, &scales, K, M, MxFormat::E4m3)
+            .expect("finite")
+            .residuals
+            .len();
+        let per_32 = residuals_grouped(&bytes, &scales, 32);
+        let n = (K * M) as f64;
+        println!(
+            "{name:<30} {:>14.2e} {:>16.2e}",
+            per_col as f64 / n,
+            per_32 as f64 / n
+        );
+    }
+}
