@@ -62,6 +62,12 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, 3, false, true, true>(p.b, &p.f); }
 
+// The chained wgrad (batched over experts, B with a scale per column and stage): the 3-stage
+// build with the tensor-core corrections, as MXC_INST_TC.
+#define MXC_INST_W(NAME, FA, FB, OBF) \
+  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
+  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 0, OBF, 3, false, true, true>(p.b, &p.f); }
+
 // The gate's status words of one GEMM from its operands' own (each operand re-encoded on its
 // own, in the call or by its quantizer into an annex): flags ORed, counts added (saturating,
 // so a huge sum still closes the gate).
@@ -137,6 +143,8 @@ MXC_INST(mx_cgemm_e4m3e4m3_w2d_f32, 0, 0, 0, 4, false)
 MXC_INST(mx_cgemm_e5m2e4m3_w2d_bf16, 1, 0, 1, 4, false)
 MXC_INST_TC(mx_cgemm_e4m3e4m3_w2d_bf16_s3, 0, 0, 1)
 MXC_INST_TC(mx_cgemm_e4m3e4m3_w2d_f32_s3, 0, 0, 0)
+MXC_INST_W(mx_cgemm_w_e4m3e4m3_bf16_s3, 0, 0, 1)
+MXC_INST_W(mx_cgemm_w_e4m3e4m3_f32_s3, 0, 0, 0)
 #ifdef MXC_HARNESS_VARIANTS   // bench/launch.cu: the polling builds (run 103)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16_poll, 0, 0, 1, 4, true)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16_s3_poll, 0, 0, 1, 3, true)

@@ -233,6 +233,8 @@ impl Unit {
                 "mx_cgemm_e5m2e4m3_w2d_bf16",
                 "mx_cgemm_e4m3e4m3_w2d_bf16_s3",
                 "mx_cgemm_e4m3e4m3_w2d_f32_s3",
+                "mx_cgemm_w_e4m3e4m3_bf16_s3",
+                "mx_cgemm_w_e4m3e4m3_f32_s3",
             ]
             .map(String::from)
             .to_vec(),

@@ -15,8 +15,10 @@
 // stays 128 x 128). Requires the mx_tgemm_* headers. NVRTC-clean.
 #pragma once
 
+// SB2D 1: B in 32x32 tiles (forward, dgrad); 0: a B scale per column and stage (wgrad, both
+// operands re-encoded per row along M): the SB region then holds the stage's 128 column scales
+// (512 B, one row: the stage is uniform; mxt_fill loads only that row for this layout).
 template <int SB2D> struct MxtLay256 {
-  static_assert(SB2D == 1, "the chained GEMM takes 32x32 B scales only");
   static constexpr int BM = 256, BN = 128, STAGE = 54272;
   static constexpr int A_WG = 8192, B_OFF = 32768, SA_OFF = 49152, SB_OFF = 53248;
 };
@@ -112,9 +114,24 @@ MX_DEV int mxc_find(const int* off, int n, int g) {
   return lo;
 }
 
+// The first of a row's n list entries whose k (m for wgrad) is >= key (a row's list is in k
+// order). Batched GEMMs (wgrad) take each tile's entries within its expert's segment of Mpad.
+MX_DEV int mxc_lower(const MxRes* row, int n, int key) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (row[mid].k < key) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
 // The gatherers (gt = 0..95: warps 1-3 of the producer warpgroup). They move bytes only: the
 // consumers convert them (mxc_apply).
-template <class FS>
+// BAT (wgrad: p.batched, B with a scale per column): a row's list spans every expert, so a
+// tile counts and takes only the entries with m in its expert's segment [g_pre[e], g_pre[e+1]),
+// B lists are indexed by column alone (no expert), and an A entry's unit holds B's 128 bytes at
+// m and their 128 column scales (sBo[(m / 32) * isr + n], isc = 1) instead of s4's four.
+template <bool BAT, class FS>
 MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const int* g_start,
                        const int* g_pre, int gt) {
   constexpr int U = FS::U;
@@ -125,12 +142,17 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
   for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
     const MxgTile T = mxg_decode(p, t, 256, c.ntn, c.tiles_m, g_start, g_pre, 128);
     named_bar_sync(3, 96);   // the previous tile's offsets are no longer read
+    const int m0 = BAT ? g_pre[T.e] : 0, m1 = BAT ? g_pre[T.e + 1] : 0;
     if (gw == 0) {
       int cn[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const int r = 8 * lane + i;
         cn[i] = ((f.terms & 1) && r < T.rows) ? f.cntA[T.row0 + r] : 0;
+        if (BAT && cn[i] > 0) {
+          const MxRes* row = f.resA + (mx_i64)(T.row0 + r) * f.slots;
+          cn[i] = mxc_lower(row, cn[i], m1) - mxc_lower(row, cn[i], m0);
+        }
       }
       mxc_offsets<8>(cn, F.offA, lane);
     } else if (gw == 1) {
@@ -138,7 +160,12 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int n = T.n0 + 4 * lane + i;
-        cn[i] = ((f.terms & 2) && n < p.N) ? f.cntB[(mx_i64)T.e * p.N + n] : 0;
+        const mx_i64 lr = (BAT ? 0 : (mx_i64)T.e * p.N) + n;
+        cn[i] = ((f.terms & 2) && n < p.N) ? f.cntB[lr] : 0;
+        if (BAT && cn[i] > 0) {
+          const MxRes* row = f.resB + lr * f.slots;
+          cn[i] = mxc_lower(row, cn[i], m1) - mxc_lower(row, cn[i], m0);
+        }
       }
       mxc_offsets<4>(cn, F.offB, lane);
     }
@@ -161,7 +188,16 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
       // one thread per entry: its record, then the bulk copies of its window(s)
       for (int i = gt; i < nA + nB; i += 96) {
         const mx_u32 dst = smem_u32(R.raw + MXC_UNIT * (i < nA ? i : nA + 2 * (i - nA)));
-        if (i < nA) {
+        if (BAT && i < nA) {   // B's bytes at m and their column scales: the unit's two halves
+          const int g = a0 + i, r = mxc_find(F.offA, 256, g);
+          const MxRes* row = f.resA + (mx_i64)(T.row0 + r) * f.slots;
+          const MxRes x = row[mxc_lower(row, f.cntA[T.row0 + r], m0) + (g - F.offA[r])];
+          R.idx[i] = (mx_u8)r; R.v[i] = x.v;
+          const mx_u32 bytes = (mx_u32)min(128, p.N - T.n0);   // (N % 16 == 0)
+          mbar_expect_tx(&F.full[b], 2 * bytes);
+          bulk_load(dst, Bt + (mx_i64)x.k * p.N + T.n0, bytes, &F.full[b]);
+          bulk_load(dst + 128, f.sBo + (mx_i64)(x.k >> 5) * f.isr + T.n0, bytes, &F.full[b]);
+        } else if (i < nA) {
           const int g = a0 + i, r = mxc_find(F.offA, 256, g);
           const MxRes x = f.resA[(mx_i64)(T.row0 + r) * f.slots + (g - F.offA[r])];
           const mx_u8* sk = f.sBo + (mx_i64)T.e * f.ise + (mx_i64)(x.k >> 5) * f.isr + (mx_i64)(T.n0 >> 5) * f.isc;
@@ -175,7 +211,8 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
           bulk_load(dst, Bt + (mx_i64)T.e * f.bt_es + (mx_i64)x.k * p.N + T.n0, bytes, &F.full[b]);
         } else {
           const int g = b0 + i - nA, cl = mxc_find(F.offB, 128, g);
-          const MxRes x = f.resB[((mx_i64)T.e * p.N + T.n0 + cl) * f.slots + (g - F.offB[cl])];
+          const MxRes* row = f.resB + ((BAT ? 0 : (mx_i64)T.e * p.N) + T.n0 + cl) * f.slots;
+          const MxRes x = row[(BAT ? mxc_lower(row, f.cntB[T.n0 + cl], m0) : 0) + (g - F.offB[cl])];
           R.idx[i] = (mx_u8)cl; R.v[i] = x.v;
           const mx_i64 w = (mx_i64)(T.row0 & ~15);
           mbar_expect_tx(&F.full[b], 2 * MXC_UNIT);
@@ -192,7 +229,8 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
 // A round's terms on a consumer thread's outputs: rows wrow + {0, 8, 64, 72} (ascending) and
 // columns 8 j + 2 (lane & 3) + {0, 1}; acc[64 (q >> 1) + 4 j + 2 (q & 1) + c] for row q,
 // column (j, c). The round's offset tables give each row's and column's entries directly.
-template <int FA, int FB, int U>
+// PCS (wgrad): an A entry's unit holds B's column scales at +128 (one per column) instead of s4.
+template <int FA, int FB, int U, bool PCS = false>
 MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane, bool b_terms = true) {
   static_assert(U <= 255, "round offsets are bytes");
   const int nA = R.nA, nB = R.nB, cofs = 2 * (lane & 3);
@@ -209,9 +247,15 @@ MX_DEV void mxc_apply(const MxcRound<U>& R, float* acc, int wrow, int lane, bool
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
           const mx_u32 b2 = *reinterpret_cast<const mx_u16*>(bv + 8 * j);
-          const float sv = v * mx_e8m0_to_f32((s4 >> (8 * (j >> 2))) & 0xFFu);   // (exact: a power of two)
-          aq[4 * j] = fmaf(sv, mx_fp8_value<FB>(b2 & 0xFFu), aq[4 * j]);
-          aq[4 * j + 1] = fmaf(sv, mx_fp8_value<FB>(b2 >> 8), aq[4 * j + 1]);
+          if constexpr (PCS) {   // (exact: v times a power of two)
+            const mx_u32 c2 = *reinterpret_cast<const mx_u16*>(bv + 128 + 8 * j);
+            aq[4 * j] = fmaf(v * mx_e8m0_to_f32(c2 & 0xFFu), mx_fp8_value<FB>(b2 & 0xFFu), aq[4 * j]);
+            aq[4 * j + 1] = fmaf(v * mx_e8m0_to_f32(c2 >> 8), mx_fp8_value<FB>(b2 >> 8), aq[4 * j + 1]);
+          } else {
+            const float sv = v * mx_e8m0_to_f32((s4 >> (8 * (j >> 2))) & 0xFFu);   // (exact: a power of two)
+            aq[4 * j] = fmaf(sv, mx_fp8_value<FB>(b2 & 0xFFu), aq[4 * j]);
+            aq[4 * j + 1] = fmaf(sv, mx_fp8_value<FB>(b2 >> 8), aq[4 * j + 1]);
+          }
         }
       }
     }
@@ -301,12 +345,12 @@ MX_DEV void mxc_apply_b_tc(const MxcRound<U>& R, mx_u8* slab, float* acc, int wg
 // Waits for the next round (the consumers' sequence of rounds follows their tiles: while a
 // tile's last round is not taken, the next one is this tile's), adds it, releases it; returns
 // whether it was the tile's last. TCB: the B entries on the tensor cores (mxc_apply_b_tc).
-template <int FA, int FB, class FS, bool TCB = false>
+template <int FA, int FB, class FS, bool TCB = false, bool PCS = false>
 MX_DEV bool mxc_take(FS& F, int& fb, mx_u32& fph, float* acc, int wrow, int lane, int wg = 0, int lt = 0) {
   constexpr int U = FS::U;
   mbar_wait(&F.full[fb], fph);
   const bool last = F.buf[fb].last != 0;
-  mxc_apply<FA, FB, U>(F.buf[fb], acc, wrow, lane, !TCB);
+  mxc_apply<FA, FB, U, PCS>(F.buf[fb], acc, wrow, lane, !TCB);
   if constexpr (TCB) mxc_apply_b_tc<FA, U>(F.buf[fb], F.tcb[wg], acc, wg, lt);
   __syncwarp();
   if (lane == 0) mbar_arrive(&F.empty[fb]);
@@ -419,7 +463,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
     if (tid == 256)
       mxt_produce<SB2D, STAGES, 0, LAY>(P, g_start, g_pre, sbase, blockIdx.x, gridDim.x, full, empty);
     else if (fix != nullptr && tid >= 288)
-      mxc_gather(p, *fix, F, g_start, g_pre, tid - 288);
+      mxc_gather<!SB2D>(p, *fix, F, g_start, g_pre, tid - 288);
     return;
   }
   setmaxnreg_inc<224>();
@@ -457,7 +501,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
       if (POLL && fix != nullptr && !tdone && __shfl_sync(0xffffffffu, (int)mbar_test(&F.full[fb], fph), 0))
         tdone = mxc_take<FA, FB>(F, fb, fph, acc, wrow, lane);
     }
-    while (!tdone) tdone = mxc_take<FA, FB, FS, TCB>(F, fb, fph, acc, wrow, lane, wg, lt);
+    while (!tdone) tdone = mxc_take<FA, FB, FS, TCB, !SB2D>(F, fb, fph, acc, wrow, lane, wg, lt);
     int te = t;
     asm volatile("" : "+r"(te));
     const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);

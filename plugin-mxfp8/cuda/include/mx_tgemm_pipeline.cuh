@@ -155,7 +155,8 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
     sa_rows = sa_rows < LAY::BM ? sa_rows : LAY::BM;       // never read past the SA table
     if (MC && sa_rows < 0) sa_rows = 0;                    // (a second half past the buffer's last row)
     constexpr mx_u32 SBW = LAY::BN == 192 ? 32 : 16;      // 2D: bytes of weight scales per kb
-    const mx_u32 sb_bytes = SB2D ? 4 * SBW : 2048;
+    constexpr bool SB1 = !SB2D && LAY::BM == 256;          // the chained wgrad: one 1D row per stage
+    const mx_u32 sb_bytes = SB2D ? 4 * SBW : (SB1 ? 512 : 2048);
     mbar_arrive_expect_tx(&full[s.stage], ABYTES + LAY::BN * 128 + sa_rows * 16 + sb_bytes);
     tma_load_2d(dst, &P.tmA, k0, s.row0, &full[s.stage]);
     if (MC == 1) {
@@ -173,7 +174,7 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       if (SB2D) bulk_load(dst + LAY::SB_OFF + SBW * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + ((s.n0 >> 5) & (SBW == 32 ? ~3 : ~0)), SBW, &full[s.stage]);
-      else      bulk_load(dst + LAY::SB_OFF + 512 * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + s.n0, 512, &full[s.stage]);
+      else if (!SB1 || r == 0) bulk_load(dst + LAY::SB_OFF + 512 * r, SBexp + (mx_i64)(kb0 + r) * p.ldsb + s.n0, 512, &full[s.stage]);
     }
     ++s.ks; ++s.pc;
     if (++s.stage == STAGES) { s.stage = 0; s.phase ^= 1; }

@@ -63,6 +63,7 @@ mod chain_form;
 mod chain_pair;
 mod chain_quant;
 mod chain_verify;
+mod chain_wgrad;
 mod device;
 mod gemm;
 mod params;

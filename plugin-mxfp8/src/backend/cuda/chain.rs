@@ -150,6 +150,15 @@ fn ranges(mode: ChainMode, elements: f64, has_s3: bool) -> Ranges {
     }
 }
 
+/// The most residuals (both operands) a single-build chained GEMM over `elements` operand
+/// elements takes under the current mode (the chained wgrad's gate).
+pub(super) fn residual_limit(elements: f64) -> PluginResult<i32> {
+    Ok(match mode()? {
+        ChainMode::Always => i32::MAX,
+        _ => (MAX_RESIDUALS_PER_ELEMENT * elements).min(i32::MAX as f64) as i32,
+    })
+}
+
 /// Why the chained GEMM cannot take a forward/dgrad of `rows` × `cols` over `red` with `e`
 /// experts, or `None` when it can. The shape-only part, which the caller can ask before it
 /// builds the operands (to keep such a GEMM off the dequantize-to-BF16 path).
@@ -222,6 +231,15 @@ pub(super) struct Gate {
 }
 
 impl Gate {
+    /// The gate of a GEMM with one chained build (the chained wgrad).
+    pub(super) fn single(status: u64, limit: i32) -> Gate {
+        Gate {
+            status,
+            limit,
+            split: None,
+        }
+    }
+
     /// Which kernel the gate let compute the output, read back from the re-encoding's
     /// status words. It synchronizes the stream, so only `MXHOST_MX_GEMM_TRACE=1` calls it.
     pub(super) fn report(&self, call: &Call) -> PluginResult<String> {

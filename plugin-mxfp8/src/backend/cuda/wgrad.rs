@@ -4,9 +4,10 @@
 //! dequantize-to-BF16 wgrad is [`wgrad_via_bf16`].
 
 use super::bf16_path::{need_cublas, wgrad_via_bf16};
+use super::chain_wgrad;
 use super::cublas;
 use super::device::Call;
-use super::gemm::{launch_gemm, offsets_on_device, unsupported_layout};
+use super::gemm::{gemm_trace, launch_gemm, offsets_on_device, unsupported_layout};
 use super::params::{GemmParams, QuantParams};
 use super::{arg, cdiv, fmt_code, i32_of, mode_code, ptr, rup, COLS, GRID_YZ_MAX};
 use crate::kernels::Unit;
@@ -29,11 +30,15 @@ pub(super) fn wgrad(call: &mut Call, args: &GemmArgs, out_bf16: bool) -> PluginR
     let e = args.offs.len();
     let groups = args.groups();
     // The portable build has no FP8 kernel: always the dequantize-to-BF16 path.
+    // (the chained wgrad, when asked for and the shape fits, runs on the FP8 path)
+    let chained = !call.dev.portable
+        && chain_wgrad::enabled()?
+        && chain_wgrad::refusal(call, wgrad_fmts(args)?, (e, n, k)).is_none();
     let via_bf16 = if call.dev.portable {
         need_cublas()?;
         true
     } else {
-        cublas::wgrad_path()? != cublas::GemmPath::Fp8
+        !chained && cublas::wgrad_path()? != cublas::GemmPath::Fp8
     };
     if via_bf16 {
         return wgrad_via_bf16(call, args, &groups, out_bf16);
@@ -76,7 +81,7 @@ pub(super) fn wgrad(call: &mut Call, args: &GemmArgs, out_bf16: bool) -> PluginR
             let dyq = cols_t(dy, n)?;
             let xq = cols_t(x, k)?;
             let ops = ((dyq.0, dyq.1, fmt), (xq.0, xq.1, fmt));
-            wgrad_gemm(call, args, ops, mpad, offs, out_bf16)
+            wgrad_gemm(call, args, ops, mpad, offs, out_bf16, chained)
         }
         (OperandArg::Mx(dy), OperandArg::Mx(x)) => {
             for (m, what) in [(dy, "dY"), (x, "X")] {
@@ -137,7 +142,7 @@ pub(super) fn wgrad(call: &mut Call, args: &GemmArgs, out_bf16: bool) -> PluginR
             };
             let dyq = relayout(dy, n)?;
             let xq = relayout(x, k)?;
-            wgrad_gemm(call, args, (dyq, xq), mpad, offs_d, out_bf16)
+            wgrad_gemm(call, args, (dyq, xq), mpad, offs_d, out_bf16, chained)
         }
         _ => Err(PluginError::unsupported(
             "CUDA backend: wgrad with one pre-quantized and one dense operand is not supported by the FP8 kernel (MXHOST_MX_WGRAD=fp8: their M blocks would not line up); the default dequantize-to-BF16 path takes it",
@@ -155,6 +160,7 @@ fn wgrad_gemm(
     mpad: usize,
     offs: u64,
     out_bf16: bool,
+    chained: bool,
 ) -> PluginResult<()> {
     let (n, k, e) = (args.n, args.k, args.offs.len());
     let mp = mpad / 32;
@@ -198,5 +204,48 @@ fn wgrad_gemm(
         batched: 1,
         out_t,
     };
-    launch_gemm(call, a.2, b.2, false, out_bf16, &p, None)
+    // The chained wgrad first (then this launch runs only if its gate stays closed).
+    let gate = if chained {
+        match chain_wgrad::launch(
+            call,
+            ((a.0, a.1), (b.0, b.1)),
+            (p.out, out_bf16),
+            offs,
+            (e, pr, qc, mpad),
+        )? {
+            Ok(gate) => {
+                if gemm_trace() {
+                    eprintln!("mxhost-plugin-mxfp8: wgrad E={e} N={n} K={k}: chained (both operands re-encoded per row along M; the per-k32 kernel below runs instead if the re-encoding reports overflow, NaN/Inf or more than {} residuals)", gate.limit);
+                }
+                Some(gate)
+            }
+            Err(why) => {
+                if gemm_trace() {
+                    eprintln!(
+                        "mxhost-plugin-mxfp8: chained wgrad not taken (E={e} N={n} K={k}): {why}"
+                    );
+                }
+                None
+            }
+        }
+    } else {
+        None
+    };
+    launch_gemm(call, a.2, b.2, false, out_bf16, &p, gate)?;
+    if let (Some(g), true) = (gate, gemm_trace()) {
+        eprintln!("mxhost-plugin-mxfp8: {}", g.report(call)?);
+    }
+    Ok(())
+}
+
+/// The element formats wgrad's operands will have on the FP8 path (dense ones are quantized
+/// in the call to the call's format).
+fn wgrad_fmts(args: &GemmArgs) -> PluginResult<(u8, u8)> {
+    let of = |o: &OperandArg| -> PluginResult<u8> {
+        Ok(match o {
+            OperandArg::Dense(_) => fmt_code(args.format()?),
+            OperandArg::Mx(m) => fmt_code(m.format),
+        })
+    };
+    Ok((of(&args.a)?, of(&args.b)?))
 }
