@@ -226,17 +226,18 @@ pub(super) struct Gate {
     pub(super) status: u64,
     /// The most residuals any chained build takes: the per-k32 kernel runs above it.
     pub(super) limit: i32,
-    /// Where the 4-stage build hands over to the 3-stage one, if it does.
+    /// Where the 4-stage build hands over to the 3-stage one, if it does (-1: the 3-stage
+    /// build takes every count).
     split: Option<i32>,
 }
 
 impl Gate {
-    /// The gate of a GEMM with one chained build (the chained wgrad).
-    pub(super) fn single(status: u64, limit: i32) -> Gate {
+    /// The gate of a GEMM whose one chained build is a 3-stage one (the chained wgrad).
+    pub(super) fn three_stage_only(status: u64, limit: i32) -> Gate {
         Gate {
             status,
             limit,
-            split: None,
+            split: Some(-1),
         }
     }
 
@@ -272,7 +273,7 @@ fn describe_gate([flags, listed]: [i32; 2], limit: i32, split: Option<i32>) -> S
     }
     if why.is_empty() {
         let build = match split {
-            Some(split) if (listed as u32) > split as u32 => "3-stage",
+            Some(split) if listed as i64 > split as i64 => "3-stage",
             _ => "4-stage",
         };
         format!("chained gate open ({listed} residuals, limit {limit}): the {build} chained GEMM computed the output")
@@ -738,6 +739,7 @@ mod tests {
         assert!(describe_gate([0, 100], 100, None).contains("4-stage"));
         assert!(describe_gate([0, 50], 100, Some(50)).contains("the 4-stage"));
         assert!(describe_gate([0, 51], 100, Some(50)).contains("the 3-stage"));
+        assert!(describe_gate([0, 0], 100, Some(-1)).contains("the 3-stage"));
         assert!(describe_gate([4, 0], 100, None).contains("not 16-byte aligned"));
         let closed = describe_gate([3, 101], 100, Some(50));
         assert!(

@@ -181,5 +181,5 @@ pub(super) fn launch(
         chain_smem(name),
         &mut [arg(&p)],
     )?;
-    Ok(Ok(Gate::single(status, limit)))
+    Ok(Ok(Gate::three_stage_only(status, limit)))
 }

@@ -30,9 +30,10 @@ pub(super) fn wgrad(call: &mut Call, args: &GemmArgs, out_bf16: bool) -> PluginR
     let e = args.offs.len();
     let groups = args.groups();
     // The portable build has no FP8 kernel: always the dequantize-to-BF16 path.
-    // (the chained wgrad, when asked for and the shape fits, runs on the FP8 path)
+    // (the chained wgrad, when asked for and the operands and shape fit, runs on the FP8 path)
     let chained = !call.dev.portable
         && chain_wgrad::enabled()?
+        && fp8_path_takes(&args.a, &args.b)
         && chain_wgrad::refusal(call, wgrad_fmts(args)?, (e, n, k)).is_none();
     let via_bf16 = if call.dev.portable {
         need_cublas()?;
@@ -236,6 +237,17 @@ fn wgrad_gemm(
         eprintln!("mxhost-plugin-mxfp8: {}", g.report(call)?);
     }
     Ok(())
+}
+
+/// Whether the FP8 path below takes these operands: both dense, or both pre-quantized 1×32
+/// along M (the other combinations are the dequantize-to-BF16 path's alone).
+fn fp8_path_takes(dy: &OperandArg, x: &OperandArg) -> bool {
+    let along_m = |m: &MxArg| Blocking::from_abi(m.block) == Some(Blocking::Vector { axis: 0 });
+    match (dy, x) {
+        (OperandArg::Dense(_), OperandArg::Dense(_)) => true,
+        (OperandArg::Mx(a), OperandArg::Mx(b)) => along_m(a) && along_m(b),
+        _ => false,
+    }
 }
 
 /// The element formats wgrad's operands will have on the FP8 path (dense ones are quantized
