@@ -1,5 +1,5 @@
-//! The exact decomposition a chained wgrad would compute, checked on the CPU (the design in
-//! docs/perf.md, twenty-third part; no kernel computes it yet). wgrad reduces over each
+//! The exact decomposition the chained wgrad computes (`mx_cgemm_w_*`, `MXHOST_MX_CHAIN_WGRAD=1`;
+//! docs/perf.md, twenty-third part), checked on the CPU. wgrad reduces over each
 //! expert's rows M, with both operands quantized 1×32 along M (blocks restarting at each
 //! expert). Laid out as a chained GEMM reads them — dYᵀ `[N][Mpad]` and Xᵀ `[K][Mpad]`, each
 //! expert's rows padded to whole 128-row stages — both are re-encoded *per row* (per output
