@@ -581,16 +581,7 @@ pub(super) fn launch_chained(
         }
     };
     let (pa, pb) = (|o: usize| abase + o as u64, |o: usize| bbase + o as u64);
-    let status = call.alloc(8)?;
-    let (sta, stb) = (pa(la.status), pb(lb.status));
-    call.launch(
-        Unit::Chain,
-        "mx_chain_status_merge",
-        (1, 1, 1),
-        (32, 1, 1),
-        0,
-        &mut [arg(&sta), arg(&stb), arg(&status)],
-    )?;
+    let status = merged_status(call, pa(la.status), pb(lb.status))?;
     // (B's annex is only taken for a weight read as stored, where the caller has no Bᵀ.) With
     // `MXC_BT_REF` the kernel reads Bᵀ's address from the annex word at `bt`.
     let (bt, bt_ref) = match (bt, lb.bt, lb.bt_ref) {
@@ -625,21 +616,7 @@ pub(super) fn launch_chained(
         batched: 0,
         out_t: 0,
     };
-    let maps = encode_2d_box(
-        xq2,
-        red as u64,
-        rows as u64,
-        red as u64,
-        false,
-        [128, 256],
-        true,
-    )
-    .and_then(|tm_a| {
-        Ok((
-            tm_a,
-            encode_2d(wq2, red as u64, (e * cols) as u64, red as u64)?,
-        ))
-    });
+    let maps = tensor_maps((xq2, rows), (wq2, e * cols), red);
     let (tm_a, tm_b) = match maps {
         Ok(m) => m,
         // (Scratch is 16-byte aligned and red % 16 == 0: the driver refusing is unexpected,
@@ -670,22 +647,11 @@ pub(super) fn launch_chained(
         },
     };
     // Both builds are enqueued when there are two; the gate lets at most one of them run.
-    let grid = call.dev.sms as usize;
-    let launch = |p: &mut ChainParams, name: &str| {
-        call.launch(
-            Unit::Chain,
-            name,
-            (grid, 1, 1),
-            (TGEMM_THREADS, 1, 1),
-            chain_smem(name),
-            &mut [arg(p)],
-        )
-    };
-    launch(&mut p, name)?;
+    launch_kernel(call, name, &p)?;
     if let (Some(split), Some(n3)) = (split, name_s3) {
         p.b.limit_lo = split + 1;
         p.b.limit = limit;
-        launch(&mut p, n3)?;
+        launch_kernel(call, n3, &p)?;
     }
     let gate = Gate {
         status,
@@ -700,6 +666,52 @@ pub(super) fn launch_chained(
             name
         },
     )))
+}
+
+/// The chained kernel's two tensor maps: A' `[a_rows][red]` in 256-row boxes, B' `[b_rows][red]`
+/// in 128-row ones (128 bytes along the reduction, 128-byte swizzle).
+pub(super) fn tensor_maps(
+    (a, a_rows): (u64, usize),
+    (b, b_rows): (u64, usize),
+    red: usize,
+) -> Result<([u64; 16], [u64; 16]), String> {
+    let tm_a = encode_2d_box(
+        a,
+        red as u64,
+        a_rows as u64,
+        red as u64,
+        false,
+        [128, 256],
+        true,
+    )?;
+    Ok((tm_a, encode_2d(b, red as u64, b_rows as u64, red as u64)?))
+}
+
+/// The gate's status words of one GEMM: both operands' (flags ORed, counts added) in new
+/// scratch (`mx_chain_status_merge`).
+pub(super) fn merged_status(call: &mut Call, a: u64, b: u64) -> PluginResult<u64> {
+    let status = call.alloc(8)?;
+    call.launch(
+        Unit::Chain,
+        "mx_chain_status_merge",
+        (1, 1, 1),
+        (32, 1, 1),
+        0,
+        &mut [arg(&a), arg(&b), arg(&status)],
+    )?;
+    Ok(status)
+}
+
+/// One launch of the chained kernel `name`: a CTA per SM, its shared memory.
+pub(super) fn launch_kernel(call: &Call, name: &str, p: &ChainParams) -> PluginResult<()> {
+    call.launch(
+        Unit::Chain,
+        name,
+        (call.dev.sms as usize, 1, 1),
+        (TGEMM_THREADS, 1, 1),
+        chain_smem(name),
+        &mut [arg(p)],
+    )
 }
 
 #[cfg(test)]

@@ -11,12 +11,12 @@
 use super::chain::{self, ChainMode, Gate};
 use super::chain_block;
 use super::chain_form::{self, a_layout};
-use super::device::{chain_smem, Call};
+use super::device::Call;
 use super::gemm::AMat;
 use super::params::{ChainFix, ChainParams, GemmParams, TGemmParams};
-use super::tma::{encode_2d, encode_2d_box, tensor_map_available};
-use super::{arg, i32_of, rup};
-use crate::kernels::{Unit, TGEMM_THREADS};
+use super::tma::tensor_map_available;
+use super::{i32_of, rup};
+use crate::kernels::Unit;
 use mxhost_plugin_abi::plugin_support::PluginResult;
 use std::sync::OnceLock;
 
@@ -88,16 +88,7 @@ pub(super) fn launch(
     let (abase, la) = form(call, a, pr)?;
     let (bbase, lb) = form(call, b, qc)?;
     let (pa, pb) = (|o: usize| abase + o as u64, |o: usize| bbase + o as u64);
-    let status = call.alloc(8)?;
-    let (sta, stb) = (pa(la.status), pb(lb.status));
-    call.launch(
-        Unit::Chain,
-        "mx_chain_status_merge",
-        (1, 1, 1),
-        (32, 1, 1),
-        0,
-        &mut [arg(&sta), arg(&stb), arg(&status)],
-    )?;
+    let status = chain::merged_status(call, pa(la.status), pb(lb.status))?;
     // B's stage scales, one float per column and 32-row block (the kernel reads the stage's
     // first), as the per-k32 wgrad's table of B's own scales.
     let qp = rup(qc, 128);
@@ -130,21 +121,7 @@ pub(super) fn launch(
         batched: 1,
         out_t: 0,
     };
-    let maps = encode_2d_box(
-        pa(la.q2),
-        mpad as u64,
-        pr as u64,
-        mpad as u64,
-        false,
-        [128, 256],
-        true,
-    )
-    .and_then(|tm_a| {
-        Ok((
-            tm_a,
-            encode_2d(pb(lb.q2), mpad as u64, qc as u64, mpad as u64)?,
-        ))
-    });
+    let maps = chain::tensor_maps((pa(la.q2), pr), (pb(lb.q2), qc), mpad);
     let (tm_a, tm_b) = match maps {
         Ok(m) => m,
         Err(why) => return Ok(Err(why)),
@@ -173,13 +150,6 @@ pub(super) fn launch(
             terms: 3,
         },
     };
-    call.launch(
-        Unit::Chain,
-        name,
-        (call.dev.sms as usize, 1, 1),
-        (TGEMM_THREADS, 1, 1),
-        chain_smem(name),
-        &mut [arg(&p)],
-    )?;
+    chain::launch_kernel(call, name, &p)?;
     Ok(Ok(Gate::three_stage_only(status, limit)))
 }
