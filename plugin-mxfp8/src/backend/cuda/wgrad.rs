@@ -1,7 +1,8 @@
 //! Wgrad on the FP8 kernels (`MXHOST_MX_WGRAD=fp8`): both operands relaid to the GEMM's
 //! padded transposed layout with 1×32 scales along M (quantized in the call, or shifted
-//! exactly by `mx_wgrad_relayout`), then one batched GEMM launch. The default
-//! dequantize-to-BF16 wgrad is [`wgrad_via_bf16`].
+//! exactly by `mx_wgrad_relayout`), then one batched GEMM launch, preceded by the chained
+//! wgrad under `MXHOST_MX_CHAIN_WGRAD=1` ([`chain_wgrad`]; the two gated so that one computes
+//! the output). The default dequantize-to-BF16 wgrad is [`wgrad_via_bf16`].
 
 use super::bf16_path::{need_cublas, wgrad_via_bf16};
 use super::chain_wgrad;
@@ -29,12 +30,12 @@ pub(super) fn wgrad(call: &mut Call, args: &GemmArgs, out_bf16: bool) -> PluginR
     let (n, k, rows) = (args.n, args.k, args.rows);
     let e = args.offs.len();
     let groups = args.groups();
-    // The portable build has no FP8 kernel: always the dequantize-to-BF16 path.
-    // (the chained wgrad, when asked for and the operands and shape fit, runs on the FP8 path)
+    // The chained wgrad, when asked for and the operands and shape fit, runs on the FP8 path.
     let chained = !call.dev.portable
         && chain_wgrad::enabled()?
         && fp8_path_takes(&args.a, &args.b)
         && chain_wgrad::refusal(call, wgrad_fmts(args)?, (e, n, k)).is_none();
+    // The portable build has no FP8 kernel: always the dequantize-to-BF16 path.
     let via_bf16 = if call.dev.portable {
         need_cublas()?;
         true
