@@ -33,6 +33,14 @@ echo "== selftest, MXHOST_MX_CHAIN=on, the fused quantizer checked against the f
 MXHOST_MX_CHAIN=on MXHOST_MX_CHAIN_FUSED=1 MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 \
     dist/mxhost selftest --device cuda --quick >"$out/selftest-on-verify.txt" 2>&1
 echo "rc=$?"; grep -E "^mxhost selftest:" "$out/selftest-on-verify.txt"; grep -E "FAIL|VERIFY" "$out/selftest-on-verify.txt" | head
+# WGRAD_SELFTEST=1: the selftest under `always` with the chained wgrad too (run 135)
+if [ "${WGRAD_SELFTEST:-0}" = 1 ]; then
+    echo "== selftest, MXHOST_MX_CHAIN=always MXHOST_MX_CHAIN_WGRAD=1"
+    MXHOST_MX_CHAIN=always MXHOST_MX_CHAIN_WGRAD=1 MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 \
+        MXHOST_MX_GEMM_TRACE=1 timeout 150 dist/mxhost selftest --device cuda --quick >"$out/selftest-wgrad.txt" 2>&1
+    echo "rc=$?"; grep -E "^mxhost selftest:" "$out/selftest-wgrad.txt"; grep -E "FAIL" "$out/selftest-wgrad.txt" | head
+    echo "chained wgrad taken: $(grep -c 'chained (both operands' "$out/selftest-wgrad.txt")"
+fi
 # (DEFAULT_SELFTEST=0 skips it: a run that changed only the opt-in paths)
 if [ "${DEFAULT_SELFTEST:-1}" != 0 ]; then
     echo "== selftest, default"
@@ -57,7 +65,8 @@ grep -oE "chained; A [a-z -]*, B [a-z -]*|chained gate (open|closed) \([^)]*\)[^
 # transposes instead of mx_reencode_block; run 119); on-split is `on` with MXHOST_MX_CHAIN_FORM=0
 # (the flat quantizer, then mx_reencode_block, instead of mx_quantize_rows_form; run 120);
 # on-copies is `on` with MXHOST_MX_CHAIN_PARTNER=0 (a weight's annexes hold copies of their
-# partner's bytes, as before ABI 1.4; run 127).
+# partner's bytes, as before ABI 1.4; run 127); on-wgrad is `on` with MXHOST_MX_CHAIN_WGRAD=1 (the
+# chained wgrad, run 135).
 n=0
 for mode in ${MODES:-off on}; do
     n=$((n + 1))
@@ -67,8 +76,9 @@ for mode in ${MODES:-off on}; do
     block=1; [ "$mode" = on-unblocked ] && block=0
     form=1; [ "$mode" = on-split ] && form=0
     partner=1; [ "$mode" = on-copies ] && partner=0
+    wgrad=0; [ "$mode" = on-wgrad ] && wgrad=1
     MXHOST_MX_CHAIN=${mode%-*} MXHOST_MX_CHAIN_FUSED=$fused MXHOST_MX_CHAIN_PAIR=$pair MXHOST_MX_CHAIN_BLOCK=$block \
-        MXHOST_MX_CHAIN_FORM=$form MXHOST_MX_CHAIN_PARTNER=$partner timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        MXHOST_MX_CHAIN_FORM=$form MXHOST_MX_CHAIN_PARTNER=$partner MXHOST_MX_CHAIN_WGRAD=$wgrad timeout 250 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         ${ONLY:+--only "$ONLY"} --warmup-ms "$W" --peers "$out/peer_bench.csv" --json "$out/bench-$n-$mode.json" >"$out/bench-$n-$mode.txt" 2>&1
     echo "rc=$?"
     # shape key, op, µs, × BF16 (the full rows are in the file)
