@@ -262,3 +262,51 @@ fn wgrad_fmts(args: &GemmArgs) -> PluginResult<(u8, u8)> {
     };
     Ok((of(&args.a)?, of(&args.b)?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mxhost_plugin_abi::{BlockLayout, DeviceKind, MxFormat, ScaleMode};
+
+    fn tensor() -> TensorArg {
+        TensorArg {
+            what: "t".into(),
+            ptr: std::ptr::null_mut(),
+            dtype: DType::Bf16,
+            device: DeviceKind::Cuda,
+            ordinal: 0,
+            shape: vec![64, 32],
+            numel: 64 * 32,
+        }
+    }
+
+    fn mx(block: BlockLayout) -> OperandArg {
+        OperandArg::Mx(MxArg {
+            data: tensor(),
+            scales: tensor(),
+            format: MxFormat::E4m3,
+            mode: ScaleMode::Rceil,
+            block,
+            values: None,
+            annex: None,
+        })
+    }
+
+    /// The chained wgrad goes by the FP8 path, which takes two dense operands or two along M
+    /// only (run 135: tile-quantized X and mixed operands reached it and failed).
+    #[test]
+    fn the_fp8_path_takes_two_dense_or_two_along_m_operands_only() {
+        let dense = || OperandArg::Dense(tensor());
+        let along_m = || mx(BlockLayout::vector(0));
+        assert!(fp8_path_takes(&dense(), &dense()));
+        assert!(fp8_path_takes(&along_m(), &along_m()));
+        assert!(!fp8_path_takes(&along_m(), &mx(BlockLayout::tile())));
+        assert!(!fp8_path_takes(&mx(BlockLayout::tile()), &along_m()));
+        assert!(!fp8_path_takes(&along_m(), &dense()));
+        assert!(!fp8_path_takes(&dense(), &along_m()));
+        assert!(!fp8_path_takes(
+            &mx(BlockLayout::vector(1)),
+            &mx(BlockLayout::vector(1))
+        ));
+    }
+}
