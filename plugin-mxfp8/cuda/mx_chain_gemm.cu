@@ -58,15 +58,13 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
   NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, STAGES, POLL, VEPI>(p.b, &p.f); }
 #define MXC_INST(NAME, FA, FB, OBF, STAGES, POLL) MXC_INST_E(NAME, FA, FB, OBF, STAGES, POLL, true)
 // The 3-stage build with the A' B_res corrections on the tensor cores (mxc_apply_b_tc, run 111).
-#define MXC_INST_TC(NAME, FA, FB, OBF) \
+// SB2D 1: B in 32x32 tiles (forward, dgrad); 0: the chained wgrad (batched over experts, B with
+// a scale per column and stage, MXC_INST_W).
+#define MXC_INST_TC_SB(NAME, FA, FB, SB2D, OBF) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, 3, false, true, true>(p.b, &p.f); }
-
-// The chained wgrad (batched over experts, B with a scale per column and stage): the 3-stage
-// build with the tensor-core corrections, as MXC_INST_TC.
-#define MXC_INST_W(NAME, FA, FB, OBF) \
-  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 0, OBF, 3, false, true, true>(p.b, &p.f); }
+  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, SB2D, OBF, 3, false, true, true>(p.b, &p.f); }
+#define MXC_INST_TC(NAME, FA, FB, OBF) MXC_INST_TC_SB(NAME, FA, FB, 1, OBF)
+#define MXC_INST_W(NAME, FA, FB, OBF) MXC_INST_TC_SB(NAME, FA, FB, 0, OBF)
 
 // The gate's status words of one GEMM from its operands' own (each operand re-encoded on its
 // own, in the call or by its quantizer into an annex): flags ORed, counts added (saturating,

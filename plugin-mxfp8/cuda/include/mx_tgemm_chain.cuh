@@ -191,6 +191,8 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
         if (BAT && i < nA) {   // B's bytes at m and their column scales: the unit's two halves
           const int g = a0 + i, r = mxc_find(F.offA, 256, g);
           const MxRes* row = f.resA + (mx_i64)(T.row0 + r) * f.slots;
+          // (the row's first entry in the segment is searched again here: no shared memory is
+          // left beside the rounds for a per-row start, and the lists are short)
           const MxRes x = row[mxc_lower(row, f.cntA[T.row0 + r], m0) + (g - F.offA[r])];
           R.idx[i] = (mx_u8)r; R.v[i] = x.v;
           const mx_u32 bytes = (mx_u32)min(128, p.N - T.n0);   // (N % 16 == 0)

@@ -226,3 +226,18 @@ impl Backend for CudaBackend {
         gemm(&mut call, args)
     }
 }
+
+/// A CUDA tensor description for the backend's unit tests (E4M3 bytes at `ptr`; nothing is
+/// allocated or read).
+#[cfg(test)]
+fn test_tensor(shape: Vec<u64>, ptr: usize) -> TensorArg {
+    TensorArg {
+        what: "t".into(),
+        ptr: ptr as *mut c_void,
+        dtype: DType::E4m3,
+        device: mxhost_plugin_abi::DeviceKind::Cuda,
+        ordinal: 0,
+        numel: shape.iter().product::<u64>() as usize,
+        shape,
+    }
+}

@@ -200,10 +200,26 @@ pub(super) fn would_take(
     Ok(call.dev.func_opt(Unit::Chain, name)?.is_some())
 }
 
+/// Why no chained kernel can run on this device at all, or `None`.
+pub(super) fn device_refusal(call: &Call) -> Option<String> {
+    (call.dev.portable || !tensor_map_available(call.dev))
+        .then(|| "no sm_90a kernels or no cuTensorMapEncodeTiled".into())
+}
+
+/// Why the chained kernel `name` cannot be launched here (more shared memory than the device
+/// gives a block), or `None`.
+pub(super) fn kernel_refusal(call: &Call, name: &str) -> PluginResult<Option<String>> {
+    Ok(call
+        .dev
+        .func_opt(Unit::Chain, name)?
+        .is_none()
+        .then(|| format!("{name} needs more shared memory than the device gives a block")))
+}
+
 /// The operand part of the refusal: layouts, formats, alignment, driver.
 fn operand_refusal(call: &Call, a: &AMat, b: &BMat, out_bf16: bool) -> Option<String> {
-    if call.dev.portable || !tensor_map_available(call.dev) {
-        return Some("no sm_90a kernels or no cuTensorMapEncodeTiled".into());
+    if let Some(why) = device_refusal(call) {
+        return Some(why);
     }
     if a.rdiv != 1 {
         return Some("A in 32×32 tiles (the re-encoding takes 1×32 rows)".into());
@@ -544,10 +560,8 @@ pub(super) fn launch_chained(
         return Ok(Err(why));
     }
     let name = kernel_name(a.fmt, b.fmt, out_bf16).expect("checked");
-    if call.dev.func_opt(Unit::Chain, name)?.is_none() {
-        return Ok(Err(format!(
-            "{name} needs more shared memory than the device gives a block"
-        )));
+    if let Some(why) = kernel_refusal(call, name)? {
+        return Ok(Err(why));
     }
     let name_s3 = match kernel_name_s3(a.fmt, b.fmt, out_bf16) {
         Some(n) if call.dev.func_opt(Unit::Chain, n)?.is_some() => Some(n),
@@ -857,18 +871,7 @@ mod tests {
     /// (ABI 1.4) only where the call writes the partner; anything else is refused.
     #[test]
     fn an_annex_refers_to_its_partner_only_beside_one() {
-        let tensor = |shape: Vec<u64>, ptr: usize| {
-            let numel = shape.iter().product::<u64>() as usize;
-            TensorArg {
-                what: "t".into(),
-                ptr: ptr as *mut std::ffi::c_void,
-                dtype: mxhost_plugin_abi::DType::E4m3,
-                device: DeviceKind::Cuda,
-                ordinal: 0,
-                shape,
-                numel,
-            }
-        };
+        let tensor = super::super::test_tensor;
         let (e, cols, red) = (2usize, 64usize, 96usize);
         let w = MxArg {
             data: tensor(vec![e as u64, cols as u64, red as u64], 0x1000),

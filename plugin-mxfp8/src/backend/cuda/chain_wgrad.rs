@@ -14,9 +14,7 @@ use super::chain_form::{self, a_layout};
 use super::device::Call;
 use super::gemm::AMat;
 use super::params::{ChainFix, ChainParams, GemmParams, TGemmParams};
-use super::tma::tensor_map_available;
 use super::{i32_of, rup};
-use crate::kernels::Unit;
 use mxhost_plugin_abi::plugin_support::PluginResult;
 use std::sync::OnceLock;
 
@@ -34,8 +32,8 @@ pub(super) fn refusal(
     (fa, fb): (u8, u8),
     (e, pr, qc): (usize, usize, usize),
 ) -> Option<String> {
-    if call.dev.portable || !tensor_map_available(call.dev) {
-        return Some("no sm_90a kernels or no cuTensorMapEncodeTiled".into());
+    if let Some(why) = chain::device_refusal(call) {
+        return Some(why);
     }
     if (fa, fb) != (0, 0) {
         return Some("the chained wgrad is built for E4M3 operands only".into());
@@ -66,10 +64,8 @@ pub(super) fn launch(
         return Ok(Err(why));
     }
     let name = kernel_name(out_bf16);
-    if call.dev.func_opt(Unit::Chain, name)?.is_none() {
-        return Ok(Err(format!(
-            "{name} needs more shared memory than the device gives a block"
-        )));
+    if let Some(why) = chain::kernel_refusal(call, name)? {
+        return Ok(Err(why));
     }
     let mp = mpad / 32;
     let form = |call: &mut Call,

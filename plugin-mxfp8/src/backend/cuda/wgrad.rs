@@ -266,18 +266,10 @@ fn wgrad_fmts(args: &GemmArgs) -> PluginResult<(u8, u8)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mxhost_plugin_abi::{BlockLayout, DeviceKind, MxFormat, ScaleMode};
+    use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
 
     fn tensor() -> TensorArg {
-        TensorArg {
-            what: "t".into(),
-            ptr: std::ptr::null_mut(),
-            dtype: DType::Bf16,
-            device: DeviceKind::Cuda,
-            ordinal: 0,
-            shape: vec![64, 32],
-            numel: 64 * 32,
-        }
+        super::super::test_tensor(vec![64, 32], 0)
     }
 
     fn mx(block: BlockLayout) -> OperandArg {
