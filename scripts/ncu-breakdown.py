@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Per-kernel durations of one call of a bench row from ncu's CSV (scripts/gpu-breakdown.sh).
 
-The bench calls the row's closure 2 times to warm up and `--reps` times timed, so the kernel
-sequence repeats; this prints the last repetition in launch order with each kernel's µs and the
-running sum, then the total per kernel name. Memsets (the L2 flush) are left out."""
+The bench calls the row's closure 2 times to warm up and `--reps` (1) times timed, between the
+shape's own setup launches (which run whatever --only says), so the log holds the call's kernel
+sequence three times in a row; this prints the last repetition in launch order with each kernel's µs and the running sum, then the
+total per kernel name. Memsets (the L2 flush) are left out."""
 import csv
 import sys
 from collections import OrderedDict
@@ -26,12 +27,16 @@ def rows(path):
     return out
 
 
-def period(names):
-    """The shortest k with names = k-long sequence repeated (the last repetition may be cut)."""
-    for k in range(1, len(names) + 1):
-        if all(names[i] == names[i % k] for i in range(len(names))):
-            return k
-    return len(names)
+def call_span(names, reps=3):
+    """(start, k) of the longest k-long sequence that occurs `reps` times in a row: the call's
+    kernels (the longest, so that repeats inside one call do not pass for it; the first place it occurs,
+    so that it starts with the call's first kernel); start is the last repetition's."""
+    n = len(names)
+    for k in range(n // reps, 0, -1):
+        for i in range(n - reps * k + 1):
+            if all(names[i + j] == names[i + j % k] for j in range(reps * k)):
+                return i + (reps - 1) * k, k
+    return 0, n
 
 
 def short(name, width=78):
@@ -44,10 +49,9 @@ def main():
     if not ks:
         print("no kernels in", sys.argv[1])
         return
-    k = period([n for n, _ in ks])
-    reps = len(ks) // k
-    last = ks[(reps - 1) * k : reps * k]
-    print(f"{len(ks)} kernels, {reps} repetitions of {k}; the last one:")
+    start, k = call_span([n for n, _ in ks])
+    last = ks[start : start + k]
+    print(f"{len(ks)} kernels, the call's {k} (the last of three repetitions):")
     run = 0.0
     for name, us in last:
         run += us

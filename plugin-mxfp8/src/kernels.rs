@@ -36,7 +36,7 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 20] = [
+pub const HEADERS: [(&str, &str); 21] = [
     header!("mx_ptx.cuh"),
     header!("mx_numerics.cuh"),
     header!("mx_wgmma.cuh"),
@@ -51,6 +51,7 @@ pub const HEADERS: [(&str, &str); 20] = [
     header!("mx_tgemm_mainloop.cuh"),
     header!("mx_tgemm_roles.cuh"),
     header!("mx_tgemm_kernels.cuh"),
+    header!("mx_fp8_shift.cuh"),
     header!("mx_reencode.cuh"),
     header!("mx_reencode_pair.cuh"),
     header!("mx_reencode_block.cuh"),

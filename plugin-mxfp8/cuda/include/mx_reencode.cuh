@@ -19,7 +19,7 @@
 // Scales of an operand in 32x32 tiles are the same for the tile's 32 rows, so S is too, and
 // the rows of a tile compute the same scale bytes (written by the tile's first row).
 // CPU reference: src/numerics/reencode.rs (its tests run this file's shift rule on every byte).
-// Requires mx_ptx.cuh and mx_numerics.cuh. NVRTC-clean.
+// Requires mx_ptx.cuh, mx_numerics.cuh and mx_fp8_shift.cuh. NVRTC-clean.
 #pragma once
 
 #define MX_RES_OVERFLOW 1
@@ -39,73 +39,6 @@ struct MxReencodeParams {
   mx_i64 R; mx_i64 ise, isr, isc;
   int K, rpe, rdv, slots;
 };
-
-// An FP8 byte's magnitude as an integer multiple of the format's subnormal spacing
-// (E4M3 2^-9, E5M2 2^-16): at most MB + 1 significant bits.
-template <int FMT> MX_DEV mx_u32 mx_fp8_units(mx_u32 b) {
-  constexpr int MB = MxFmt<FMT>::mbits;
-  const mx_u32 E = (b & 0x7Fu) >> MB, m = b & ((1u << MB) - 1u);
-  return E == 0 ? m : (((1u << MB) + m) << (E - 1));
-}
-// The FP8 value (finite bytes) as an FP32, exactly.
-template <int FMT> MX_DEV float mx_fp8_value(mx_u32 b) {
-  constexpr float UNIT = FMT == 0 ? 0.001953125f : 1.52587890625e-05f;   // 2^-9, 2^-16
-  const float v = (float)mx_fp8_units<FMT>(b) * UNIT;
-  return (b & 0x80u) ? -v : v;
-}
-
-// b * 2^-d re-encoded in FMT when exact (returns the byte, ok = true); else ok = false.
-template <int FMT> MX_DEV mx_u32 mx_fp8_shift_exact(mx_u32 b, mx_u32 d, bool& ok) {
-  constexpr int MB = MxFmt<FMT>::mbits;
-  const mx_u32 I = mx_fp8_units<FMT>(b);
-  if (d >= 32u) { ok = I == 0; return 0; }
-  ok = (I & ((1u << d) - 1u)) == 0;
-  const mx_u32 J = I >> d;
-  if (!ok || J == 0) return ok ? (b & 0x80u) : 0u;
-  if (J < (1u << MB)) return (b & 0x80u) | J;                          // subnormal
-  const int h = 31 - __clz((int)J);                                    // J's top bit, >= MB
-  return (b & 0x80u) | ((mx_u32)(h - MB + 1) << MB) | ((J >> (h - MB)) - (1u << MB));
-}
-
-// The rare bytes of mx_fp8_shift4 (bit 8 j of `rest` set: E <= d), byte by byte: their shifted
-// bytes in place (low word) and their miss bits (high word; one 64-bit value, so that nothing
-// goes through the stack). Out of line on purpose: inlined at each of a kernel's 16-32 call
-// sites, this loop made mx_reencode_pair 126 KB of code, and ncu found its warps waiting on
-// instruction fetch 46 % of the time (run 128).
-template <int FMT> __device__ __noinline__ mx_u64 mx_fp8_shift4_rest(mx_u32 w, mx_u32 d, mx_u32 rest) {
-  mx_u32 out = 0, miss = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if ((rest >> (8 * j)) & 1u) {
-      bool ok;
-      out |= mx_fp8_shift_exact<FMT>((w >> (8 * j)) & 0xFFu, d, ok) << (8 * j);
-      if (!ok) miss |= 1u << j;
-    }
-  }
-  return (mx_u64)miss << 32 | out;
-}
-
-// Four bytes at once. Most bytes take the fast path: a zero keeps its byte, and a byte whose
-// exponent field E exceeds d stays normal, so its new byte is b - (d << MB) (exact: the
-// mantissa is unchanged). The others (E <= d: the result is subnormal or not representable)
-// go through mx_fp8_shift_exact (mx_fp8_shift4_rest). miss: bit j set when byte j is a residual.
-template <int FMT> MX_DEV mx_u32 mx_fp8_shift4(mx_u32 w, mx_u32 d, mx_u32& miss) {
-  miss = 0;
-  if (d == 0) return w;
-  constexpr int MB = MxFmt<FMT>::mbits;
-  constexpr mx_u32 EMASK = FMT == 0 ? 0x0F0F0F0Fu : 0x1F1F1F1Fu;
-  const mx_u32 dd = d < 31u ? d : 31u;
-  const mx_u32 fast = __vcmpgtu4((w >> MB) & EMASK, dd * 0x01010101u);
-  const mx_u32 zero = __vcmpeq4(w & 0x7F7F7F7Fu, 0u);
-  mx_u32 out = (__vsub4(w, (dd << MB) * 0x01010101u) & fast) | (w & zero);
-  const mx_u32 rest = ~(fast | zero);
-  if (rest) {
-    const mx_u64 r = mx_fp8_shift4_rest<FMT>(w, d, rest);
-    out |= (mx_u32)r;
-    miss = (mx_u32)(r >> 32);
-  }
-  return out;
-}
 
 // One warp per row, grid-stride; per step the warp covers 512 bytes (four stages), 16 per lane,
 // so a stage is eight lanes and its largest scale byte three xor-shuffles away. The residuals
