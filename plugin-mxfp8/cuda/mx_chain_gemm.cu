@@ -83,10 +83,10 @@ extern "C" __global__ void mx_chain_status_merge(const int* a, const int* b, int
 extern "C" __global__ void __launch_bounds__(256) mx_reencode_pair_e4m3(const __grid_constant__ MxReencodePairParams p) {
   mx_reencode_pair<0, true>(p);
 }
-// The same for annexes that refer to their partner's bytes (ABI 1.4): no copies written. Five
-// CTAs per SM (at most 48 registers): the kernel waits on its loads, and ptxas's own choice
-// after the word-wide mx_fp8_shift4 (49-50 registers) would leave room for four.
-extern "C" __global__ void __launch_bounds__(256, 5) mx_reencode_pair_ref_e4m3(const __grid_constant__ MxReencodePairParams p) {
+// The same for annexes that refer to their partner's bytes (ABI 1.4): no copies written.
+// (NVRTC gives it 51 registers, 4 CTAs per SM; held to 48 for five, ptxas spills 8 bytes, which
+// the NVRTC gate refuses in a hot kernel.)
+extern "C" __global__ void __launch_bounds__(256) mx_reencode_pair_ref_e4m3(const __grid_constant__ MxReencodePairParams p) {
   mx_reencode_pair<0, false>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e4m3(const __grid_constant__ MxChainListParams p) {

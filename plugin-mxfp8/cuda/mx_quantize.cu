@@ -65,9 +65,14 @@ MXQFV_INST(mx_quantize_rows_vals_bf16_e5m2, 1, 1)
 // is "stage-major": osr = 4, ocg = 4*Rp (the plugin makes that one with mx_scales_to_f32_stages
 // below; the harness, bench/launch.cu, still uses this kernel for both).
 // grid: x = ceil(Rp*Cp/256), y = batch; block 256.
+// gate (null: none): a table that only the per-k32 kernel beside a chained GEMM reads is not
+// written when the chained GEMM takes the output (mx_chain_took over [0, limit], the per-k32
+// kernel's own test): 12-27 us per chained forward or dgrad on shapes a-c (run 136).
 extern "C" __global__ void __launch_bounds__(256) mx_scales_to_f32(
     const mx_u8* __restrict__ in, mx_i64 ise, mx_i64 isr, mx_i64 isc,
-    float* __restrict__ out, mx_i64 ose, mx_i64 osr, mx_i64 ocg, int R, int C, int Rp, int Cp, int rdv) {
+    float* __restrict__ out, mx_i64 ose, mx_i64 osr, mx_i64 ocg, int R, int C, int Rp, int Cp, int rdv,
+    const int* __restrict__ gate, int limit) {
+  if (gate != nullptr && mx_chain_took(gate, limit, 0)) return;
   mx_i64 i = (mx_i64)blockIdx.x * 256 + threadIdx.x;
   if (i >= (mx_i64)Rp * Cp) return;
   int r = (int)(i / Cp), c = (int)(i % Cp);
@@ -85,9 +90,12 @@ extern "C" __global__ void __launch_bounds__(256) mx_scales_to_f32(
 // reads its 4 bytes from its own row takes as long (run 122: 32 rows' lines per load).
 //   out[e*ose + g*4*Rp + 4*r + q] = (r < R && 4g+q < C) ? 2^(in[e*ise + (r/rdv)*isr + (4g+q)*isc] - 127) : 0
 // grid: x = ceil(Rp/32), y = ceil(Cp/128), z = batch; block 256. Cp % 4 == 0; out 16-byte aligned.
+// gate, limit: as mx_scales_to_f32's.
 extern "C" __global__ void __launch_bounds__(256) mx_scales_to_f32_stages(
     const mx_u8* __restrict__ in, mx_i64 ise, mx_i64 isr, mx_i64 isc,
-    float* __restrict__ out, mx_i64 ose, int R, int C, int Rp, int Cp, int rdv) {
+    float* __restrict__ out, mx_i64 ose, int R, int C, int Rp, int Cp, int rdv,
+    const int* __restrict__ gate, int limit) {
+  if (gate != nullptr && mx_chain_took(gate, limit, 0)) return;
   __shared__ float tile[32][129];
   const int r0 = blockIdx.x * 32, c0 = blockIdx.y * 128;
   const mx_i64 e = blockIdx.z;

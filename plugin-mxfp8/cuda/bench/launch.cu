@@ -193,7 +193,7 @@ extern "C" int mx_launch_scales_to_f32(const void* in, long long ise, long long 
   long long n = (long long)Rp * Cp;
   if (n == 0 || batch == 0) return 0;
   mx_scales_to_f32<<<dim3((unsigned)((n + 255) / 256), batch), 256, 0, (cudaStream_t)stream>>>(
-      (const mx_u8*)in, ise, isr, isc, out, ose, osr, ocg, R, C, Rp, Cp, 1);
+      (const mx_u8*)in, ise, isr, isc, out, ose, osr, ocg, R, C, Rp, Cp, 1, nullptr, 0);
   return (int)cudaGetLastError();
 }
 

@@ -34,18 +34,20 @@ template <int FMT> MX_DEV mx_u32 mx_fp8_shift_exact(mx_u32 b, mx_u32 d, bool& ok
   return (b & 0x80u) | ((mx_u32)(h - MB + 1) << MB) | ((J >> (h - MB)) - (1u << MB));
 }
 
-// The rare bytes of mx_fp8_shift4 (bit 8 j of `rest` set: E <= d), byte by byte: their shifted
-// bytes in place (low word) and their miss bits (high word; one 64-bit value, so that nothing
-// goes through the stack). Out of line on purpose: inlined at each of a kernel's 16-32 call
-// sites, this loop made mx_reencode_pair 126 KB of code, and ncu found its warps waiting on
+// The rare bytes of mx_fp8_shift4 (bit 8 j of `rest` set: E <= d), byte by byte: `out` (the
+// fast path's word) with those bytes replaced by their shifted bytes (low word), and their miss
+// bits (high word; one 64-bit value, so that nothing goes through the stack, and nothing but
+// the result lives across the call). Out of line on purpose: inlined at each of a kernel's 16-32
+// call sites, this loop made mx_reencode_pair 126 KB of code, and ncu found its warps waiting on
 // instruction fetch 46 % of the time (run 128).
-template <int FMT> __device__ __noinline__ mx_u64 mx_fp8_shift4_rest(mx_u32 w, mx_u32 d, mx_u32 rest) {
-  mx_u32 out = 0, miss = 0;
+template <int FMT> __device__ __noinline__ mx_u64 mx_fp8_shift4_rest(mx_u32 w, mx_u32 d, mx_u32 rest, mx_u32 out) {
+  mx_u32 miss = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     if ((rest >> (8 * j)) & 1u) {
       bool ok;
-      out |= mx_fp8_shift_exact<FMT>((w >> (8 * j)) & 0xFFu, d, ok) << (8 * j);
+      const mx_u32 b = mx_fp8_shift_exact<FMT>((w >> (8 * j)) & 0xFFu, d, ok);
+      out = (out & ~(0xFFu << (8 * j))) | (b << (8 * j));
       if (!ok) miss |= 1u << j;
     }
   }
@@ -73,12 +75,11 @@ template <int FMT> MX_DEV mx_u32 mx_fp8_shift4(mx_u32 w, mx_u32 d, mx_u32& miss)
   const mx_u32 fast = (m + (0x80u - t) * 0x01010101u) & 0x80808080u;
   const mx_u32 nonzero = (m + 0x7F7F7F7Fu) & 0x80808080u;
   // a fast byte has d < E <= 31, so d << MB fits its byte and the subtraction borrows nothing
-  mx_u32 out = w - (fast >> 7) * (d << MB);
+  // (shifted after the product: one value per d stays live in the callers' loops, not two)
+  const mx_u32 out = w - (((fast >> 7) * d) << MB);
   const mx_u32 rest = (nonzero & ~fast) >> 7;   // bit 8 j: byte j takes the exact route
-  if (rest) {
-    const mx_u64 r = mx_fp8_shift4_rest<FMT>(w, d, rest);
-    out = (out & ~(rest * 0xFFu)) | (mx_u32)r;
-    miss = (mx_u32)(r >> 32);
-  }
-  return out;
+  if (!rest) return out;
+  const mx_u64 r = mx_fp8_shift4_rest<FMT>(w, d, rest, out);
+  miss = (mx_u32)(r >> 32);
+  return (mx_u32)r;
 }

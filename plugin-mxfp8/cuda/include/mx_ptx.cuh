@@ -240,3 +240,14 @@ MX_DEV void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "me
 template <int N> MX_DEV void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory"); }
 // Wait until at most N committed bulk groups are incomplete (writes done).
 template <int N> MX_DEV void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory"); }
+
+// ---- the chained GEMM's gate (src/backend/cuda/chain.rs) ----
+// gate: the re-encoding's status words {flags, residual count}. The chained GEMM whose builds
+// take counts in [limit_lo, limit] computes the output iff no flag is set and the count is in
+// that range; the per-k32 kernel enqueued beside it (and the scale tables only it reads) runs
+// iff not, so the host never waits. Here in the base header because the quantizer unit's
+// table kernels ask it too.
+MX_DEV bool mx_chain_took(const int* gate, int limit, int limit_lo) {
+  const mx_u32 n = (mx_u32)gate[1];
+  return gate[0] == 0 && n <= (mx_u32)limit && n >= (mx_u32)limit_lo;
+}

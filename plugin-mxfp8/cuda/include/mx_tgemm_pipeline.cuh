@@ -28,10 +28,7 @@ struct MxGemmTmaParams {
 };
 // (The status flags are mx_reencode.cuh's MX_RES_*; any of them closes the gate.) A per-k32
 // kernel's [limit_lo, limit] is the union of the chained builds' ranges.
-MX_DEV bool mxt_chain_open(const MxGemmTmaParams& P) {
-  const mx_u32 n = (mx_u32)P.gate[1];
-  return P.gate[0] == 0 && n <= (mx_u32)P.limit && n >= (mx_u32)P.limit_lo;
-}
+MX_DEV bool mxt_chain_open(const MxGemmTmaParams& P) { return mx_chain_took(P.gate, P.limit, P.limit_lo); }
 // The per-k32 kernels' first statement: whether the chained kernel took this GEMM.
 #define MXT_RETURN_IF_CHAINED(P) \
   if ((P).gate != nullptr && mxt_chain_open(P)) return;

@@ -273,7 +273,7 @@ pub(super) fn a_scale_table(
     let kb = cdiv(red, 32);
     let dims = (rows, kb, rows, rup(kb, 4), 1);
     let (sa, s2) = (base + l.sa as u64, base + l.s2 as u64);
-    call.scales_f32_into(sa, s2, 0, (kb as i64, 1), 1, dims, true)
+    call.scales_f32_into(sa, s2, 0, (kb as i64, 1), 1, dims, true, None)
 }
 
 /// Fills the B-side chain form of `b` (`[E][cols][red]`, 32×32 tiles) at `base`
@@ -318,7 +318,7 @@ pub(super) fn b_scale_table(
     let (kb, nb) = (cdiv(red, 32), cdiv(cols, 32));
     let dims = (kb, nb, rup(kb, 4), b_table_cols(nb), e);
     let (sb, s2) = (base + l.sb as u64, base + l.s2 as u64);
-    call.scales_f32_into(sb, s2, b.ise, (b.isr, 1), b.isc, dims, false)
+    call.scales_f32_into(sb, s2, b.ise, (b.isr, 1), b.isc, dims, false, None)
 }
 
 #[cfg(test)]

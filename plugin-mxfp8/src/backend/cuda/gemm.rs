@@ -549,14 +549,14 @@ fn gemm_rows(
 ) -> PluginResult<()> {
     let kb = cdiv(red, 32);
     let kb4 = rup(kb, 4);
-    let sa = call.scales_f32(a.s, 0, (kb as i64, a.rdiv), 1, rows, kb, rows, kb4, 1, true)?;
     let ldsb = if b.w2d {
         rup(cdiv(cols, 32), 4)
     } else {
         rup(cols, 128)
     };
     let c = if b.w2d { cdiv(cols, 32) } else { cols };
-    let sb = call.scales_f32(b.s, b.ise, (b.isr, 1), b.isc, kb, c, kb4, ldsb, e, false)?;
+    let sa = call.alloc(Call::scales_f32_bytes(rows, kb4, 1))?;
+    let sb = call.alloc(Call::scales_f32_bytes(kb4, ldsb, e))?;
     let p = GemmParams {
         a: a.q,
         lda: red as i64,
@@ -579,7 +579,58 @@ fn gemm_rows(
         batched: 0,
         out_t: 0,
     };
+    // The tables are the per-k32 kernel's alone: behind a gate it honours, they too are
+    // skipped on the device when the chained kernel takes the output (mx_chain_took).
+    let table_gate = match gate {
+        Some(g) if tgemm_takes(call, a.fmt, b.fmt, b.w2d, out_bf16, &p)? => Some(g),
+        _ => None,
+    };
+    call.scales_f32_into(
+        sa,
+        a.s,
+        0,
+        (kb as i64, a.rdiv),
+        1,
+        (rows, kb, rows, kb4, 1),
+        true,
+        table_gate,
+    )?;
+    call.scales_f32_into(
+        sb,
+        b.s,
+        b.ise,
+        (b.isr, 1),
+        b.isc,
+        (kb, c, kb4, ldsb, e),
+        false,
+        table_gate,
+    )?;
     launch_gemm(call, a.fmt, b.fmt, b.w2d, out_bf16, &p, gate)
+}
+
+/// Whether [`launch_gemm`] sends `p` to a TMA kernel (`mx_tgemm_*`), the family that reads
+/// a gate; `mx_gemm_*` computes whatever the gate says.
+fn tgemm_takes(
+    call: &Call,
+    fa: u8,
+    fb: u8,
+    w2d: bool,
+    out_bf16: bool,
+    p: &GemmParams,
+) -> PluginResult<bool> {
+    if gemm_family()? != GemmFamily::TGemm || tgemm_params(call.dev, p).is_err() {
+        return Ok(false);
+    }
+    let unit = Unit::TGemm {
+        fa,
+        fb,
+        w2d,
+        out_bf16,
+    };
+    Ok(call
+        .dev
+        .func_opt(unit, &unit.gemm_name().unwrap())?
+        .is_some())
 }
 
 /// Which grouped-GEMM kernel family `MXHOST_MX_GEMM_KERNEL` asks for.

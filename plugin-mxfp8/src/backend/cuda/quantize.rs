@@ -3,6 +3,7 @@
 //! quantize request itself: which kernel writes which layout
 //! ([`CudaBackend::quantize_bytes`]).
 
+use super::chain::Gate;
 use super::device::Call;
 use super::gemm::gemm_trace;
 use super::params::{t32_takes, QuantFlatParams, QuantFlatValsParams, QuantParams, QuantTmaParams};
@@ -144,7 +145,7 @@ impl Call {
     ) -> PluginResult<u64> {
         let out = self.alloc(Self::scales_f32_bytes(rp, cp, batch))?;
         let dims = (r, c, rp, cp, batch);
-        self.scales_f32_into(out, s, ise, (isr, rdv), isc, dims, stage_major)?;
+        self.scales_f32_into(out, s, ise, (isr, rdv), isc, dims, stage_major, None)?;
         Ok(out)
     }
 
@@ -153,7 +154,9 @@ impl Call {
         batch * rp * cp * 4
     }
 
-    /// [`Call::scales_f32`] into `out` ([`Call::scales_f32_bytes`] bytes).
+    /// [`Call::scales_f32`] into `out` ([`Call::scales_f32_bytes`] bytes). With `gate` (the
+    /// tables of a per-k32 kernel enqueued beside a chained GEMM, which honours it) the
+    /// kernel writes nothing when the chained GEMM takes the output.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn scales_f32_into(
         &self,
@@ -164,6 +167,7 @@ impl Call {
         isc: i64,
         (r, c, rp, cp, batch): (usize, usize, usize, usize, usize),
         stage_major: bool,
+        gate: Option<Gate>,
     ) -> PluginResult<()> {
         let ose = (rp * cp) as i64;
         let (r, c, rp32, cp32) = (
@@ -193,7 +197,9 @@ impl Call {
         if let Some((osr, ocg)) = &strides {
             args.extend([arg(osr), arg(ocg)]);
         }
+        let (status, limit) = gate.map_or((0u64, 0i32), |g| (g.status, g.limit));
         args.extend([arg(&r), arg(&c), arg(&rp32), arg(&cp32), arg(&rdv)]);
+        args.extend([arg(&status), arg(&limit)]);
         self.launch(Unit::Quantize, name, grid, (256, 1, 1), 0, &mut args)
     }
 
