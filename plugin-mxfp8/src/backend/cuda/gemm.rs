@@ -9,7 +9,7 @@ use super::chain_form;
 use super::chain_quant;
 use super::cublas;
 use super::device::{gemm_smem, tgemm_smem, Call};
-use super::params::{GemmParams, QuantParams, TGemmParamsO};
+use super::params::{GemmParams, QuantParams, TGemmParams, TGemmParamsO};
 use super::tma::{out_map, tgemm_params};
 use super::wgrad::wgrad;
 use super::{arg, cdiv, fmt_code, i32_of, mode_code, ptr, rup, COLS, TILE, TILE_T};
@@ -581,8 +581,14 @@ fn gemm_rows(
     };
     // The tables are the per-k32 kernel's alone: behind a gate it honours, they too are
     // skipped on the device when the chained kernel takes the output (mx_chain_took).
+    let unit = Unit::TGemm {
+        fa: a.fmt,
+        fb: b.fmt,
+        w2d: b.w2d,
+        out_bf16,
+    };
     let table_gate = match gate {
-        Some(g) if tgemm_takes(call, a.fmt, b.fmt, b.w2d, out_bf16, &p)? => Some(g),
+        Some(g) if tgemm_choice(call, unit, &p)?.is_ok() => Some(g),
         _ => None,
     };
     call.scales_f32_into(
@@ -608,29 +614,30 @@ fn gemm_rows(
     launch_gemm(call, a.fmt, b.fmt, b.w2d, out_bf16, &p, gate)
 }
 
-/// Whether [`launch_gemm`] sends `p` to a TMA kernel (`mx_tgemm_*`), the family that reads
-/// a gate; `mx_gemm_*` computes whatever the gate says.
-fn tgemm_takes(
+/// The kernel [`launch_gemm`] sends `p` to: a TMA kernel (`mx_tgemm_*`: its name and
+/// parameters) unless `MXHOST_MX_GEMM_KERNEL=gemm` (`Err(None)`), the TMA kernels cannot take
+/// `p` ([`tgemm_params`]) or the device cannot give one its shared memory (`Err(Some(why))`);
+/// on `Err`, `mx_gemm_*` runs. Only the TMA kernels read a gate, so the per-k32 kernel's
+/// tables may be gated only when this is `Ok` ([`gemm_rows`]).
+fn tgemm_choice(
     call: &Call,
-    fa: u8,
-    fb: u8,
-    w2d: bool,
-    out_bf16: bool,
+    unit: Unit,
     p: &GemmParams,
-) -> PluginResult<bool> {
-    if gemm_family()? != GemmFamily::TGemm || tgemm_params(call.dev, p).is_err() {
-        return Ok(false);
+) -> PluginResult<Result<(String, TGemmParams), Option<String>>> {
+    if gemm_family()? != GemmFamily::TGemm {
+        return Ok(Err(None));
     }
-    let unit = Unit::TGemm {
-        fa,
-        fb,
-        w2d,
-        out_bf16,
+    let name = unit.gemm_name().unwrap();
+    let tp = match tgemm_params(call.dev, p) {
+        Ok(tp) => tp,
+        Err(why) => return Ok(Err(Some(why))),
     };
-    Ok(call
-        .dev
-        .func_opt(unit, &unit.gemm_name().unwrap())?
-        .is_some())
+    if call.dev.func_opt(unit, &name)?.is_none() {
+        return Ok(Err(Some(format!(
+            "{name} needs more shared memory than the device gives a block"
+        ))));
+    }
+    Ok(Ok((name, tp)))
 }
 
 /// Which grouped-GEMM kernel family `MXHOST_MX_GEMM_KERNEL` asks for.
@@ -678,62 +685,45 @@ pub(super) fn launch_gemm(
         "M {} N {} K {} E {} batched {}",
         p.m, p.n, p.k, p.e, p.batched
     );
-    let family = gemm_family()?;
-    let mut fallback = None;
-    if family == GemmFamily::TGemm {
-        let unit = Unit::TGemm {
-            fa,
-            fb,
-            w2d,
-            out_bf16,
-        };
-        let name = unit.gemm_name().unwrap();
-        match tgemm_params(call.dev, p) {
-            Ok(mut tp) => {
-                if let Some(g) = gate {
-                    tp.gate = g.status;
-                    tp.limit = g.limit;
-                }
-                if call.dev.func_opt(unit, &name)?.is_some() {
-                    let smem = tgemm_smem(w2d, unit.tma_store());
-                    let block = (kernels::TGEMM_THREADS, 1, 1);
-                    if unit.tma_store() {
-                        let tm_o = out_map(p);
-                        if trace {
-                            let how = if tm_o.is_some() {
-                                "TMA store"
-                            } else {
-                                "register epilogue"
-                            };
-                            eprintln!("mxhost-plugin-mxfp8: GEMM {name} ({shape}, {how})");
-                        }
-                        let tpo = TGemmParamsO {
-                            b: tp,
-                            tm_o: tm_o.unwrap_or([0; 16]),
-                            o_tma: tm_o.is_some() as i32,
-                            _pad: [0; 60],
-                        };
-                        return call.launch(
-                            unit,
-                            &name,
-                            (grid, 1, 1),
-                            block,
-                            smem,
-                            &mut [arg(&tpo)],
-                        );
-                    }
-                    if trace {
-                        eprintln!("mxhost-plugin-mxfp8: GEMM {name} ({shape})");
-                    }
-                    return call.launch(unit, &name, (grid, 1, 1), block, smem, &mut [arg(&tp)]);
-                }
-                fallback = Some(format!(
-                    "{name} needs more shared memory than the device gives a block"
-                ));
+    let unit = Unit::TGemm {
+        fa,
+        fb,
+        w2d,
+        out_bf16,
+    };
+    let fallback = match tgemm_choice(call, unit, p)? {
+        Ok((name, mut tp)) => {
+            if let Some(g) = gate {
+                tp.gate = g.status;
+                tp.limit = g.limit;
             }
-            Err(why) => fallback = Some(why),
+            let smem = tgemm_smem(w2d, unit.tma_store());
+            let block = (kernels::TGEMM_THREADS, 1, 1);
+            if unit.tma_store() {
+                let tm_o = out_map(p);
+                if trace {
+                    let how = if tm_o.is_some() {
+                        "TMA store"
+                    } else {
+                        "register epilogue"
+                    };
+                    eprintln!("mxhost-plugin-mxfp8: GEMM {name} ({shape}, {how})");
+                }
+                let tpo = TGemmParamsO {
+                    b: tp,
+                    tm_o: tm_o.unwrap_or([0; 16]),
+                    o_tma: tm_o.is_some() as i32,
+                    _pad: [0; 60],
+                };
+                return call.launch(unit, &name, (grid, 1, 1), block, smem, &mut [arg(&tpo)]);
+            }
+            if trace {
+                eprintln!("mxhost-plugin-mxfp8: GEMM {name} ({shape})");
+            }
+            return call.launch(unit, &name, (grid, 1, 1), block, smem, &mut [arg(&tp)]);
         }
-    }
+        Err(why) => why,
+    };
     let unit = Unit::Gemm {
         fa,
         fb,
