@@ -11,8 +11,9 @@
 //! it also checks equals `mx_fp8_shift_exact` for finite bytes; else `mx_fp8_shift_exact`,
 //! 0 and a miss bit when inexact), then prints one line per (format, d < 64, byte); this
 //! test compares those with the CPU reference `numerics::reencode::shift_exact`, which
-//! decodes to f64 and re-encodes (an independent route). Without a C++ compiler it prints a
-//! visible skip message, or fails under `CI`.
+//! decodes to f64 and re-encodes (an independent route). Without a C++ compiler (the
+//! development and CI machines have g++) it prints a visible skip message, or fails under
+//! `MXHOST_REQUIRE_CXX=1`.
 
 use mxhost_plugin_abi::MxFormat;
 use mxhost_plugin_mxfp8::numerics::element::decode;
@@ -112,7 +113,7 @@ fn compiler() -> Option<String> {
 fn word_shift_equals_the_byte_rule_and_the_cpu_reference() {
     let Some(cxx) = compiler() else {
         assert!(
-            std::env::var_os("CI").is_none(),
+            std::env::var_os("MXHOST_REQUIRE_CXX").is_none(),
             "no C++ compiler ($CXX or c++) to check mx_fp8_shift.cuh on the host"
         );
         eprintln!("SKIPPED fp8_shift_host: no C++ compiler ($CXX or c++)");
