@@ -587,10 +587,8 @@ fn gemm_rows(
         w2d: b.w2d,
         out_bf16,
     };
-    let table_gate = match gate {
-        Some(g) if tgemm_choice(call, unit, &p)?.is_ok() => Some(g),
-        _ => None,
-    };
+    let choice = tgemm_choice(call, unit, &p)?;
+    let table_gate = gate.filter(|_| choice.is_ok());
     call.scales_f32_into(
         sa,
         a.s,
@@ -611,7 +609,7 @@ fn gemm_rows(
         false,
         table_gate,
     )?;
-    launch_gemm(call, a.fmt, b.fmt, b.w2d, out_bf16, &p, gate)
+    launch_chosen(call, (a.fmt, b.fmt, b.w2d, out_bf16), choice, &p, gate)
 }
 
 /// The kernel [`launch_gemm`] sends `p` to: a TMA kernel (`mx_tgemm_*`: its name and
@@ -679,6 +677,24 @@ pub(super) fn launch_gemm(
     p: &GemmParams,
     gate: Option<Gate>,
 ) -> PluginResult<()> {
+    let unit = Unit::TGemm {
+        fa,
+        fb,
+        w2d,
+        out_bf16,
+    };
+    let choice = tgemm_choice(call, unit, p)?;
+    launch_chosen(call, (fa, fb, w2d, out_bf16), choice, p, gate)
+}
+
+/// [`launch_gemm`] with its [`tgemm_choice`] already made (by a caller that needed it first).
+fn launch_chosen(
+    call: &Call,
+    (fa, fb, w2d, out_bf16): (u8, u8, bool, bool),
+    choice: Result<(String, TGemmParams), Option<String>>,
+    p: &GemmParams,
+    gate: Option<Gate>,
+) -> PluginResult<()> {
     let grid = call.dev.sms as usize;
     let trace = gemm_trace();
     let shape = format!(
@@ -691,7 +707,7 @@ pub(super) fn launch_gemm(
         w2d,
         out_bf16,
     };
-    let fallback = match tgemm_choice(call, unit, p)? {
+    let fallback = match choice {
         Ok((name, mut tp)) => {
             if let Some(g) = gate {
                 tp.gate = g.status;
