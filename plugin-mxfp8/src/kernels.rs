@@ -36,8 +36,9 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 21] = [
+pub const HEADERS: [(&str, &str); 22] = [
     header!("mx_ptx.cuh"),
+    header!("mx_warp.cuh"),
     header!("mx_numerics.cuh"),
     header!("mx_wgmma.cuh"),
     header!("mx_quant_blocks.cuh"),

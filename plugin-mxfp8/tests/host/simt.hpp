@@ -1,0 +1,182 @@
+// simt.hpp — runs a CUDA kernel body on the host, for tests on machines without a GPU.
+//
+// The kernels' integer and warp logic (residual lists, byte shifts, shuffles, ballots, shared
+// memory, barriers) is what these tests check; the tensor-core, TMA and PTX parts stay on the
+// GPU (mx_ptx.cuh is not included: a test declares what else its headers need). Each CTA
+// runs on its own set of std::threads, one per CUDA thread, CTAs one after another, so a
+// `__shared__` variable can be a function-local static (one CTA uses it at a time) and
+// `__syncthreads` is a barrier over the CTA. Warp collectives (shuffles, ballot, reduce) meet
+// at a per-warp barrier and exchange through a per-CTA buffer: every lane of the warp must
+// take part (full masks only, as in the kernels), else the test hangs rather than pass.
+// Not a model of the memory system: no races are found, only logic errors.
+#pragma once
+#include <atomic>
+#include <cmath>
+#include <barrier>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+typedef unsigned char mx_u8;
+typedef unsigned short mx_u16;
+typedef unsigned int mx_u32;
+typedef unsigned long long mx_u64;
+typedef long long mx_i64;
+
+#define MX_DEV inline
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+#define __grid_constant__
+
+struct simt_dim3 { unsigned x = 0, y = 0, z = 0; };
+inline thread_local simt_dim3 threadIdx, blockIdx;
+inline simt_dim3 blockDim, gridDim;
+
+struct uint2 { mx_u32 x, y; };
+struct uint4 { mx_u32 x, y, z, w; };
+struct float4 { float x, y, z, w; };
+inline uint2 make_uint2(mx_u32 x, mx_u32 y) { return {x, y}; }
+inline uint4 make_uint4(mx_u32 x, mx_u32 y, mx_u32 z, mx_u32 w) { return {x, y, z, w}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
+inline int max(int a, int b) { return a > b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline mx_u32 max(mx_u32 a, mx_u32 b) { return a > b ? a : b; }
+inline mx_u32 min(mx_u32 a, mx_u32 b) { return a < b ? a : b; }
+inline mx_i64 max(mx_i64 a, mx_i64 b) { return a > b ? a : b; }
+inline mx_i64 min(mx_i64 a, mx_i64 b) { return a < b ? a : b; }
+inline int __popc(mx_u32 x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((mx_u32)x); }
+inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline int __float_as_int(float f) { int x; std::memcpy(&x, &f, 4); return x; }
+inline float __uint_as_float(mx_u32 x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline mx_u32 __float_as_uint(float f) { mx_u32 x; std::memcpy(&x, &f, 4); return x; }
+template <class T> inline T __ldg(const T* p) { return *p; }
+// The host's float arithmetic rounds to nearest even, as the _rn intrinsics do.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline mx_u32 __float2uint_rz(float x) { return x <= 0.0f ? 0u : x >= 4294967296.0f ? 0xFFFFFFFFu : (mx_u32)x; }
+using std::fmaxf;
+using std::fminf;
+inline mx_u32 __byte_perm(mx_u32 a, mx_u32 b, mx_u32 sel) {
+  const mx_u64 v = ((mx_u64)b << 32) | a;
+  mx_u32 r = 0;
+  for (int i = 0; i < 4; ++i) r |= (mx_u32)((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
+  return r;
+}
+inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
+inline int atomicOr(int* p, int v) { return std::atomic_ref<int>(*p).fetch_or(v); }
+inline mx_u32 atomicAdd(mx_u32* p, mx_u32 v) { return std::atomic_ref<mx_u32>(*p).fetch_add(v); }
+inline mx_u32 atomicOr(mx_u32* p, mx_u32 v) { return std::atomic_ref<mx_u32>(*p).fetch_or(v); }
+
+// The running CTA: its barrier, one barrier per warp, and the warps' exchange slots.
+struct SimtCta {
+  explicit SimtCta(int threads) : cta(threads), xch(threads) {
+    for (int w = 0; w < (threads + 31) / 32; ++w) warps.emplace_back(std::make_unique<std::barrier<>>(32));
+  }
+  std::barrier<> cta;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  std::vector<mx_u64> xch;
+};
+inline SimtCta* simt_cta = nullptr;
+
+inline void __syncthreads() { simt_cta->cta.arrive_and_wait(); }
+inline void simt_full(mx_u32 mask) {
+  if (mask != 0xffffffffu) throw std::logic_error("simt.hpp: only full-warp masks are emulated");
+}
+// Every lane publishes `v`, then reads lane `src`'s.
+template <class T> inline T simt_exchange(T v, int src) {
+  static_assert(sizeof(T) <= 8, "8-byte exchange slots");
+  const int t = (int)threadIdx.x, w = t >> 5;
+  mx_u64 bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  simt_cta->xch[t] = bits;
+  simt_cta->warps[w]->arrive_and_wait();
+  const mx_u64 got = simt_cta->xch[(w << 5) | (src & 31)];
+  simt_cta->warps[w]->arrive_and_wait();
+  T r;
+  std::memcpy(&r, &got, sizeof(T));
+  return r;
+}
+template <class T> inline T __shfl_sync(mx_u32 m, T v, int src) { simt_full(m); return simt_exchange(v, src); }
+template <class T> inline T __shfl_xor_sync(mx_u32 m, T v, int x) {
+  simt_full(m);
+  return simt_exchange(v, (int)(threadIdx.x & 31) ^ x);
+}
+template <class T> inline T __shfl_up_sync(mx_u32 m, T v, int d) {
+  simt_full(m);
+  const int lane = threadIdx.x & 31;
+  return simt_exchange(v, lane >= d ? lane - d : lane);
+}
+template <class T> inline T __shfl_down_sync(mx_u32 m, T v, int d) {
+  simt_full(m);
+  const int lane = threadIdx.x & 31;
+  return simt_exchange(v, lane + d < 32 ? lane + d : lane);
+}
+// Combines the warp's 32 values with `f` (each lane reads all 32).
+template <class T, class F> inline T simt_warp_fold(T v, T init, F f) {
+  const int t = (int)threadIdx.x, w = t >> 5;
+  mx_u64 bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  simt_cta->xch[t] = bits;
+  simt_cta->warps[w]->arrive_and_wait();
+  T acc = init;
+  for (int l = 0; l < 32; ++l) {
+    T x;
+    std::memcpy(&x, &simt_cta->xch[(w << 5) | l], sizeof(T));
+    acc = f(acc, x, l);
+  }
+  simt_cta->warps[w]->arrive_and_wait();
+  return acc;
+}
+inline mx_u32 __ballot_sync(mx_u32 m, int pred) {
+  simt_full(m);
+  return simt_warp_fold<mx_u32>(pred ? 1u : 0u, 0u, [](mx_u32 a, mx_u32 x, int l) { return a | (x << l); });
+}
+inline int __any_sync(mx_u32 m, int pred) { return __ballot_sync(m, pred) != 0; }
+inline int __all_sync(mx_u32 m, int pred) { return __ballot_sync(m, pred) == 0xffffffffu; }
+inline int __reduce_add_sync(mx_u32 m, int v) {
+  simt_full(m);
+  return simt_warp_fold<int>(v, 0, [](int a, int x, int) { return a + x; });
+}
+inline mx_u32 __reduce_or_sync(mx_u32 m, mx_u32 v) {
+  simt_full(m);
+  return simt_warp_fold<mx_u32>(v, 0u, [](mx_u32 a, mx_u32 x, int) { return a | x; });
+}
+inline void __syncwarp(mx_u32 m = 0xffffffffu) {
+  simt_full(m);
+  simt_cta->warps[threadIdx.x >> 5]->arrive_and_wait();
+}
+
+// Runs `body` as a kernel: grid (gx, gy, gz) of CTAs with `threads` threads (a multiple of 32).
+template <class F> void simt_launch(simt_dim3 grid, int threads, F body) {
+  if (threads <= 0 || threads % 32 != 0) throw std::logic_error("simt.hpp: whole warps only");
+  gridDim = grid;
+  blockDim = simt_dim3{(unsigned)threads, 1, 1};
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        SimtCta cta(threads);
+        simt_cta = &cta;
+        std::vector<std::thread> ts;
+        ts.reserve(threads);
+        for (int t = 0; t < threads; ++t)
+          ts.emplace_back([&, t] {
+            threadIdx = simt_dim3{(unsigned)t, 0, 0};
+            blockIdx = simt_dim3{x, y, z};
+            body();
+          });
+        for (auto& th : ts) th.join();
+        simt_cta = nullptr;
+      }
+}
