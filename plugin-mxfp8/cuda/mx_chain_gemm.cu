@@ -38,7 +38,7 @@
 static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 112, "RP / FIX in bench/chain.py, src/backend/cuda/params.rs");
 static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 228944 && mxc_smem_bytes<3, true, true>() == 228736,
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
-static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 96,
+static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 104,
               "ReencodePairParams, ChainListParams in src/backend/cuda/params.rs");
 static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72 && sizeof(MxQuantBlockFormParams) == 96,
               "QuantChainParams, ReencodeBlockParams, QuantBlockFormParams in src/backend/cuda/params.rs");

@@ -127,29 +127,34 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
 }
 
 // The residual lists of one copy from its per-stage counts (mx_reencode_pair's mc or mct). A CTA
-// of 256 threads owns 8 rows. First every row's total: thread (phase f, row i) sums stages f,
-// f + 32, ... of row i, so a warp's load is four 8-byte pieces (runs 120-121: a warp per row
-// read its counts from as many sectors as stages, and a lane per row left 32 dependent loads
-// per warp; both took 15-23 us on shape a). Then warp w lists row w (four rows per warp took
-// 8.3 us for X on a with cold caches, run 122; this 8.6 us in the stream's caches, runs 123-124:
-// latency-bound either way, one wave of short CTAs): a row without
-// residuals costs nothing more; otherwise its stages with residuals (in order; with at most 32
-// stages their counts are the ones in shared memory) are read again, 4 bytes per lane, and
-// listed as mx_reencode_rows lists them (same records, same order, same overflow rule and
-// status words).
+// of 256 threads owns 8 rpw rows (rpw = rows per warp: 1, 2, 4, 8 or 16; the host picks the
+// fewest that keep the grid in one wave, launch_lists in src/backend/cuda/chain_form.rs). First
+// every row's total: thread (phase f, row i) sums stages f, f + nf, ... of row i (nf = 32 / rpw
+// phases), a batch of 8 independent loads at a time, so a warp's load is 32 / rpw pieces of
+// rpw bytes (runs 120-121: a warp per row read its counts from as many sectors as stages, and
+// a lane per row with one load in flight left 32 dependent loads per warp; both took 15-23 us on
+// shape a). Then the CTA's threads write the count of every row without residuals (zero) in
+// one coalesced store, and warp w lists rows w, w + 8, ... that have them: their stages with
+// residuals (in order; with rpw 1 and at most 32 stages their counts are the ones in shared
+// memory) are read again, 4 bytes per lane, and listed as mx_reencode_rows lists them (same
+// records, same order, same overflow rule and status words).
+// Why rpw: with a warp per row (rpw 1) W's lists on shape c (E C = 92160 rows) took 11 waves of
+// short CTAs, 26 us each (run 136), while X's 32768 rows took ~9 us in 4 waves; 4 rows per warp
+// for X on a was no faster (8.3 us, run 122): the time is the waves' latency, not the work.
 struct MxChainListParams {
   const mx_u8* q; const mx_u8* s; const mx_u8* mc;   // mc[j * R + r]: row r's residuals in stage j
   MxRes* res; int* cnt; int* status;
   mx_i64 R; mx_i64 ise, isr, isc;                    // as MxReencodeParams
   int K, rpe, rdv, slots;
+  int rpw, pad;                                      // rows per warp (a power of two <= 16)
 };
 
 // Row r's residual list (a full warp; the row has residuals): its stages with residuals, in
 // order, re-read 4 bytes per lane. Returns the number listed.
-// `first`: stage `lane`'s count when ns <= 32 (the caller has it in shared memory), which saves
-// re-reading the counts.
+// `first`: stage `lane`'s count when `have_first` (the caller has it in shared memory: rpw 1 and
+// ns <= 32), which saves re-reading the counts.
 template <int FMT>
-MX_DEV int mx_chain_list_row(const MxChainListParams& p, mx_i64 r, int ns, int first) {
+MX_DEV int mx_chain_list_row(const MxChainListParams& p, mx_i64 r, int ns, bool have_first, int first) {
   const int lane = threadIdx.x & 31;
   const mx_i64 e = r / p.rpe;
   const int n = (int)(r - e * p.rpe);
@@ -158,7 +163,7 @@ MX_DEV int mx_chain_list_row(const MxChainListParams& p, mx_i64 r, int ns, int f
   MxRes* rr = p.res + r * p.slots;
   int run = 0;
   for (int j0 = 0; j0 < ns; j0 += 32) {
-    const bool has = j0 + lane < ns && (ns <= 32 ? first : p.mc[(mx_i64)(j0 + lane) * p.R + r]) != 0;
+    const bool has = j0 + lane < ns && (have_first ? first : p.mc[(mx_i64)(j0 + lane) * p.R + r]) != 0;
     mx_u32 todo = __ballot_sync(0xffffffffu, has);
     for (; todo; todo &= todo - 1) {
       const int k = 128 * (j0 + __ffs((int)todo) - 1) + 4 * lane;
@@ -188,32 +193,53 @@ MX_DEV int mx_chain_list_row(const MxChainListParams& p, mx_i64 r, int ns, int f
 
 template <int FMT>
 MX_DEV void mx_chain_lists(const MxChainListParams& p) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int ns = (p.K + 127) >> 7;
-  const mx_i64 r0 = (mx_i64)blockIdx.x * 8;
-  __shared__ int part[32][8];
+  const int lg = __ffs(p.rpw) + 2;          // log2 of the CTA's rows (8 rpw)
+  const int rc = 1 << lg, nf = 256 >> lg;   // rows, phases
+  const mx_i64 r0 = (mx_i64)blockIdx.x * rc;
+  __shared__ int part[256];   // part[f rc + i]: phase f's sum for row i
   __shared__ int listed;
   {
-    const int i = threadIdx.x & 7, f = threadIdx.x >> 3;
+    const int i = t & (rc - 1), f = t >> lg;
     int sum = 0;
-    if (r0 + i < p.R)
-      for (int j = f; j < ns; j += 32) sum += p.mc[(mx_i64)j * p.R + r0 + i];
-    part[f][i] = sum;
+    if (r0 + i < p.R) {
+      const mx_u8* col = p.mc + r0 + i;
+      for (int j0 = f; j0 < ns; j0 += 8 * nf) {
+        int v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = j0 + u * nf < ns ? col[(mx_i64)(j0 + u * nf) * p.R] : 0;
+#pragma unroll
+        for (int u = 0; u < 8; ++u) sum += v[u];
+      }
+    }
+    part[t] = sum;   // t == f rc + i
   }
-  if (threadIdx.x == 0) listed = 0;
+  if (t == 0) listed = 0;
   __syncthreads();
-  const mx_i64 r = r0 + warp;
-  const int mine = part[lane][warp];   // stage `lane`'s count when ns <= 32
-  const int total = __reduce_add_sync(0xffffffffu, mine);
-  if (r < p.R) {
-    const bool listable = total > 0 && total <= p.slots;
-    const int run = listable ? mx_chain_list_row<FMT>(p, r, ns, mine) : 0;
-    if (lane == 0) {
-      p.cnt[r] = run;
-      if (run) atomicAdd(&listed, run);
+  // totals; rows without a list (none, or more residuals than slots) get their count here
+  if (t < rc) {
+    int total = 0;
+    for (int f = 0; f < nf; ++f) total += part[(f << lg) + t];
+    const mx_i64 r = r0 + t;
+    if (r < p.R && !(total > 0 && total <= p.slots)) {
+      p.cnt[r] = 0;
       if (total > p.slots) atomicOr(p.status, MX_RES_OVERFLOW);
     }
   }
+  const bool have_first = nf == 32 && ns <= 32;
+  for (int i = warp; i < rc; i += 8) {
+    const mx_i64 r = r0 + i;
+    const int mine = lane < nf ? part[(lane << lg) + i] : 0;   // stage `lane`'s count when have_first
+    const int total = __reduce_add_sync(0xffffffffu, mine);
+    if (r < p.R && total > 0 && total <= p.slots) {
+      const int run = mx_chain_list_row<FMT>(p, r, ns, have_first, mine);
+      if (lane == 0) {
+        p.cnt[r] = run;
+        atomicAdd(&listed, run);
+      }
+    }
+  }
   __syncthreads();
-  if (threadIdx.x == 0 && listed) atomicAdd(p.status + 1, listed);
+  if (t == 0 && listed) atomicAdd(p.status + 1, listed);
 }

@@ -105,6 +105,8 @@ pub(super) fn lists(
         rpe: i32_of("rows", rows)?,
         rdv: 1,
         slots: chain_form::slots(red) as i32,
+        rpw: 0,
+        pad: 0,
     };
     chain_form::launch_lists(call, a.fmt, &lp)
 }

@@ -219,11 +219,28 @@ fn reencode(
     )
 }
 
-/// Launches `mx_chain_lists_<fmt>` with `p` (rows `p.r`): 8 rows per CTA, a warp per row, no
-/// grid-stride loop. Follows each one-pass kernel that leaves per-row, per-stage residual
-/// counts (`chain_block`, `chain_pair`).
+/// Rows per warp of `mx_chain_lists_*` for `rows` rows on `sms` SMs: the fewest (1, 2, 4, 8 or
+/// 16; 8 per CTA of 256 threads) that keep the grid within one wave of 8 CTAs per SM. The
+/// kernel's time is its waves' latency (a W of shape c, 92160 rows: 11 waves, 26 µs with a warp
+/// per row, docs/perf.md run 136), while a warp lists its rows one after another, so no more
+/// rows per warp than the wave needs.
+pub(super) fn lists_rows_per_warp(rows: usize, sms: usize) -> i32 {
+    let wave = 8 * sms.max(1);
+    let mut rpw = 1;
+    while rpw < 16 && cdiv(rows, 8 * rpw) > wave {
+        rpw *= 2;
+    }
+    rpw as i32
+}
+
+/// Launches `mx_chain_lists_<fmt>` with `p` (rows `p.r`): 8 × [`lists_rows_per_warp`] rows
+/// per CTA, no grid-stride loop. Follows each one-pass kernel that leaves per-row, per-stage
+/// residual counts (`chain_block`, `chain_pair`).
 pub(super) fn launch_lists(call: &Call, fmt: u8, p: &ChainListParams) -> PluginResult<()> {
-    let grid = cdiv(p.r as usize, 8);
+    let rows = p.r as usize;
+    let rpw = lists_rows_per_warp(rows, call.dev.sms as usize);
+    let p = ChainListParams { rpw, ..*p };
+    let grid = cdiv(rows, 8 * rpw as usize);
     let name = if fmt == 0 {
         "mx_chain_lists_e4m3"
     } else {
@@ -235,7 +252,7 @@ pub(super) fn launch_lists(call: &Call, fmt: u8, p: &ChainListParams) -> PluginR
         (grid, 1, 1),
         (256, 1, 1),
         0,
-        &mut [arg(p)],
+        &mut [arg(&p)],
     )
 }
 
@@ -352,5 +369,21 @@ mod tests {
         assert_eq!(slots(2880), 27);
         // [E][cols/32][red/32]: the same strides `weights` gives a stored K-major tile weight
         assert_eq!(tile_strides(2880, 4096), (90 * 128, 1, 128));
+    }
+
+    #[test]
+    fn lists_take_the_fewest_rows_per_warp_that_fit_one_wave() {
+        // the H200's 132 SMs: one wave is 1056 CTAs of 8 rpw rows
+        assert_eq!(lists_rows_per_warp(8448, 132), 1); // 1056 CTAs
+        assert_eq!(lists_rows_per_warp(8449, 132), 2);
+        assert_eq!(lists_rows_per_warp(32768, 132), 4); // X of shape a: 1024 CTAs
+        assert_eq!(lists_rows_per_warp(32 * 2880, 132), 16); // W of shape c: 720 CTAs
+        assert_eq!(lists_rows_per_warp(1 << 24, 132), 16); // no more than 16: several waves
+        assert_eq!(lists_rows_per_warp(5, 0), 1);
+        // the kernel's contract: a power of two with 256 / (8 rpw) whole phases
+        for rows in [1, 100, 9000, 40000, 70000, 200000] {
+            let rpw = lists_rows_per_warp(rows, 132);
+            assert!(rpw.count_ones() == 1 && rpw <= 16, "{rows}: {rpw}");
+        }
     }
 }

@@ -160,6 +160,8 @@ fn lists(
         rpe: i32_of("rows", cols)?,
         rdv: 32,
         slots: chain_form::slots(red) as i32,
+        rpw: 0,
+        pad: 0,
     };
     chain_form::launch_lists(call, b.fmt, &p)
 }

@@ -209,6 +209,9 @@ pub(super) struct ChainListParams {
     pub(super) rpe: i32,
     pub(super) rdv: i32,
     pub(super) slots: i32,
+    /// Rows per warp: set by [`super::chain_form::launch_lists`].
+    pub(super) rpw: i32,
+    pub(super) pad: i32,
 }
 
 /// `MxReencodeBlockParams` of mx_reencode_block.cuh (`mx_reencode_block_*`): an A operand
@@ -336,7 +339,7 @@ const _: () = {
     assert!(std::mem::size_of::<ReencodeParams>() == 104);
     assert!(std::mem::size_of::<QuantChainParams>() == 96);
     assert!(std::mem::size_of::<ReencodePairParams>() == 104);
-    assert!(std::mem::size_of::<ChainListParams>() == 96);
+    assert!(std::mem::size_of::<ChainListParams>() == 104);
     assert!(std::mem::size_of::<ReencodeBlockParams>() == 72);
     assert!(std::mem::size_of::<QuantBlockFormParams>() == 96);
     assert!(std::mem::size_of::<ChainFix>() == 112);
