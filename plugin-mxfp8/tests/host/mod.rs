@@ -1,6 +1,11 @@
 //! What the host-compiled kernel tests share: finding the host C++ compiler (`$CXX`, else
 //! `c++`), skipping visibly without one (failing under `MXHOST_REQUIRE_CXX=1`), and building a
-//! driver against `cuda/include` and this folder (`simt.hpp`).
+//! driver against `cuda/include` and this folder (`simt.hpp`); random MX operands with a
+//! chosen share of residuals (elements a stage scale cannot carry), from a printed seed.
+#![allow(dead_code)] // each test binary uses a part
+
+use mxhost_plugin_abi::MxFormat;
+use mxhost_plugin_mxfp8::numerics::element::decode;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -65,4 +70,101 @@ pub fn here(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/host")
         .join(file)
+}
+
+/// The seed of this run: `MXHOST_TEST_SEED`, else the clock (fresh inputs each run); printed.
+pub fn seed(test: &str) -> u64 {
+    let seed = std::env::var("MXHOST_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("{test}: seed {seed} (MXHOST_TEST_SEED replays it)");
+    seed
+}
+
+/// xorshift64*: reproducible from the printed seed.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// How a scale group (one row, or a weight's 32-row tile row) draws its block scales.
+#[derive(Clone, Copy)]
+pub enum Scales {
+    /// One scale per stage: nothing shifts.
+    Uniform,
+    /// Spread over a few binades: small elements of the smaller-scale blocks become residuals.
+    Spread,
+}
+
+/// How a row draws its element bytes.
+#[derive(Clone, Copy)]
+pub enum Bytes {
+    /// Large magnitudes (they survive any shift up to 8), a rare small one: a few residuals.
+    Few,
+    /// Any finite byte: many residuals, usually more than the slots.
+    Any,
+    /// ±0 only.
+    Zeros,
+}
+
+pub fn finite_byte(rng: &mut Rng, format: MxFormat, small: bool) -> u8 {
+    let mbits = if format == MxFormat::E4m3 { 3 } else { 2 };
+    loop {
+        let b = if small {
+            // exponent field 0..=3: subnormals and the smallest normals
+            let e = rng.below(4) as u8;
+            (rng.below(2) as u8) << 7 | e << mbits | rng.below(1 << mbits) as u8
+        } else {
+            rng.below(256) as u8
+        };
+        if decode(b, format).is_finite() {
+            return b;
+        }
+    }
+}
+
+pub fn large_byte(rng: &mut Rng, format: MxFormat) -> u8 {
+    loop {
+        let b = finite_byte(rng, format, false);
+        let mbits = if format == MxFormat::E4m3 { 3 } else { 2 };
+        if ((b & 0x7F) >> mbits) >= 9 {
+            return b;
+        }
+    }
+}
+
+pub fn row_bytes(rng: &mut Rng, format: MxFormat, kind: Bytes, k: usize) -> Vec<u8> {
+    (0..k)
+        .map(|_| match kind {
+            Bytes::Zeros => (rng.below(2) as u8) << 7,
+            Bytes::Any => finite_byte(rng, format, false),
+            Bytes::Few if rng.below(300) == 0 => finite_byte(rng, format, true),
+            Bytes::Few => large_byte(rng, format),
+        })
+        .collect()
+}
+
+pub fn group_scales(rng: &mut Rng, kind: Scales, kb: usize) -> Vec<u8> {
+    let base = 118 + rng.below(4) as u8;
+    (0..kb)
+        .map(|b| match kind {
+            Scales::Uniform => base + (b / 4 % 3) as u8,
+            Scales::Spread => base + rng.below(8) as u8,
+        })
+        .collect()
 }
