@@ -221,7 +221,7 @@ fn lists_equal_the_cpu_reference_at_every_rows_per_warp() {
         "-std=c++20",
     );
     let seed = host::seed("chain_lists_host");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let cases = [
         rows_case(&mut rng, MxFormat::E4m3, 301, 2880),
         rows_case(&mut rng, MxFormat::E5m2, 301, 2880),

@@ -219,7 +219,7 @@ fn both_chain_forms_equal_the_cpu_reference() {
         "-std=c++20",
     );
     let seed = host::seed("reencode_pair_host");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut residuals = 0;
     for dims in [(2, 160, 2880), (3, 96, 208)] {
         let w = weight(&mut rng, dims);

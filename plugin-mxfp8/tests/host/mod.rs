@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses a part
 
 use mxhost_plugin_abi::MxFormat;
+pub use mxhost_plugin_common::testing::Rng;
 use mxhost_plugin_mxfp8::numerics::element::decode;
 
 use std::path::{Path, PathBuf};
@@ -86,20 +87,6 @@ pub fn seed(test: &str) -> u64 {
         });
     eprintln!("{test}: seed {seed} (MXHOST_TEST_SEED replays it)");
     seed
-}
-
-/// xorshift64*: reproducible from the printed seed.
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// How a scale group (one row, or a weight's 32-row tile row) draws its block scales.
