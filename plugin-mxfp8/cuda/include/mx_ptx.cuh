@@ -84,55 +84,12 @@ MX_DEV void named_bar_sync(int id, int threads) {
 }
 
 // ---- bf16 helpers (no cuda_bf16.h: NVRTC may lack it) ----
-MX_DEV float bf16_bits_to_f32(mx_u32 b16) { return __int_as_float((int)(b16 << 16)); }
+// (bf16_bits_to_f32: mx_warp.cuh)
 // Round to nearest even (NaN stays NaN); packs lo in bits 0..15, hi in 16..31.
 MX_DEV mx_u32 pack_bf16x2(float lo, float hi) {
   mx_u32 r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
-}
-
-// Max number of experts the on-chip schedulers handle (smem tables of MX_MAX_E+1 ints).
-#ifndef MX_MAX_E
-#define MX_MAX_E 1024
-#endif
-
-// Called by one full warp. From offs (cumulative END offsets, E entries) writes
-//   start[e] = offs[e-1] (start[0]=0) for e in 0..E   (start[E] = offs[E-1])
-//   pre[e]   = sum_{i<e} ceil_div(m_i, unit) * mult     for e in 0..E
-// i.e. pre[] is an exclusive prefix of per-expert counts rounded up to `unit`.
-MX_DEV void warp_group_tables(const int* __restrict__ offs, int E, int unit, int mult,
-                              int* start, int* pre) {
-  const int lane = threadIdx.x & 31;
-  int carry = 0;
-  for (int base = 0; base < E; base += 32) {
-    int e = base + lane;
-    int m = 0, st = 0;
-    if (e < E) {
-      int end = offs[e];
-      st = e > 0 ? offs[e - 1] : 0;
-      m = end - st;
-      if (m < 0) m = 0;
-    }
-    int cnt = ((m + unit - 1) / unit) * mult;
-    int incl = warp_incl_scan(cnt);
-    if (e < E) { pre[e] = carry + incl - cnt; start[e] = st; }
-    carry += __shfl_sync(0xffffffffu, incl, 31);
-  }
-  if (lane == 0) {
-    pre[E] = carry;
-    start[E] = E > 0 ? offs[E - 1] : 0;
-  }
-}
-
-// Largest e in [0, E) with pre[e] <= x (pre non-decreasing, pre[0] = 0).
-MX_DEV int upper_idx(const int* pre, int E, int x) {
-  int lo = 0, hi = E - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) >> 1;
-    if (pre[mid] <= x) lo = mid; else hi = mid - 1;
-  }
-  return lo;
 }
 
 // ---- TMA (cp.async.bulk.tensor) and transaction-count mbarrier (sm_90) ----

@@ -1,8 +1,11 @@
-// mx_warp.cuh — helpers written in plain CUDA, without PTX: the 128 x 128 byte transposes
-// through shared memory, the warp scan, the chained GEMM's gate test. Apart from mx_ptx.cuh
+// mx_warp.cuh — helpers written in plain CUDA, without PTX: bf16 bits to f32, the 128 x 128
+// byte transposes through shared memory, the warp scan and the expert tables built with it,
+// the chained GEMM's gate test. Apart from mx_ptx.cuh
 // (which includes it after its types) so that the host tests (tests/host/simt.hpp) can compile
 // the kernels that use them. NVRTC-clean.
 #pragma once
+
+MX_DEV float bf16_bits_to_f32(mx_u32 b16) { return __int_as_float((int)(b16 << 16)); }
 
 // ---- 128 x 128 byte transposes through shared memory (mx_transpose_u8's word path) ----
 // sm: 128 transposed rows of 32 words. A CTA of 256 threads, thread (warp, lane) holding the
@@ -38,6 +41,49 @@ MX_DEV int warp_incl_scan(int v) {
     if (lane >= d) v += t;
   }
   return v;
+}
+
+// Max number of experts the on-chip schedulers handle (smem tables of MX_MAX_E+1 ints).
+#ifndef MX_MAX_E
+#define MX_MAX_E 1024
+#endif
+
+// Called by one full warp. From offs (cumulative END offsets, E entries) writes
+//   start[e] = offs[e-1] (start[0]=0) for e in 0..E   (start[E] = offs[E-1])
+//   pre[e]   = sum_{i<e} ceil_div(m_i, unit) * mult     for e in 0..E
+// i.e. pre[] is an exclusive prefix of per-expert counts rounded up to `unit`.
+MX_DEV void warp_group_tables(const int* __restrict__ offs, int E, int unit, int mult,
+                              int* start, int* pre) {
+  const int lane = threadIdx.x & 31;
+  int carry = 0;
+  for (int base = 0; base < E; base += 32) {
+    int e = base + lane;
+    int m = 0, st = 0;
+    if (e < E) {
+      int end = offs[e];
+      st = e > 0 ? offs[e - 1] : 0;
+      m = end - st;
+      if (m < 0) m = 0;
+    }
+    int cnt = ((m + unit - 1) / unit) * mult;
+    int incl = warp_incl_scan(cnt);
+    if (e < E) { pre[e] = carry + incl - cnt; start[e] = st; }
+    carry += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  if (lane == 0) {
+    pre[E] = carry;
+    start[E] = E > 0 ? offs[E - 1] : 0;
+  }
+}
+
+// Largest e in [0, E) with pre[e] <= x (pre non-decreasing, pre[0] = 0).
+MX_DEV int upper_idx(const int* pre, int E, int x) {
+  int lo = 0, hi = E - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) >> 1;
+    if (pre[mid] <= x) lo = mid; else hi = mid - 1;
+  }
+  return lo;
 }
 
 // ---- the chained GEMM's gate (src/backend/cuda/chain.rs) ----

@@ -35,6 +35,7 @@ typedef long long mx_i64;
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
 #define __grid_constant__
+#define __restrict__ __restrict
 
 struct simt_dim3 { unsigned x = 0, y = 0, z = 0; };
 inline thread_local simt_dim3 threadIdx, blockIdx;
@@ -65,6 +66,7 @@ template <class T> inline T __ldg(const T* p) { return *p; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline mx_u32 __float2uint_rz(float x) { return x <= 0.0f ? 0u : x >= 4294967296.0f ? 0xFFFFFFFFu : (mx_u32)x; }
 using std::fmaxf;
 using std::fminf;
@@ -78,6 +80,14 @@ inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(
 inline int atomicOr(int* p, int v) { return std::atomic_ref<int>(*p).fetch_or(v); }
 inline mx_u32 atomicAdd(mx_u32* p, mx_u32 v) { return std::atomic_ref<mx_u32>(*p).fetch_add(v); }
 inline mx_u32 atomicOr(mx_u32* p, mx_u32 v) { return std::atomic_ref<mx_u32>(*p).fetch_or(v); }
+
+// mx_ptx.cuh's PTX wrappers that parsed templates name: declared, never defined, so a kernel
+// that would run one fails to link here instead of running without it.
+mx_u32 smem_u32(const void* p);
+void cp_async16(mx_u32 dst, const void* src, mx_u32 src_bytes);
+void cp_async_commit();
+template <int N> void cp_async_wait();
+mx_u32 pack_bf16x2(float lo, float hi);
 
 // The running CTA: its barrier, one barrier per warp, and the warps' exchange slots.
 struct SimtCta {

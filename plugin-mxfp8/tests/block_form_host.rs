@@ -1,0 +1,209 @@
+//! The one-pass A-side quantizer `mx_quantize_rows_form_*` (`cuda/include/mx_quant_block_form.cuh`:
+//! what a quantize call with an annex writes for X and dY under `MXHOST_MX_CHAIN`), run on the
+//! host through `tests/host/simt.hpp` and compared with the CPU references on fresh random bf16
+//! input: the MX tensor with `quantize_mx` (1×32 blocks along rows), its stage-uniform copy,
+//! scales and residual counts with `reencode_rows`, the copy's transposes, and the FP32
+//! stage-major scale table. Every output is poisoned first and compared whole, for both
+//! formats and all three scale modes, on shapes with a row tail (R not a multiple of 128), a
+//! short last stage (C = 2880) and a single partial stage (C = 96); an Inf must set the
+//! non-finite flag.
+
+use half::bf16;
+use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
+use mxhost_plugin_mxfp8::numerics::e8m0::scale_value;
+use mxhost_plugin_mxfp8::numerics::reencode::{reencode_rows, STAGE};
+use mxhost_plugin_mxfp8::quantize_mx;
+use std::process::Command;
+
+mod host;
+use host::Rng;
+
+const NONFINITE: i32 = 2;
+
+/// bf16 rows whose 1×32 blocks span several binades, with zero blocks and tiny elements, so
+/// that stages mix scales and some elements become residuals.
+fn input(rng: &mut Rng, rows: usize, c: usize) -> Vec<bf16> {
+    let mut x = Vec::with_capacity(rows * c);
+    for _ in 0..rows * c / 32 {
+        let kind = rng.below(10);
+        let mag = 2f64.powi(rng.below(9) as i32 - 4);
+        for _ in 0..32 {
+            let v = match kind {
+                0 => 0.0,
+                1 => rng.normal() * mag * 1e-3,
+                _ if rng.below(50) == 0 => rng.normal() * mag * 2e-4,
+                _ => rng.normal() * mag,
+            };
+            x.push(bf16::from_f64(v));
+        }
+    }
+    x
+}
+
+struct Form {
+    q: Vec<u8>,
+    s: Vec<u8>,
+    q2: Vec<u8>,
+    s2: Vec<u8>,
+    at: Vec<u8>,
+    sat: Vec<u8>,
+    mc: Vec<u8>,
+    sa: Vec<f32>,
+    status: i32,
+}
+
+fn run_kernel(
+    exe: &std::path::Path,
+    x: &[bf16],
+    (r, c): (usize, usize),
+    fmt: usize,
+    mode: usize,
+) -> Form {
+    let dir = exe.parent().unwrap();
+    let (inp, out) = (dir.join("in.bin"), dir.join("out.bin"));
+    let mut bytes: Vec<u8> = [r, c, fmt, mode]
+        .iter()
+        .flat_map(|&v| (v as i64).to_le_bytes())
+        .collect();
+    bytes.extend(x.iter().flat_map(|v| v.to_bits().to_le_bytes()));
+    std::fs::write(&inp, bytes).unwrap();
+    let run = Command::new(exe).arg(&inp).arg(&out).output().unwrap();
+    assert!(
+        run.status.success(),
+        "the driver failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let o = std::fs::read(&out).unwrap();
+    let (n, kb, ns) = (r * c, c / 32, c.div_ceil(STAGE));
+    let sizes = [n, r * kb, n, r * kb, n, r * kb, ns * r, ns * 4 * r * 4];
+    let mut at = 0;
+    let mut parts: Vec<Vec<u8>> = sizes
+        .iter()
+        .map(|&len| {
+            at += len;
+            o[at - len..at].to_vec()
+        })
+        .collect();
+    assert_eq!(o.len(), at + 8, "output size");
+    let sa = parts
+        .pop()
+        .unwrap()
+        .chunks(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let mut it = parts.into_iter();
+    let mut next = || it.next().unwrap();
+    Form {
+        q: next(),
+        s: next(),
+        q2: next(),
+        s2: next(),
+        at: next(),
+        sat: next(),
+        mc: next(),
+        sa,
+        status: i32::from_le_bytes(o[at..at + 4].try_into().unwrap()),
+    }
+}
+
+fn transpose(a: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    let mut t = vec![0u8; a.len()];
+    for i in 0..rows {
+        for j in 0..cols {
+            t[j * rows + i] = a[i * cols + j];
+        }
+    }
+    t
+}
+
+fn first_difference(what: &str, got: &[u8], want: &[u8], width: usize) {
+    if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+        panic!(
+            "{what}: byte {i} (row {}, column {}): kernel {:#04x}, reference {:#04x}",
+            i / width,
+            i % width,
+            got[i],
+            want[i]
+        );
+    }
+}
+
+#[test]
+fn the_form_kernel_equals_the_cpu_references() {
+    let Some(cxx) = host::compiler_or_skip("block_form_host") else {
+        return;
+    };
+    let exe = host::build_driver(
+        &cxx,
+        "block_form_host",
+        &host::here("form_driver.cpp"),
+        "-std=c++20",
+    );
+    let seed = host::seed("block_form_host");
+    let mut rng = Rng::new(seed);
+    let modes = [ScaleMode::Rceil, ScaleMode::Floor, ScaleMode::Even];
+    let mut residuals = 0;
+    for (i, (r, c)) in [(144, 2880), (48, 96), (16, 1024)].into_iter().enumerate() {
+        for (fmt, format) in [MxFormat::E4m3, MxFormat::E5m2].into_iter().enumerate() {
+            let mode = (i + fmt) % 3;
+            let ctx = format!("{r} x {c} {format:?} {:?}, seed {seed}", modes[mode]);
+            let x = input(&mut rng, r, c);
+            let kb = c / 32;
+            let (mut q, mut s) = (vec![0u8; r * c], vec![0u8; r * kb]);
+            let shape = [r as u64, c as u64];
+            quantize_mx(
+                &x,
+                &shape,
+                BlockLayout::vector(1),
+                format,
+                modes[mode],
+                &mut q,
+                &mut s,
+            )
+            .unwrap();
+            let want = reencode_rows(&q, &s, r, c, format).unwrap();
+            residuals += want.residuals.len();
+            let got = run_kernel(&exe, &x, (r, c), fmt, mode);
+            first_difference(&format!("{ctx}: q"), &got.q, &q, c);
+            first_difference(&format!("{ctx}: s"), &got.s, &s, kb);
+            first_difference(&format!("{ctx}: q2"), &got.q2, &want.bytes, c);
+            first_difference(&format!("{ctx}: s2"), &got.s2, &want.scales, kb);
+            first_difference(
+                &format!("{ctx}: at"),
+                &got.at,
+                &transpose(&want.bytes, r, c),
+                r,
+            );
+            let sat = transpose(&want.scales, r, kb);
+            first_difference(&format!("{ctx}: sat"), &got.sat, &sat, r);
+            let mut mc = vec![0u8; c.div_ceil(STAGE) * r];
+            for x in &want.residuals {
+                mc[(x.k / STAGE) * r + x.row] += 1;
+            }
+            first_difference(&format!("{ctx}: mc"), &got.mc, &mc, r);
+            for (j, v) in got.sa.iter().enumerate() {
+                let (stage, row, b) = (j / (4 * r), (j / 4) % r, j % 4);
+                let block = 4 * stage + b;
+                let w = if block < kb {
+                    scale_value(want.scales[row * kb + block])
+                } else {
+                    0.0
+                };
+                assert!(
+                    v.to_bits() == w.to_bits(),
+                    "{ctx}: sa of row {row}, block {block}: kernel {v}, reference {w}"
+                );
+            }
+            assert_eq!(got.status, 0, "{ctx}: status");
+        }
+    }
+    assert!(
+        residuals > 50,
+        "seed {seed}: only {residuals} residuals, too few to test"
+    );
+    // an Inf: its block gets scale byte 0xFF, so its stage has no stage-uniform form
+    let mut x = input(&mut rng, 16, 256);
+    x[3 * 256 + 200] = bf16::INFINITY;
+    let got = run_kernel(&exe, &x, (16, 256), 0, 0);
+    assert!(got.status & NONFINITE != 0, "an Inf: status {}", got.status);
+}

@@ -1,0 +1,45 @@
+// form_driver.cpp — runs mx_quant_block_form (cuda/include/mx_quant_block_form.cuh) on the host
+// through simt.hpp, for tests/block_form_host.rs. FP8 conversion takes mx_numerics.cuh's
+// software path here (bit-identical to the GPU's cvt.rn.satfinite over all 2^32 inputs:
+// cuda/bench/fp8_encode_check.cu); the rest is the kernel's own code.
+// Usage: driver IN OUT. IN: 4 little-endian i64 (R, C, fmt, mode), then the bf16 input [R][C].
+// OUT, every buffer poisoned with 0xA5 before the launch: q, s, q2, s2, at, sat, mc, sa (f32),
+// then status[2] (i32).
+#include "simt.hpp"
+#include <cstdio>
+#include "mx_warp.cuh"
+#include "mx_numerics.cuh"
+#include "mx_quant_blocks.cuh"
+#include "mx_fp8_shift.cuh"
+#include "mx_reencode.cuh"
+#include "mx_quant_block_form.cuh"
+
+int main(int argc, char** argv) {
+  if (argc != 3) { fprintf(stderr, "usage: driver IN OUT\n"); return 2; }
+  FILE* in = fopen(argv[1], "rb");
+  mx_i64 h[4];
+  if (!in || fread(h, 8, 4, in) != 4) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
+  const mx_i64 R = h[0], C = h[1], KB = C / 32, NS = (C + 127) / 128;
+  std::vector<mx_u16> x(R * C);
+  if (fread(x.data(), 2, x.size(), in) != x.size()) { fprintf(stderr, "short input\n"); return 2; }
+  fclose(in);
+  auto poisoned = [](mx_i64 n) { return std::vector<mx_u8>(n, 0xA5); };
+  std::vector<mx_u8> q = poisoned(R * C), s = poisoned(R * KB), q2 = poisoned(R * C), s2 = poisoned(R * KB),
+                     at = poisoned(C * R), sat = poisoned(KB * R), mc = poisoned(NS * R),
+                     sa = poisoned(NS * 4 * R * 4);
+  std::vector<int> status(2, 0);
+  MxQuantBlockFormParams p{};
+  p.in = x.data(); p.q = q.data(); p.s = s.data(); p.q2 = q2.data(); p.s2 = s2.data();
+  p.at = at.data(); p.sat = sat.data(); p.mc = mc.data(); p.status = status.data();
+  p.sa = reinterpret_cast<float*>(sa.data());
+  p.R = (int)R; p.C = (int)C; p.mode = (int)h[3];
+  const simt_dim3 grid{(unsigned)NS, (unsigned)((R + 127) / 128), 1};
+  if (h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0>(p); });
+  else simt_launch(grid, 256, [&] { mx_quant_block_form<1>(p); });
+  FILE* out = fopen(argv[2], "wb");
+  if (!out) return 2;
+  for (auto* v : {&q, &s, &q2, &s2, &at, &sat, &mc, &sa}) fwrite(v->data(), 1, v->size(), out);
+  fwrite(status.data(), 4, 2, out);
+  fclose(out);
+  return 0;
+}
