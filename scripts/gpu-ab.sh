@@ -3,12 +3,16 @@
 # libmxhost_plugin_mxfp8.so there before `carry`), side by side in one device call, from the
 # repository root with dist/ built by scripts/dist.sh; outputs under $OUT (or out/gpu-ab):
 #   1. SELFTEST (default always; on, default or 0): the new plugin's selftest under that
-#      MXHOST_MX_CHAIN mode, with VERIFY and poisoned outputs;
+#      MXHOST_MX_CHAIN mode, with VERIFY and poisoned outputs (and SELFTEST_ENV, e.g.
+#      "MXHOST_MX_CHAIN_QPAIR=1", in its environment);
 #   2. bench_peers.py on SHAPES (default a,b,c), so the rows get their × BF16 column;
-#   3. `mxhost bench --only "$ONLY"` under MXHOST_MX_CHAIN=$MODE (default on), old and new
-#      interleaved, ROUNDS times (default 2): ab-<round>-<old|new>.txt;
+#   3. `mxhost bench --only "$ONLY"` under MXHOST_MX_CHAIN=$MODE (default on), the VARIANTS
+#      (default "old new") interleaved, ROUNDS times (default 2): ab-<round>-<variant>.txt. A
+#      variant is old, new, or new+NAME=VALUE (the new plugin with that environment variable,
+#      e.g. new+MXHOST_MX_CHAIN_QPAIR=1);
 #   4. with NCU=regex: ncu durations (and NCU_METRICS) of the matching kernels in one rep of
-#      the NCU_ONLY rows (default ONLY) on NCU_SHAPE (default c), new then old: ncu-<v>.txt.
+#      the NCU_ONLY rows (default ONLY) on NCU_SHAPE (default c), each variant in reverse
+#      order: ncu-<variant>.txt.
 # docs/perf.md runs 132-133 and 137 are calls of this shape.
 set -u
 out="${OUT:-out/gpu-ab}"
@@ -21,12 +25,19 @@ if [ ! -f dist/old/libmxhost_plugin_mxfp8.so ]; then
     exit 2
 fi
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$out/card.txt"
-# the new plugin is dist/'s own (found beside mxhost); the old one through MXHOST_PLUGIN_PATH
-plugin() { if [ "$1" = old ]; then export MXHOST_PLUGIN_PATH=dist/old; else unset MXHOST_PLUGIN_PATH; fi; }
+# the new plugin is dist/'s own (found beside mxhost); the old one through MXHOST_PLUGIN_PATH;
+# a new+NAME=VALUE variant exports NAME=VALUE (unset again for the next variant)
+variants="${VARIANTS:-old new}"
+extra=""
+plugin() {
+    if [ -n "$extra" ]; then unset "${extra%%=*}"; extra=""; fi
+    if [ "$1" = old ]; then export MXHOST_PLUGIN_PATH=dist/old; else unset MXHOST_PLUGIN_PATH; fi
+    case "$1" in new+*=*) extra="${1#new+}"; export "$extra" ;; esac
+}
 if [ "${SELFTEST:-always}" != 0 ]; then
     st_mode="${SELFTEST:-always}"; [ "$st_mode" = default ] && st_mode=off
     echo "== selftest, MXHOST_MX_CHAIN=$st_mode"
-    MXHOST_MX_CHAIN=$st_mode MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 \
+    env ${SELFTEST_ENV:-} MXHOST_MX_CHAIN=$st_mode MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 \
         dist/mxhost selftest --device cuda --quick >"$out/selftest.txt" 2>&1
     echo "rc=$?"; grep -E "^mxhost selftest: [0-9]" "$out/selftest.txt"; grep FAIL "$out/selftest.txt" | head -5
 fi
@@ -35,23 +46,25 @@ OUT="$out" timeout 150 python3 dist/bench_peers.py --shapes "$shapes" --budget-s
     --warmup 500 --rep 500 >"$out/peers.txt" 2>&1
 echo "peers rc=$?"
 for i in $(seq 1 "${ROUNDS:-2}"); do
-    for v in old new; do
-        plugin $v
+    for v in $variants; do
+        plugin "$v"
+        lab=$(printf %s "$v" | tr -c 'A-Za-z0-9_-' '_')   # (file names the device returns)
         MXHOST_MX_CHAIN=$mode timeout 150 dist/mxhost bench --device cuda --shapes "$shapes" --reps 10 --only "$only" \
-            --warmup-ms 300 --peers "$out/peer_bench.csv" >"$out/ab-$i-$v.txt" 2>&1
+            --warmup-ms 300 --peers "$out/peer_bench.csv" >"$out/ab-$i-$lab.txt" 2>&1
         echo "== round $i, $v: rc=$?"
-        grep -E "^[a-d] " "$out/ab-$i-$v.txt" |
+        grep -E "^[a-d] " "$out/ab-$i-$lab.txt" |
             awk '{op=""; for (i=6; i<=NF-5; i++) op=op" "$i; printf "%s%-50.50s %8s %5s\n", $1, op, $(NF-4), $NF}'
     done
 done
 if [ -n "${NCU:-}" ] && command -v ncu >/dev/null; then
     metrics="gpu__time_duration.sum${NCU_METRICS:+,$NCU_METRICS}"
-    for v in new old; do
-        plugin $v
+    for v in $(echo $variants | tr ' ' '\n' | tac); do
+        plugin "$v"
+        lab=$(printf %s "$v" | tr -c 'A-Za-z0-9_-' '_')   # (file names the device returns)
         MXHOST_MX_CHAIN=$mode timeout 200 ncu --clock-control none --cache-control none --kernel-name "regex:$NCU" \
             --launch-count "${NCU_COUNT:-6}" --metrics "$metrics" dist/mxhost bench --device cuda --shapes "${NCU_SHAPE:-c}" \
-            --reps 1 --warmup-ms 0 --only "${NCU_ONLY:-$only}" >"$out/ncu-$v.txt" 2>&1
+            --reps 1 --warmup-ms 0 --only "${NCU_ONLY:-$only}" >"$out/ncu-$lab.txt" 2>&1
         echo "== ncu, $v: rc=$?"
-        grep -E "^  [a-z_0-9]+ \(|^    [a-z]" "$out/ncu-$v.txt" | head -60
+        grep -E "^  [a-z_0-9]+ \(|^    [a-z]" "$out/ncu-$lab.txt" | head -60
     done
 fi

@@ -26,9 +26,9 @@
 #include "mx_tgemm_roles.cuh"
 #include "mx_fp8_shift.cuh"
 #include "mx_reencode.cuh"
+#include "mx_quant_blocks.cuh"   // (mx_reencode_pair.cuh's bf16 source too)
 #include "mx_reencode_pair.cuh"
 #include "mx_reencode_block.cuh"
-#include "mx_quant_blocks.cuh"
 #include "mx_quant_chain.cuh"
 #include "mx_quant_block_form.cuh"
 #include "mx_tgemm_chain.cuh"
@@ -38,8 +38,8 @@
 static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 112, "RP / FIX in bench/chain.py, src/backend/cuda/params.rs");
 static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 228944 && mxc_smem_bytes<3, true, true>() == 228736,
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
-static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 104,
-              "ReencodePairParams, ChainListParams in src/backend/cuda/params.rs");
+static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 104 && sizeof(MxQuantPairParams) == 136,
+              "ReencodePairParams, ChainListParams, QuantPairParams in src/backend/cuda/params.rs");
 static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72 && sizeof(MxQuantBlockFormParams) == 96,
               "QuantChainParams, ReencodeBlockParams, QuantBlockFormParams in src/backend/cuda/params.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
@@ -88,6 +88,11 @@ extern "C" __global__ void __launch_bounds__(256) mx_reencode_pair_e4m3(const __
 // the NVRTC gate refuses in a hot kernel.)
 extern "C" __global__ void __launch_bounds__(256) mx_reencode_pair_ref_e4m3(const __grid_constant__ MxReencodePairParams p) {
   mx_reencode_pair<0, false>(p);
+}
+// Both from bf16 in one pass: W quantized in 32x32 tiles (with its transposed copy) and both forms
+// (MXHOST_MX_CHAIN_QPAIR=1, src/backend/cuda/chain_pair.rs).
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_pair_bf16_e4m3(const __grid_constant__ MxQuantPairParams p) {
+  mx_reencode_pair<0, true, 1>(p.f, &p.src);
 }
 extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e4m3(const __grid_constant__ MxChainListParams p) {
   mx_chain_lists<0>(p);

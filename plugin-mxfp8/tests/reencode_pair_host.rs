@@ -8,9 +8,16 @@
 //! build, W transposed and W's own bytes. Every byte of every output is compared (the outputs
 //! are poisoned first), for both builds, on shapes whose R and C are not multiples of 128 (nor C
 //! of 32); a weight with a NaN/Inf tile must set both copies' non-finite flag.
+//!
+//! The bf16 build (`mx_quantize_pair_bf16_e4m3`, `MXHOST_MX_CHAIN_QPAIR=1`) quantizes W itself:
+//! its W, Wᵀ and tile scales are compared with `quantize_mx` in 32×32 tiles of W and of Wᵀ
+//! (each quantized on its own), its forms with the references of those bytes, in all three
+//! scale modes.
 
-use mxhost_plugin_abi::MxFormat;
+use half::bf16;
+use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
 use mxhost_plugin_mxfp8::numerics::reencode::{reencode_rows, StageUniform, STAGE};
+use mxhost_plugin_mxfp8::quantize_mx;
 use std::process::Command;
 
 mod host;
@@ -98,19 +105,35 @@ struct Pair {
     btt: Vec<u8>,
     mc: Vec<u8>,
     mct: Vec<u8>,
+    /// the bf16 build's tile scales of W and Wᵀ
+    s: Vec<u8>,
+    st: Vec<u8>,
     status: i32,
     status_t: i32,
 }
 
-fn run_kernel(exe: &std::path::Path, w: &Weight, copies: bool) -> Pair {
+/// The kernel on `w` (its bytes and scales), or with `src` on W in bf16 (the bf16 build; `w`
+/// gives only the dimensions) in scale mode `src.1`.
+fn run_kernel(
+    exe: &std::path::Path,
+    w: &Weight,
+    copies: bool,
+    src: Option<(&[bf16], usize)>,
+) -> Pair {
     let dir = exe.parent().unwrap();
     let (inp, out) = (dir.join("in.bin"), dir.join("out.bin"));
-    let mut bytes: Vec<u8> = [w.e, w.r, w.c, copies as usize]
+    let mode = src.map_or(0, |s| s.1);
+    let mut bytes: Vec<u8> = [w.e, w.r, w.c, copies as usize, src.is_some() as usize, mode]
         .iter()
         .flat_map(|&v| (v as i64).to_le_bytes())
         .collect();
-    bytes.extend_from_slice(&w.q);
-    bytes.extend_from_slice(&w.s);
+    match src {
+        Some((x, _)) => bytes.extend(x.iter().flat_map(|v| v.to_bits().to_le_bytes())),
+        None => {
+            bytes.extend_from_slice(&w.q);
+            bytes.extend_from_slice(&w.s);
+        }
+    }
     std::fs::write(&inp, bytes).unwrap();
     let run = Command::new(exe).arg(&inp).arg(&out).output().unwrap();
     assert!(
@@ -121,6 +144,7 @@ fn run_kernel(exe: &std::path::Path, w: &Weight, copies: bool) -> Pair {
     let o = std::fs::read(&out).unwrap();
     let (n, tiles) = (w.e * w.r * w.c, w.e * w.nb() * w.kb());
     let copy = if copies { n } else { 0 };
+    let own = if src.is_some() { tiles } else { 0 };
     let sizes = [
         n,
         tiles,
@@ -130,6 +154,8 @@ fn run_kernel(exe: &std::path::Path, w: &Weight, copies: bool) -> Pair {
         copy,
         w.c.div_ceil(STAGE) * w.e * w.r,
         w.r.div_ceil(STAGE) * w.e * w.c,
+        own,
+        own,
     ];
     let mut at = 0;
     let mut parts = sizes.iter().map(|&len| {
@@ -147,6 +173,7 @@ fn run_kernel(exe: &std::path::Path, w: &Weight, copies: bool) -> Pair {
         next(),
         next(),
     );
+    let (s, st) = (next(), next());
     let word = |i: usize| i32::from_le_bytes(o[at + 4 * i..at + 4 * i + 4].try_into().unwrap());
     assert_eq!(o.len(), at + 16, "output size");
     Pair {
@@ -158,6 +185,8 @@ fn run_kernel(exe: &std::path::Path, w: &Weight, copies: bool) -> Pair {
         btt,
         mc,
         mct,
+        s,
+        st,
         status: word(0),
         status_t: word(2),
     }
@@ -229,7 +258,7 @@ fn both_chain_forms_equal_the_cpu_reference() {
         let bwd = reencode_rows(&qt, &st_rows, e * c, r, MxFormat::E4m3).unwrap();
         residuals += fwd.residuals.len() + bwd.residuals.len();
         for copies in [false, true] {
-            let got = run_kernel(&exe, &w, copies);
+            let got = run_kernel(&exe, &w, copies, None);
             let ctx = format!("W {dims:?}, copies {copies}, seed {seed}");
             check_form(
                 &format!("{ctx}: W's form"),
@@ -261,11 +290,139 @@ fn both_chain_forms_equal_the_cpu_reference() {
     for n in 32..64 {
         w.q[n * 256 + 160..n * 256 + 192].fill(0x7F);
     }
-    let got = run_kernel(&exe, &w, false);
+    let got = run_kernel(&exe, &w, false, None);
     assert!(
         got.status & NONFINITE != 0 && got.status_t & NONFINITE != 0,
         "a NaN tile: status {} / {}",
         got.status,
         got.status_t
+    );
+}
+
+/// W `[e][r][c]` in bf16 whose 32×32 tiles span several binades, with zero tiles and tiny
+/// elements (residuals in both forms).
+fn bf16_weight(rng: &mut Rng, (e, r, c): (usize, usize, usize)) -> Vec<bf16> {
+    let (nb, kb) = (r.div_ceil(32), c.div_ceil(32));
+    let tile_mag: Vec<f64> = (0..e * nb * kb)
+        .map(|_| match rng.below(12) {
+            0 => 0.0,
+            _ => 2f64.powi(rng.below(9) as i32 - 4),
+        })
+        .collect();
+    (0..e * r * c)
+        .map(|i| {
+            let (x, n, k) = (i / (r * c), (i / c) % r, i % c);
+            let mag = tile_mag[(x * nb + n / 32) * kb + k / 32];
+            let tiny = if rng.below(40) == 0 { 3e-4 } else { 1.0 };
+            bf16::from_f64(rng.normal() * mag * tiny)
+        })
+        .collect()
+}
+
+#[test]
+fn the_bf16_build_equals_the_tile_quantizer_and_both_forms() {
+    let Some(cxx) = host::compiler_or_skip("reencode_pair_host") else {
+        return;
+    };
+    let exe = host::build_driver(
+        &cxx,
+        "reencode_pair_host_bf16",
+        &host::here("pair_driver.cpp"),
+        "-std=c++20",
+    );
+    let seed = host::seed("reencode_pair_host (bf16)");
+    let mut rng = Rng::new(seed);
+    let modes = [ScaleMode::Rceil, ScaleMode::Floor, ScaleMode::Even];
+    let mut residuals = 0;
+    for (i, dims) in [(2, 160, 2880), (3, 96, 208), (1, 48, 128)]
+        .into_iter()
+        .enumerate()
+    {
+        let (e, r, c) = dims;
+        let x = bf16_weight(&mut rng, dims);
+        let mode = i % 3;
+        let ctx = format!("W {dims:?} {:?}, seed {seed}", modes[mode]);
+        // the references: W and Wᵀ each quantized in 32×32 tiles on the CPU
+        let (nb, kb) = (r.div_ceil(32), c.div_ceil(32));
+        let (mut q, mut s) = (vec![0u8; e * r * c], vec![0u8; e * nb * kb]);
+        let tile = BlockLayout::tile();
+        let shape = [e as u64, r as u64, c as u64];
+        quantize_mx(
+            &x,
+            &shape,
+            tile,
+            MxFormat::E4m3,
+            modes[mode],
+            &mut q,
+            &mut s,
+        )
+        .unwrap();
+        let mut xt = vec![bf16::ZERO; x.len()];
+        for (j, v) in x.iter().enumerate() {
+            let (b, n, k) = (j / (r * c), (j / c) % r, j % c);
+            xt[(b * c + k) * r + n] = *v;
+        }
+        let (mut qt, mut st) = (vec![0u8; x.len()], vec![0u8; s.len()]);
+        let shape_t = [e as u64, c as u64, r as u64];
+        quantize_mx(
+            &xt,
+            &shape_t,
+            tile,
+            MxFormat::E4m3,
+            modes[mode],
+            &mut qt,
+            &mut st,
+        )
+        .unwrap();
+        let w = Weight { e, r, c, q, s };
+        let got = run_kernel(&exe, &w, true, Some((&x, mode)));
+        assert!(got.btt == w.q, "{ctx}: W's bytes");
+        assert!(got.s == w.s, "{ctx}: W's tile scales");
+        assert!(got.bt == qt, "{ctx}: Wᵀ's bytes");
+        assert!(got.st == st, "{ctx}: Wᵀ's tile scales");
+        let fwd = reencode_rows(&w.q, &w.row_scales(), e * r, c, MxFormat::E4m3).unwrap();
+        let (wt, st_rows) = w.transposed();
+        let bwd = reencode_rows(&wt, &st_rows, e * c, r, MxFormat::E4m3).unwrap();
+        residuals += fwd.residuals.len() + bwd.residuals.len();
+        check_form(
+            &format!("{ctx}: W's form"),
+            (&got.q2, &got.s2, &got.mc),
+            &fwd,
+            (e, r, c),
+        );
+        check_form(
+            &format!("{ctx}: Wᵀ's form"),
+            (&got.qt2, &got.st2, &got.mct),
+            &bwd,
+            (e, c, r),
+        );
+        assert_eq!((got.status, got.status_t), (0, 0), "{ctx}: status words");
+    }
+    assert!(
+        residuals > 100,
+        "seed {seed}: only {residuals} residuals, too few to test"
+    );
+    // an Inf in W: its tile gets scale byte 0xFF and bytes 0x7F, both copies' flag is set
+    let (r, c) = (64, 256);
+    let mut x = bf16_weight(&mut rng, (1, r, c));
+    x[40 * c + 170] = bf16::NEG_INFINITY;
+    let w = Weight {
+        e: 1,
+        r,
+        c,
+        q: Vec::new(),
+        s: Vec::new(),
+    };
+    let got = run_kernel(&exe, &w, true, Some((&x, 0)));
+    assert!(
+        got.status & NONFINITE != 0 && got.status_t & NONFINITE != 0,
+        "an Inf: status {} / {}",
+        got.status,
+        got.status_t
+    );
+    assert_eq!(got.s[c / 32 + 5], 0xFF, "the Inf's tile scale");
+    assert!(
+        (32..64).all(|n| got.btt[n * c + 160..n * c + 192].iter().all(|&b| b == 0x7F)),
+        "the Inf's tile bytes"
     );
 }

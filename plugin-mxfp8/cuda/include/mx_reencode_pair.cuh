@@ -18,7 +18,7 @@
 // (COPIES = false, mx_reencode_pair_ref_*: annexes of ABI 1.4 that refer to their partner's
 // bytes instead of copying them; bt and btt unused). Two instantiations, not a runtime test:
 // with the stores predicated at run time ptxas kept 98 registers instead of 48 (run 127).
-// Requires mx_ptx.cuh, mx_numerics.cuh and mx_reencode.cuh. NVRTC-clean.
+// Requires mx_ptx.cuh, mx_numerics.cuh, mx_reencode.cuh and mx_quant_blocks.cuh. NVRTC-clean.
 #pragma once
 
 // W [E][R][C] in 32x32 tiles, scales s[e][R/32][C/32] (the quantizer's tile layout); the
@@ -34,29 +34,93 @@ struct MxReencodePairParams {
   int R, C;                   // E = gridDim.z
 };
 
+// SRC = 1 (mx_quantize_pair_bf16_e4m3): the kernel quantizes W itself, from bf16, in 32x32
+// tiles (the tile quantizer's bytes and scales: same helpers), instead of reading the bytes and
+// scales another launch wrote; W's bytes go to btt and Wᵀ's to bt (COPIES), their scales here.
+// One read of 2 bytes and four writes of 1 per element, against 2 + 2 (mx_quantize_t32l) and
+// 1 + 2 (mx_reencode_pair_ref) in two launches.
+struct MxQuantPairSrc {
+  const mx_u16* in;   // W [E][R][C] bf16, rows 8-byte aligned
+  mx_u8* s;           // W's tile scales [E][R/32][C/32]
+  mx_u8* st;          // Wᵀ's tile scales [E][C/32][R/32]
+  int mode, pad;
+};
+struct MxQuantPairParams { MxReencodePairParams f; MxQuantPairSrc src; };
+
 // Grid (ceil(C / 128), ceil(R / 128), E), 256 threads. Thread (warp w, lane l) holds the words
 // of rows 16 w + i (i < 16) at bytes 4 l .. 4 l + 3 of the block: all in tile (w / 2, l / 8).
 // The transposes go through shared memory as mx_transpose_u8 does (4x4 byte transposes in
 // registers, swizzled words, 16-byte stores along the transposed rows: mx_t128_put/get).
-template <int FMT, bool COPIES>
-MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
+template <int FMT, bool COPIES, int SRC = 0>
+MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc* src = nullptr) {
+  static_assert(!SRC || COPIES, "SRC = 1 writes W's and Wᵀ's bytes through btt and bt");
   constexpr int T1 = COPIES ? 1 : 0;                  // Wᵀ's copy's tile
   __shared__ __align__(16) mx_u32 sm[T1 + 1][128 * 32];   // (COPIES: W transposed;) Wᵀ's copy
   __shared__ mx_u32 tile_s[4][4];                     // the block's tile scales [r tile][c tile]
   __shared__ int rowc[128], colc[128];                // residuals per row of W, per column
+  __shared__ mx_u32 tam[SRC ? 8 : 1][4];              // SRC: amax bits per warp and tile column
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int e = blockIdx.z, c0 = blockIdx.x * 128, r0 = blockIdx.y * 128;
   const int R = p.R, C = p.C, NB = (R + 31) >> 5, KB = (C + 31) >> 5;
   const mx_i64 tiles_e = (mx_i64)NB * KB;
-  if (t < 16) {
-    const int a = t >> 2, b = t & 3, nb = (r0 >> 5) + a, kb = (c0 >> 5) + b;
-    const bool ok = nb < NB && kb < KB;
-    const mx_u32 v = ok ? p.s[e * tiles_e + (mx_i64)nb * KB + kb] : 0u;
-    tile_s[a][b] = v;
-    if (v == 0xFFu) { atomicOr(p.status, MX_RES_NONFINITE); atomicOr(p.status_t, MX_RES_NONFINITE); }
+  const int ta = warp >> 1, tb = lane >> 3;
+  const bool rows_ok = r0 + 16 * warp < R;   // R % 16 == 0: a warp's 16 rows are all in or out
+  const bool word_ok = rows_ok && c0 + 4 * lane < C;
+  const mx_i64 row0 = (mx_i64)e * R + r0 + 16 * warp;
+  mx_u32 w[16];
+  if (SRC) {
+    // the thread's 16 rows x 4 elements, then its tile's amax (8 lanes of two warps). The bf16
+    // words wait for the scale in shared memory (thread-interleaved 8-byte slots, no bank
+    // conflicts), not registers: held there they took the kernel to 92 registers, 2 CTAs per SM.
+    static_assert(!SRC || (T1 + 1) * 128 * 32 >= 16 * 256 * 2, "the staging fits the transpose tiles");
+    mx_u32* xs = &sm[0][0];
+    mx_u32 am = 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint2 v = word_ok ? *reinterpret_cast<const uint2*>(src->in + (row0 + i) * C + c0 + 4 * lane) : make_uint2(0u, 0u);
+      const mx_u32 ch[4] = {v.x, v.y, 0u, 0u};
+      am = max(am, mxq_chunk_amax<1>(ch));
+      *reinterpret_cast<uint2*>(xs + 2 * (i * 256 + t)) = v;
+    }
+    am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
+    am = max(am, __shfl_xor_sync(0xffffffffu, am, 2));
+    am = max(am, __shfl_xor_sync(0xffffffffu, am, 4));
+    if ((lane & 7) == 0) tam[SRC ? warp : 0][tb] = am;
+    if (t < 128) { rowc[t] = 0; colc[t] = 0; }
+    __syncthreads();
+    if (t < 16) {
+      const int a = t >> 2, b = t & 3, nb = (r0 >> 5) + a, kb = (c0 >> 5) + b;
+      const bool ok = nb < NB && kb < KB;
+      const mx_u32 v = ok ? mx_scale_byte<FMT, true>(max(tam[SRC ? 2 * a : 0][b], tam[SRC ? 2 * a + 1 : 0][b]), src->mode) : 0u;
+      tile_s[a][b] = v;
+      if (ok) {
+        src->s[e * tiles_e + (mx_i64)nb * KB + kb] = (mx_u8)v;
+        src->st[e * tiles_e + (mx_i64)kb * NB + nb] = (mx_u8)v;
+      }
+      if (v == 0xFFu) { atomicOr(p.status, MX_RES_NONFINITE); atomicOr(p.status_t, MX_RES_NONFINITE); }
+    }
+    __syncthreads();
+    const mx_u32 sb = tile_s[ta][tb];
+    const float inv = mx_inv_scale(sb);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint2 v = *reinterpret_cast<const uint2*>(xs + 2 * (i * 256 + t));
+      const mx_u32 ch[4] = {v.x, v.y, 0u, 0u};
+      w[i] = word_ok ? mx_quant4<FMT>(mxq_elem<1>(ch, 0), mxq_elem<1>(ch, 1), mxq_elem<1>(ch, 2), mxq_elem<1>(ch, 3), inv, sb == 0xFFu)
+                     : 0u;
+    }
+    __syncthreads();   // the transposes below reuse the staging
+  } else {
+    if (t < 16) {
+      const int a = t >> 2, b = t & 3, nb = (r0 >> 5) + a, kb = (c0 >> 5) + b;
+      const bool ok = nb < NB && kb < KB;
+      const mx_u32 v = ok ? p.s[e * tiles_e + (mx_i64)nb * KB + kb] : 0u;
+      tile_s[a][b] = v;
+      if (v == 0xFFu) { atomicOr(p.status, MX_RES_NONFINITE); atomicOr(p.status_t, MX_RES_NONFINITE); }
+    }
+    if (t < 128) { rowc[t] = 0; colc[t] = 0; }
+    __syncthreads();
   }
-  if (t < 128) { rowc[t] = 0; colc[t] = 0; }
-  __syncthreads();
   if (t < 16) {
     const int a = t >> 2, b = t & 3, nb = (r0 >> 5) + a, kb = (c0 >> 5) + b;
     if (nb < NB && kb < KB) {
@@ -66,17 +130,14 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p) {
       p.st2[e * tiles_e + (mx_i64)kb * NB + nb] = (mx_u8)st;
     }
   }
-  const int ta = warp >> 1, tb = lane >> 3;
   const mx_u32 sc = tile_s[ta][tb];
   const mx_u32 sw = max(max(tile_s[ta][0], tile_s[ta][1]), max(tile_s[ta][2], tile_s[ta][3]));
   const mx_u32 st = max(max(tile_s[0][tb], tile_s[1][tb]), max(tile_s[2][tb], tile_s[3][tb]));
-  const bool rows_ok = r0 + 16 * warp < R;   // R % 16 == 0: a warp's 16 rows are all in or out
-  const bool word_ok = rows_ok && c0 + 4 * lane < C;
-  const mx_i64 row0 = (mx_i64)e * R + r0 + 16 * warp;
-  mx_u32 w[16];
+  if (!SRC) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i)
-    w[i] = word_ok ? *reinterpret_cast<const mx_u32*>(p.q + (row0 + i) * C + c0 + 4 * lane) : 0u;
+    for (int i = 0; i < 16; ++i)
+      w[i] = word_ok ? *reinterpret_cast<const mx_u32*>(p.q + (row0 + i) * C + c0 + 4 * lane) : 0u;
+  }
   // Four rows at a time: the words of Wᵀ's copy live only until their transpose, so the kernel
   // holds 16 + 4 words (run 119: with all 32 live, 64 registers allowed 4 CTAs per SM and the
   // kernel moved 2.7 TB/s).

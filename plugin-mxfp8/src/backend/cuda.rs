@@ -183,6 +183,40 @@ impl CudaBackend {
     }
 }
 
+impl CudaBackend {
+    /// `MXHOST_MX_CHAIN_VERIFY` after [`chain_pair::quantize_b_pair`]: the tensor and its
+    /// transposed copy (bytes and scales) against the tile quantizer's, written into scratch.
+    fn verify_pair_quantizer(&self, call: &mut Call, args: &QuantizeArgs) -> PluginResult<()> {
+        let mut plain = args.clone();
+        (plain.annex, plain.transposed_annex) = (None, None);
+        let mut regions = Vec::new();
+        let what = [("W's bytes", "W's scales"), ("Wᵀ's bytes", "Wᵀ's scales")];
+        for (m, (bytes, scales)) in [Some(&mut plain.output), plain.transposed.as_mut()]
+            .into_iter()
+            .flatten()
+            .zip(what)
+        {
+            for (t, what) in [(&mut m.data, bytes), (&mut m.scales, scales)] {
+                let want = call.alloc(t.numel)?;
+                regions.push(chain_verify::Region {
+                    what,
+                    got: ptr(t),
+                    want,
+                    bytes: t.numel,
+                });
+                t.ptr = want as *mut c_void;
+            }
+        }
+        self.quantize_tensors(call, &plain)?;
+        chain_verify::require_equal(
+            call,
+            (&regions, &[]),
+            "mx_quantize_pair_bf16_e4m3",
+            "the tile quantizer",
+        )
+    }
+}
+
 impl Backend for CudaBackend {
     fn quantize(&self, args: &QuantizeArgs) -> PluginResult<()> {
         if args.input.numel == 0 {
@@ -191,6 +225,13 @@ impl Backend for CudaBackend {
         let mut call = Call::new(args.ordinal, args.stream)?;
         // X or dY with its annex: the tensor and its chain form in one pass.
         if chain_quant::quantize_a_with_annex(&mut call, args)? {
+            return Ok(());
+        }
+        // A bf16 weight with both annexes: everything in one pass (opt-in).
+        if chain_pair::quantize_b_pair(&mut call, args)? {
+            if chain_verify::enabled() {
+                self.verify_pair_quantizer(&mut call, args)?;
+            }
             return Ok(());
         }
         self.quantize_tensors(&mut call, args)?;

@@ -1,13 +1,15 @@
 // pair_driver.cpp — runs mx_reencode_pair (cuda/include/mx_reencode_pair.cuh, E4M3) on the host
 // through simt.hpp, for tests/reencode_pair_host.rs.
-// Usage: driver IN OUT. IN: 4 little-endian i64 (E, R, C, copies), then W's bytes q
-// ([E][R][C]) and tile scales s ([E][R/32][C/32], rounded up). OUT, every buffer poisoned with
-// 0xA5 before the launch: q2, s2, qt2, st2, bt, btt (copies only, else empty), mc, mct, then
-// status[2] and status_t[2] (i32).
+// Usage: driver IN OUT. IN: 6 little-endian i64 (E, R, C, copies, bf16, mode), then either W's
+// bytes q ([E][R][C]) and tile scales s ([E][R/32][C/32], rounded up), or (bf16 = 1, the
+// mx_quantize_pair build, copies = 1) W in bf16 ([E][R][C]). OUT, every buffer poisoned with
+// 0xA5 before the launch: q2, s2, qt2, st2, bt, btt (copies only, else empty), mc, mct, s and
+// st (bf16 only, else empty), then status[2] and status_t[2] (i32).
 #include "simt.hpp"
 #include <cstdio>
 #include "mx_warp.cuh"
 #include "mx_numerics.cuh"
+#include "mx_quant_blocks.cuh"
 #include "mx_fp8_shift.cuh"
 #include "mx_reencode.cuh"
 #include "mx_reencode_pair.cuh"
@@ -15,17 +17,19 @@
 int main(int argc, char** argv) {
   if (argc != 3) { fprintf(stderr, "usage: driver IN OUT\n"); return 2; }
   FILE* in = fopen(argv[1], "rb");
-  mx_i64 h[4];
-  if (!in || fread(h, 8, 4, in) != 4) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
+  mx_i64 h[6];
+  if (!in || fread(h, 8, 6, in) != 6) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
   const mx_i64 E = h[0], R = h[1], C = h[2], NB = (R + 31) / 32, KB = (C + 31) / 32;
-  const bool copies = h[3] != 0;
-  std::vector<mx_u8> q(E * R * C), s(E * NB * KB);
-  if (fread(q.data(), 1, q.size(), in) != q.size() || fread(s.data(), 1, s.size(), in) != s.size()) {
-    fprintf(stderr, "short input\n");
-    return 2;
-  }
-  fclose(in);
+  const bool copies = h[3] != 0, from_bf16 = h[4] != 0;
+  if (from_bf16 && !copies) { fprintf(stderr, "the bf16 build writes copies\n"); return 2; }
   auto poisoned = [](mx_i64 n) { return std::vector<mx_u8>(n, 0xA5); };
+  std::vector<mx_u8> q(from_bf16 ? 0 : E * R * C), s(from_bf16 ? 0 : E * NB * KB);
+  std::vector<mx_u16> x(from_bf16 ? E * R * C : 0);
+  std::vector<mx_u8> s_out = poisoned(from_bf16 ? E * NB * KB : 0), st_out = poisoned(from_bf16 ? E * NB * KB : 0);
+  const bool read_ok = from_bf16 ? fread(x.data(), 2, x.size(), in) == x.size()
+                                 : fread(q.data(), 1, q.size(), in) == q.size() && fread(s.data(), 1, s.size(), in) == s.size();
+  if (!read_ok) { fprintf(stderr, "short input\n"); return 2; }
+  fclose(in);
   std::vector<mx_u8> q2 = poisoned(E * R * C), s2 = poisoned(E * NB * KB), qt2 = poisoned(E * C * R),
                      st2 = poisoned(E * KB * NB), bt = poisoned(copies ? E * C * R : 0),
                      btt = poisoned(copies ? E * R * C : 0), mc = poisoned((C + 127) / 128 * E * R),
@@ -37,11 +41,13 @@ int main(int argc, char** argv) {
   p.mc = mc.data(); p.mct = mct.data(); p.status = status.data(); p.status_t = status_t.data();
   p.R = (int)R; p.C = (int)C;
   const simt_dim3 grid{(unsigned)((C + 127) / 128), (unsigned)((R + 127) / 128), (unsigned)E};
-  if (copies) simt_launch(grid, 256, [&] { mx_reencode_pair<0, true>(p); });
+  MxQuantPairSrc src{x.data(), s_out.data(), st_out.data(), (int)h[5], 0};
+  if (from_bf16) simt_launch(grid, 256, [&] { mx_reencode_pair<0, true, 1>(p, &src); });
+  else if (copies) simt_launch(grid, 256, [&] { mx_reencode_pair<0, true>(p); });
   else simt_launch(grid, 256, [&] { mx_reencode_pair<0, false>(p); });
   FILE* out = fopen(argv[2], "wb");
   if (!out) return 2;
-  for (auto* v : {&q2, &s2, &qt2, &st2, &bt, &btt, &mc, &mct}) fwrite(v->data(), 1, v->size(), out);
+  for (auto* v : {&q2, &s2, &qt2, &st2, &bt, &btt, &mc, &mct, &s_out, &st_out}) fwrite(v->data(), 1, v->size(), out);
   fwrite(status.data(), 4, 2, out);
   fwrite(status_t.data(), 4, 2, out);
   fclose(out);

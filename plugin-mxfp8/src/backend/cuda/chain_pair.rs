@@ -15,16 +15,20 @@
 //! at all, only the partner's address ([`BtAt::Partner`]): the kernel then writes 2 bytes per
 //! element instead of 4.
 //! `MXHOST_MX_CHAIN_PAIR=0` turns the path off (the two calls instead), for A/B timing.
+//! `MXHOST_MX_CHAIN_QPAIR=1` goes one step further for a bf16 weight: the same kernel quantizes
+//! W itself (`mx_quantize_pair_bf16_e4m3`), so the call is one launch instead of the tile
+//! quantizer's and this one ([`quantize_b_pair`]).
 
 use super::chain::{annex_filled_here, checked_annex, AnnexRole};
 use super::chain_form::{self, b_layout, tile_strides, BLayout, BtAt};
 use super::chain_verify::{self, Lists, Region};
 use super::device::Call;
 use super::gemm::BMat;
-use super::params::{ChainListParams, ReencodePairParams};
-use super::{arg, cdiv, fmt_code, i32_of};
+use super::params::{ChainListParams, QuantPairParams, ReencodePairParams};
+use super::{arg, cdiv, fmt_code, i32_of, mode_code};
 use crate::kernels::Unit;
 use mxhost_plugin_abi::plugin_support::PluginResult;
+use mxhost_plugin_abi::DType;
 use mxhost_plugin_common::args::{MxArg, QuantizeArgs};
 use std::sync::OnceLock;
 
@@ -47,87 +51,204 @@ fn tile_mat(m: &MxArg, (r, c): (usize, usize)) -> BMat {
     }
 }
 
-/// Fills both annexes of `args` in one pass when it writes a weight and its transposed copy,
-/// each with a B-side annex, on a device that fills annexes; returns whether it did (else the
-/// caller fills them one at a time). Runs after the quantizer, on the same stream.
-pub(super) fn fill_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<bool> {
+/// What both pair launches share: the weight `[e][r][c]` and its transposed copy as the chained
+/// GEMM reads them, their annexes' layouts and addresses.
+struct PairPlan {
+    dims: (usize, usize, usize),
+    bw: BMat,
+    bwt: BMat,
+    lw: BLayout,
+    lt: BLayout,
+    base: u64,
+    base_t: u64,
+}
+
+/// The pair plan of `args` when it writes a weight and its transposed copy, each with a B-side
+/// annex, on a device that fills annexes; `None`: the caller fills them one at a time.
+fn plan(call: &Call, args: &QuantizeArgs) -> PluginResult<Option<PairPlan>> {
     let (Some(annex), Some(t), Some(t_annex)) =
         (&args.annex, &args.transposed, &args.transposed_annex)
     else {
-        return Ok(false);
+        return Ok(None);
     };
     if !pair_enabled() || !annex_filled_here(call) {
-        return Ok(false);
+        return Ok(None);
     }
     let (w, base, bt_w) = checked_annex(&args.output, annex, true)?;
     let (wt, base_t, bt_t) = checked_annex(t, t_annex, true)?;
     let (AnnexRole::B { e, cols: r, red: c }, AnnexRole::B { e: e2, cols, red }) = (w, wt) else {
-        return Ok(false);
+        return Ok(None);
     };
     let aligned = [&args.output, t]
         .iter()
         .all(|m| (m.data.ptr as u64).is_multiple_of(16));
     if (e2, cols, red) != (e, c, r) || !aligned || bt_w != bt_t {
-        return Ok(false);
+        return Ok(None);
     }
     let (bw, bwt) = (tile_mat(&args.output, (r, c)), tile_mat(t, (c, r)));
     let (lw, lt) = (layout(&bw, (e, r, c), bt_w), layout(&bwt, (e, c, r), bt_t));
-    let at = |b: u64, o: usize| b + o as u64;
-    if chain_verify::enabled() {
-        // (the regions' alignment padding too, which the reference leaves zero)
-        call.zero(base, lw.bytes)?;
-        call.zero(base_t, lt.bytes)?;
+    Ok(Some(PairPlan {
+        dims: (e, r, c),
+        bw,
+        bwt,
+        lw,
+        lt,
+        base,
+        base_t,
+    }))
+}
+
+impl PairPlan {
+    /// Under `MXHOST_MX_CHAIN_VERIFY`, both annexes zeroed first (their alignment padding too,
+    /// which the reference leaves zero); before anything is written into them.
+    fn clear_for_verify(&self, call: &mut Call) -> PluginResult<()> {
+        if chain_verify::enabled() {
+            call.zero(self.base, self.lw.bytes)?;
+            call.zero(self.base_t, self.lt.bytes)?;
+        }
+        Ok(())
     }
+
+    /// The pair kernel's parameters for the forms (status words zeroed, count buffers
+    /// allocated), with `bt`/`btt` where it writes W transposed and W's bytes (0: nowhere).
+    fn forms(&self, call: &mut Call, (bt, btt): (u64, u64)) -> PluginResult<ReencodePairParams> {
+        let (e, r, c) = self.dims;
+        let (l, lt, base, base_t) = (&self.lw, &self.lt, self.base, self.base_t);
+        let at = |b: u64, o: usize| b + o as u64;
+        call.zero(at(base, l.status), 8)?;
+        call.zero(at(base_t, lt.status), 8)?;
+        Ok(ReencodePairParams {
+            q: self.bw.q,
+            s: self.bw.s,
+            q2: at(base, l.q2),
+            s2: at(base, l.s2),
+            qt2: at(base_t, lt.q2),
+            st2: at(base_t, lt.s2),
+            bt,
+            btt,
+            mc: call.alloc(cdiv(c, 128) * e * r)?,
+            mct: call.alloc(cdiv(r, 128) * e * c)?,
+            status: at(base, l.status),
+            status_t: at(base_t, lt.status),
+            r: i32_of("rows", r)?,
+            c: i32_of("reduction", c)?,
+        })
+    }
+
+    fn grid(&self) -> (usize, usize, usize) {
+        let (e, r, c) = self.dims;
+        (cdiv(c, 128), cdiv(r, 128), e)
+    }
+
+    /// After the pair kernel: both lists from its counts, both FP32 scale tables, and under
+    /// `MXHOST_MX_CHAIN_VERIFY` every region against [`chain_form::prepare_b`].
+    fn finish(&self, call: &mut Call, p: &ReencodePairParams) -> PluginResult<()> {
+        let (e, r, c) = self.dims;
+        let (bw, bwt) = (&self.bw, &self.bwt);
+        // (one launch for both lists, grid y = 2, took 0–9 µs longer than these two: run 132)
+        lists(call, bw, (e, r, c), p.mc, (&self.lw, self.base))?;
+        lists(call, bwt, (e, c, r), p.mct, (&self.lt, self.base_t))?;
+        chain_form::b_scale_table(call, &self.lw, bw, (e, r, c), self.base)?;
+        chain_form::b_scale_table(call, &self.lt, bwt, (e, c, r), self.base_t)?;
+        if chain_verify::enabled() {
+            verify(call, bw, (e, r, c), (&self.lw, self.base), bwt.q)?;
+            verify(call, bwt, (e, c, r), (&self.lt, self.base_t), bw.q)?;
+        }
+        Ok(())
+    }
+}
+
+/// Fills both annexes of `args` in one pass when it writes a weight and its transposed copy,
+/// each with a B-side annex, on a device that fills annexes; returns whether it did (else the
+/// caller fills them one at a time). Runs after the quantizer, on the same stream.
+pub(super) fn fill_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<bool> {
+    let Some(plan) = plan(call, args)? else {
+        return Ok(false);
+    };
+    let (lw, lt) = (&plan.lw, &plan.lt);
+    let at = |b: u64, o: usize| b + o as u64;
+    plan.clear_for_verify(call)?;
     // Held: the kernel writes each annex's copy of the other's bytes; Partner: the annex
     // words take the partner's address instead, and the kernel writes no copy (null).
     let (bt, btt, kernel) = match (lw.bt, lt.bt, lw.bt_ref, lt.bt_ref) {
-        (Some(bt), Some(btt), _, _) => (at(base, bt), at(base_t, btt), "mx_reencode_pair_e4m3"),
+        (Some(bt), Some(btt), _, _) => (
+            at(plan.base, bt),
+            at(plan.base_t, btt),
+            "mx_reencode_pair_e4m3",
+        ),
         (None, None, Some(slot), Some(slot_t)) => {
-            call.put_u64(at(base, slot), bwt.q)?;
-            call.put_u64(at(base_t, slot_t), bw.q)?;
+            call.put_u64(at(plan.base, slot), plan.bwt.q)?;
+            call.put_u64(at(plan.base_t, slot_t), plan.bw.q)?;
             (0, 0, "mx_reencode_pair_ref_e4m3")
         }
         _ => unreachable!("both annexes are Held or both Partner"),
     };
-    call.zero(at(base, lw.status), 8)?;
-    call.zero(at(base_t, lt.status), 8)?;
-    let (mc, mct) = (
-        call.alloc(cdiv(c, 128) * e * r)?,
-        call.alloc(cdiv(r, 128) * e * c)?,
-    );
-    let p = ReencodePairParams {
-        q: bw.q,
-        s: bw.s,
-        q2: at(base, lw.q2),
-        s2: at(base, lw.s2),
-        qt2: at(base_t, lt.q2),
-        st2: at(base_t, lt.s2),
-        bt,
-        btt,
-        mc,
-        mct,
-        status: at(base, lw.status),
-        status_t: at(base_t, lt.status),
-        r: i32_of("rows", r)?,
-        c: i32_of("reduction", c)?,
-    };
+    let p = plan.forms(call, (bt, btt))?;
     call.launch(
         Unit::Chain,
         kernel,
-        (cdiv(c, 128), cdiv(r, 128), e),
+        plan.grid(),
         (256, 1, 1),
         0,
         &mut [arg(&p)],
     )?;
-    // (one launch for both lists, grid y = 2, took 0–9 µs longer than these two: run 132)
-    lists(call, &bw, (e, r, c), mc, (&lw, base))?;
-    lists(call, &bwt, (e, c, r), mct, (&lt, base_t))?;
-    chain_form::b_scale_table(call, &lw, &bw, (e, r, c), base)?;
-    chain_form::b_scale_table(call, &lt, &bwt, (e, c, r), base_t)?;
-    if chain_verify::enabled() {
-        verify(call, &bw, (e, r, c), (&lw, base), bwt.q)?;
-        verify(call, &bwt, (e, c, r), (&lt, base_t), bw.q)?;
+    plan.finish(call, &p)?;
+    Ok(true)
+}
+
+/// `MXHOST_MX_CHAIN_QPAIR=1`: a bf16 weight's quantize call with both annexes in one launch
+/// (`mx_quantize_pair_bf16_e4m3`: W and Wᵀ in 32×32 tiles and both forms from one read of W,
+/// 6 bytes moved per element against 7 in the tile quantizer and the pair kernel); off by
+/// default until timed on a GPU (docs/perf.md run 138).
+fn qpair_enabled() -> bool {
+    static P: OnceLock<bool> = OnceLock::new();
+    *P.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_QPAIR", false))
+}
+
+/// The whole quantize call of a bf16 weight with its transposed copy and both annexes (ABI
+/// 1.4: the annexes refer to each other's bytes), in one launch; returns whether it took the
+/// call (else the caller quantizes, then [`fill_b_pair`]). Under `MXHOST_MX_CHAIN_VERIFY` the
+/// caller checks W and Wᵀ against the tile quantizer, and [`PairPlan::finish`] the forms.
+pub(super) fn quantize_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<bool> {
+    if !qpair_enabled() || args.values.is_some() || args.input.dtype != DType::Bf16 {
+        return Ok(false);
     }
+    let Some(plan) = plan(call, args)? else {
+        return Ok(false);
+    };
+    let (Some(slot), Some(slot_t)) = (plan.lw.bt_ref, plan.lt.bt_ref) else {
+        return Ok(false); // Held annexes want copies of the bytes too: the two launches
+    };
+    let t = args
+        .transposed
+        .as_ref()
+        .expect("a pair plan has the transposed copy");
+    if !(args.input.ptr as u64).is_multiple_of(16) || args.output.mode != t.mode {
+        return Ok(false);
+    }
+    let at = |b: u64, o: usize| b + o as u64;
+    plan.clear_for_verify(call)?;
+    call.put_u64(at(plan.base, slot), plan.bwt.q)?;
+    call.put_u64(at(plan.base_t, slot_t), plan.bw.q)?;
+    let f = plan.forms(call, (plan.bwt.q, plan.bw.q))?;
+    let p = QuantPairParams {
+        f,
+        inp: args.input.ptr as u64,
+        s: plan.bw.s,
+        st: plan.bwt.s,
+        mode: mode_code(args.output.mode),
+        pad: 0,
+    };
+    let name = "mx_quantize_pair_bf16_e4m3";
+    call.launch(
+        Unit::Chain,
+        name,
+        plan.grid(),
+        (256, 1, 1),
+        0,
+        &mut [arg(&p)],
+    )?;
+    plan.finish(call, &f)?;
     Ok(true)
 }
 

@@ -189,6 +189,20 @@ pub(super) struct ReencodePairParams {
     pub(super) c: i32,
 }
 
+/// `MxQuantPairParams` of mx_reencode_pair.cuh (`mx_quantize_pair_bf16_e4m3`): the pair kernel
+/// quantizing W itself from bf16 at `inp`; W's and Wᵀ's bytes go to `f.btt` and `f.bt`, their
+/// tile scales to `s` and `st` (`f.q`, `f.s` unused).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct QuantPairParams {
+    pub(super) f: ReencodePairParams,
+    pub(super) inp: u64,
+    pub(super) s: u64,
+    pub(super) st: u64,
+    pub(super) mode: i32,
+    pub(super) pad: i32,
+}
+
 /// `MxChainListParams` of mx_reencode_pair.cuh (`mx_chain_lists_e4m3`): the residual lists
 /// of one copy from its per-stage counts `mc[j * r + row]`, rows and scales as
 /// [`ReencodeParams`] describes them.
@@ -339,6 +353,7 @@ const _: () = {
     assert!(std::mem::size_of::<ReencodeParams>() == 104);
     assert!(std::mem::size_of::<QuantChainParams>() == 96);
     assert!(std::mem::size_of::<ReencodePairParams>() == 104);
+    assert!(std::mem::size_of::<QuantPairParams>() == 136);
     assert!(std::mem::size_of::<ChainListParams>() == 104);
     assert!(std::mem::size_of::<ReencodeBlockParams>() == 72);
     assert!(std::mem::size_of::<QuantBlockFormParams>() == 96);
