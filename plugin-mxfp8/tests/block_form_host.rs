@@ -116,31 +116,11 @@ fn transpose(a: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     t
 }
 
-fn first_difference(what: &str, got: &[u8], want: &[u8], width: usize) {
-    if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
-        panic!(
-            "{what}: byte {i} (row {}, column {}): kernel {:#04x}, reference {:#04x}",
-            i / width,
-            i % width,
-            got[i],
-            want[i]
-        );
-    }
-}
-
 #[test]
 fn the_form_kernel_equals_the_cpu_references() {
-    let Some(cxx) = host::compiler_or_skip("block_form_host") else {
+    let Some((exe, mut rng, seed)) = host::setup("block_form_host", "form_driver.cpp") else {
         return;
     };
-    let exe = host::build_driver(
-        &cxx,
-        "block_form_host",
-        &host::here("form_driver.cpp"),
-        "-std=c++20",
-    );
-    let seed = host::seed("block_form_host");
-    let mut rng = Rng::new(seed);
     let modes = [ScaleMode::Rceil, ScaleMode::Floor, ScaleMode::Even];
     let mut residuals = 0;
     for (i, (r, c)) in [(144, 2880), (48, 96), (16, 1024)].into_iter().enumerate() {
@@ -164,23 +144,23 @@ fn the_form_kernel_equals_the_cpu_references() {
             let want = reencode_rows(&q, &s, r, c, format).unwrap();
             residuals += want.residuals.len();
             let got = run_kernel(&exe, &x, (r, c), fmt, mode);
-            first_difference(&format!("{ctx}: q"), &got.q, &q, c);
-            first_difference(&format!("{ctx}: s"), &got.s, &s, kb);
-            first_difference(&format!("{ctx}: q2"), &got.q2, &want.bytes, c);
-            first_difference(&format!("{ctx}: s2"), &got.s2, &want.scales, kb);
-            first_difference(
+            host::first_difference(&format!("{ctx}: q"), &got.q, &q, c);
+            host::first_difference(&format!("{ctx}: s"), &got.s, &s, kb);
+            host::first_difference(&format!("{ctx}: q2"), &got.q2, &want.bytes, c);
+            host::first_difference(&format!("{ctx}: s2"), &got.s2, &want.scales, kb);
+            host::first_difference(
                 &format!("{ctx}: at"),
                 &got.at,
                 &transpose(&want.bytes, r, c),
                 r,
             );
             let sat = transpose(&want.scales, r, kb);
-            first_difference(&format!("{ctx}: sat"), &got.sat, &sat, r);
+            host::first_difference(&format!("{ctx}: sat"), &got.sat, &sat, r);
             let mut mc = vec![0u8; c.div_ceil(STAGE) * r];
             for x in &want.residuals {
                 mc[(x.k / STAGE) * r + x.row] += 1;
             }
-            first_difference(&format!("{ctx}: mc"), &got.mc, &mc, r);
+            host::first_difference(&format!("{ctx}: mc"), &got.mc, &mc, r);
             for (j, v) in got.sa.iter().enumerate() {
                 let (stage, row, b) = (j / (4 * r), (j / 4) % r, j % 4);
                 let block = 4 * stage + b;

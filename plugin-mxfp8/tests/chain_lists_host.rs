@@ -211,17 +211,10 @@ fn check(exe: &std::path::Path, c: &Case, seed: u64) -> (usize, usize, usize) {
 
 #[test]
 fn lists_equal_the_cpu_reference_at_every_rows_per_warp() {
-    let Some(cxx) = host::compiler_or_skip("chain_lists_host") else {
+    let Some((exe, mut rng, seed)) = host::setup("chain_lists_host", "chain_lists_driver.cpp")
+    else {
         return;
     };
-    let exe = host::build_driver(
-        &cxx,
-        "chain_lists_host",
-        &host::here("chain_lists_driver.cpp"),
-        "-std=c++20",
-    );
-    let seed = host::seed("chain_lists_host");
-    let mut rng = Rng::new(seed);
     let cases = [
         rows_case(&mut rng, MxFormat::E4m3, 301, 2880),
         rows_case(&mut rng, MxFormat::E5m2, 301, 2880),

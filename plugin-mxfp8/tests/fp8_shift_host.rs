@@ -27,12 +27,7 @@ fn word_shift_equals_the_byte_rule_and_the_cpu_reference() {
     let Some(cxx) = host::compiler_or_skip("fp8_shift_host") else {
         return;
     };
-    let exe = host::build_driver(
-        &cxx,
-        "fp8_shift_host",
-        &host::here("fp8_shift_driver.cpp"),
-        "-std=c++20",
-    );
+    let exe = host::build_driver(&cxx, "fp8_shift_host", &host::here("fp8_shift_driver.cpp"));
     let run = Command::new(&exe).output().unwrap();
     let text = String::from_utf8_lossy(&run.stdout);
     for line in text.lines().filter(|l| !l.starts_with("T ")) {

@@ -202,15 +202,7 @@ fn check_form(
 ) {
     let kb = k.div_ceil(32);
     let tiles = rows.div_ceil(32);
-    if let Some(i) = (0..q2.len()).find(|&i| q2[i] != want.bytes[i]) {
-        panic!(
-            "{what}: byte {i} (row {}, k {}): kernel {:#04x}, reference {:#04x}",
-            i / k,
-            i % k,
-            q2[i],
-            want.bytes[i]
-        );
-    }
+    host::first_difference(what, q2, &want.bytes, k);
     for x in 0..e {
         for t in 0..tiles {
             let row = x * rows + 32 * t; // the tile's first row
@@ -238,17 +230,9 @@ fn check_form(
 
 #[test]
 fn both_chain_forms_equal_the_cpu_reference() {
-    let Some(cxx) = host::compiler_or_skip("reencode_pair_host") else {
+    let Some((exe, mut rng, seed)) = host::setup("reencode_pair_host", "pair_driver.cpp") else {
         return;
     };
-    let exe = host::build_driver(
-        &cxx,
-        "reencode_pair_host",
-        &host::here("pair_driver.cpp"),
-        "-std=c++20",
-    );
-    let seed = host::seed("reencode_pair_host");
-    let mut rng = Rng::new(seed);
     let mut residuals = 0;
     for dims in [(2, 160, 2880), (3, 96, 208)] {
         let w = weight(&mut rng, dims);
@@ -321,17 +305,10 @@ fn bf16_weight(rng: &mut Rng, (e, r, c): (usize, usize, usize)) -> Vec<bf16> {
 
 #[test]
 fn the_bf16_build_equals_the_tile_quantizer_and_both_forms() {
-    let Some(cxx) = host::compiler_or_skip("reencode_pair_host") else {
+    let Some((exe, mut rng, seed)) = host::setup("reencode_pair_host_bf16", "pair_driver.cpp")
+    else {
         return;
     };
-    let exe = host::build_driver(
-        &cxx,
-        "reencode_pair_host_bf16",
-        &host::here("pair_driver.cpp"),
-        "-std=c++20",
-    );
-    let seed = host::seed("reencode_pair_host (bf16)");
-    let mut rng = Rng::new(seed);
     let modes = [ScaleMode::Rceil, ScaleMode::Floor, ScaleMode::Even];
     let mut residuals = 0;
     for (i, dims) in [(2, 160, 2880), (3, 96, 208), (1, 48, 128)]

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include "mx_warp.cuh"
 #include "mx_numerics.cuh"
+#include "mx_quant_blocks.cuh"
 #include "mx_fp8_shift.cuh"
 #include "mx_reencode.cuh"
 #include "mx_reencode_pair.cuh"

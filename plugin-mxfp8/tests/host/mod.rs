@@ -33,7 +33,7 @@ pub fn compiler_or_skip(test: &str) -> Option<String> {
 /// Compiles `source` (a C++ file) into an executable in this test's scratch folder `name`,
 /// with `cuda/include` and `tests/host` on the include path; panics with the compiler's
 /// messages on failure.
-pub fn build_driver(cxx: &str, name: &str, source: &Path, std: &str) -> PathBuf {
+pub fn build_driver(cxx: &str, name: &str, source: &Path) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join("driver");
@@ -41,7 +41,7 @@ pub fn build_driver(cxx: &str, name: &str, source: &Path, std: &str) -> PathBuf 
     // -fno-strict-aliasing: the kernels read byte arrays through word pointers, as CUDA allows
     let out = Command::new(cxx)
         .args([
-            std,
+            "-std=c++20",
             "-O2",
             "-Wall",
             "-Wno-unknown-pragmas",
@@ -64,6 +64,29 @@ pub fn build_driver(cxx: &str, name: &str, source: &Path, std: &str) -> PathBuf 
         String::from_utf8_lossy(&out.stderr)
     );
     exe
+}
+
+/// What a kernel test starts from: its driver built (scratch folder `test`), and this run's
+/// seed with a generator on it; `None` after a skip message without a C++ compiler.
+pub fn setup(test: &str, driver: &str) -> Option<(PathBuf, Rng, u64)> {
+    let cxx = compiler_or_skip(test)?;
+    let exe = build_driver(&cxx, test, &here(driver));
+    let seed = seed(test);
+    Some((exe, Rng::new(seed), seed))
+}
+
+/// Panics at the first byte where `got` differs from `want` (rows of `width` bytes).
+pub fn first_difference(what: &str, got: &[u8], want: &[u8], width: usize) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+        panic!(
+            "{what}: byte {i} (row {}, column {}): kernel {:#04x}, reference {:#04x}",
+            i / width,
+            i % width,
+            got[i],
+            want[i]
+        );
+    }
 }
 
 /// A file of this folder.
