@@ -181,9 +181,7 @@ impl CudaBackend {
         }
         Ok(())
     }
-}
 
-impl CudaBackend {
     /// `MXHOST_MX_CHAIN_VERIFY` after [`chain_pair::quantize_b_pair`]: the tensor and its
     /// transposed copy (bytes and scales) against the tile quantizer's, written into scratch.
     fn verify_pair_quantizer(&self, call: &mut Call, args: &QuantizeArgs) -> PluginResult<()> {
