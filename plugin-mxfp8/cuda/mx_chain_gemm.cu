@@ -115,6 +115,13 @@ extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_e4m3(con
 extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
   mx_quant_block_form<1>(p);
 }
+// The same, four 128-column blocks per CTA (MXHOST_MX_CHAIN_FORM4=1, mx_quant_block_form.cuh BPC).
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form4_e4m3(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<0, 4>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form4_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<1, 4>(p);
+}
 
 #define MXQC_INST(NAME, F) \
   extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxQuantChainParams p) { mx_quant_chain_rows<F>(p); }

@@ -227,6 +227,8 @@ impl Unit {
                 "mx_reencode_block_e5m2",
                 "mx_quantize_rows_form_e4m3",
                 "mx_quantize_rows_form_e5m2",
+                "mx_quantize_rows_form4_e4m3",
+                "mx_quantize_rows_form4_e5m2",
                 "mx_quantize_rows_chain_e4m3",
                 "mx_quantize_rows_chain_e5m2",
                 "mx_bytes_diff",

@@ -6,7 +6,9 @@
 //! stage-major scale table. Every output is poisoned first and compared whole, for both
 //! formats and all three scale modes, on shapes with a row tail (R not a multiple of 128), a
 //! short last stage (C = 2880) and a single partial stage (C = 96); an Inf must set the
-//! non-finite flag.
+//! non-finite flag. Both builds: one 128-column block per CTA, and four
+//! (`mx_quantize_rows_form4_*`, their scale bytes gathered in shared memory; C = 2880 leaves its
+//! last CTA 2.5 blocks).
 
 use half::bf16;
 use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
@@ -56,12 +58,11 @@ fn run_kernel(
     exe: &std::path::Path,
     x: &[bf16],
     (r, c): (usize, usize),
-    fmt: usize,
-    mode: usize,
+    (fmt, mode, bpc): (usize, usize, usize),
 ) -> Form {
     let dir = exe.parent().unwrap();
     let (inp, out) = (dir.join("in.bin"), dir.join("out.bin"));
-    let mut bytes: Vec<u8> = [r, c, fmt, mode]
+    let mut bytes: Vec<u8> = [r, c, fmt, mode, bpc]
         .iter()
         .flat_map(|&v| (v as i64).to_le_bytes())
         .collect();
@@ -143,38 +144,41 @@ fn the_form_kernel_equals_the_cpu_references() {
             .unwrap();
             let want = reencode_rows(&q, &s, r, c, format).unwrap();
             residuals += want.residuals.len();
-            let got = run_kernel(&exe, &x, (r, c), fmt, mode);
-            host::first_difference(&format!("{ctx}: q"), &got.q, &q, c);
-            host::first_difference(&format!("{ctx}: s"), &got.s, &s, kb);
-            host::first_difference(&format!("{ctx}: q2"), &got.q2, &want.bytes, c);
-            host::first_difference(&format!("{ctx}: s2"), &got.s2, &want.scales, kb);
-            host::first_difference(
-                &format!("{ctx}: at"),
-                &got.at,
-                &transpose(&want.bytes, r, c),
-                r,
-            );
-            let sat = transpose(&want.scales, r, kb);
-            host::first_difference(&format!("{ctx}: sat"), &got.sat, &sat, r);
-            let mut mc = vec![0u8; c.div_ceil(STAGE) * r];
-            for x in &want.residuals {
-                mc[(x.k / STAGE) * r + x.row] += 1;
-            }
-            host::first_difference(&format!("{ctx}: mc"), &got.mc, &mc, r);
-            for (j, v) in got.sa.iter().enumerate() {
-                let (stage, row, b) = (j / (4 * r), (j / 4) % r, j % 4);
-                let block = 4 * stage + b;
-                let w = if block < kb {
-                    scale_value(want.scales[row * kb + block])
-                } else {
-                    0.0
-                };
-                assert!(
-                    v.to_bits() == w.to_bits(),
-                    "{ctx}: sa of row {row}, block {block}: kernel {v}, reference {w}"
+            for bpc in [1, 4] {
+                let ctx = format!("{ctx}, {bpc} blocks per CTA");
+                let got = run_kernel(&exe, &x, (r, c), (fmt, mode, bpc));
+                host::first_difference(&format!("{ctx}: q"), &got.q, &q, c);
+                host::first_difference(&format!("{ctx}: s"), &got.s, &s, kb);
+                host::first_difference(&format!("{ctx}: q2"), &got.q2, &want.bytes, c);
+                host::first_difference(&format!("{ctx}: s2"), &got.s2, &want.scales, kb);
+                host::first_difference(
+                    &format!("{ctx}: at"),
+                    &got.at,
+                    &transpose(&want.bytes, r, c),
+                    r,
                 );
+                let sat = transpose(&want.scales, r, kb);
+                host::first_difference(&format!("{ctx}: sat"), &got.sat, &sat, r);
+                let mut mc = vec![0u8; c.div_ceil(STAGE) * r];
+                for x in &want.residuals {
+                    mc[(x.k / STAGE) * r + x.row] += 1;
+                }
+                host::first_difference(&format!("{ctx}: mc"), &got.mc, &mc, r);
+                for (j, v) in got.sa.iter().enumerate() {
+                    let (stage, row, b) = (j / (4 * r), (j / 4) % r, j % 4);
+                    let block = 4 * stage + b;
+                    let w = if block < kb {
+                        scale_value(want.scales[row * kb + block])
+                    } else {
+                        0.0
+                    };
+                    assert!(
+                        v.to_bits() == w.to_bits(),
+                        "{ctx}: sa of row {row}, block {block}: kernel {v}, reference {w}"
+                    );
+                }
+                assert_eq!(got.status, 0, "{ctx}: status");
             }
-            assert_eq!(got.status, 0, "{ctx}: status");
         }
     }
     assert!(
@@ -184,6 +188,6 @@ fn the_form_kernel_equals_the_cpu_references() {
     // an Inf: its block gets scale byte 0xFF, so its stage has no stage-uniform form
     let mut x = input(&mut rng, 16, 256);
     x[3 * 256 + 200] = bf16::INFINITY;
-    let got = run_kernel(&exe, &x, (16, 256), 0, 0);
+    let got = run_kernel(&exe, &x, (16, 256), (0, 0, 4));
     assert!(got.status & NONFINITE != 0, "an Inf: status {}", got.status);
 }

@@ -19,6 +19,12 @@
 // as 8-byte words into a [128 columns][32 words] shared tile, the 4-row group index XORed with
 // 2 (c / 8 mod 16) (two wavefronts per warp store); transposed rows leave as 16-byte stores.
 // Requires C % 32 == 0, R % 16 == 0, the input 16-byte aligned (the host checks).
+// BPC (blocks per CTA, mx_quantize_rows_form4_*: 4, opt-in MXHOST_MX_CHAIN_FORM4=1): the CTA
+// walks BPC consecutive 128-column blocks of its 128 rows and keeps their scale bytes (s, s2) in
+// shared memory, then writes each row's 4 BPC bytes of both arrays in one warp store per two
+// rows. With one block per CTA each row's 4 bytes of s and of s2 are a store request of their
+// own, as many L2 requests as the block's q and q2 rows together, for 1/64 of the bytes (run
+// 125 found the kernel bound by L2 requests); BPC = 4 makes those 4x fewer.
 // Requires mx_quant_blocks.cuh and mx_reencode.cuh. NVRTC-clean.
 #pragma once
 
@@ -40,92 +46,117 @@ MX_DEV mx_u32 mxqb_col(mx_u32 a, mx_u32 b, mx_u32 c, mx_u32 d, int q) {
   return __byte_perm(__byte_perm(a, b, sel), __byte_perm(c, d, sel), 0x5410);
 }
 
-template <int FMT>
+template <int FMT, int BPC = 1>
 MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   __shared__ __align__(16) mx_u32 sm[128 * 32];   // q2 transposed: word (column, 4-row group)
   __shared__ int rowc[128];                       // residuals per block row
   __shared__ mx_u8 ssat[4][128];                  // the block's sat bytes [k32 block][row]
+  __shared__ mx_u8 ss[BPC > 1 ? 2 : 1][128][BPC > 1 ? 4 * BPC : 1];   // BPC > 1: s, s2 [row][k32]
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int hb = lane >> 4, j = lane & 15;
-  const int c0 = blockIdx.x * 128, r0 = blockIdx.y * 128;
+  const int r0 = blockIdx.y * 128;
   const int R = p.R, C = p.C, KB = C >> 5;
-  const int col = c0 + 8 * j, kb = col >> 5;
-  const bool col_ok = col < C;   // (C % 32 == 0: a 1x32 block is whole or absent)
-  const int rb = 16 * warp + 8 * hb;   // the thread's first block row
-  if (t < 128) rowc[t] = 0;
-  mx_u32 raw[8][4];
+  for (int jb = 0; jb < BPC; ++jb) {
+    const int bx = blockIdx.x * BPC + jb;   // this iteration's 128-column block (one stage)
+    const int c0 = bx * 128;
+    if (c0 >= C) break;
+    // (no barrier between blocks: this block writes sm, ssat and rowc's counts only after the
+    // barrier below, and resets rowc[t] in the thread that read it for the last block's mc)
+    const int col = c0 + 8 * j, kb = col >> 5;
+    const bool col_ok = col < C;   // (C % 32 == 0: a 1x32 block is whole or absent)
+    const int rb = 16 * warp + 8 * hb;   // the thread's first block row
+    if (t < 128) rowc[t] = 0;
+    mx_u32 raw[8][4];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int r = r0 + rb + i;
-    const uint4 v = col_ok && r < R ? __ldg(reinterpret_cast<const uint4*>(p.in + (mx_i64)r * C + col))
-                                    : make_uint4(0u, 0u, 0u, 0u);
-    raw[i][0] = v.x; raw[i][1] = v.y; raw[i][2] = v.z; raw[i][3] = v.w;
-  }
-  __syncthreads();   // rowc
-  mx_u32 q2[8][2];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int r = r0 + rb + i;
-    const bool ok = col_ok && r < R;
-    mx_u32 am = mxq_chunk_amax<1>(raw[i]);
-    am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
-    am = max(am, __shfl_xor_sync(0xffffffffu, am, 2));
-    const mx_u32 sb = col_ok ? mx_scale_byte<FMT, true>(am, p.mode) : 0u;
-    mx_u32 q[2];
-    mxq_quant_chunk<1, FMT>(raw[i], sb, q);
-    mx_u32 S = max(sb, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)sb, 4));
-    S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
-    mx_u32 m0, m1;
-    q2[i][0] = ok ? mx_fp8_shift4<FMT>(q[0], S - sb, m0) : 0u;
-    q2[i][1] = ok ? mx_fp8_shift4<FMT>(q[1], S - sb, m1) : 0u;
-    if (ok) {
-      const mx_i64 o = (mx_i64)r * C + col;
-      *reinterpret_cast<uint2*>(p.q + o) = make_uint2(q[0], q[1]);
-      *reinterpret_cast<uint2*>(p.q2 + o) = make_uint2(q2[i][0], q2[i][1]);
-      if ((j & 3) == 0) {
-        p.s[(mx_i64)r * KB + kb] = (mx_u8)sb;
-        p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
-        ssat[j >> 2][rb + i] = (mx_u8)S;
-        if (S == 0xFFu) atomicOr(p.status, MX_RES_NONFINITE);
-      }
-      const int nm = __popc(m0) + __popc(m1);
-      if (nm) atomicAdd(&rowc[rb + i], nm);
+    for (int i = 0; i < 8; ++i) {
+      const int r = r0 + rb + i;
+      const uint4 v = col_ok && r < R ? __ldg(reinterpret_cast<const uint4*>(p.in + (mx_i64)r * C + col))
+                                      : make_uint4(0u, 0u, 0u, 0u);
+      raw[i][0] = v.x; raw[i][1] = v.y; raw[i][2] = v.z; raw[i][3] = v.w;
     }
-  }
-  // 8 x 8 bytes -> 8 columns of 8 rows (two 4-row words each) -> shared tile
-  const int g = 2 * (4 * warp + 2 * hb);   // word of rows rb .. rb + 3 in a column's 32
+    __syncthreads();   // rowc
+    mx_u32 q2[8][2];
 #pragma unroll
-  for (int cc = 0; cc < 8; ++cc) {
-    const int h = cc >> 2, q = cc & 3;
-    const mx_u32 lo = mxqb_col(q2[0][h], q2[1][h], q2[2][h], q2[3][h], q);
-    const mx_u32 hi = mxqb_col(q2[4][h], q2[5][h], q2[6][h], q2[7][h], q);
-    const int c = 8 * j + cc;
-    *reinterpret_cast<uint2*>(&sm[c * 32 + ((g >> 1) ^ (2 * j))]) = make_uint2(lo, hi);
-  }
-  __syncthreads();
-  // transposed rows: thread t writes column c of 4 (t / 8 + 32 k), block rows 16 m .. 16 m + 15
-  const int m = t & 7;
+    for (int i = 0; i < 8; ++i) {
+      const int r = r0 + rb + i;
+      const bool ok = col_ok && r < R;
+      mx_u32 am = mxq_chunk_amax<1>(raw[i]);
+      am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
+      am = max(am, __shfl_xor_sync(0xffffffffu, am, 2));
+      const mx_u32 sb = col_ok ? mx_scale_byte<FMT, true>(am, p.mode) : 0u;
+      mx_u32 q[2];
+      mxq_quant_chunk<1, FMT>(raw[i], sb, q);
+      mx_u32 S = max(sb, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)sb, 4));
+      S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
+      mx_u32 m0, m1;
+      q2[i][0] = ok ? mx_fp8_shift4<FMT>(q[0], S - sb, m0) : 0u;
+      q2[i][1] = ok ? mx_fp8_shift4<FMT>(q[1], S - sb, m1) : 0u;
+      if (ok) {
+        const mx_i64 o = (mx_i64)r * C + col;
+        *reinterpret_cast<uint2*>(p.q + o) = make_uint2(q[0], q[1]);
+        *reinterpret_cast<uint2*>(p.q2 + o) = make_uint2(q2[i][0], q2[i][1]);
+        if ((j & 3) == 0) {
+          if (BPC > 1) {
+            ss[0][rb + i][BPC > 1 ? 4 * jb + (j >> 2) : 0] = (mx_u8)sb;
+            ss[BPC > 1 ? 1 : 0][rb + i][BPC > 1 ? 4 * jb + (j >> 2) : 0] = (mx_u8)S;
+          } else {
+            p.s[(mx_i64)r * KB + kb] = (mx_u8)sb;
+            p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
+          }
+          ssat[j >> 2][rb + i] = (mx_u8)S;
+          if (S == 0xFFu) atomicOr(p.status, MX_RES_NONFINITE);
+        }
+        const int nm = __popc(m0) + __popc(m1);
+        if (nm) atomicAdd(&rowc[rb + i], nm);
+      }
+    }
+    // 8 x 8 bytes -> 8 columns of 8 rows (two 4-row words each) -> shared tile
+    const int g = 2 * (4 * warp + 2 * hb);   // word of rows rb .. rb + 3 in a column's 32
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int c = (t >> 3) + 32 * k;
-    const int f = 2 * ((c >> 3) & 15);
-    uint4 v = *reinterpret_cast<const uint4*>(&sm[c * 32 + 4 * (m ^ (f >> 2))]);
-    if (f & 2) { mx_u32 x = v.x; v.x = v.z; v.z = x; x = v.y; v.y = v.w; v.w = x; }
-    if (c0 + c < C && r0 + 16 * m < R) *reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + c) * R + r0 + 16 * m) = v;
-  }
-  // sat from shared memory, a block's rows on consecutive threads (run 120's ncu: this kernel
-  // is L2-bound, 88 %, and a byte store per thread and row put 8 sectors per warp store)
+    for (int cc = 0; cc < 8; ++cc) {
+      const int h = cc >> 2, q = cc & 3;
+      const mx_u32 lo = mxqb_col(q2[0][h], q2[1][h], q2[2][h], q2[3][h], q);
+      const mx_u32 hi = mxqb_col(q2[4][h], q2[5][h], q2[6][h], q2[7][h], q);
+      const int c = 8 * j + cc;
+      *reinterpret_cast<uint2*>(&sm[c * 32 + ((g >> 1) ^ (2 * j))]) = make_uint2(lo, hi);
+    }
+    __syncthreads();
+    // transposed rows: thread t writes column c of 4 (t / 8 + 32 k), block rows 16 m .. 16 m + 15
+    const int m = t & 7;
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const int i = t + 256 * k, rr = i & 127, b = i >> 7;
-    if (r0 + rr < R && (c0 >> 5) + b < KB) p.sat[(mx_i64)((c0 >> 5) + b) * R + r0 + rr] = ssat[b][rr];
-  }
-  if (t < 128 && r0 + t < R) {
-    p.mc[(mx_i64)blockIdx.x * R + r0 + t] = (mx_u8)rowc[t];
-    // this stage's table row for block row t (ssat holds only the blocks inside the tensor)
-    float v[4];
+    for (int k = 0; k < 4; ++k) {
+      const int c = (t >> 3) + 32 * k;
+      const int f = 2 * ((c >> 3) & 15);
+      uint4 v = *reinterpret_cast<const uint4*>(&sm[c * 32 + 4 * (m ^ (f >> 2))]);
+      if (f & 2) { mx_u32 x = v.x; v.x = v.z; v.z = x; x = v.y; v.y = v.w; v.w = x; }
+      if (c0 + c < C && r0 + 16 * m < R) *reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + c) * R + r0 + 16 * m) = v;
+    }
+    // sat from shared memory, a block's rows on consecutive threads (run 120's ncu: this kernel
+    // is L2-bound, 88 %, and a byte store per thread and row put 8 sectors per warp store)
 #pragma unroll
-    for (int b = 0; b < 4; ++b) v[b] = (c0 >> 5) + b < KB ? mx_e8m0_to_f32(ssat[b][t]) : 0.f;
-    *reinterpret_cast<float4*>(p.sa + (mx_i64)blockIdx.x * 4 * R + 4 * (r0 + t)) = make_float4(v[0], v[1], v[2], v[3]);
+    for (int k = 0; k < 2; ++k) {
+      const int i = t + 256 * k, rr = i & 127, b = i >> 7;
+      if (r0 + rr < R && (c0 >> 5) + b < KB) p.sat[(mx_i64)((c0 >> 5) + b) * R + r0 + rr] = ssat[b][rr];
+    }
+    if (t < 128 && r0 + t < R) {
+      p.mc[(mx_i64)bx * R + r0 + t] = (mx_u8)rowc[t];
+      // this stage's table row for block row t (ssat holds only the blocks inside the tensor)
+      float v[4];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) v[b] = (c0 >> 5) + b < KB ? mx_e8m0_to_f32(ssat[b][t]) : 0.f;
+      *reinterpret_cast<float4*>(p.sa + (mx_i64)bx * 4 * R + 4 * (r0 + t)) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+  }   // blocks of the CTA
+  if (BPC > 1) {
+    // each row's scale bytes of the CTA's blocks: lanes 16 h .. 16 h + 15 write one row's bytes
+    // of one array (one request, two if they cross a line)
+    __syncthreads();
+    constexpr int NB = BPC > 1 ? 4 * BPC : 1;
+    const int kb0 = blockIdx.x * NB, nkb = min(NB, KB - kb0);
+#pragma unroll 4
+    for (int i = t; i < 2 * 128 * NB; i += 256) {
+      const int a = i / (128 * NB), rr = (i / NB) % 128, b = i % NB;
+      if (b < nkb && r0 + rr < R) (a ? p.s2 : p.s)[(mx_i64)(r0 + rr) * KB + kb0 + b] = ss[BPC > 1 ? a : 0][rr][b];
+    }
   }
 }

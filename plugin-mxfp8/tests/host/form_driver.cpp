@@ -2,7 +2,8 @@
 // through simt.hpp, for tests/block_form_host.rs. FP8 conversion takes mx_numerics.cuh's
 // software path here (bit-identical to the GPU's cvt.rn.satfinite over all 2^32 inputs:
 // cuda/bench/fp8_encode_check.cu); the rest is the kernel's own code.
-// Usage: driver IN OUT. IN: 4 little-endian i64 (R, C, fmt, mode), then the bf16 input [R][C].
+// Usage: driver IN OUT. IN: 5 little-endian i64 (R, C, fmt, mode, blocks per CTA: 1 or 4), then
+// the bf16 input [R][C].
 // OUT, every buffer poisoned with 0xA5 before the launch: q, s, q2, s2, at, sat, mc, sa (f32),
 // then status[2] (i32).
 #include "simt.hpp"
@@ -17,8 +18,8 @@
 int main(int argc, char** argv) {
   if (argc != 3) { fprintf(stderr, "usage: driver IN OUT\n"); return 2; }
   FILE* in = fopen(argv[1], "rb");
-  mx_i64 h[4];
-  if (!in || fread(h, 8, 4, in) != 4) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
+  mx_i64 h[5];
+  if (!in || fread(h, 8, 5, in) != 5) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
   const mx_i64 R = h[0], C = h[1], KB = C / 32, NS = (C + 127) / 128;
   std::vector<mx_u16> x(R * C);
   if (fread(x.data(), 2, x.size(), in) != x.size()) { fprintf(stderr, "short input\n"); return 2; }
@@ -33,9 +34,13 @@ int main(int argc, char** argv) {
   p.at = at.data(); p.sat = sat.data(); p.mc = mc.data(); p.status = status.data();
   p.sa = reinterpret_cast<float*>(sa.data());
   p.R = (int)R; p.C = (int)C; p.mode = (int)h[3];
-  const simt_dim3 grid{(unsigned)NS, (unsigned)((R + 127) / 128), 1};
-  if (h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0>(p); });
-  else simt_launch(grid, 256, [&] { mx_quant_block_form<1>(p); });
+  const int bpc = (int)h[4];
+  const simt_dim3 grid{(unsigned)((NS + bpc - 1) / bpc), (unsigned)((R + 127) / 128), 1};
+  if (bpc != 1 && bpc != 4) { fprintf(stderr, "blocks per CTA: 1 or 4\n"); return 2; }
+  if (bpc == 1 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1>(p); });
+  if (bpc == 1 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1>(p); });
+  if (bpc == 4 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 4>(p); });
+  if (bpc == 4 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 4>(p); });
   FILE* out = fopen(argv[2], "wb");
   if (!out) return 2;
   for (auto* v : {&q, &s, &q2, &s2, &at, &sat, &mc, &sa}) fwrite(v->data(), 1, v->size(), out);

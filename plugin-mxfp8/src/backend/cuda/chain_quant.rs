@@ -5,6 +5,8 @@
 //!   block per CTA, the copy's transpose through shared memory, per row and stage a residual
 //!   count, then `mx_chain_lists_*` for the lists ([`chain_block::finish`]). 5 bytes moved per
 //!   element, against 6 for the flat quantizer followed by [`chain_block::form_a`] (run 120);
+//!   `MXHOST_MX_CHAIN_FORM4=1` takes four blocks per CTA (`mx_quantize_rows_form4_*`: a
+//!   row's scale bytes in one store per four blocks, opt-in until timed);
 //!   `MXHOST_MX_CHAIN_FORM=0` turns it off (the flat quantizer, then `form_a`),
 //!   `MXHOST_MX_CHAIN_BLOCK=0` both one-pass paths (the flat quantizer, then the re-encoding
 //!   and two transposes of [`chain_form::prepare_a`]);
@@ -58,6 +60,18 @@ enum OnePass {
 fn form_enabled() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
     *F.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_FORM", true))
+}
+
+/// Blocks of 128 columns per CTA of `mx_quantize_rows_form*`: 4 with `MXHOST_MX_CHAIN_FORM4=1`
+/// (`mx_quantize_rows_form4_*`: a row's scale bytes of four blocks in one store instead of
+/// four; off by default until timed on a GPU, docs/perf.md run 138), else 1.
+fn form_blocks_per_cta() -> usize {
+    static F: OnceLock<bool> = OnceLock::new();
+    if *F.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_FORM4", false)) {
+        4
+    } else {
+        1
+    }
 }
 
 /// The one-pass kernel for an A of `rows` rows: `None` when neither is enabled or takes it.
@@ -185,12 +199,14 @@ fn fused(
             c: i32_of("reduction", red)?,
             mode,
         };
-        let name = if fmt == 0 {
-            "mx_quantize_rows_form_e4m3"
-        } else {
-            "mx_quantize_rows_form_e5m2"
+        let bpc = form_blocks_per_cta();
+        let name = match (bpc, fmt) {
+            (1, 0) => "mx_quantize_rows_form_e4m3",
+            (1, _) => "mx_quantize_rows_form_e5m2",
+            (_, 0) => "mx_quantize_rows_form4_e4m3",
+            _ => "mx_quantize_rows_form4_e5m2",
         };
-        let grid = (cdiv(red, 128), cdiv(rows, 128), 1);
+        let grid = (cdiv(red, 128 * bpc), cdiv(rows, 128), 1);
         call.launch(Unit::Chain, name, grid, (256, 1, 1), 0, &mut [arg(&p)])?;
         let a = AMat { q, s, fmt, rdiv: 1 };
         // (the kernel wrote the FP32 scale table too)
