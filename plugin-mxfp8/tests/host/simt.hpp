@@ -7,12 +7,18 @@
 // `__shared__` variable can be a function-local static (one CTA uses it at a time) and
 // `__syncthreads` is a barrier over the CTA. Warp collectives (shuffles, ballot, reduce) meet
 // at a per-warp barrier and exchange through a per-CTA buffer: every lane of the warp must
-// take part (full masks only, as in the kernels), else the test hangs rather than pass.
+// take part (full masks only, as in the kernels); one that does not (a divergent shuffle or
+// __syncthreads) aborts the driver with a message after SIMT_TIMEOUT_S (30) s instead of hanging. A thread that
+// returns from the kernel leaves its barriers, as an exited CUDA thread does.
 // Not a model of the memory system: no races are found, only logic errors.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cmath>
-#include <barrier>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -89,16 +95,69 @@ void cp_async_commit();
 template <int N> void cp_async_wait();
 mx_u32 pack_bf16x2(float lo, float hi);
 
+#ifndef SIMT_TIMEOUT_S
+#define SIMT_TIMEOUT_S 30
+#endif
+// A barrier over n threads that a thread can leave (arrive_and_drop, when it returns from the
+// kernel) and that aborts with a message when it waits too long (some thread never came).
+class SimtBarrier {
+ public:
+  SimtBarrier(int n, const char* what) : n_(n), what_(what) {}
+  // Returns how many threads the barrier held when it opened (fewer than it started with when
+  // some returned from the kernel).
+  int arrive_and_wait() {
+    std::unique_lock<std::mutex> lk(m_);
+    const mx_u64 gen = gen_;
+    if (++count_ >= n_) {
+      release();
+      return opened_;
+    }
+    if (!cv_.wait_for(lk, std::chrono::seconds(SIMT_TIMEOUT_S), [&] { return gen_ != gen; })) {
+      fprintf(stderr, "simt.hpp: a %s waited %d s for %d of its %d threads (divergent or skipped?)\n", what_, SIMT_TIMEOUT_S,
+              n_ - count_, n_);
+      std::abort();
+    }
+    return opened_;
+  }
+  void arrive_and_drop() {
+    std::lock_guard<std::mutex> lk(m_);
+    if (--n_ > 0 && count_ >= n_) release();
+  }
+
+ private:
+  void release() {
+    opened_ = n_;
+    count_ = 0;
+    ++gen_;
+    cv_.notify_all();
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  int n_, count_ = 0, opened_ = 0;
+  mx_u64 gen_ = 0;
+  const char* what_;
+};
+
 // The running CTA: its barrier, one barrier per warp, and the warps' exchange slots.
 struct SimtCta {
-  explicit SimtCta(int threads) : cta(threads), xch(threads) {
-    for (int w = 0; w < (threads + 31) / 32; ++w) warps.emplace_back(std::make_unique<std::barrier<>>(32));
+  explicit SimtCta(int threads) : cta(threads, "__syncthreads"), xch(threads) {
+    for (int w = 0; w < (threads + 31) / 32; ++w) warps.emplace_back(std::make_unique<SimtBarrier>(32, "warp collective"));
   }
-  std::barrier<> cta;
-  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  SimtBarrier cta;
+  std::vector<std::unique_ptr<SimtBarrier>> warps;
   std::vector<mx_u64> xch;
 };
 inline SimtCta* simt_cta = nullptr;
+
+// A full-mask warp collective: every lane of the warp must be there (in CUDA one with exited
+// lanes is undefined).
+inline void simt_warp_meet(int w) {
+  const int n = simt_cta->warps[w]->arrive_and_wait();
+  if (n != 32) {
+    fprintf(stderr, "simt.hpp: a full-mask warp collective in warp %d reached by %d lanes (the others returned)\n", w, n);
+    std::abort();
+  }
+}
 
 inline void __syncthreads() { simt_cta->cta.arrive_and_wait(); }
 inline void simt_full(mx_u32 mask) {
@@ -111,9 +170,9 @@ template <class T> inline T simt_exchange(T v, int src) {
   mx_u64 bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
   simt_cta->xch[t] = bits;
-  simt_cta->warps[w]->arrive_and_wait();
+  simt_warp_meet(w);
   const mx_u64 got = simt_cta->xch[(w << 5) | (src & 31)];
-  simt_cta->warps[w]->arrive_and_wait();
+  simt_warp_meet(w);
   T r;
   std::memcpy(&r, &got, sizeof(T));
   return r;
@@ -139,14 +198,14 @@ template <class T, class F> inline T simt_warp_fold(T v, T init, F f) {
   mx_u64 bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
   simt_cta->xch[t] = bits;
-  simt_cta->warps[w]->arrive_and_wait();
+  simt_warp_meet(w);
   T acc = init;
   for (int l = 0; l < 32; ++l) {
     T x;
     std::memcpy(&x, &simt_cta->xch[(w << 5) | l], sizeof(T));
     acc = f(acc, x, l);
   }
-  simt_cta->warps[w]->arrive_and_wait();
+  simt_warp_meet(w);
   return acc;
 }
 inline mx_u32 __ballot_sync(mx_u32 m, int pred) {
@@ -165,7 +224,7 @@ inline mx_u32 __reduce_or_sync(mx_u32 m, mx_u32 v) {
 }
 inline void __syncwarp(mx_u32 m = 0xffffffffu) {
   simt_full(m);
-  simt_cta->warps[threadIdx.x >> 5]->arrive_and_wait();
+  simt_warp_meet(threadIdx.x >> 5);
 }
 
 // Runs `body` as a kernel: grid (gx, gy, gz) of CTAs with `threads` threads (a multiple of 32).
@@ -185,6 +244,8 @@ template <class F> void simt_launch(simt_dim3 grid, int threads, F body) {
             threadIdx = simt_dim3{(unsigned)t, 0, 0};
             blockIdx = simt_dim3{x, y, z};
             body();
+            cta.cta.arrive_and_drop();   // an exited thread no longer holds back the others
+            cta.warps[t >> 5]->arrive_and_drop();
           });
         for (auto& th : ts) th.join();
         simt_cta = nullptr;
