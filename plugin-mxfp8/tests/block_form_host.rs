@@ -15,7 +15,6 @@ use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
 use mxhost_plugin_mxfp8::numerics::e8m0::scale_value;
 use mxhost_plugin_mxfp8::numerics::reencode::{reencode_rows, STAGE};
 use mxhost_plugin_mxfp8::quantize_mx;
-use std::process::Command;
 
 mod host;
 use host::Rng;
@@ -60,21 +59,8 @@ fn run_kernel(
     (r, c): (usize, usize),
     (fmt, mode, bpc): (usize, usize, usize),
 ) -> Form {
-    let dir = exe.parent().unwrap();
-    let (inp, out) = (dir.join("in.bin"), dir.join("out.bin"));
-    let mut bytes: Vec<u8> = [r, c, fmt, mode, bpc]
-        .iter()
-        .flat_map(|&v| (v as i64).to_le_bytes())
-        .collect();
-    bytes.extend(x.iter().flat_map(|v| v.to_bits().to_le_bytes()));
-    std::fs::write(&inp, bytes).unwrap();
-    let run = Command::new(exe).arg(&inp).arg(&out).output().unwrap();
-    assert!(
-        run.status.success(),
-        "the driver failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let o = std::fs::read(&out).unwrap();
+    let x: Vec<u8> = x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+    let o = host::run_driver(exe, &[r, c, fmt, mode, bpc], &[&x]);
     let (n, kb, ns) = (r * c, c / 32, c.div_ceil(STAGE));
     let sizes = [n, r * kb, n, r * kb, n, r * kb, ns * r, ns * 4 * r * 4];
     let mut at = 0;
@@ -105,16 +91,6 @@ fn run_kernel(
         sa,
         status: i32::from_le_bytes(o[at..at + 4].try_into().unwrap()),
     }
-}
-
-fn transpose(a: &[u8], rows: usize, cols: usize) -> Vec<u8> {
-    let mut t = vec![0u8; a.len()];
-    for i in 0..rows {
-        for j in 0..cols {
-            t[j * rows + i] = a[i * cols + j];
-        }
-    }
-    t
 }
 
 #[test]
@@ -154,10 +130,10 @@ fn the_form_kernel_equals_the_cpu_references() {
                 host::first_difference(
                     &format!("{ctx}: at"),
                     &got.at,
-                    &transpose(&want.bytes, r, c),
+                    &host::transpose(&want.bytes, r, c),
                     r,
                 );
-                let sat = transpose(&want.scales, r, kb);
+                let sat = host::transpose(&want.scales, r, kb);
                 host::first_difference(&format!("{ctx}: sat"), &got.sat, &sat, r);
                 let mut mc = vec![0u8; c.div_ceil(STAGE) * r];
                 for x in &want.residuals {

@@ -13,10 +13,9 @@
 
 use mxhost_plugin_abi::MxFormat;
 use mxhost_plugin_mxfp8::numerics::reencode::{reencode_rows, STAGE};
-use std::process::Command;
 
 mod host;
-use host::{group_scales, row_bytes, Bytes, Rng, Scales};
+use host::{group_scales, row_bytes, Bytes, Rng};
 
 const OVERFLOW: i32 = 1;
 
@@ -51,12 +50,7 @@ fn rows_case(rng: &mut Rng, format: MxFormat, rows: usize, k: usize) -> Case {
     let kb = k.div_ceil(32);
     let (mut q, mut s) = (Vec::new(), Vec::new());
     for _ in 0..rows {
-        let sk = if rng.below(3) == 0 {
-            Scales::Uniform
-        } else {
-            Scales::Spread
-        };
-        s.extend(group_scales(rng, sk, kb));
+        s.extend(group_scales(rng, 3, kb));
         let bk = draw(rng, Bytes::Few);
         q.extend(row_bytes(rng, format, bk, k));
     }
@@ -79,12 +73,7 @@ fn tiles_case(rng: &mut Rng, format: MxFormat, e: usize, cols: usize, k: usize) 
     let (kb, nb) = (k.div_ceil(32), cols / 32);
     let mut s = Vec::new();
     for _ in 0..e * nb {
-        let sk = if rng.below(3) == 0 {
-            Scales::Uniform
-        } else {
-            Scales::Spread
-        };
-        s.extend(group_scales(rng, sk, kb));
+        s.extend(group_scales(rng, 3, kb));
     }
     let rows = e * cols;
     let mut q = Vec::new();
@@ -117,8 +106,6 @@ struct Lists {
 }
 
 fn run_kernel(exe: &std::path::Path, c: &Case, mc: &[u8], slots: usize, rpw: usize) -> Lists {
-    let dir = exe.parent().unwrap();
-    let (inp, out) = (dir.join("in.bin"), dir.join("out.bin"));
     let fmt = if c.format == MxFormat::E4m3 { 0 } else { 1 };
     let (ise, isr, isc) = c.strides;
     let header = [
@@ -135,22 +122,7 @@ fn run_kernel(exe: &std::path::Path, c: &Case, mc: &[u8], slots: usize, rpw: usi
         c.s.len(),
         0,
     ];
-    let mut bytes: Vec<u8> = header
-        .iter()
-        .flat_map(|&v| (v as i64).to_le_bytes())
-        .collect();
-    bytes.extend_from_slice(&c.q);
-    bytes.extend_from_slice(&c.s);
-    bytes.extend_from_slice(mc);
-    std::fs::write(&inp, bytes).unwrap();
-    let run = Command::new(exe).arg(&inp).arg(&out).output().unwrap();
-    assert!(
-        run.status.success(),
-        "{}, rpw {rpw}: the driver failed: {}",
-        c.name,
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let o = std::fs::read(&out).unwrap();
+    let o = host::run_driver(exe, &header, &[&c.q, &c.s, mc]);
     let word = |i: usize| i32::from_le_bytes(o[4 * i..4 * i + 4].try_into().unwrap());
     let res_at = 2 + c.rows;
     Lists {

@@ -8,21 +8,15 @@
 
 use mxhost_plugin_abi::MxFormat;
 use mxhost_plugin_mxfp8::numerics::reencode::{reencode_rows, STAGE};
-use std::process::Command;
 
 mod host;
-use host::{group_scales, row_bytes, Bytes, Rng, Scales};
+use host::{group_scales, row_bytes, Bytes, Rng};
 
 /// `rows` rows of `c` bytes with their 1×32 scales: stages that mix binades, rows of every kind.
 fn operand(rng: &mut Rng, format: MxFormat, rows: usize, c: usize) -> (Vec<u8>, Vec<u8>) {
     let (mut q, mut s) = (Vec::new(), Vec::new());
     for _ in 0..rows {
-        let scales = if rng.below(3) == 0 {
-            Scales::Uniform
-        } else {
-            Scales::Spread
-        };
-        s.extend(group_scales(rng, scales, c.div_ceil(32)));
+        s.extend(group_scales(rng, 3, c.div_ceil(32)));
         let bytes = match rng.below(8) {
             0 => Bytes::Zeros,
             1 => Bytes::Any,
@@ -31,16 +25,6 @@ fn operand(rng: &mut Rng, format: MxFormat, rows: usize, c: usize) -> (Vec<u8>, 
         q.extend(row_bytes(rng, format, bytes, c));
     }
     (q, s)
-}
-
-fn transpose(a: &[u8], rows: usize, cols: usize) -> Vec<u8> {
-    let mut t = vec![0u8; a.len()];
-    for i in 0..rows {
-        for j in 0..cols {
-            t[j * rows + i] = a[i * cols + j];
-        }
-    }
-    t
 }
 
 #[test]
@@ -56,22 +40,7 @@ fn the_block_form_equals_the_cpu_reference() {
             let kb = c.div_ceil(32);
             let want = reencode_rows(&q, &s, r, c, format).unwrap();
             residuals += want.residuals.len();
-            let dir = exe.parent().unwrap();
-            let (inp, out) = (dir.join("in.bin"), dir.join("out.bin"));
-            let mut bytes: Vec<u8> = [r, c, fmt]
-                .iter()
-                .flat_map(|&v| (v as i64).to_le_bytes())
-                .collect();
-            bytes.extend_from_slice(&q);
-            bytes.extend_from_slice(&s);
-            std::fs::write(&inp, bytes).unwrap();
-            let run = Command::new(&exe).arg(&inp).arg(&out).output().unwrap();
-            assert!(
-                run.status.success(),
-                "{ctx}: the driver failed: {}",
-                String::from_utf8_lossy(&run.stderr)
-            );
-            let o = std::fs::read(&out).unwrap();
+            let o = host::run_driver(&exe, &[r, c, fmt], &[&q, &s]);
             let (n, ns) = (r * c, c.div_ceil(STAGE));
             let mut at = 0;
             let mut part = |len: usize| {
@@ -83,8 +52,13 @@ fn the_block_form_equals_the_cpu_reference() {
             let status = i32::from_le_bytes(o[at..at + 4].try_into().unwrap());
             host::first_difference(&format!("{ctx}: q2"), &q2, &want.bytes, c);
             host::first_difference(&format!("{ctx}: s2"), &s2, &want.scales, kb);
-            host::first_difference(&format!("{ctx}: at"), &qt, &transpose(&want.bytes, r, c), r);
-            let sat_want = transpose(&want.scales, r, kb);
+            host::first_difference(
+                &format!("{ctx}: at"),
+                &qt,
+                &host::transpose(&want.bytes, r, c),
+                r,
+            );
+            let sat_want = host::transpose(&want.scales, r, kb);
             host::first_difference(&format!("{ctx}: sat"), &sat, &sat_want, r);
             let mut counts = vec![0u8; ns * r];
             for x in &want.residuals {

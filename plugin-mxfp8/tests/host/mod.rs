@@ -89,6 +89,40 @@ pub fn first_difference(what: &str, got: &[u8], want: &[u8], width: usize) {
     }
 }
 
+/// Runs the driver `exe` on `header` (as little-endian i64) followed by `payload`, through
+/// files in its scratch folder; returns what it wrote. Panics with its messages on failure.
+pub fn run_driver(exe: &Path, header: &[usize], payload: &[&[u8]]) -> Vec<u8> {
+    let dir = exe.parent().unwrap();
+    let (inp, out) = (dir.join("in.bin"), dir.join("out.bin"));
+    let mut bytes: Vec<u8> = header
+        .iter()
+        .flat_map(|&v| (v as i64).to_le_bytes())
+        .collect();
+    for p in payload {
+        bytes.extend_from_slice(p);
+    }
+    std::fs::write(&inp, bytes).unwrap();
+    let run = Command::new(exe).arg(&inp).arg(&out).output().unwrap();
+    assert!(
+        run.status.success(),
+        "the driver {} failed on {header:?}: {}",
+        exe.display(),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    std::fs::read(&out).unwrap()
+}
+
+/// `a` (`rows` × `cols` bytes, row-major) transposed.
+pub fn transpose(a: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    let mut t = vec![0u8; a.len()];
+    for i in 0..rows {
+        for j in 0..cols {
+            t[j * rows + i] = a[i * cols + j];
+        }
+    }
+    t
+}
+
 /// A file of this folder.
 pub fn here(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -114,7 +148,7 @@ pub fn seed(test: &str) -> u64 {
 
 /// How a scale group (one row, or a weight's 32-row tile row) draws its block scales.
 #[derive(Clone, Copy)]
-pub enum Scales {
+enum Scales {
     /// One scale per stage: nothing shifts.
     Uniform,
     /// Spread over a few binades: small elements of the smaller-scale blocks become residuals.
@@ -132,6 +166,7 @@ pub enum Bytes {
     Zeros,
 }
 
+/// A finite byte of `format`; `small`: exponent field 0–3 (subnormals and the smallest normals).
 pub fn finite_byte(rng: &mut Rng, format: MxFormat, small: bool) -> u8 {
     let mbits = if format == MxFormat::E4m3 { 3 } else { 2 };
     loop {
@@ -148,6 +183,7 @@ pub fn finite_byte(rng: &mut Rng, format: MxFormat, small: bool) -> u8 {
     }
 }
 
+/// A finite byte with exponent field ≥ 9: it survives any shift up to 8 binades.
 pub fn large_byte(rng: &mut Rng, format: MxFormat) -> u8 {
     loop {
         let b = finite_byte(rng, format, false);
@@ -158,6 +194,7 @@ pub fn large_byte(rng: &mut Rng, format: MxFormat) -> u8 {
     }
 }
 
+/// `k` element bytes of one row, drawn as `kind` says.
 pub fn row_bytes(rng: &mut Rng, format: MxFormat, kind: Bytes, k: usize) -> Vec<u8> {
     (0..k)
         .map(|_| match kind {
@@ -169,7 +206,14 @@ pub fn row_bytes(rng: &mut Rng, format: MxFormat, kind: Bytes, k: usize) -> Vec<
         .collect()
 }
 
-pub fn group_scales(rng: &mut Rng, kind: Scales, kb: usize) -> Vec<u8> {
+/// `kb` block scale bytes of one scale group (a row, or a weight's 32-row tile row): one scale
+/// per stage with probability 1 / `uniform_one_in`, else spread over 8 binades.
+pub fn group_scales(rng: &mut Rng, uniform_one_in: usize, kb: usize) -> Vec<u8> {
+    let kind = if rng.below(uniform_one_in) == 0 {
+        Scales::Uniform
+    } else {
+        Scales::Spread
+    };
     let base = 118 + rng.below(4) as u8;
     (0..kb)
         .map(|b| match kind {
