@@ -68,6 +68,8 @@ inline int __float_as_int(float f) { int x; std::memcpy(&x, &f, 4); return x; }
 inline float __uint_as_float(mx_u32 x) { float f; std::memcpy(&f, &x, 4); return f; }
 inline mx_u32 __float_as_uint(float f) { mx_u32 x; std::memcpy(&x, &f, 4); return x; }
 template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcs(const T* p) { return *p; }   // (cache hints mean nothing here)
+template <class T> inline void __stcs(T* p, T v) { *p = v; }
 // The host's float arithmetic rounds to nearest even, as the _rn intrinsics do.
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
