@@ -36,7 +36,8 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 22] = [
+pub const HEADERS: [(&str, &str); 23] = [
+    header!("mx_types.cuh"),
     header!("mx_ptx.cuh"),
     header!("mx_warp.cuh"),
     header!("mx_numerics.cuh"),

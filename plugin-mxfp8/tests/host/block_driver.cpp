@@ -5,7 +5,6 @@
 // s2, at, sat, mc, then status[2] (i32).
 #include "simt.hpp"
 #include <cstdio>
-#include "mx_warp.cuh"
 #include "mx_numerics.cuh"
 #include "mx_fp8_shift.cuh"
 #include "mx_reencode.cuh"

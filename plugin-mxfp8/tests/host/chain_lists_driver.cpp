@@ -5,7 +5,6 @@
 // OUT: status[2], cnt[R] (i32; poisoned before the launch), then res[R slots] as (i32 k, f32 v).
 #include "simt.hpp"
 #include <cstdio>
-#include "mx_warp.cuh"
 #include "mx_numerics.cuh"
 #include "mx_quant_blocks.cuh"
 #include "mx_fp8_shift.cuh"

@@ -10,7 +10,6 @@
 // the values (R C bf16) for FAKE 2; along M: out (R C bf16).
 #include "simt.hpp"
 #include <cstdio>
-#include "mx_warp.cuh"
 #include "mx_numerics.cuh"
 #include "mx_quant_blocks.cuh"
 #include "mx_quant_values.cuh"

@@ -8,7 +8,6 @@
 // then status[2] (i32).
 #include "simt.hpp"
 #include <cstdio>
-#include "mx_warp.cuh"
 #include "mx_numerics.cuh"
 #include "mx_quant_blocks.cuh"
 #include "mx_fp8_shift.cuh"

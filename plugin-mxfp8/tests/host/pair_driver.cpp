@@ -7,7 +7,6 @@
 // st (bf16 only, else empty), then status[2] and status_t[2] (i32).
 #include "simt.hpp"
 #include <cstdio>
-#include "mx_warp.cuh"
 #include "mx_numerics.cuh"
 #include "mx_quant_blocks.cuh"
 #include "mx_fp8_shift.cuh"

@@ -2,14 +2,15 @@
 //
 // The kernels' integer and warp logic (residual lists, byte shifts, shuffles, ballots, shared
 // memory, barriers) is what these tests check; the tensor-core, TMA and PTX parts stay on the
-// GPU (mx_ptx.cuh is not included: a test declares what else its headers need). Each CTA
-// runs on its own set of std::threads, one per CUDA thread, CTAs one after another, so a
-// `__shared__` variable can be a function-local static (one CTA uses it at a time) and
-// `__syncthreads` is a barrier over the CTA. Warp collectives (shuffles, ballot, reduce) meet
-// at a per-warp barrier and exchange through a per-CTA buffer: every lane of the warp must
-// take part (full masks only, as in the kernels); one that does not (a divergent shuffle or
-// __syncthreads) aborts the driver with a message after SIMT_TIMEOUT_S (30) s instead of hanging. A thread that
-// returns from the kernel leaves its barriers, as an exited CUDA thread does.
+// GPU: with MX_HOST_SIMT, mx_ptx.cuh declares its PTX wrappers without defining them, so a
+// kernel that would run one fails to link. Each CTA runs on its own set of std::threads, one
+// per CUDA thread, CTAs one after another, so a `__shared__` variable can be a function-local
+// static (one CTA uses it at a time) and `__syncthreads` is a barrier over the CTA. Warp
+// collectives (shuffles, ballot, reduce) meet at a per-warp barrier and exchange through a
+// per-CTA buffer: every lane of the warp must take part (full masks only, as in the kernels);
+// one that does not (a divergent shuffle or __syncthreads) aborts the driver with a message
+// after SIMT_TIMEOUT_S (30) s instead of hanging. A thread that returns from the kernel leaves
+// its barriers, as an exited CUDA thread does.
 // Not a model of the memory system: no races are found, only logic errors.
 #pragma once
 #include <atomic>
@@ -26,13 +27,8 @@
 #include <thread>
 #include <vector>
 
-typedef unsigned char mx_u8;
-typedef unsigned short mx_u16;
-typedef unsigned int mx_u32;
-typedef unsigned long long mx_u64;
-typedef long long mx_i64;
+#include "mx_types.cuh"
 
-#define MX_DEV inline
 #define __device__
 #define __global__
 #define __forceinline__ inline
@@ -48,6 +44,7 @@ inline thread_local simt_dim3 threadIdx, blockIdx;
 inline simt_dim3 blockDim, gridDim;
 
 struct uint2 { mx_u32 x, y; };
+struct float2 { float x, y; };
 struct uint4 { mx_u32 x, y, z, w; };
 struct float4 { float x, y, z, w; };
 inline uint2 make_uint2(mx_u32 x, mx_u32 y) { return {x, y}; }
@@ -88,14 +85,6 @@ inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(
 inline int atomicOr(int* p, int v) { return std::atomic_ref<int>(*p).fetch_or(v); }
 inline mx_u32 atomicAdd(mx_u32* p, mx_u32 v) { return std::atomic_ref<mx_u32>(*p).fetch_add(v); }
 inline mx_u32 atomicOr(mx_u32* p, mx_u32 v) { return std::atomic_ref<mx_u32>(*p).fetch_or(v); }
-
-// mx_ptx.cuh's PTX wrappers that parsed templates name: declared, never defined, so a kernel
-// that would run one fails to link here instead of running without it.
-mx_u32 smem_u32(const void* p);
-void cp_async16(mx_u32 dst, const void* src, mx_u32 src_bytes);
-void cp_async_commit();
-template <int N> void cp_async_wait();
-mx_u32 pack_bf16x2(float lo, float hi);
 
 #ifndef SIMT_TIMEOUT_S
 #define SIMT_TIMEOUT_S 30
@@ -253,3 +242,8 @@ template <class F> void simt_launch(simt_dim3 grid, int threads, F body) {
         simt_cta = nullptr;
       }
 }
+
+// The kernels' base header last, over the shims above: MX_DEV is `inline` here, the PTX
+// wrappers are declared only (MX_HOST_SIMT), and mx_warp.cuh's helpers come along.
+#define MX_HOST_SIMT
+#include "mx_ptx.cuh"
