@@ -19,33 +19,9 @@ use mxhost_plugin_common::dense::DenseElem;
 use mxhost_plugin_mxfp8::{fake_quantize, quantize_mx};
 
 mod host;
-use host::Rng;
 
 const MODES: [ScaleMode; 3] = [ScaleMode::Rceil, ScaleMode::Floor, ScaleMode::Even];
 const FORMATS: [MxFormat; 2] = [MxFormat::E4m3, MxFormat::E5m2];
-
-/// `n` values in blocks of 32 that span many binades, with zero blocks, specials, tiny and huge
-/// values.
-fn values(rng: &mut Rng, n: usize) -> Vec<f32> {
-    let mut v = Vec::with_capacity(n);
-    while v.len() < n {
-        let kind = rng.below(16);
-        let mag = 2f64.powi(rng.below(40) as i32 - 20);
-        for _ in 0..32 {
-            v.push(match kind {
-                0 => 0.0,
-                1 if rng.below(8) == 0 => {
-                    [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][rng.below(3)]
-                }
-                2 => (rng.normal() * 1e-38) as f32,
-                3 => (rng.normal() * 3e38) as f32,
-                _ => (rng.normal() * mag) as f32,
-            });
-        }
-    }
-    v.truncate(n);
-    v
-}
 
 fn bits<T: DenseElem>(x: &[T]) -> Vec<u8> {
     x.iter()
@@ -124,7 +100,7 @@ fn the_flat_quantizer_equals_the_cpu_reference() {
         return;
     };
     for (r, c, grid) in [(37, 96, 2), (24, 2880, 3)] {
-        let x = values(&mut rng, r * c);
+        let x = host::mx_test_values(&mut rng, r * c);
         let ctx = format!("{r} x {c}, seed {seed}");
         check_flat(&exe, &x, (r, c), grid, &format!("{ctx}, f32"));
         let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
@@ -186,7 +162,7 @@ fn the_fake_quantization_along_m_equals_the_cpu_reference() {
     table.retain(|&(r0, _)| r0 != 101);
     table.push((101 + 4, 28));
     for c in [136, 100] {
-        let x = values(&mut rng, at * c);
+        let x = host::mx_test_values(&mut rng, at * c);
         let ctx = format!("{at} x {c}, seed {seed}");
         check_along_m(&exe, &x, (at, c), &table, &format!("{ctx}, f32"));
         let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();

@@ -527,11 +527,11 @@ MX_DEV void mx_quant_tile(const MxQuantParams& p) {
   // anyway: with the register prefetch on both ROWS and COLS the kernel spills (ptxas, 64
   // registers), and ROWS runs here only when C % 32 != 0 (else the flat kernel takes it).
   if ((flags & ~MXQ_ROWS) == 0) {
-    if (AS > 0) mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS, (AS > 1 ? AS : 2)>(p, s, ring, nt, flags);
+    if constexpr (AS > 0) mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS, (AS > 1 ? AS : 2)>(p, s, ring, nt, flags);
     else mxq_loop<IN_BF16, FMT, MXQ_ROWS>(p, s, nt, flags);                             // 1x32 rows
   } else {
     if (!cols || two) {                                                            // 32x32 (+T)
-      if (AS > 0) mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS | MXQ_TILE | MXQ_TILE_T, (AS > 1 ? AS : 2)>(p, s, ring, nt, flags);
+      if constexpr (AS > 0) mxq_loop_ring<IN_BF16, FMT, MXQ_ROWS | MXQ_TILE | MXQ_TILE_T, (AS > 1 ? AS : 2)>(p, s, ring, nt, flags);
       else mxq_loop<IN_BF16, FMT, MXQ_ROWS | MXQ_TILE | MXQ_TILE_T>(p, s, nt, flags);
     }
     if (cols) mxq_loop<IN_BF16, FMT, MXQ_ROWS | MXQ_COLS>(p, s, nt, two ? MXQ_COLS : flags);     // (rows +) cols

@@ -112,9 +112,9 @@ pub fn run_driver(exe: &Path, header: &[usize], payload: &[&[u8]]) -> Vec<u8> {
     std::fs::read(&out).unwrap()
 }
 
-/// `a` (`rows` × `cols` bytes, row-major) transposed.
-pub fn transpose(a: &[u8], rows: usize, cols: usize) -> Vec<u8> {
-    let mut t = vec![0u8; a.len()];
+/// `a` (`rows` × `cols`, row-major) transposed.
+pub fn transpose<T: Copy + Default>(a: &[T], rows: usize, cols: usize) -> Vec<T> {
+    let mut t = vec![T::default(); a.len()];
     for i in 0..rows {
         for j in 0..cols {
             t[j * rows + i] = a[i * cols + j];
@@ -221,4 +221,27 @@ pub fn group_scales(rng: &mut Rng, uniform_one_in: usize, kb: usize) -> Vec<u8> 
             Scales::Spread => base + rng.below(8) as u8,
         })
         .collect()
+}
+
+/// `n` values in blocks of 32 that span many binades, with zero blocks, specials, tiny and huge
+/// values.
+pub fn mx_test_values(rng: &mut Rng, n: usize) -> Vec<f32> {
+    let mut v = Vec::with_capacity(n);
+    while v.len() < n {
+        let kind = rng.below(16);
+        let mag = 2f64.powi(rng.below(40) as i32 - 20);
+        for _ in 0..32 {
+            v.push(match kind {
+                0 => 0.0,
+                1 if rng.below(8) == 0 => {
+                    [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][rng.below(3)]
+                }
+                2 => (rng.normal() * 1e-38) as f32,
+                3 => (rng.normal() * 3e38) as f32,
+                _ => (rng.normal() * mag) as f32,
+            });
+        }
+    }
+    v.truncate(n);
+    v
 }
