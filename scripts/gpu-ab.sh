@@ -12,7 +12,8 @@
 #      e.g. new+MXHOST_MX_CHAIN_QPAIR=1);
 #   4. with NCU=regex: ncu durations (and NCU_METRICS) of the matching kernels in one rep of
 #      the NCU_ONLY rows (default ONLY) on NCU_SHAPE (default c), each variant in reverse
-#      order: ncu-<variant>.txt.
+#      order: ncu-<variant>.txt;
+#   5. summary.txt: every bench row and ncu-timed kernel per variant (scripts/ab-summary.py).
 # docs/perf.md runs 132-133 and 137 are calls of this shape.
 set -u
 out="${OUT:-out/gpu-ab}"
@@ -68,3 +69,6 @@ if [ -n "${NCU:-}" ] && command -v ncu >/dev/null; then
         grep -E "^  [a-z_0-9]+ \(|^    [a-z]" "$out/ncu-$lab.txt" | head -60
     done
 fi
+# one table of every row and kernel per variant (scripts/ab-summary.py)
+labels=$(for v in $variants; do printf '%s ' "$(printf %s "$v" | tr -c 'A-Za-z0-9_-' '_')"; done)
+python3 scripts/ab-summary.py "$out" $labels | tee "$out/summary.txt"
