@@ -135,9 +135,26 @@ impl PairPlan {
         })
     }
 
-    fn grid(&self) -> (usize, usize, usize) {
+    /// ABI 1.4 annexes: each annex's word (at `slot`, `slot_t`) takes the address of the other
+    /// copy's bytes, which the annex then reads instead of holding a copy.
+    fn link_partners(&self, call: &Call, (slot, slot_t): (usize, usize)) -> PluginResult<()> {
+        call.put_u64(self.base + slot as u64, self.bwt.q)?;
+        call.put_u64(self.base_t + slot_t as u64, self.bw.q)
+    }
+
+    /// Launches `kernel` (one of the pair kernels) with `param` over the weight's 128 × 128
+    /// blocks, then [`Self::finish`] on the forms `f` it writes.
+    fn run(
+        &self,
+        call: &mut Call,
+        kernel: &str,
+        param: *mut std::ffi::c_void,
+        f: &ReencodePairParams,
+    ) -> PluginResult<()> {
         let (e, r, c) = self.dims;
-        (cdiv(c, 128), cdiv(r, 128), e)
+        let grid = (cdiv(c, 128), cdiv(r, 128), e);
+        call.launch(Unit::Chain, kernel, grid, (256, 1, 1), 0, &mut [param])?;
+        self.finish(call, f)
     }
 
     /// After the pair kernel: both lists from its counts, both FP32 scale tables, and under
@@ -177,22 +194,13 @@ pub(super) fn fill_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<
             "mx_reencode_pair_e4m3",
         ),
         (None, None, Some(slot), Some(slot_t)) => {
-            call.put_u64(at(plan.base, slot), plan.bwt.q)?;
-            call.put_u64(at(plan.base_t, slot_t), plan.bw.q)?;
+            plan.link_partners(call, (slot, slot_t))?;
             (0, 0, "mx_reencode_pair_ref_e4m3")
         }
         _ => unreachable!("both annexes are Held or both Partner"),
     };
     let p = plan.forms(call, (bt, btt))?;
-    call.launch(
-        Unit::Chain,
-        kernel,
-        plan.grid(),
-        (256, 1, 1),
-        0,
-        &mut [arg(&p)],
-    )?;
-    plan.finish(call, &p)?;
+    plan.run(call, kernel, arg(&p), &p)?;
     Ok(true)
 }
 
@@ -222,10 +230,8 @@ pub(super) fn quantize_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginRes
     if !(args.input.ptr as u64).is_multiple_of(16) {
         return Ok(false);
     }
-    let at = |b: u64, o: usize| b + o as u64;
     plan.clear_for_verify(call)?;
-    call.put_u64(at(plan.base, slot), plan.bwt.q)?;
-    call.put_u64(at(plan.base_t, slot_t), plan.bw.q)?;
+    plan.link_partners(call, (slot, slot_t))?;
     let f = plan.forms(call, (plan.bwt.q, plan.bw.q))?;
     let p = QuantPairParams {
         f,
@@ -235,16 +241,7 @@ pub(super) fn quantize_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginRes
         mode: mode_code(args.output.mode),
         pad: 0,
     };
-    let name = "mx_quantize_pair_bf16_e4m3";
-    call.launch(
-        Unit::Chain,
-        name,
-        plan.grid(),
-        (256, 1, 1),
-        0,
-        &mut [arg(&p)],
-    )?;
-    plan.finish(call, &f)?;
+    plan.run(call, "mx_quantize_pair_bf16_e4m3", arg(&p), &f)?;
     Ok(true)
 }
 
