@@ -1,6 +1,7 @@
 //! The tiled quantizer `mx_quantize_f32_*` (`cuda/include/mx_quant_tile.cuh` for f32 input: what
 //! quantizes every case the flat and TMA kernels do not take: tails, 32×1 columns, grouped
-//! experts), run on the host through `tests/host/simt.hpp` and compared with `quantize_mx` on
+//! experts), run on the host through `tests/host/simt.hpp` and compared with the independent
+//! block reference `common::reference_quantize` (the one `quantize_mx` is tested against) on
 //! fresh random input (NaN, ±Inf, zero blocks, tiny and huge values), every output poisoned first:
 //! - ROWS with C % 32 != 0;
 //! - TILE | TILE_T on a batch of two (32×32 tiles and the transposed copy with its scales);
@@ -13,9 +14,9 @@
 //! Grid y is 2 or 3, so CTAs walk several tiles. Both formats; the scale mode rotates.
 
 use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
-use mxhost_plugin_mxfp8::quantize_mx;
-
+mod common;
 mod host;
+use common::reference_quantize;
 
 const ROWS: usize = 1;
 const COLS: usize = 2;
@@ -69,21 +70,6 @@ fn run(exe: &std::path::Path, l: &Launch, x: &[f32], (fmt, mode): (usize, usize)
         .collect()
 }
 
-/// `quantize_mx` of `x` (`shape`) in `layout`: (bytes, scales).
-fn reference(
-    x: &[f32],
-    shape: &[u64],
-    layout: BlockLayout,
-    format: MxFormat,
-    mode: ScaleMode,
-) -> (Vec<u8>, Vec<u8>) {
-    let numel = x.len();
-    let ns = mxhost_plugin_mxfp8::scale_count(shape, layout).unwrap();
-    let (mut q, mut s) = (vec![0u8; numel], vec![0u8; ns]);
-    quantize_mx(x, shape, layout, format, mode, &mut q, &mut s).unwrap();
-    (q, s)
-}
-
 /// The first `width` bytes of each of `rows` rows of `got` (leading dimension `ld`).
 fn leading(got: &[u8], rows: usize, ld: usize, width: usize) -> Vec<u8> {
     (0..rows)
@@ -92,7 +78,7 @@ fn leading(got: &[u8], rows: usize, ld: usize, width: usize) -> Vec<u8> {
 }
 
 #[test]
-fn the_tiled_quantizer_equals_the_cpu_reference() {
+fn the_tiled_quantizer_equals_the_cpu_reference_quantize() {
     let Some((exe, mut rng, seed)) = host::setup("tile_quantize_host", "tile_driver.cpp") else {
         return;
     };
@@ -121,7 +107,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference() {
             sizes: [r * c, r * cb, 0, 0],
         };
         let got = run(&exe, &l, &x, (fmt, m));
-        let (q, s) = reference(
+        let (q, s) = reference_quantize(
             &x,
             &[r as u64, c as u64],
             BlockLayout::vector(1),
@@ -151,7 +137,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference() {
             sizes: [2 * r * c, 2 * rb * cb, 2 * c * r, 2 * cb * rb],
         };
         let got = run(&exe, &l, &x, (fmt, m));
-        let (q, s) = reference(
+        let (q, s) = reference_quantize(
             &x,
             &[2, r as u64, c as u64],
             BlockLayout::tile(),
@@ -165,7 +151,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference() {
             let (b, n, k) = (i / (r * c), i / c % r, i % c);
             xt[(b * c + k) * r + n] = *v;
         }
-        let (qt, st) = reference(
+        let (qt, st) = reference_quantize(
             &xt,
             &[2, c as u64, r as u64],
             BlockLayout::tile(),
@@ -194,7 +180,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference() {
         };
         let got = run(&exe, &l, &x, (fmt, m));
         let xt = host::transpose(&x, r, c);
-        let (qt, st) = reference(
+        let (qt, st) = reference_quantize(
             &xt,
             &[c as u64, r as u64],
             BlockLayout::vector(1),
@@ -235,7 +221,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference() {
             sizes: [rg * c, rg * cb, c * mpad, c * mpad / 32],
         };
         let got = run(&exe, &l, &x, (fmt, m));
-        let (q, s) = reference(
+        let (q, s) = reference_quantize(
             &x,
             &[rg as u64, c as u64],
             BlockLayout::vector(1),
@@ -245,7 +231,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference() {
         host::first_difference(&format!("{ctx}: qa"), &got[0], &q, c);
         host::first_difference(&format!("{ctx}: sa"), &got[1], &s, cb);
         // the transposed outputs, expert by expert: zero bytes and the zero block's scale in padding
-        let (_, zero_scale) = reference(
+        let (_, zero_scale) = reference_quantize(
             &[0.0; 32],
             &[1, 32],
             BlockLayout::vector(1),
@@ -257,7 +243,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference() {
         for (&me, &pe) in sizes.iter().zip(&pad) {
             if me > 0 {
                 let slab = host::transpose(&x[row0 * c..(row0 + me) * c], me, c);
-                let (q, s) = reference(
+                let (q, s) = reference_quantize(
                     &slab,
                     &[c as u64, me as u64],
                     BlockLayout::vector(1),
