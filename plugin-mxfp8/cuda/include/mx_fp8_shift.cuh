@@ -2,8 +2,8 @@
 // re-encoding to one scale per 128-deep stage (mx_reencode.cuh and the kernels that write chain
 // forms) shifts every byte of a block by the distance from its scale to the stage's largest.
 // Split from mx_reencode.cuh so that the host can compile and check it on every byte
-// (plugin-mxfp8/tests/fp8_shift_host.rs: g++ with a few shims, against mx_fp8_shift_exact and
-// the CPU reference src/numerics/reencode.rs).
+// (plugin-mxfp8/tests/fp8_shift_host.rs: g++ through tests/host/simt.hpp, against
+// mx_fp8_shift_exact and the CPU reference src/numerics/reencode.rs).
 // Requires mx_ptx.cuh (types, MX_DEV) and mx_numerics.cuh (MxFmt). NVRTC-clean.
 #pragma once
 

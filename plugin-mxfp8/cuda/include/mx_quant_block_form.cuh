@@ -96,9 +96,9 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
         *reinterpret_cast<uint2*>(p.q + o) = make_uint2(q[0], q[1]);
         *reinterpret_cast<uint2*>(p.q2 + o) = make_uint2(q2[i][0], q2[i][1]);
         if ((j & 3) == 0) {
-          if (BPC > 1) {
-            ss[0][rb + i][BPC > 1 ? 4 * jb + (j >> 2) : 0] = (mx_u8)sb;
-            ss[BPC > 1 ? 1 : 0][rb + i][BPC > 1 ? 4 * jb + (j >> 2) : 0] = (mx_u8)S;
+          if constexpr (BPC > 1) {
+            ss[0][rb + i][4 * jb + (j >> 2)] = (mx_u8)sb;
+            ss[1][rb + i][4 * jb + (j >> 2)] = (mx_u8)S;
           } else {
             p.s[(mx_i64)r * KB + kb] = (mx_u8)sb;
             p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
@@ -147,16 +147,16 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       *reinterpret_cast<float4*>(p.sa + (mx_i64)bx * 4 * R + 4 * (r0 + t)) = make_float4(v[0], v[1], v[2], v[3]);
     }
   }   // blocks of the CTA
-  if (BPC > 1) {
+  if constexpr (BPC > 1) {
     // each row's scale bytes of the CTA's blocks: lanes 16 h .. 16 h + 15 write one row's bytes
     // of one array (one request, two if they cross a line)
     __syncthreads();
-    constexpr int NB = BPC > 1 ? 4 * BPC : 1;
+    constexpr int NB = 4 * BPC;
     const int kb0 = blockIdx.x * NB, nkb = min(NB, KB - kb0);
 #pragma unroll 4
     for (int i = t; i < 2 * 128 * NB; i += 256) {
       const int a = i / (128 * NB), rr = (i / NB) % 128, b = i % NB;
-      if (b < nkb && r0 + rr < R) (a ? p.s2 : p.s)[(mx_i64)(r0 + rr) * KB + kb0 + b] = ss[BPC > 1 ? a : 0][rr][b];
+      if (b < nkb && r0 + rr < R) (a ? p.s2 : p.s)[(mx_i64)(r0 + rr) * KB + kb0 + b] = ss[a][rr][b];
     }
   }
 }

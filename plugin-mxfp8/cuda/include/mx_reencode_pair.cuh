@@ -68,7 +68,7 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
   const bool word_ok = rows_ok && c0 + 4 * lane < C;
   const mx_i64 row0 = (mx_i64)e * R + r0 + 16 * warp;
   mx_u32 w[16];
-  if (SRC) {
+  if constexpr (SRC != 0) {
     // the thread's 16 rows x 4 elements, then its tile's amax (8 lanes of two warps). The bf16
     // words wait for the scale in shared memory (thread-interleaved 8-byte slots, no bank
     // conflicts), not registers: held there they took the kernel to 92 registers, 2 CTAs per SM.
@@ -85,13 +85,13 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
     am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
     am = max(am, __shfl_xor_sync(0xffffffffu, am, 2));
     am = max(am, __shfl_xor_sync(0xffffffffu, am, 4));
-    if ((lane & 7) == 0) tam[SRC ? warp : 0][tb] = am;
+    if ((lane & 7) == 0) tam[warp][tb] = am;
     if (t < 128) { rowc[t] = 0; colc[t] = 0; }
     __syncthreads();
     if (t < 16) {
       const int a = t >> 2, b = t & 3, nb = (r0 >> 5) + a, kb = (c0 >> 5) + b;
       const bool ok = nb < NB && kb < KB;
-      const mx_u32 v = ok ? mx_scale_byte<FMT, true>(max(tam[SRC ? 2 * a : 0][b], tam[SRC ? 2 * a + 1 : 0][b]), src->mode) : 0u;
+      const mx_u32 v = ok ? mx_scale_byte<FMT, true>(max(tam[2 * a][b], tam[2 * a + 1][b]), src->mode) : 0u;
       tile_s[a][b] = v;
       if (ok) {
         src->s[e * tiles_e + (mx_i64)nb * KB + kb] = (mx_u8)v;
@@ -133,7 +133,7 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
   const mx_u32 sc = tile_s[ta][tb];
   const mx_u32 sw = max(max(tile_s[ta][0], tile_s[ta][1]), max(tile_s[ta][2], tile_s[ta][3]));
   const mx_u32 st = max(max(tile_s[0][tb], tile_s[1][tb]), max(tile_s[2][tb], tile_s[3][tb]));
-  if (!SRC) {
+  if constexpr (SRC == 0) {
 #pragma unroll
     for (int i = 0; i < 16; ++i)
       w[i] = word_ok ? *reinterpret_cast<const mx_u32*>(p.q + (row0 + i) * C + c0 + 4 * lane) : 0u;
