@@ -41,12 +41,15 @@ fn err(what: &str) -> impl Fn(cr::DriverError) -> String + '_ {
     move |e| format!("{what} failed: {e}")
 }
 
-/// The device ordinal to use: `MXHOST_CUDA_DEVICE`, default 0.
-fn wanted_ordinal() -> i32 {
-    std::env::var("MXHOST_CUDA_DEVICE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+/// The device ordinal to use: `MXHOST_CUDA_DEVICE`, default 0. A value that is not a
+/// number is an error rather than device 0: a user who names a device must get that one.
+fn wanted_ordinal(var: Option<&str>) -> Result<i32, String> {
+    match var.map(str::trim) {
+        None | Some("") => Ok(0),
+        Some(v) => v
+            .parse()
+            .map_err(|_| format!("MXHOST_CUDA_DEVICE={v:?} is not a device ordinal (0, 1, ...)")),
+    }
 }
 
 fn open() -> Result<&'static CudaDevice, String> {
@@ -59,7 +62,7 @@ fn open() -> Result<&'static CudaDevice, String> {
     if count == 0 {
         return Err("the CUDA driver found no device".into());
     }
-    let ordinal = wanted_ordinal();
+    let ordinal = wanted_ordinal(std::env::var("MXHOST_CUDA_DEVICE").ok().as_deref())?;
     if ordinal < 0 || ordinal >= count {
         return Err(format!(
             "MXHOST_CUDA_DEVICE={ordinal} but there are {count} device(s)"
@@ -311,5 +314,19 @@ impl Drop for Event {
         // SAFETY: the event is ours; the driver defers destruction of an event that is
         // still pending until its work completes.
         unsafe { cr::event::destroy(self.0) }.ok();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wanted_ordinal;
+
+    #[test]
+    fn device_ordinal_defaults_to_zero_and_refuses_non_numbers() {
+        assert_eq!(wanted_ordinal(None), Ok(0));
+        assert_eq!(wanted_ordinal(Some(" ")), Ok(0));
+        assert_eq!(wanted_ordinal(Some("3")), Ok(3));
+        let e = wanted_ordinal(Some("gpu1")).unwrap_err();
+        assert!(e.contains("MXHOST_CUDA_DEVICE=\"gpu1\""), "{e}");
     }
 }
