@@ -86,6 +86,17 @@ pub struct CudaBackend;
 
 pub use mxhost_plugin_common::cuda::driver_present;
 
+/// A boolean environment switch of this backend (the `MXHOST_MX_*` A/B and diagnostic
+/// switches): unset or empty gives `default`; `0`, `off` and `false` are off; anything else
+/// is on. One rule for all of them, so `=1`, `=on` and `=true` mean the same everywhere.
+fn env_flag(name: &str, default: bool) -> bool {
+    match std::env::var(name).ok().as_deref().map(str::trim) {
+        None | Some("") => default,
+        Some("0") | Some("off") | Some("false") => false,
+        Some(_) => true,
+    }
+}
+
 fn cdiv(a: usize, b: usize) -> usize {
     a.div_ceil(b)
 }

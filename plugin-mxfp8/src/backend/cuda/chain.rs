@@ -361,8 +361,7 @@ fn annex_bt_of(role: AnnexRole, words: usize, partner: bool) -> Option<BtAt> {
 /// keeps the copies (for A/B timing).
 fn b_annex_bt(partner_kept: bool) -> BtAt {
     static REFER: OnceLock<bool> = OnceLock::new();
-    let refer =
-        *REFER.get_or_init(|| super::chain_verify::env_flag("MXHOST_MX_CHAIN_PARTNER", true));
+    let refer = *REFER.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_PARTNER", true));
     if partner_kept && refer {
         BtAt::Partner
     } else {

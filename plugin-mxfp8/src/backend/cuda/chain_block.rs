@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 /// this module's and `mx_quantize_rows_form_*` ([`super::chain_quant`]).
 pub(super) fn block_enabled() -> bool {
     static B: OnceLock<bool> = OnceLock::new();
-    *B.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_BLOCK", true))
+    *B.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_BLOCK", true))
 }
 
 /// Whether the one-pass kernel takes an A of `rows × red` at `q`: whole 16-row groups (a warp's

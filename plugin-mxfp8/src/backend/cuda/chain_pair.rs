@@ -34,7 +34,7 @@ use std::sync::OnceLock;
 
 fn pair_enabled() -> bool {
     static P: OnceLock<bool> = OnceLock::new();
-    *P.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_PAIR", true))
+    *P.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_PAIR", true))
 }
 
 /// The weight `[E][r][c]` as the chained GEMM reads a B operand stored so (32×32 tiles).
@@ -210,7 +210,7 @@ pub(super) fn fill_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<
 /// default until timed on a GPU (docs/perf.md run 138).
 fn qpair_enabled() -> bool {
     static P: OnceLock<bool> = OnceLock::new();
-    *P.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_QPAIR", false))
+    *P.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_QPAIR", false))
 }
 
 /// The whole quantize call of a bf16 weight with its transposed copy and both annexes (ABI

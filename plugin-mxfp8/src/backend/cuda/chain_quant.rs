@@ -43,7 +43,7 @@ const CTAS_PER_SM: usize = 4;
 
 fn fused_enabled() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_FUSED", false))
+    *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_FUSED", false))
 }
 
 /// The one-pass kernels for a bf16 A with `red % 32 == 0` and a 16-byte aligned input.
@@ -59,7 +59,7 @@ enum OnePass {
 /// timing of the one-pass quantizer alone).
 fn form_enabled() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_FORM", true))
+    *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_FORM", true))
 }
 
 /// Blocks of 128 columns per CTA of `mx_quantize_rows_form*`: 4 with `MXHOST_MX_CHAIN_FORM4=1`
@@ -67,7 +67,7 @@ fn form_enabled() -> bool {
 /// four; off by default until timed on a GPU, docs/perf.md run 138), else 1.
 fn form_blocks_per_cta() -> usize {
     static F: OnceLock<bool> = OnceLock::new();
-    if *F.get_or_init(|| chain_verify::env_flag("MXHOST_MX_CHAIN_FORM4", false)) {
+    if *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_FORM4", false)) {
         4
     } else {
         1

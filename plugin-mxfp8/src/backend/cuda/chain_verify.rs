@@ -16,17 +16,7 @@ use std::sync::OnceLock;
 /// Whether `MXHOST_MX_CHAIN_VERIFY` asks for the check (read once).
 pub(super) fn enabled() -> bool {
     static V: OnceLock<bool> = OnceLock::new();
-    *V.get_or_init(|| env_flag("MXHOST_MX_CHAIN_VERIFY", false))
-}
-
-/// A boolean environment switch: unset or empty gives `default`; `0`, `off` and `false` are
-/// off; anything else is on.
-pub(super) fn env_flag(name: &str, default: bool) -> bool {
-    match std::env::var(name).ok().as_deref().map(str::trim) {
-        None | Some("") => default,
-        Some("0") | Some("off") | Some("false") => false,
-        Some(_) => true,
-    }
+    *V.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_VERIFY", false))
 }
 
 /// A region written by the path under test (`got`) and by the reference (`want`).

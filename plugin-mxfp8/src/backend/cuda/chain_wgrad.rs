@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 /// `MXHOST_MX_CHAIN_WGRAD=1`: wgrad goes to the chained kernel under `MXHOST_MX_CHAIN`.
 pub(super) fn enabled() -> PluginResult<bool> {
     static W: OnceLock<bool> = OnceLock::new();
-    let on = *W.get_or_init(|| std::env::var("MXHOST_MX_CHAIN_WGRAD").as_deref() == Ok("1"));
+    let on = *W.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_WGRAD", false));
     Ok(on && chain::mode()? != ChainMode::Off)
 }
 

@@ -663,7 +663,7 @@ fn gemm_family() -> PluginResult<GemmFamily> {
 /// `MXHOST_MX_GEMM_TRACE=1`: one stderr line per GEMM launch (kernel, shape, fallback).
 pub(super) fn gemm_trace() -> bool {
     static T: OnceLock<bool> = OnceLock::new();
-    *T.get_or_init(|| std::env::var("MXHOST_MX_GEMM_TRACE").as_deref() == Ok("1"))
+    *T.get_or_init(|| super::env_flag("MXHOST_MX_GEMM_TRACE", false))
 }
 
 /// One grouped-GEMM launch: `mx_tgemm_*` unless `MXHOST_MX_GEMM_KERNEL=gemm` or the TMA

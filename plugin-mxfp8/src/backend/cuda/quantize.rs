@@ -48,7 +48,7 @@ fn quant_flat_grid(chunks: usize, cap: usize) -> usize {
 /// the default since docs/perf.md run 87), for A/B runs of `mxhost bench`.
 fn t32_row_groups() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("MXHOST_MX_T32_ROW_GROUPS").as_deref() != Ok("0"))
+    *ON.get_or_init(|| super::env_flag("MXHOST_MX_T32_ROW_GROUPS", true))
 }
 
 impl Call {
