@@ -36,7 +36,7 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 23] = [
+pub const HEADERS: [(&str, &str); 24] = [
     header!("mx_types.cuh"),
     header!("mx_ptx.cuh"),
     header!("mx_warp.cuh"),
@@ -46,6 +46,7 @@ pub const HEADERS: [(&str, &str); 23] = [
     header!("mx_quant_tile.cuh"),
     header!("mx_quant_values.cuh"),
     header!("mx_quant_flat.cuh"),
+    header!("mx_scale_tables.cuh"),
     header!("mx_fakequant.cuh"),
     header!("mx_gemm_common.cuh"),
     header!("mx_gemm_cpasync.cuh"),
