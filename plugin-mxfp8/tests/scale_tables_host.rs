@@ -60,26 +60,26 @@ struct Case {
 
 impl Case {
     fn draw(rng: &mut Rng, kernel: Kernel, rdv: usize, stage_major: bool, gate: Gate) -> Case {
-        let batch = 1 + rng.below(3) as usize;
+        let batch = 1 + rng.below(3);
         let r = if rdv == 32 {
-            32 * (1 + rng.below(5) as usize)
+            32 * (1 + rng.below(5))
         } else {
-            1 + rng.below(200) as usize
+            1 + rng.below(200)
         };
-        let c = 1 + rng.below(300) as usize;
-        let rp = r.next_multiple_of(32) + 32 * rng.below(2) as usize;
-        let cp = c.next_multiple_of(4) + 4 * rng.below(3) as usize;
+        let c = 1 + rng.below(300);
+        let rp = r.next_multiple_of(32) + 32 * rng.below(2);
+        let cp = c.next_multiple_of(4) + 4 * rng.below(3);
         let srows = r.div_ceil(rdv);
         // scales stored [srows][c] or, with rdv 1, column-wise [c][srows]
         let (isr, isc) = if rdv == 1 && rng.below(2) == 1 {
-            (1, srows + rng.below(3) as usize)
+            (1, srows + rng.below(3))
         } else {
-            (c + rng.below(3) as usize, 1)
+            (c + rng.below(3), 1)
         };
-        let ise = (srows - 1) * isr + (c - 1) * isc + 1 + rng.below(5) as usize;
+        let ise = (srows - 1) * isr + (c - 1) * isc + 1 + rng.below(5);
         let stage_major = stage_major || kernel == Kernel::Stages;
         let (osr, ocg) = if stage_major { (4, 4 * rp) } else { (cp, 4) };
-        let ose = rp * cp + 4 * rng.below(3) as usize;
+        let ose = rp * cp + 4 * rng.below(3);
         Case {
             kernel,
             batch,
@@ -142,7 +142,11 @@ fn run(exe: &std::path::Path, k: &Case, s: &[u8]) -> Vec<u32> {
         k.ose,
         k.osr,
         k.ocg,
-        if matches!(k.gate, Gate::None) { 0 } else { flags + 1 },
+        if matches!(k.gate, Gate::None) {
+            0
+        } else {
+            flags + 1
+        },
         count,
         LIMIT,
     ];
@@ -182,5 +186,8 @@ fn scale_tables_equal_the_layout_formula_and_obey_the_gate() {
             }
         }
     }
-    assert!(written > 10_000, "seed {seed}: only {written} floats written");
+    assert!(
+        written > 10_000,
+        "seed {seed}: only {written} floats written"
+    );
 }
