@@ -46,14 +46,14 @@ MX_DEV void mxg_group(float* acc, float* ta, float* tb, mx_u8* smem, mx_u64* ful
     if (qp & 1) mxg_promote<SB2D, 1>(acc, prv, sa0[jp], sa1[jp], sbp + (SB2D ? 4 * jp : MXG_BN * jp), lane);
     else        mxg_promote<SB2D, 0>(acc, prv, sa0[jp], sa1[jp], sbp + (SB2D ? 4 * jp : MXG_BN * jp), lane);
     if (q == 8) {  // steps 0..3 complete: release stage 0, switch to stage 1's scales
-      if (lane == 0) mbar_arrive(&empty[st0]);
+      mbar_arrive_warp(&empty[st0], lane);
       mxg_stage_regs<NC, SB2D>(smem, st1, wrow, sa0, sa1, sbp);
     }
   }
   wgmma_wait<0>();
   reg_pin<32>(tb);
   mxg_promote<SB2D, 1>(acc, tb, sa0[3], sa1[3], sbp + (SB2D ? 4 * 3 : MXG_BN * 3), lane);
-  if (lane == 0) mbar_arrive(&empty[NS == 2 ? st1 : st0]);
+  mbar_arrive_warp(&empty[NS == 2 ? st1 : st0], lane);
 #pragma unroll
   for (int g = 0; g < NS; ++g) {
     if (++stage == STAGES) { stage = 0; phase ^= 1; }
@@ -64,7 +64,7 @@ template <int NC, int FA, int FB, int SB2D, int OUT_BF16, int STAGES>
 MX_DEV void mx_grouped_gemm_impl(const MxGemmParams& p) {
   typedef MxgLayout<NC, SB2D> L;
   constexpr int BM = L::BM;
-  extern __shared__ __align__(1024) mx_u8 smem[];
+  MX_DYN_SMEM(smem, 1024);
   __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
   __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
 
@@ -72,7 +72,7 @@ MX_DEV void mx_grouped_gemm_impl(const MxGemmParams& p) {
   const int wg = tid / 128;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) { mbar_init(&full[s], 128); mbar_init(&empty[s], 4 * NC); }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_mbarrier_init();
   }
   if (tid < 32) {
     if (!p.batched) warp_group_tables(p.offs, p.E, BM, 1, g_start, g_pre);

@@ -18,6 +18,14 @@
 // The helpers without PTX (byte transposes, warp scan, the chained GEMM's gate test).
 #include "mx_warp.cuh"
 
+// A kernel's dynamic shared memory, as bytes named NAME (the host harness hands each CTA an
+// arena instead: simt_sm90.hpp).
+#ifdef MX_HOST_SIMT
+#define MX_DYN_SMEM(NAME, ALIGN) mx_u8* const NAME = simt_dyn_smem()
+#else
+#define MX_DYN_SMEM(NAME, ALIGN) extern __shared__ __align__(ALIGN) mx_u8 NAME[]
+#endif
+
 MX_DEV mx_u32 smem_u32(const void* p) MX_PTX({
   return (mx_u32)__cvta_generic_to_shared(p);
 })
@@ -29,6 +37,14 @@ MX_DEV void mbar_init(mx_u64* bar, mx_u32 count) MX_PTX({
 MX_DEV void mbar_arrive(mx_u64* bar) MX_PTX({
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" :: "r"(smem_u32(bar)) : "memory");
 })
+// A warp's release of a buffer its lanes have read: one arrival per warp, after every lane's
+// reads. The CUDA model orders another lane's loads before lane 0's arrive only through a
+// warp barrier (the lanes are separate threads); the host emulation (tests/host/simt_sm90.hpp),
+// whose lanes run apart, lost a stage's scales to the next TMA fill without it.
+MX_DEV void mbar_arrive_warp(mx_u64* bar, int lane) {
+  __syncwarp();
+  if (lane == 0) mbar_arrive(bar);
+}
 // Blocks until the phase with the given parity has completed.
 MX_DEV void mbar_wait(mx_u64* bar, mx_u32 parity) MX_PTX({
   asm volatile(
@@ -77,6 +93,10 @@ template <int N> MX_DEV void cp_async_wait() MX_PTX({ asm volatile("cp.async.wai
 // ---- fences ----
 MX_DEV void fence_proxy_async_smem() MX_PTX({
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+})
+// Makes mbarrier inits visible to the async proxy (TMA) and the cluster.
+MX_DEV void fence_mbarrier_init() MX_PTX({
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 })
 
 // ---- register reallocation between warpgroups (sm_90a) ----
@@ -159,6 +179,10 @@ MX_DEV float4 lds_f32x4(mx_u32 a) MX_PTX({
 
 // ---- TMA store (shared -> global, bulk async-group) ----
 MX_DEV void st_shared_b32(mx_u32 a, mx_u32 v) MX_PTX({ asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(a), "r"(v) : "memory"); })
+// Four copies of v in the 16 bytes at a.
+MX_DEV void st_shared_v4_splat(mx_u32 a, mx_u32 v) MX_PTX({
+  asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" :: "r"(a), "r"(v) : "memory");
+})
 // 2D tile store from shared memory; elements outside the tensor map's extent are not written.
 MX_DEV void tma_store_2d(const MxTmap* map, mx_u32 src, int c0, int c1) MX_PTX({
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"

@@ -492,7 +492,7 @@ MX_DEV void mx_quant_tile32(const MxQuantTmaParams& P) {
   __shared__ __align__(8) mx_u64 bars[AS];
   if (threadIdx.x == 0) {
     for (int i = 0; i < AS; ++i) mbar_init(&bars[i], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_mbarrier_init();
     tma_prefetch_desc(&P.tm);
   }
   if (p.offs != nullptr && threadIdx.x >= 32 && threadIdx.x < 64) warp_group_tables(p.offs, p.E, 128, 128, s.g_start, s.g_pre);

@@ -354,8 +354,7 @@ MX_DEV bool mxc_take(FS& F, int& fb, mx_u32& fph, float* acc, int wrow, int lane
   const bool last = F.buf[fb].last != 0;
   mxc_apply<FA, FB, U, PCS>(F.buf[fb], acc, wrow, lane, !TCB);
   if constexpr (TCB) mxc_apply_b_tc<FA, U>(F.buf[fb], F.tcb[wg], acc, wg, lt);
-  __syncwarp();
-  if (lane == 0) mbar_arrive(&F.empty[fb]);
+  mbar_arrive_warp(&F.empty[fb], lane);
   if (++fb == 2) { fb = 0; fph ^= 1; }
   return last;
 }
@@ -449,7 +448,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
   static_assert(!TCB || (STAGES == 3 && !POLL), "the TCB slabs fit beside 3 stages; POLL would add them mid-loop");
   if (P.gate != nullptr && !mxt_chain_open(P)) return;   // the per-k32 kernel takes it
   const MxGemmParams& p = P.g;
-  extern __shared__ __align__(1024) mx_u8 mxt_smem[];
+  MX_DYN_SMEM(mxt_smem, 1024);
   __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
   __shared__ int g_start[MXC_MAX_E + 1], g_pre[MXC_MAX_E + 1];
   const int tid = threadIdx.x;
@@ -496,7 +495,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
       mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg + 1);
       wgmma_wait<0>();
       mxt_chain_promote<SB2D, LAY, 0>(acc + 64, t0, bst, sg, nullptr, wrow + 64, lane);
-      if (lane == 0) mbar_arrive(&empty[stage]);
+      mbar_arrive_warp(&empty[stage], lane);
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
       // POLL: a round of this tile that is ready is added now (its partial is dead here), so
       // that the gatherers stream through the main loop instead of queueing at its end

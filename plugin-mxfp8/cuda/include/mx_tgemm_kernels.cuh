@@ -12,7 +12,7 @@ template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES, int MODE>
 MX_DEV void mx_tgemm_impl(const MxGemmTmaParams& P) {
   const MxGemmParams& p = P.g;
   MXT_RETURN_IF_CHAINED(P)
-  extern __shared__ __align__(1024) mx_u8 mxt_smem[];
+  MX_DYN_SMEM(mxt_smem, 1024);
   __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
   __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
 
@@ -74,7 +74,7 @@ template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES, int NSG = 1, int O
 MX_DEV void mx_tgemm_v2_impl(const MxGemmTmaParams& P, const MxTmap* tmO = nullptr) {
   const MxGemmParams& p = P.g;
   MXT_RETURN_IF_CHAINED(P)
-  extern __shared__ __align__(1024) mx_u8 mxt_smem[];
+  MX_DYN_SMEM(mxt_smem, 1024);
   __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
   __shared__ int g_start[MX_MAX_E + 1], g_pre[MX_MAX_E + 1];
 

@@ -103,9 +103,12 @@ MX_DEV void mxt_chain_promote(float* acc, float* t, mx_u32 bst, const mx_u8* sgs
   reg_pin<64>(t);
   mxt_promote<SB2D, 0>(acc, t, sa0.x, sa1.x, make_float2(sb4.x, sb4.y), sBg, lane);
   mxt_promote<SB2D, 1>(acc, t + 32, sa0.x, sa1.x, make_float2(sb4.z, sb4.w), sBg, lane);
-  if (empty_st != nullptr && lane == 0) {
-    mbar_arrive(empty_st);
-    if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(empty_st, cluster_ctarank() ^ 1u);
+  if (empty_st != nullptr) {
+    __syncwarp();   // (as mbar_arrive_warp)
+    if (lane == 0) {
+      mbar_arrive(empty_st);
+      if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(empty_st, cluster_ctarank() ^ 1u);
+    }
   }
 }
 
@@ -201,15 +204,21 @@ MX_DEV void mxt_group_v2(float* acc, float* ta, float* tb, mx_u32 sbase, const m
         // replaces the wgmma by an empty HGMMA.64x8x16)
         acc[0] += (s0 + s1 + sb4.x + sb4.y + sb4.z + sb4.w) * prv[0];
       }
-      if (TWO && pp == 3 && lane == 0) {
-        mbar_arrive(&empty[st0]);
-        if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[st0], cluster_ctarank() ^ 1u);
+      if (TWO && pp == 3) {
+        __syncwarp();   // (as mbar_arrive_warp)
+        if (lane == 0) {
+          mbar_arrive(&empty[st0]);
+          if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[st0], cluster_ctarank() ^ 1u);
+        }
       }
     }
   }
-  if ((PEND == 4 || PEND == 8) && lane == 0) {
-    mbar_arrive(&empty[PEND == 8 ? st1 : st0]);
-    if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[PEND == 8 ? st1 : st0], cluster_ctarank() ^ 1u);
+  if (PEND == 4 || PEND == 8) {
+    __syncwarp();   // (as mbar_arrive_warp)
+    if (lane == 0) {
+      mbar_arrive(&empty[PEND == 8 ? st1 : st0]);
+      if (OPT & MXT_OPT_CLUSTER) mbar_arrive_cluster(&empty[PEND == 8 ? st1 : st0], cluster_ctarank() ^ 1u);
+    }
   }
 #pragma unroll
   for (int g = 0; g < PEND / 4; ++g) {

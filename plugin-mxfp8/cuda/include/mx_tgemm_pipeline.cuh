@@ -137,7 +137,7 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
       // into the same bytes), data zero-filled by out-of-bounds TMA boxes.
 #pragma unroll 1
       for (mx_u32 o = LAY::SA_OFF; o < (mx_u32)STAGE; o += 16)
-        asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" :: "r"(dst + o), "r"(0) : "memory");
+        st_shared_v4_splat(dst + o, 0);
       fence_proxy_async_smem();
       mbar_arrive_expect_tx(&full[s.stage], ABYTES + LAY::BN * 128);
       tma_load_2d(dst, &P.tmA, p.batched ? (int)p.lda : p.K, s.row0, &full[s.stage]);
@@ -252,10 +252,10 @@ MX_DEV void mxt_group(float* acc, float* ta, float* tb, float* tc, mx_u32 sbase,
         if (qp & 1) mxt_promote<SB2D, 1>(acc, prv, s0, s1, make_float2(sb4.z, sb4.w), sBg + 128 * j, lane);
         else        mxt_promote<SB2D, 0>(acc, prv, s0, s1, make_float2(sb4.x, sb4.y), sBg + 128 * j, lane);
       }
-      if (NS == 2 && qp == 4 * HS - 1 && lane == 0) mbar_arrive(&empty[st0]);
+      if (NS == 2 && qp == 4 * HS - 1) mbar_arrive_warp(&empty[st0], lane);
     }
   }
-  if (lane == 0) mbar_arrive(&empty[NS == 2 ? st1 : st0]);
+  mbar_arrive_warp(&empty[NS == 2 ? st1 : st0], lane);
 #pragma unroll
   for (int g = 0; g < NS; ++g) {
     if (++stage == STAGES) { stage = 0; phase ^= 1; }

@@ -120,7 +120,7 @@ MX_DEV void mxt_setup(const MxGemmTmaParams& P, mx_u64* full, mx_u64* empty, int
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < nbar; ++s) { mbar_init(&full[s], 1); mbar_init(&empty[s], empty_arrivals); }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_mbarrier_init();
     tma_prefetch_desc(&P.tmA); tma_prefetch_desc(&P.tmB);
   }
   if (tid >= 32 && tid < 64) {

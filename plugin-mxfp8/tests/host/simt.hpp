@@ -12,6 +12,7 @@
 // after SIMT_TIMEOUT_S (30) s instead of hanging. A thread that returns from the kernel leaves
 // its barriers, as an exited CUDA thread does.
 // Not a model of the memory system: no races are found, only logic errors.
+// simt_sm90.hpp adds the Hopper pieces (mbarriers, TMA, bulk copies, wgmma) over this.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -22,9 +23,11 @@
 #include <mutex>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "mx_types.cuh"
@@ -48,6 +51,7 @@ struct float2 { float x, y; };
 struct uint4 { mx_u32 x, y, z, w; };
 struct float4 { float x, y, z, w; };
 inline uint2 make_uint2(mx_u32 x, mx_u32 y) { return {x, y}; }
+inline float2 make_float2(float x, float y) { return {x, y}; }
 inline uint4 make_uint4(mx_u32 x, mx_u32 y, mx_u32 z, mx_u32 w) { return {x, y, z, w}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
@@ -129,16 +133,39 @@ class SimtBarrier {
   const char* what_;
 };
 
-// The running CTA: its barrier, one barrier per warp, and the warps' exchange slots.
+// One mbarrier (simt_sm90.hpp): arrivals still pending in this phase, transaction bytes
+// still expected, the phase's parity.
+struct SimtMbar { int count = 0, pending = 0; mx_i64 tx = 0; mx_u32 phase = 0; };
+// What one thread hands its warpgroup's wgmma (simt_sm90.hpp).
+struct SimtWgmmaSlot { float* d; mx_u64 da, db; int n, ta, tb, acc; };
+
+// The running CTA: its barrier, one barrier per warp, and the warps' exchange slots; for
+// simt_sm90.hpp its dynamic shared memory, warpgroup barriers, named barriers and mbarriers.
 struct SimtCta {
-  explicit SimtCta(int threads) : cta(threads, "__syncthreads"), xch(threads) {
+  SimtCta(int threads, size_t dyn_smem)
+      : cta(threads, "__syncthreads"), xch(threads), wslots(threads), smem_bytes(dyn_smem) {
     for (int w = 0; w < (threads + 31) / 32; ++w) warps.emplace_back(std::make_unique<SimtBarrier>(32, "warp collective"));
+    for (int g = 0; g < (threads + 127) / 128; ++g)
+      wgs.emplace_back(std::make_unique<SimtBarrier>(128, "warpgroup collective (wgmma)"));
+    // poisoned, as shared memory holds whatever the last kernel left
+    smem = static_cast<mx_u8*>(std::aligned_alloc(1024, (dyn_smem + 1023) / 1024 * 1024 + 1024));
+    std::memset(smem, 0xA5, dyn_smem);
   }
+  ~SimtCta() { std::free(smem); }
   SimtBarrier cta;
-  std::vector<std::unique_ptr<SimtBarrier>> warps;
+  std::vector<std::unique_ptr<SimtBarrier>> warps, wgs;
   std::vector<mx_u64> xch;
+  std::vector<SimtWgmmaSlot> wslots;
+  mx_u8* smem;
+  size_t smem_bytes;
+  std::mutex sync_m;                 // guards mbars and named; sync_cv: an mbarrier phase completed
+  std::condition_variable sync_cv;
+  std::unordered_map<const void*, SimtMbar> mbars;
+  std::map<int, std::unique_ptr<SimtBarrier>> named;
 };
 inline SimtCta* simt_cta = nullptr;
+// The running CTA's dynamic shared memory (MX_DYN_SMEM in a kernel).
+inline mx_u8* simt_dyn_smem() { return simt_cta->smem; }
 
 // A full-mask warp collective: every lane of the warp must be there (in CUDA one with exited
 // lanes is undefined).
@@ -218,15 +245,16 @@ inline void __syncwarp(mx_u32 m = 0xffffffffu) {
   simt_warp_meet(threadIdx.x >> 5);
 }
 
-// Runs `body` as a kernel: grid (gx, gy, gz) of CTAs with `threads` threads (a multiple of 32).
-template <class F> void simt_launch(simt_dim3 grid, int threads, F body) {
+// Runs `body` as a kernel: grid (gx, gy, gz) of CTAs with `threads` threads (a multiple of 32)
+// and `dyn_smem` bytes of dynamic shared memory each.
+template <class F> void simt_launch(simt_dim3 grid, int threads, F body, size_t dyn_smem = 0) {
   if (threads <= 0 || threads % 32 != 0) throw std::logic_error("simt.hpp: whole warps only");
   gridDim = grid;
   blockDim = simt_dim3{(unsigned)threads, 1, 1};
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
-        SimtCta cta(threads);
+        SimtCta cta(threads, dyn_smem);
         simt_cta = &cta;
         std::vector<std::thread> ts;
         ts.reserve(threads);
@@ -237,6 +265,7 @@ template <class F> void simt_launch(simt_dim3 grid, int threads, F body) {
             body();
             cta.cta.arrive_and_drop();   // an exited thread no longer holds back the others
             cta.warps[t >> 5]->arrive_and_drop();
+            cta.wgs[t >> 7]->arrive_and_drop();
           });
         for (auto& th : ts) th.join();
         simt_cta = nullptr;
