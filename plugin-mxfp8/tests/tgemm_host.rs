@@ -32,6 +32,8 @@ enum Kernel {
     V2t,
 }
 
+use MxFormat::{E4m3, E5m2};
+
 struct Case {
     name: &'static str,
     /// Rows per expert; `pad` more rows follow the last expert (the kernel zeroes them).
@@ -47,9 +49,28 @@ struct Case {
     grid: usize,
     /// The TMA-store epilogue's output map (v2t); without it every tile takes the register one.
     o_tma: bool,
+    /// Batched K segments (the FP8 wgrad): `experts` are the segments' lengths (K per expert),
+    /// this many GEMM rows (0: grouped rows), output transposed or not.
+    wgrad_rows: usize,
+    out_t: bool,
 }
 
-use MxFormat::{E4m3, E5m2};
+const BASE: Case = Case {
+    name: "",
+    experts: &[],
+    pad: 0,
+    n: 0,
+    k: 0,
+    fa: E4m3,
+    fb: E4m3,
+    kernel: Kernel::V2t,
+    out_bf16: true,
+    grid: 2,
+    o_tma: false,
+    wgrad_rows: 0,
+    out_t: false,
+};
+
 const CASES: &[Case] = &[
     Case {
         name: "v2t e4m3 x e4m3, bf16 out, TMA store, empty and unaligned experts, K tail",
@@ -63,6 +84,7 @@ const CASES: &[Case] = &[
         out_bf16: true,
         grid: 3,
         o_tma: true,
+        ..BASE
     },
     Case {
         name: "v2t e5m2 x e4m3 (dgrad), register epilogue, one CTA",
@@ -76,6 +98,7 @@ const CASES: &[Case] = &[
         out_bf16: true,
         grid: 1,
         o_tma: false,
+        ..BASE
     },
     Case {
         name: "v2u e4m3 x e4m3, f32 out, K 2880 (23 stages, ring wraps within a tile)",
@@ -89,6 +112,7 @@ const CASES: &[Case] = &[
         out_bf16: false,
         grid: 2,
         o_tma: false,
+        ..BASE
     },
     Case {
         name: "v2u e5m2 x e5m2, f32 out",
@@ -102,6 +126,7 @@ const CASES: &[Case] = &[
         out_bf16: false,
         grid: 2,
         o_tma: false,
+        ..BASE
     },
     Case {
         name: "MODE 0 e4m3 x e4m3, 1x32 weights, bf16 out",
@@ -115,6 +140,7 @@ const CASES: &[Case] = &[
         out_bf16: true,
         grid: 2,
         o_tma: false,
+        ..BASE
     },
     Case {
         name: "MODE 0 e4m3 x e4m3, 1x32 weights, f32 out, K 400",
@@ -128,6 +154,7 @@ const CASES: &[Case] = &[
         out_bf16: false,
         grid: 3,
         o_tma: false,
+        ..BASE
     },
     Case {
         name: "MODE 0 e5m2 x e4m3, 1x32 weights, bf16 out",
@@ -141,6 +168,27 @@ const CASES: &[Case] = &[
         out_bf16: true,
         grid: 2,
         o_tma: false,
+        ..BASE
+    },
+    Case {
+        name: "wgrad (batched K segments) e5m2 x e4m3, 1x32 along M, bf16 out",
+        experts: &[300, 0, 64, 129],
+        n: 136,
+        fa: E5m2,
+        kernel: Kernel::Mode0,
+        wgrad_rows: 72,
+        ..BASE
+    },
+    Case {
+        name: "wgrad (batched K segments) e4m3 x e4m3, f32 out, transposed store",
+        experts: &[31, 200],
+        n: 200,
+        kernel: Kernel::Mode0,
+        out_bf16: false,
+        grid: 3,
+        wgrad_rows: 130,
+        out_t: true,
+        ..BASE
     },
 ];
 
@@ -166,70 +214,97 @@ fn element(rng: &mut Rng, f: MxFormat) -> u8 {
 }
 
 struct Operands {
+    /// GEMM rows (grouped: the experts' rows and the padding; batched: `wgrad_rows`).
     m: usize,
     e: usize,
+    /// K blocks of a row (batched: of the experts' 128-padded segments side by side).
     kb: usize,
     lda: usize,
     offs: Vec<i32>,
+    /// Batched: where each expert's segment starts in K (multiples of 128), and the end.
+    seg: Vec<usize>,
     a: Vec<u8>,
+    /// Grouped: `[e][n][lda]`; batched: `[n][lda]`.
     b: Vec<u8>,
-    /// Scale bytes: A `[m][kb]`, B `[e][kb][nb]` (32×32) or `[e][kb][n]` (1×32).
+    /// Scale bytes: A `[m][kb]`, B `[e][kb][nb]` (32×32) or `[e][kb][n]` (1×32; batched e = 1).
     sa: Vec<u8>,
     sb: Vec<u8>,
     sb_cols: usize,
 }
 
+/// `count` rows of `lda` bytes: element blocks (now and then all zero) where `real(k)`, zeros
+/// elsewhere below `k_end`, stride bytes (never read) from `k_end` on.
+fn rows(
+    rng: &mut Rng,
+    f: MxFormat,
+    (count, lda, k_end): (usize, usize, usize),
+    real: &dyn Fn(usize) -> bool,
+) -> Vec<u8> {
+    let mut v = vec![0u8; count * lda];
+    for r in 0..count {
+        for blk in 0..k_end.div_ceil(32) {
+            let zero_block = rng.below(16) == 0;
+            for k in blk * 32..(blk * 32 + 32).min(k_end) {
+                if real(k) && !zero_block {
+                    v[r * lda + k] = element(rng, f);
+                }
+            }
+        }
+        for k in k_end..lda {
+            v[r * lda + k] = rng.below(256) as u8;
+        }
+    }
+    v
+}
+
 fn operands(rng: &mut Rng, c: &Case) -> Operands {
     let e = c.experts.len();
-    let m = c.experts.iter().sum::<usize>() + c.pad;
-    let kb = c.k.div_ceil(32);
-    let lda = c.k.next_multiple_of(16);
     let mut offs = Vec::new();
+    let mut seg = vec![0];
     let mut end = 0;
     for &r in c.experts {
         end += r;
         offs.push(end as i32);
+        seg.push(seg.last().unwrap() + r.next_multiple_of(128));
     }
-    let mut rows = |count: usize, f: MxFormat| -> Vec<u8> {
-        let mut v = vec![0u8; count * lda];
-        for r in 0..count {
-            for blk in 0..kb {
-                let zero_block = rng.below(16) == 0;
-                for k in blk * 32..(blk * 32 + 32).min(c.k) {
-                    v[r * lda + k] = if zero_block { 0 } else { element(rng, f) };
-                }
-            }
-            // bytes between K and lda: what a stride leaves there, never read
-            for k in c.k..lda {
-                v[r * lda + k] = rng.below(256) as u8;
-            }
-        }
-        v
-    };
-    let a = rows(m, c.fa);
-    let b = rows(e * c.n, c.fb);
-    let sa = (0..m * kb).map(|_| scale_byte(rng)).collect();
     let w2d = !matches!(c.kernel, Kernel::Mode0);
     let sb_cols = if w2d { c.n.div_ceil(32) } else { c.n };
-    let sb = (0..e * kb * sb_cols).map(|_| scale_byte(rng)).collect();
+    let (m, kb, lda, b_rows, sb_tables) = if c.wgrad_rows > 0 {
+        // the experts' segments, each zero padded to a multiple of 128 (wgrad.rs)
+        (c.wgrad_rows, seg[e] / 32, seg[e], c.n, 1)
+    } else {
+        let m = c.experts.iter().sum::<usize>() + c.pad;
+        (m, c.k.div_ceil(32), c.k.next_multiple_of(16), e * c.n, e)
+    };
+    let (k_end, real): (usize, Box<dyn Fn(usize) -> bool>) = if c.wgrad_rows > 0 {
+        let (seg, lens) = (seg.clone(), c.experts);
+        let real = move |k: usize| (0..lens.len()).any(|x| k >= seg[x] && k < seg[x] + lens[x]);
+        (lda, Box::new(real))
+    } else {
+        (c.k, Box::new(|_| true))
+    };
     Operands {
         m,
         e,
         kb,
         lda,
         offs,
-        a,
-        b,
-        sa,
-        sb,
+        a: rows(rng, c.fa, (m, lda, k_end), &real),
+        b: rows(rng, c.fb, (b_rows, lda, k_end), &real),
+        sa: (0..m * kb).map(|_| scale_byte(rng)).collect(),
+        sb: (0..sb_tables * kb * sb_cols)
+            .map(|_| scale_byte(rng))
+            .collect(),
+        seg,
         sb_cols,
     }
 }
 
 /// The f32 tables the kernels read (as `mx_scales_to_f32(_stages)` writes them, zero padded):
 /// SA stage-major `[kb4 / 4][ldsa = 4 m]` (row-major within a stage: row × 4 + kb % 4), SB
-/// `[e][kb4][ldsb]` with ldsb = 4 ⌈n / 128⌉ column blocks (32×32) or 128 ⌈n / 128⌉ columns.
-fn tables(o: &Operands, c: &Case) -> (Vec<f32>, Vec<f32>, usize, usize, usize) {
+/// `[e][kb4][ldsb]` (batched: `[kb4][ldsb]`) with ldsb = 4 ⌈n / 128⌉ column blocks (32×32) or
+/// 128 ⌈n / 128⌉ columns.
+fn tables(o: &Operands, c: &Case) -> (Vec<f32>, Vec<f32>, usize, usize) {
     let kb4 = o.kb.next_multiple_of(4);
     let ldsa = 4 * o.m;
     let mut sa = vec![0f32; kb4 / 4 * ldsa];
@@ -240,8 +315,9 @@ fn tables(o: &Operands, c: &Case) -> (Vec<f32>, Vec<f32>, usize, usize, usize) {
     }
     let w2d = !matches!(c.kernel, Kernel::Mode0);
     let ldsb = c.n.div_ceil(128) * if w2d { 4 } else { 128 };
-    let mut sb = vec![0f32; o.e * kb4 * ldsb];
-    for x in 0..o.e {
+    let sb_tables = o.sb.len() / (o.kb * o.sb_cols);
+    let mut sb = vec![0f32; sb_tables * kb4 * ldsb];
+    for x in 0..sb_tables {
         for kb in 0..o.kb {
             for col in 0..o.sb_cols {
                 sb[(x * kb4 + kb) * ldsb + col] =
@@ -249,31 +325,55 @@ fn tables(o: &Operands, c: &Case) -> (Vec<f32>, Vec<f32>, usize, usize, usize) {
             }
         }
     }
-    (sa, sb, ldsa, ldsb, kb4)
+    (sa, sb, ldsa, ldsb)
 }
 
-/// The model of the kernels' arithmetic (module docs), f32 per output element (0 for padding).
-fn model(o: &Operands, c: &Case) -> Vec<f32> {
+/// One output element of the model (module docs): A's row `r` against B's row `brow` (its
+/// first byte), B's scale table `x` and column `n`, over the K blocks `blocks`.
+fn model_element(
+    o: &Operands,
+    c: &Case,
+    (r, brow, x, n): (usize, usize, usize, usize),
+    blocks: std::ops::Range<usize>,
+) -> f32 {
     let w2d = !matches!(c.kernel, Kernel::Mode0);
+    let sbcol = if w2d { n / 32 } else { n };
+    let mut acc = 0f32;
+    for kb in blocks {
+        let mut dot = 0f64;
+        for k in kb * 32..(kb * 32 + 32).min(o.lda) {
+            dot += decode(o.a[r * o.lda + k], c.fa) as f64 * decode(o.b[brow + k], c.fb) as f64;
+        }
+        let s = scale_value(o.sa[r * o.kb + kb])
+            * scale_value(o.sb[(x * o.kb + kb) * o.sb_cols + sbcol]);
+        acc = (dot as f32).mul_add(s, acc);
+    }
+    acc
+}
+
+/// The model's output in the kernel's output layout (0 for padding rows).
+fn model(o: &Operands, c: &Case) -> Vec<f32> {
+    if c.wgrad_rows > 0 {
+        let mut out = vec![0f32; o.e * o.m * c.n];
+        for x in 0..o.e {
+            let blocks = o.seg[x] / 32..o.seg[x + 1] / 32;
+            for r in 0..o.m {
+                for n in 0..c.n {
+                    let i = if c.out_t { n * o.m + r } else { r * c.n + n };
+                    out[x * o.m * c.n + i] =
+                        model_element(o, c, (r, n * o.lda, 0, n), blocks.clone());
+                }
+            }
+        }
+        return out;
+    }
     let mut out = vec![0f32; o.m * c.n];
     let mut row = 0;
     for (x, &rows) in c.experts.iter().enumerate() {
         for r in row..row + rows {
             for n in 0..c.n {
                 let brow = (x * c.n + n) * o.lda;
-                let mut acc = 0f32;
-                for kb in 0..o.kb {
-                    let mut dot = 0f64;
-                    for k in kb * 32..(kb * 32 + 32).min(c.k) {
-                        dot += decode(o.a[r * o.lda + k], c.fa) as f64
-                            * decode(o.b[brow + k], c.fb) as f64;
-                    }
-                    let sbcol = if w2d { n / 32 } else { n };
-                    let s = scale_value(o.sa[r * o.kb + kb])
-                        * scale_value(o.sb[(x * o.kb + kb) * o.sb_cols + sbcol]);
-                    acc = (dot as f32).mul_add(s, acc);
-                }
-                out[r * c.n + n] = acc;
+                out[r * c.n + n] = model_element(o, c, (r, brow, x, n), 0..o.kb);
             }
         }
         row += rows;
@@ -283,7 +383,7 @@ fn model(o: &Operands, c: &Case) -> Vec<f32> {
 
 fn run_case(exe: &std::path::Path, rng: &mut Rng, seed: u64, c: &Case) {
     let o = operands(rng, c);
-    let (sa, sb, ldsa, ldsb, _) = tables(&o, c);
+    let (sa, sb, ldsa, ldsb) = tables(&o, c);
     let fmt = |f: MxFormat| (f == E5m2) as usize;
     let w2d = !matches!(c.kernel, Kernel::Mode0);
     let kernel = c.kernel as usize;
@@ -302,6 +402,8 @@ fn run_case(exe: &std::path::Path, rng: &mut Rng, seed: u64, c: &Case) {
         o.lda,
         ldsa,
         ldsb,
+        (c.wgrad_rows > 0) as usize,
+        c.out_t as usize,
     ];
     let offs: Vec<u8> = o.offs.iter().flat_map(|v| v.to_le_bytes()).collect();
     let f32s = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
@@ -310,7 +412,7 @@ fn run_case(exe: &std::path::Path, rng: &mut Rng, seed: u64, c: &Case) {
     eprintln!("  {} ({:.1} s)", c.name, t.elapsed().as_secs_f64());
     let want = model(&o, c);
     let width = if c.out_bf16 { 2 } else { 4 };
-    assert_eq!(got.len(), o.m * c.n * width, "{}: output size", c.name);
+    assert_eq!(got.len(), want.len() * width, "{}: output size", c.name);
     let bits = |i: usize| -> (u32, u32) {
         let g = &got[i * width..(i + 1) * width];
         if c.out_bf16 {

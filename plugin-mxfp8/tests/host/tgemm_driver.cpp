@@ -1,12 +1,15 @@
 // tgemm_driver.cpp — runs the TMA grouped GEMM kernels (cuda/include/mx_tgemm_*.cuh) on the host
-// through simt.hpp + simt_sm90.hpp, for tests/tgemm_host.rs. Grouped rows (forward, dgrad).
-// Usage: driver IN OUT. IN: 14 little-endian i64 (E, M, N, K, FA, FB, W2D, OUT_BF16, KERNEL,
-// GRID, O_TMA, LDA, LDSA, LDSB), then offs (E x i32, cumulative row ends), A (M x LDA bytes),
-// B (E x N x LDA bytes), SA (the stage-major f32 table: KB4 / 4 stages x LDSA), SB (f32,
-// E x KB4 x LDSB), KB4 = ceil(K / 32) rounded up to 4. KERNEL: 0 = mx_tgemm MODE 0 (the
+// through simt.hpp + simt_sm90.hpp, for tests/tgemm_host.rs: grouped rows (forward, dgrad) or
+// batched K segments (the FP8 wgrad, MXHOST_MX_WGRAD=fp8).
+// Usage: driver IN OUT. IN: 16 little-endian i64 (E, M, N, K, FA, FB, W2D, OUT_BF16, KERNEL,
+// GRID, O_TMA, LDA, LDSA, LDSB, BATCHED, OUT_T), then offs (E x i32, cumulative row ends; batched:
+// each expert's K segment length, cumulative), A (M x LDA bytes), B (grouped: E x N x LDA bytes;
+// batched: N x LDA), SA (the stage-major f32 table: KB4 / 4 stages x LDSA), SB (f32, grouped:
+// E x KB4 x LDSB; batched: KB4 x LDSB), KB4 = ceil(K / 32) rounded up to 4 (batched: LDA / 32,
+// the experts' 128-padded segments side by side). KERNEL: 0 = mx_tgemm MODE 0 (the
 // backend's 1x32-weight kernel), 1 = v2u (32x32 weights, f32 output), 2 = v2t (32x32
 // weights, bf16 output, TMA-store epilogue when O_TMA = 1). OUT: the output (M x N, bf16 or
-// f32), poisoned with 0xA5 before the launch.
+// f32; batched: E x M x N, or E x N x M with OUT_T), poisoned with 0xA5 before the launch.
 #include "simt.hpp"
 #include "simt_sm90.hpp"
 #include "mx_gemm_common.cuh"
@@ -25,36 +28,40 @@ template <class T> bool read_into(FILE* f, std::vector<T>& v, size_t n) {
 int main(int argc, char** argv) {
   if (argc != 3) { fprintf(stderr, "usage: driver IN OUT\n"); return 2; }
   FILE* in = fopen(argv[1], "rb");
-  mx_i64 h[14];
-  if (!in || fread(h, 8, 14, in) != 14) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
+  mx_i64 h[16];
+  if (!in || fread(h, 8, 16, in) != 16) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
   const int E = (int)h[0], M = (int)h[1], N = (int)h[2], K = (int)h[3], fa = (int)h[4], fb = (int)h[5];
   const int w2d = (int)h[6], obf = (int)h[7], kernel = (int)h[8], grid = (int)h[9], o_tma = (int)h[10];
   const mx_i64 lda = h[11], ldsa = h[12], ldsb = h[13];
-  const mx_i64 kb4 = ((K + 31) / 32 + 3) / 4 * 4;
+  const int batched = (int)h[14], out_t = (int)h[15];
+  const mx_i64 kb4 = batched ? lda / 32 : ((K + 31) / 32 + 3) / 4 * 4;
+  const mx_i64 b_rows = batched ? N : (mx_i64)E * N, sb_rows = batched ? kb4 : E * kb4;
   std::vector<int> offs;
   std::vector<mx_u8> A, B;
   std::vector<float> SA, SB;
-  if (!read_into(in, offs, E) || !read_into(in, A, M * lda) || !read_into(in, B, (size_t)E * N * lda) ||
-      !read_into(in, SA, kb4 / 4 * ldsa) || !read_into(in, SB, (size_t)E * kb4 * ldsb)) {
+  if (!read_into(in, offs, E) || !read_into(in, A, M * lda) || !read_into(in, B, b_rows * lda) ||
+      !read_into(in, SA, kb4 / 4 * ldsa) || !read_into(in, SB, sb_rows * ldsb)) {
     fprintf(stderr, "short input\n");
     return 2;
   }
   fclose(in);
-  const size_t out_bytes = (size_t)M * N * (obf ? 2 : 4);
+  const size_t out_bytes = (size_t)(batched ? E : 1) * M * N * (obf ? 2 : 4);
   std::vector<mx_u8> out(out_bytes, 0xA5);
 
   MxGemmTmaParamsO P{};
   MxGemmParams& g = P.b.g;
   g.A = A.data(); g.lda = lda;
-  g.B = B.data(); g.ldb = lda; g.b_es = (mx_i64)N * lda;
+  g.B = B.data(); g.ldb = lda; g.b_es = batched ? 0 : (mx_i64)N * lda;
   g.SA = SA.data(); g.ldsa = ldsa;
-  g.SB = SB.data(); g.ldsb = ldsb; g.sb_es = kb4 * ldsb;
-  g.out = out.data(); g.ldo = N; g.o_es = 0;
-  g.offs = offs.data(); g.E = E; g.M = M; g.N = N; g.K = K; g.batched = 0; g.out_t = 0;
+  g.SB = SB.data(); g.ldsb = ldsb; g.sb_es = batched ? 0 : kb4 * ldsb;
+  // (as wgrad.rs: batched output [E][M][N], or [E][N][M] transposed)
+  g.out = out.data(); g.ldo = out_t ? M : N; g.o_es = batched ? (mx_i64)M * N : 0;
+  g.offs = offs.data(); g.E = E; g.M = M; g.N = N; g.K = batched ? 0 : K; g.batched = batched; g.out_t = out_t;
   // the backend's maps (tma.rs): operands box 128 x 128 bytes, output bf16 box 64 x 64
-  P.b.tmA = simt_tmap_2d(A.data(), 1, K, M, lda, 128, 128, true);
-  P.b.tmB = simt_tmap_2d(B.data(), 1, K, (mx_u64)E * N, lda, 128, 128, true);
-  P.tmO = simt_tmap_2d(out.data(), 2, N, M, 2 * (mx_u64)N, 64, 64, true);
+  const mx_u64 inner = batched ? lda : K;
+  P.b.tmA = simt_tmap_2d(A.data(), 1, inner, M, lda, 128, 128, true);
+  P.b.tmB = simt_tmap_2d(B.data(), 1, inner, b_rows, lda, 128, 128, true);
+  P.tmO = simt_tmap_2d(out.data(), 2, N, (mx_u64)(batched ? E : 1) * M, 2 * (mx_u64)N, 64, 64, true);
   P.o_tma = o_tma;
   P.b.gate = nullptr;
 
