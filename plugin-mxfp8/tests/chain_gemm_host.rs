@@ -1,0 +1,293 @@
+//! The chained forward end to end on the host (`tests/host/chain_gemm_driver.cpp` through
+//! `simt.hpp` and `simt_sm90.hpp`), as `cuda/bench/chain.py` runs it on a GPU: X (1×32) and W
+//! (32×32 tiles) re-encoded to stage-uniform copies plus residual lists (`mx_reencode_rows`), the
+//! chained GEMM (`mx_tgemm_chain_impl`, `MXHOST_MX_CHAIN`: both the 4-stage build and the
+//! 3-stage `_s3` one, whose A'·B_res corrections run as bf16 wgmmas) with the gatherer warps'
+//! correction rounds, compared with a float64 reference of the original MX operands.
+//!
+//! The chained kernel sums in another order than the per-k32 one (a stage's four k32 products in
+//! the tensor core, one promotion per stage, the corrections after the main loop), so the
+//! comparison has a tolerance: |out − ref| ≤ 1e-5 · Σ|terms| (f32 output; bf16 adds half an ulp
+//! of the reference). The operands are built so that the corrections matter: each X row's first
+//! stage has one block 10 binades above the other three, whose few elements mostly leave E4M3
+//! after the shift (A residuals), and W's second stage is built the same way (B residuals);
+//! one case also runs without the corrections and requires that to fail.
+
+use half::bf16;
+use mxhost_plugin_abi::MxFormat;
+use mxhost_plugin_mxfp8::numerics::element::decode;
+
+mod host;
+use host::{finite_byte, group_scales, large_byte, row_bytes, Bytes, Rng};
+
+use MxFormat::{E4m3, E5m2};
+
+struct Case {
+    name: &'static str,
+    experts: &'static [usize],
+    /// Rows after the last expert (the kernel zeroes them); M must be a multiple of 16.
+    pad: usize,
+    n: usize,
+    k: usize,
+    fa: MxFormat,
+    out_bf16: bool,
+    /// 0: the 4-stage build; 1: `_s3` (corrections of B's residuals on the tensor cores).
+    build: usize,
+    grid: usize,
+    /// Also run without the corrections and require that to fail (f32 output: bf16's rounding
+    /// can hide the residuals' share).
+    without: bool,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "4 stages, e4m3, f32 out, K 2880, an empty expert, N tail",
+        experts: &[40, 0, 200],
+        pad: 16,
+        n: 144,
+        k: 2880,
+        fa: E4m3,
+        out_bf16: false,
+        build: 0,
+        grid: 2,
+        without: false,
+    },
+    Case {
+        name: "_s3 (B corrections on the tensor cores), e4m3, f32 out, K tail",
+        experts: &[257, 30],
+        pad: 1,
+        n: 128,
+        k: 1040,
+        fa: E4m3,
+        out_bf16: false,
+        build: 1,
+        grid: 2,
+        without: true,
+    },
+    Case {
+        name: "4 stages, e5m2 A (dgrad), bf16 out",
+        experts: &[64, 70],
+        pad: 10,
+        n: 96,
+        k: 528,
+        fa: E5m2,
+        out_bf16: true,
+        build: 0,
+        grid: 1,
+        without: false,
+    },
+    Case {
+        name: "_s3, e4m3, bf16 out",
+        experts: &[16, 0, 200],
+        pad: 8,
+        n: 160,
+        k: 400,
+        fa: E4m3,
+        out_bf16: true,
+        build: 1,
+        grid: 3,
+        without: false,
+    },
+];
+
+struct Operands {
+    m: usize,
+    kb: usize,
+    nb: usize,
+    x: Vec<u8>,
+    sx: Vec<u8>,
+    w: Vec<u8>,
+    sw: Vec<u8>,
+}
+
+/// X `[m][k]` with 1×32 scales `[m][kb]`: stage scales uniform, except that the first stage's
+/// first block is 10 binades above its other three and holds one large element, and those three
+/// hold six elements each row (most of them residuals after the shift); W `[e][n][k]` E4M3 with
+/// tile scales `[e][nb][kb]`, zero on X's first block, its second stage built as X's first.
+fn operands(rng: &mut Rng, c: &Case) -> Operands {
+    let e = c.experts.len();
+    let m = c.experts.iter().sum::<usize>() + c.pad;
+    let (kb, nb) = (c.k.div_ceil(32), c.n.div_ceil(32));
+    let mut x = Vec::with_capacity(m * c.k);
+    let mut sx = Vec::with_capacity(m * kb);
+    for _ in 0..m {
+        let mut row = row_bytes(rng, c.fa, Bytes::Few, c.k);
+        let mut s = group_scales(rng, 1, kb);
+        assert!(c.k >= 256, "the first two stages are whole");
+        row[..128].fill(0);
+        row[0] = large_byte(rng, c.fa);
+        for _ in 0..6 {
+            row[32 + rng.below(96)] = finite_byte(rng, c.fa, false);
+        }
+        s[0] += 10;
+        x.extend(row);
+        sx.extend(s);
+    }
+    let mut w = Vec::with_capacity(e * c.n * c.k);
+    for _ in 0..e * c.n {
+        let mut row = row_bytes(rng, E4m3, Bytes::Few, c.k);
+        row[..32].fill(0);
+        // the second stage: as X's first, so that W's residuals carry weight too
+        row[128..256].fill(0);
+        row[128] = large_byte(rng, E4m3);
+        for _ in 0..6 {
+            row[160 + rng.below(96)] = finite_byte(rng, E4m3, false);
+        }
+        w.extend(row);
+    }
+    let sw = (0..e * nb)
+        .flat_map(|_| {
+            let mut s = group_scales(rng, 1, kb);
+            s[4] += 10;
+            s
+        })
+        .collect();
+    Operands {
+        m,
+        kb,
+        nb,
+        x,
+        sx,
+        w,
+        sw,
+    }
+}
+
+/// The float64 product of the original MX operands and Σ|terms| per output (0 for padding).
+fn reference(o: &Operands, c: &Case) -> (Vec<f64>, Vec<f64>) {
+    let (mut out, mut mag) = (vec![0f64; o.m * c.n], vec![0f64; o.m * c.n]);
+    let scale = |b: u8| 2f64.powi(b as i32 - 127);
+    let mut row = 0;
+    for (e, &rows) in c.experts.iter().enumerate() {
+        for r in row..row + rows {
+            for n in 0..c.n {
+                let (mut v, mut a) = (0f64, 0f64);
+                for k in 0..c.k {
+                    let kb = k / 32;
+                    let s =
+                        scale(o.sx[r * o.kb + kb]) * scale(o.sw[(e * o.nb + n / 32) * o.kb + kb]);
+                    let t = decode(o.x[r * c.k + k], c.fa) as f64
+                        * decode(o.w[(e * c.n + n) * c.k + k], E4m3) as f64
+                        * s;
+                    v += t;
+                    a += t.abs();
+                }
+                out[r * c.n + n] = v;
+                mag[r * c.n + n] = a;
+            }
+        }
+        row += rows;
+    }
+    (out, mag)
+}
+
+/// Runs the driver; returns (status flags, residuals listed, output as f64).
+/// `terms`: 3 both corrections, 0 none (`MxChainFix::terms`).
+fn run(exe: &std::path::Path, o: &Operands, c: &Case, terms: usize) -> (i32, i32, Vec<f64>) {
+    let e = c.experts.len();
+    let header = [
+        e,
+        o.m,
+        c.n,
+        c.k,
+        (c.fa == E5m2) as usize,
+        c.out_bf16 as usize,
+        c.build,
+        c.grid,
+        terms,
+    ];
+    let offs: Vec<u8> = c
+        .experts
+        .iter()
+        .scan(0i32, |s, &r| {
+            *s += r as i32;
+            Some(*s)
+        })
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let mut wt = Vec::with_capacity(o.w.len());
+    for x in 0..e {
+        wt.extend(host::transpose(
+            &o.w[x * c.n * c.k..(x + 1) * c.n * c.k],
+            c.n,
+            c.k,
+        ));
+    }
+    let payload: [&[u8]; 6] = [&offs, &o.x, &o.sx, &o.w, &o.sw, &wt];
+    let got = host::run_driver(exe, &header, &payload);
+    let word = |i: usize| i32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
+    let body = &got[8..];
+    let out = if c.out_bf16 {
+        body.chunks(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f64())
+            .collect()
+    } else {
+        body.chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64)
+            .collect()
+    };
+    (word(0), word(1), out)
+}
+
+/// The first output outside the tolerance, as a message.
+fn first_miss(c: &Case, got: &[f64], want: &[f64], mag: &[f64]) -> Option<String> {
+    (0..want.len()).find_map(|i| {
+        let tol = 1e-5 * mag[i]
+            + if c.out_bf16 {
+                want[i].abs() / 256.0
+            } else {
+                0.0
+            };
+        // (a NaN is outside too)
+        let bad = (got[i] - want[i]).abs() > tol || got[i].is_nan();
+        bad.then(|| {
+            format!(
+                "row {}, column {}: chained {}, float64 {} (tolerance {tol:.3e})",
+                i / c.n,
+                i % c.n,
+                got[i],
+                want[i]
+            )
+        })
+    })
+}
+
+#[test]
+fn chained_forward_matches_float64_and_needs_its_corrections() {
+    let Some((exe, mut rng, seed)) = host::setup("chain_gemm_host", "chain_gemm_driver.cpp") else {
+        return;
+    };
+    for c in CASES {
+        let o = operands(&mut rng, c);
+        let (want, mag) = reference(&o, c);
+        let t = std::time::Instant::now();
+        let (flags, listed, got) = run(&exe, &o, c, 3);
+        eprintln!(
+            "  {} ({:.1} s): {listed} residuals",
+            c.name,
+            t.elapsed().as_secs_f64()
+        );
+        assert_eq!(
+            flags, 0,
+            "{} (seed {seed}): the re-encoding reported status {flags}",
+            c.name
+        );
+        assert!(
+            listed as usize >= o.m,
+            "{} (seed {seed}): only {listed} residuals",
+            c.name
+        );
+        if let Some(miss) = first_miss(c, &got, &want, &mag) {
+            panic!("{} (seed {seed}): {miss}", c.name);
+        }
+        if !c.without {
+            continue;
+        }
+        let (_, _, without) = run(&exe, &o, c, 0);
+        assert!(
+            first_miss(c, &without, &want, &mag).is_some(),
+            "{} (seed {seed}): also within tolerance without the corrections: the case does not test them",
+            c.name
+        );
+    }
+}

@@ -1,0 +1,132 @@
+// chain_gemm_driver.cpp — the chained forward end to end on the host (simt.hpp + simt_sm90.hpp),
+// for tests/chain_gemm_host.rs, as cuda/bench/chain.py runs it on a GPU: X (1x32) and W (32x32
+// tiles) re-encoded by mx_reencode_rows to stage-uniform copies + residual lists, X' and its
+// scales transposed, the copies' scales as the GEMM's f32 tables, then the chained GEMM
+// (mx_tgemm_chain_impl: the 4-stage build, or the 3-stage one with the A' B_res corrections on
+// the tensor cores, `_s3`) with both corrections.
+// Usage: driver IN OUT. IN: 9 little-endian i64 (E, M, N, K, FA, OUT_BF16, BUILD (0: 4 stages,
+// 1: _s3), GRID, TERMS (MxChainFix::terms: 3 both corrections, 0 none)), then offs (E x i32), X (M x K bytes), its scales (M x KB), W (E x N x K bytes,
+// E4M3), its tile scales (E x NB x KB), W transposed (E x K x N). OUT: status (2 x i32: flags,
+// residuals listed), then the output (M x N, bf16 or f32; poisoned first; untouched when the
+// status has flags: the backend runs the per-k32 kernel then).
+#include "simt.hpp"
+#include "simt_sm90.hpp"
+#include "mx_numerics.cuh"
+#include "mx_gemm_common.cuh"
+#include "mx_tgemm_pipeline.cuh"
+#include "mx_tgemm_mainloop.cuh"
+#include "mx_tgemm_roles.cuh"
+#include "mx_fp8_shift.cuh"
+#include "mx_reencode.cuh"
+#include "mx_tgemm_chain.cuh"
+
+template <class T> bool read_into(FILE* f, std::vector<T>& v, size_t n) {
+  v.resize(n);
+  return fread(v.data(), sizeof(T), n, f) == n;
+}
+
+// out[c][r] = in[r][c] (rows of `ld` bytes out).
+static void transpose_u8(const mx_u8* in, mx_u8* out, mx_i64 rows, mx_i64 cols, mx_i64 ld) {
+  for (mx_i64 r = 0; r < rows; ++r)
+    for (mx_i64 c = 0; c < cols; ++c) out[c * ld + r] = in[r * cols + c];
+}
+
+static float e8m0(mx_u8 b) { return b == 255 ? NAN : std::ldexp(1.0f, (int)b - 127); }
+
+int main(int argc, char** argv) {
+  if (argc != 3) { fprintf(stderr, "usage: driver IN OUT\n"); return 2; }
+  FILE* in = fopen(argv[1], "rb");
+  mx_i64 h[9];
+  if (!in || fread(h, 8, 9, in) != 9) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
+  const int E = (int)h[0], M = (int)h[1], N = (int)h[2], K = (int)h[3], fa = (int)h[4], obf = (int)h[5];
+  const int build = (int)h[6], grid = (int)h[7];
+  const int KB = (K + 31) / 32, KB4 = (KB + 3) / 4 * 4, NB = (N + 31) / 32, NB4 = (NB + 3) / 4 * 4 + 4;
+  if (M % 16 || N % 16 || K % 16) { fprintf(stderr, "the chained GEMM needs M, N and K multiples of 16\n"); return 2; }
+  std::vector<int> offs;
+  std::vector<mx_u8> x, sx, w, sw, wt;
+  if (!read_into(in, offs, E) || !read_into(in, x, (size_t)M * K) || !read_into(in, sx, (size_t)M * KB) ||
+      !read_into(in, w, (size_t)E * N * K) || !read_into(in, sw, (size_t)E * NB * KB) || !read_into(in, wt, (size_t)E * K * N)) {
+    fprintf(stderr, "short input\n");
+    return 2;
+  }
+  fclose(in);
+
+  // ---- the re-encodings (the slot rule of chain.py and the backend: 16 + K / 256) ----
+  const int slots = 16 + K / 256;
+  std::vector<int> status(2, 0);
+  struct Reenc {
+    std::vector<mx_u8> q2, s2;
+    std::vector<MxRes> res;
+    std::vector<int> cnt;
+  };
+  auto reencode = [&](const std::vector<mx_u8>& q, const std::vector<mx_u8>& s, mx_i64 R, mx_i64 ise, mx_i64 isr, mx_i64 isc,
+                      int rpe, int rdv, int fmt) {
+    Reenc o{std::vector<mx_u8>(q.size(), 0xA5), std::vector<mx_u8>(s.size(), 0), std::vector<MxRes>(R * slots),
+            std::vector<int>(R, -1)};
+    MxReencodeParams p{q.data(), s.data(), o.q2.data(), o.s2.data(), o.res.data(), o.cnt.data(), status.data(),
+                       R, ise, isr, isc, K, rpe, rdv, slots};
+    const simt_dim3 g{(unsigned)std::min<mx_i64>((R + 7) / 8, 4), 1, 1};
+    if (fmt == 0) simt_launch(g, 256, [&] { mx_reencode_rows<0>(p); });
+    else simt_launch(g, 256, [&] { mx_reencode_rows<1>(p); });
+    return o;
+  };
+  const Reenc rx = reencode(x, sx, M, 0, 1, KB, M, 1, fa);
+  const Reenc rw = reencode(w, sw, (mx_i64)E * N, (mx_i64)NB * KB, 1, KB, N, 32, 0);
+  std::vector<mx_u8> out((size_t)M * N * (obf ? 2 : 4), 0xA5);
+  if (status[0] == 0) {
+    // X' and its scales transposed, rows of ldt = M bytes with 272 bytes of slack after
+    const mx_i64 ldt = M;
+    std::vector<mx_u8> at((size_t)K * ldt + 272, 0), sat((size_t)KB * ldt + 272, 0);
+    transpose_u8(rx.q2.data(), at.data(), M, K, ldt);
+    transpose_u8(rx.s2.data(), sat.data(), M, KB, ldt);
+    // the copies' scales as f32 tables (zero padded): SA stage-major, SB [e][kb][NB4]
+    std::vector<float> SA((size_t)KB4 / 4 * 4 * M, 0.f), SB((size_t)E * KB4 * NB4, 0.f);
+    for (int r = 0; r < M; ++r)
+      for (int kb = 0; kb < KB; ++kb) SA[(size_t)(kb / 4) * 4 * M + r * 4 + kb % 4] = e8m0(rx.s2[(size_t)r * KB + kb]);
+    for (int e = 0; e < E; ++e)
+      for (int kb = 0; kb < KB; ++kb)
+        for (int nb = 0; nb < NB; ++nb)
+          SB[((size_t)e * KB4 + kb) * NB4 + nb] = e8m0(rw.s2[(size_t)e * NB * KB + (size_t)nb * KB + kb]);
+
+    MxGemmChainParams P{};
+    MxGemmParams& g = P.b.g;
+    g.A = rx.q2.data(); g.lda = K;
+    g.B = rw.q2.data(); g.ldb = K; g.b_es = (mx_i64)N * K;
+    g.SA = SA.data(); g.ldsa = 4 * M;
+    g.SB = SB.data(); g.ldsb = NB4; g.sb_es = (mx_i64)KB4 * NB4;
+    g.out = out.data(); g.ldo = N; g.o_es = 0;
+    g.offs = offs.data(); g.E = E; g.M = M; g.N = N; g.K = K; g.batched = 0; g.out_t = 0;
+    // the backend's maps (chain.rs tensor_maps): A' in 256-row boxes, B' in 128-row ones
+    P.b.tmA = simt_tmap_2d(rx.q2.data(), 1, K, M, K, 128, 256, true);
+    P.b.tmB = simt_tmap_2d(rw.q2.data(), 1, K, (mx_u64)E * N, K, 128, 128, true);
+    P.b.gate = nullptr;
+    MxChainFix& f = P.f;
+    f.resA = rx.res.data(); f.cntA = rx.cnt.data(); f.resB = rw.res.data(); f.cntB = rw.cnt.data();
+    f.Bt = wt.data(); f.sBo = sw.data(); f.At = at.data(); f.sAt = sat.data();
+    f.bt_es = (mx_i64)K * N; f.ise = (mx_i64)NB * KB; f.isr = 1; f.isc = KB; f.ldt = ldt;
+    f.slots = slots; f.terms = (int)h[8];
+    const simt_dim3 g3{(unsigned)grid, 1, 1};
+    const MxGemmTmaParams& pb = P.b;
+    const MxChainFix* pf = &P.f;
+#define CHAIN4(FA, OBF) simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<FA, 0, 1, OBF, 4, false, true, false>(pb, pf); }, \
+                                    mxc_smem_bytes<4, true>())
+#define CHAIN3(FA, OBF) simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<FA, 0, 1, OBF, 3, false, true, true>(pb, pf); }, \
+                                    mxc_smem_bytes<3, true, true>())
+    // the backend's builds (mx_chain_gemm.cu): 4 stages e4m3/e5m2 A, _s3 e4m3 A
+    const int key = build * 100 + fa * 10 + obf;
+    switch (key) {
+      case 1: CHAIN4(0, 1); break;
+      case 0: CHAIN4(0, 0); break;
+      case 11: CHAIN4(1, 1); break;
+      case 101: CHAIN3(0, 1); break;
+      case 100: CHAIN3(0, 0); break;
+      default: fprintf(stderr, "no build %d for A format %d, bf16 output %d\n", build, fa, obf); return 2;
+    }
+  }
+  FILE* o = fopen(argv[2], "wb");
+  if (!o) return 2;
+  fwrite(status.data(), 4, 2, o);
+  fwrite(out.data(), 1, out.size(), o);
+  fclose(o);
+  return 0;
+}
