@@ -5,6 +5,8 @@
 #   bash docs/perf-runs/run138/run.sh 1   selftests (default; always + VERIFY + QPAIR + FORM4), ncu
 #   bash docs/perf-runs/run138/run.sh 2   bench_peers.py and the A/B bench, two rounds
 #   bash docs/perf-runs/run138/run.sh 3   the L2 breakdown (plain, then QPAIR's kernel)
+#   bash docs/perf-runs/run138/run.sh 4   the default path's forward and dgrad, old vs new (the
+#                                         warp-synchronised stage releases, 2026-12-05)
 # Each call ends with its outputs in one tarball under $OUT (the device returns 8 files).
 set -u
 out="${OUT:-out/run138}"
@@ -29,8 +31,13 @@ case "${1:-}" in
     OUT="$out/qpair" MXHOST_MX_CHAIN_QPAIR=1 MXHOST_MX_CHAIN_FORM4=1 \
         KERNELS="mx_quantize_pair|mx_quantize_rows_form" bash scripts/gpu-ncu-l2.sh
     ;;
+4)
+    OUT="$out" SELFTEST=0 MODE=off VARIANTS="old new" SHAPES=c ROUNDS=3 \
+        ONLY="forward X 1x32 · W 32x32 (pre-quantized),(transposed copy)" \
+        bash scripts/gpu-ab.sh
+    ;;
 *)
-    echo "usage: $0 1|2|3"; exit 2 ;;
+    echo "usage: $0 1|2|3|4"; exit 2 ;;
 esac
 cd "$out" && tar czf /tmp/run138-part.tgz ./* && rm -rf ./* && mv /tmp/run138-part.tgz "./run138-part${1}.tgz"
 ls -la
