@@ -12,6 +12,11 @@
 //!   except inside a part-full last block holding a NaN or Inf: 0x7F like the whole block).
 //!
 //! Grid y is 2 or 3, so CTAs walk several tiles. Both formats; the scale mode rotates.
+//!
+//! The bf16-input kernels run too (`the_bf16_tile_paths_…`, with `simt_sm90.hpp`'s TMA and
+//! mbarriers): 32×32 tiles with the transposed copy through the cp.async ring
+//! (`mx_quantize_bf16_*`), the TMA tile loop (`mx_quantize_t32_*`) and its row-group build
+//! (`mx_quantize_t32l_*`, the backend's default for a weight with Wᵀ).
 
 use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
 mod common;
@@ -38,8 +43,24 @@ struct Launch {
     sizes: [usize; 4],
 }
 
+/// Which kernel quantizes (tile_driver.cpp): f32 input, or bf16 through the cp.async ring, the TMA
+/// tile loop (`mx_quantize_t32_*`) or its row-group build (`mx_quantize_t32l_*`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kernel {
+    F32 = 0,
+    Bf16Ring = 1,
+    T32 = 2,
+    T32l = 3,
+}
+
 /// The kernel's qa, sa, qt, st.
-fn run(exe: &std::path::Path, l: &Launch, x: &[f32], (fmt, mode): (usize, usize)) -> Vec<Vec<u8>> {
+fn run(
+    exe: &std::path::Path,
+    l: &Launch,
+    x: &[f32],
+    (fmt, mode): (usize, usize),
+    kernel: Kernel,
+) -> Vec<Vec<u8>> {
     let header = [
         fmt,
         mode,
@@ -56,6 +77,7 @@ fn run(exe: &std::path::Path, l: &Launch, x: &[f32], (fmt, mode): (usize, usize)
         l.sizes[1],
         l.sizes[2],
         l.sizes[3],
+        kernel as usize,
     ];
     let input: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
     let offs: Vec<u8> = l.offs.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -106,7 +128,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference_quantize() {
             gy: 2,
             sizes: [r * c, r * cb, 0, 0],
         };
-        let got = run(&exe, &l, &x, (fmt, m));
+        let got = run(&exe, &l, &x, (fmt, m), Kernel::F32);
         let (q, s) = reference_quantize(
             &x,
             &[r as u64, c as u64],
@@ -136,7 +158,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference_quantize() {
             gy: 2,
             sizes: [2 * r * c, 2 * rb * cb, 2 * c * r, 2 * cb * rb],
         };
-        let got = run(&exe, &l, &x, (fmt, m));
+        let got = run(&exe, &l, &x, (fmt, m), Kernel::F32);
         let (q, s) = reference_quantize(
             &x,
             &[2, r as u64, c as u64],
@@ -178,7 +200,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference_quantize() {
             gy: 2,
             sizes: [0, 0, c * ldt, c * rb],
         };
-        let got = run(&exe, &l, &x, (fmt, m));
+        let got = run(&exe, &l, &x, (fmt, m), Kernel::F32);
         let xt = host::transpose(&x, r, c);
         let (qt, st) = reference_quantize(
             &xt,
@@ -220,7 +242,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference_quantize() {
             gy: 3,
             sizes: [rg * c, rg * cb, c * mpad, c * mpad / 32],
         };
-        let got = run(&exe, &l, &x, (fmt, m));
+        let got = run(&exe, &l, &x, (fmt, m), Kernel::F32);
         let (q, s) = reference_quantize(
             &x,
             &[rg as u64, c as u64],
@@ -267,5 +289,73 @@ fn the_tiled_quantizer_equals_the_cpu_reference_quantize() {
         }
         host::first_difference(&format!("{ctx}: qt"), &got[2], &qt, mpad);
         host::first_difference(&format!("{ctx}: st"), &got[3], &st, mpad / 32);
+    }
+}
+
+/// The bf16-input paths: 32×32 tiles with the transposed copy (the backend's quantization of a
+/// weight with Wᵀ: `mx_quantize_t32l_*` by default, `mx_quantize_t32_*` with
+/// `MXHOST_MX_T32_ROW_GROUPS=off`, the cp.async ring where TMA is unavailable) on a batch of
+/// two, R = 300 (three row groups, the last short) and C = 104 (a part-full column tile), through
+/// TMA and mbarriers emulated by `simt_sm90.hpp`; the reference quantizes the input rounded to
+/// bf16 as the driver hands it to the kernel.
+#[test]
+fn the_bf16_tile_paths_equal_the_cpu_reference_quantize() {
+    let Some((exe, mut rng, seed)) = host::setup("tile_quantize_host_bf16", "tile_driver.cpp")
+    else {
+        return;
+    };
+    let (r, c): (usize, usize) = (300, 104);
+    let (rb, cb) = (r.div_ceil(32), c.div_ceil(32));
+    let mut case = 0;
+    for kernel in [Kernel::Bf16Ring, Kernel::T32, Kernel::T32l] {
+        for (fmt, format) in [MxFormat::E4m3, MxFormat::E5m2].into_iter().enumerate() {
+            case += 1;
+            let m = case % 3;
+            let ctx = format!(
+                "{kernel:?} TILE|TILE_T 2 x {r} x {c} {format:?} {:?}, seed {seed}",
+                MODES[m]
+            );
+            let x: Vec<f32> = host::mx_test_values(&mut rng, 2 * r * c)
+                .into_iter()
+                .map(|v| half::bf16::from_f32(v).to_f32())
+                .collect();
+            let l = Launch {
+                flags: TILE | TILE_T,
+                batch: 2,
+                r,
+                c,
+                ldt: r,
+                ldst: rb,
+                offs: vec![],
+                grouped_tiles: 0,
+                // (t32l: grid y counts groups of four tiles)
+                gy: 2,
+                sizes: [2 * r * c, 2 * rb * cb, 2 * c * r, 2 * cb * rb],
+            };
+            let got = run(&exe, &l, &x, (fmt, m), kernel);
+            let (q, s) = reference_quantize(
+                &x,
+                &[2, r as u64, c as u64],
+                BlockLayout::tile(),
+                format,
+                MODES[m],
+            );
+            host::first_difference(&format!("{ctx}: qa"), &got[0], &q, c);
+            host::first_difference(&format!("{ctx}: sa"), &got[1], &s, cb);
+            let mut xt = vec![0f32; x.len()];
+            for (i, v) in x.iter().enumerate() {
+                let (b, n, k) = (i / (r * c), i / c % r, i % c);
+                xt[(b * c + k) * r + n] = *v;
+            }
+            let (qt, st) = reference_quantize(
+                &xt,
+                &[2, c as u64, r as u64],
+                BlockLayout::tile(),
+                format,
+                MODES[m],
+            );
+            host::first_difference(&format!("{ctx}: qt"), &got[2], &qt, r);
+            host::first_difference(&format!("{ctx}: st"), &got[3], &st, rb);
+        }
     }
 }

@@ -3,9 +3,10 @@
 //
 // Include after simt.hpp, before the kernel headers (it includes mx_wgmma.cuh). The model:
 // - Shared memory: each CTA's dynamic shared memory is an arena (simt_launch's dyn_smem bytes,
-//   poisoned), and a 32-bit shared address is an offset in it (smem_u32 aborts on any other
-//   pointer). Static __shared__ variables stay host statics; the wrappers that take them by
-//   pointer (mbarriers) use the pointer.
+//   poisoned), and a 32-bit shared address below 2^18 is an offset in it (wgmma descriptors
+//   hold 18 bits). Static __shared__ variables stay host statics: their shared address is the
+//   low 32 bits of the host address, resolved with the high bits all of this program's statics
+//   share (smem_u32 aborts where that does not hold). Mbarriers are used by pointer.
 // - mbarriers: pending arrivals, expected transaction bytes and the phase, under one lock per
 //   CTA; a wait blocks on a condition variable and aborts with a message after SIMT_TIMEOUT_S.
 // - TMA loads and stores and bulk copies complete when issued: the bytes move, then the
@@ -31,7 +32,14 @@
 }
 
 // ---- shared memory ----
+constexpr mx_u32 SIMT_ARENA_LIMIT = 1u << 18;
+// The high 32 bits of the program's static storage (where static __shared__ variables live).
+inline std::uintptr_t simt_static_hi() {
+  static int anchor;
+  return reinterpret_cast<std::uintptr_t>(&anchor) >> 32;
+}
 inline mx_u8* simt_smem_at(mx_u32 a, size_t bytes) {
+  if (a >= SIMT_ARENA_LIMIT) return reinterpret_cast<mx_u8*>((simt_static_hi() << 32) | a);   // a static
   if ((size_t)a + bytes > simt_cta->smem_bytes) {
     fprintf(stderr, "simt_sm90.hpp: shared address %u + %zu bytes past the %zu bytes of dynamic shared memory\n", a, bytes,
             simt_cta->smem_bytes);
@@ -41,9 +49,11 @@ inline mx_u8* simt_smem_at(mx_u32 a, size_t bytes) {
 }
 inline mx_u32 smem_u32(const void* p) {
   const mx_u8* b = static_cast<const mx_u8*>(p);
-  if (b < simt_cta->smem || b > simt_cta->smem + simt_cta->smem_bytes)
-    simt_fail("smem_u32 of a pointer outside the dynamic shared memory (a static __shared__ variable?)");
-  return (mx_u32)(b - simt_cta->smem);
+  if (b >= simt_cta->smem && b <= simt_cta->smem + simt_cta->smem_bytes) return (mx_u32)(b - simt_cta->smem);
+  const std::uintptr_t u = reinterpret_cast<std::uintptr_t>(p);
+  if ((u >> 32) != simt_static_hi() || (mx_u32)u < SIMT_ARENA_LIMIT)
+    simt_fail("smem_u32 of a pointer that is neither in the dynamic shared memory nor a static __shared__ variable");
+  return (mx_u32)u;
 }
 inline float lds_f32(mx_u32 a) { float v; std::memcpy(&v, simt_smem_at(a, 4), 4); return v; }
 inline float2 lds_f32x2(mx_u32 a) { float2 v; std::memcpy(&v, simt_smem_at(a, 8), 8); return v; }
