@@ -41,7 +41,9 @@ MX_DEV void mbar_arrive(mx_u64* bar) MX_PTX({
 // reads. The CUDA model orders another lane's loads before lane 0's arrive only through a
 // warp barrier (the lanes are separate threads); the host emulation (tests/host/simt_sm90.hpp),
 // whose lanes run apart, lost a stage's scales to the next TMA fill without it.
-MX_DEV void mbar_arrive_warp(mx_u64* bar, int lane) {
+// (A template only so that host builds without the mbarrier emulation do not see a use of the
+// declared-only mbar_arrive.)
+template <class Bar> MX_DEV void mbar_arrive_warp(Bar* bar, int lane) {
   __syncwarp();
   if (lane == 0) mbar_arrive(bar);
 }

@@ -85,6 +85,15 @@ inline mx_u32 __byte_perm(mx_u32 a, mx_u32 b, mx_u32 sel) {
   for (int i = 0; i < 4; ++i) r |= (mx_u32)((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
   return r;
 }
+// Per-byte comparisons: 0xFF in each byte where it holds, else 0.
+template <class F> inline mx_u32 simt_vcmp4(mx_u32 a, mx_u32 b, F f) {
+  mx_u32 r = 0;
+  for (int i = 0; i < 32; i += 8) r |= f((a >> i) & 0xFFu, (b >> i) & 0xFFu) ? 0xFFu << i : 0u;
+  return r;
+}
+inline mx_u32 __vcmpeq4(mx_u32 a, mx_u32 b) { return simt_vcmp4(a, b, [](mx_u32 x, mx_u32 y) { return x == y; }); }
+inline mx_u32 __vcmpgeu4(mx_u32 a, mx_u32 b) { return simt_vcmp4(a, b, [](mx_u32 x, mx_u32 y) { return x >= y; }); }
+inline mx_u32 __vcmpleu4(mx_u32 a, mx_u32 b) { return simt_vcmp4(a, b, [](mx_u32 x, mx_u32 y) { return x <= y; }); }
 inline int atomicAdd(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
 inline int atomicOr(int* p, int v) { return std::atomic_ref<int>(*p).fetch_or(v); }
 inline mx_u32 atomicAdd(mx_u32* p, mx_u32 v) { return std::atomic_ref<mx_u32>(*p).fetch_add(v); }
