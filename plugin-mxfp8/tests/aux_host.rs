@@ -100,29 +100,26 @@ fn check(ctx: &str, got: &[u8], want: &[f32], out_bf16: bool, c: usize) {
     }
 }
 
+/// (name, [r, c, rdiv, cdiv, kernel, batch], scales stored the other axis inner)
+type DequantLayout = (&'static str, [usize; 6], bool);
+const LAYOUTS: [DequantLayout; 5] = [
+    ("16: 1x32 along C", [70, 160, 1, 32, 1, 1], false),
+    ("16: 1x32 along R", [70, 48, 32, 1, 1, 1], false),
+    ("16: 32x32", [90, 96, 32, 32, 1, 1], false),
+    ("1x32 along C, batch 2", [50, 70, 1, 32, 0, 2], false),
+    (
+        "32x32, batch 2, scales column-major",
+        [50, 70, 32, 32, 0, 2],
+        true,
+    ),
+];
+
 #[test]
 fn dequantize_and_transpose_kernels_equal_the_reference() {
     let Some((exe, mut rng, seed)) = host::setup("aux_host", "aux_driver.cpp") else {
         return;
     };
-    // (layout name, r, c, rdiv, cdiv, kernel, batch, scales stored other axis inner)
-    let layouts: [(&str, usize, usize, usize, usize, usize, usize, bool); 5] = [
-        ("16: 1x32 along C", 70, 160, 1, 32, 1, 1, false),
-        ("16: 1x32 along R", 70, 48, 32, 1, 1, 1, false),
-        ("16: 32x32", 90, 96, 32, 32, 1, 1, false),
-        ("1x32 along C, batch 2", 50, 70, 1, 32, 0, 2, false),
-        (
-            "32x32, batch 2, scales column-major",
-            50,
-            70,
-            32,
-            32,
-            0,
-            2,
-            true,
-        ),
-    ];
-    for (name, r, c, rdiv, cdiv, kernel, batch, col_major) in layouts {
+    for (name, [r, c, rdiv, cdiv, kernel, batch], col_major) in LAYOUTS {
         for fmt in [MxFormat::E4m3, MxFormat::E5m2] {
             for out_bf16 in [true, false] {
                 let (sr, sc) = (r.div_ceil(rdiv), c.div_ceil(cdiv));
