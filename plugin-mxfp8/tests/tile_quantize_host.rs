@@ -99,6 +99,56 @@ fn leading(got: &[u8], rows: usize, ld: usize, width: usize) -> Vec<u8> {
         .collect()
 }
 
+/// TILE | TILE_T on a batch of two (`x`: 2 × r × c) by `kernel`: the tiles and the transposed
+/// copy's tiles against the reference quantization of `x` and of its transpose.
+fn check_tiles(
+    exe: &std::path::Path,
+    x: &[f32],
+    (r, c): (usize, usize),
+    (fmt, format, m): (usize, MxFormat, usize),
+    kernel: Kernel,
+    ctx: &str,
+) {
+    let (rb, cb) = (r.div_ceil(32), c.div_ceil(32));
+    let l = Launch {
+        flags: TILE | TILE_T,
+        batch: 2,
+        r,
+        c,
+        ldt: r,
+        ldst: rb,
+        offs: vec![],
+        grouped_tiles: 0,
+        // (t32l: grid y counts groups of four tiles)
+        gy: 2,
+        sizes: [2 * r * c, 2 * rb * cb, 2 * c * r, 2 * cb * rb],
+    };
+    let got = run(exe, &l, x, (fmt, m), kernel);
+    let (q, s) = reference_quantize(
+        x,
+        &[2, r as u64, c as u64],
+        BlockLayout::tile(),
+        format,
+        MODES[m],
+    );
+    host::first_difference(&format!("{ctx}: qa"), &got[0], &q, c);
+    host::first_difference(&format!("{ctx}: sa"), &got[1], &s, cb);
+    let mut xt = vec![0f32; x.len()];
+    for (i, v) in x.iter().enumerate() {
+        let (b, n, k) = (i / (r * c), i / c % r, i % c);
+        xt[(b * c + k) * r + n] = *v;
+    }
+    let (qt, st) = reference_quantize(
+        &xt,
+        &[2, c as u64, r as u64],
+        BlockLayout::tile(),
+        format,
+        MODES[m],
+    );
+    host::first_difference(&format!("{ctx}: qt"), &got[2], &qt, r);
+    host::first_difference(&format!("{ctx}: st"), &got[3], &st, rb);
+}
+
 #[test]
 fn the_tiled_quantizer_equals_the_cpu_reference_quantize() {
     let Some((exe, mut rng, seed)) = host::setup("tile_quantize_host", "tile_driver.cpp") else {
@@ -146,42 +196,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference_quantize() {
             MODES[m]
         );
         let x = host::mx_test_values(&mut rng, 2 * r * c);
-        let l = Launch {
-            flags: TILE | TILE_T,
-            batch: 2,
-            r,
-            c,
-            ldt: r,
-            ldst: rb,
-            offs: vec![],
-            grouped_tiles: 0,
-            gy: 2,
-            sizes: [2 * r * c, 2 * rb * cb, 2 * c * r, 2 * cb * rb],
-        };
-        let got = run(&exe, &l, &x, (fmt, m), Kernel::F32);
-        let (q, s) = reference_quantize(
-            &x,
-            &[2, r as u64, c as u64],
-            BlockLayout::tile(),
-            format,
-            MODES[m],
-        );
-        host::first_difference(&format!("{ctx}: qa"), &got[0], &q, c);
-        host::first_difference(&format!("{ctx}: sa"), &got[1], &s, cb);
-        let mut xt = vec![0f32; x.len()];
-        for (i, v) in x.iter().enumerate() {
-            let (b, n, k) = (i / (r * c), i / c % r, i % c);
-            xt[(b * c + k) * r + n] = *v;
-        }
-        let (qt, st) = reference_quantize(
-            &xt,
-            &[2, c as u64, r as u64],
-            BlockLayout::tile(),
-            format,
-            MODES[m],
-        );
-        host::first_difference(&format!("{ctx}: qt"), &got[2], &qt, r);
-        host::first_difference(&format!("{ctx}: st"), &got[3], &st, rb);
+        check_tiles(&exe, &x, (r, c), (fmt, format, m), Kernel::F32, &ctx);
 
         // COLS, written transposed into rows of 72
         let m = next_mode();
@@ -305,7 +320,6 @@ fn the_bf16_tile_paths_equal_the_cpu_reference_quantize() {
         return;
     };
     let (r, c): (usize, usize) = (300, 104);
-    let (rb, cb) = (r.div_ceil(32), c.div_ceil(32));
     let mut case = 0;
     for kernel in [Kernel::Bf16Ring, Kernel::T32, Kernel::T32l] {
         for (fmt, format) in [MxFormat::E4m3, MxFormat::E5m2].into_iter().enumerate() {
@@ -319,43 +333,7 @@ fn the_bf16_tile_paths_equal_the_cpu_reference_quantize() {
                 .into_iter()
                 .map(|v| half::bf16::from_f32(v).to_f32())
                 .collect();
-            let l = Launch {
-                flags: TILE | TILE_T,
-                batch: 2,
-                r,
-                c,
-                ldt: r,
-                ldst: rb,
-                offs: vec![],
-                grouped_tiles: 0,
-                // (t32l: grid y counts groups of four tiles)
-                gy: 2,
-                sizes: [2 * r * c, 2 * rb * cb, 2 * c * r, 2 * cb * rb],
-            };
-            let got = run(&exe, &l, &x, (fmt, m), kernel);
-            let (q, s) = reference_quantize(
-                &x,
-                &[2, r as u64, c as u64],
-                BlockLayout::tile(),
-                format,
-                MODES[m],
-            );
-            host::first_difference(&format!("{ctx}: qa"), &got[0], &q, c);
-            host::first_difference(&format!("{ctx}: sa"), &got[1], &s, cb);
-            let mut xt = vec![0f32; x.len()];
-            for (i, v) in x.iter().enumerate() {
-                let (b, n, k) = (i / (r * c), i / c % r, i % c);
-                xt[(b * c + k) * r + n] = *v;
-            }
-            let (qt, st) = reference_quantize(
-                &xt,
-                &[2, c as u64, r as u64],
-                BlockLayout::tile(),
-                format,
-                MODES[m],
-            );
-            host::first_difference(&format!("{ctx}: qt"), &got[2], &qt, r);
-            host::first_difference(&format!("{ctx}: st"), &got[3], &st, rb);
+            check_tiles(&exe, &x, (r, c), (fmt, format, m), kernel, &ctx);
         }
     }
 }
