@@ -149,6 +149,90 @@ fn check_tiles(
     host::first_difference(&format!("{ctx}: st"), &got[3], &st, rb);
 }
 
+/// ROWS | COLS grouped by experts of `sizes` rows, then 5 more rows (`x`: rows × c), by `kernel`:
+/// the row quantization, and the transposed outputs in the padded expert layout (each expert's
+/// columns rounded up to 128, blocks restarting at each expert, padding zero with the all-zero
+/// block's scale, except inside a part-full last block holding a NaN or Inf).
+fn check_grouped(
+    exe: &std::path::Path,
+    x: &[f32],
+    c: usize,
+    sizes: &[usize],
+    (fmt, format, m): (usize, MxFormat, usize),
+    kernel: Kernel,
+    ctx: &str,
+) {
+    let rg = sizes.iter().sum::<usize>() + 5;
+    let cb = c.div_ceil(32);
+    let pad: Vec<usize> = sizes.iter().map(|m| m.div_ceil(128) * 128).collect();
+    let mpad: usize = pad.iter().sum();
+    let offs: Vec<i32> = sizes
+        .iter()
+        .scan(0, |a, &m| {
+            *a += m as i32;
+            Some(*a)
+        })
+        .collect();
+    let l = Launch {
+        flags: ROWS | COLS,
+        batch: 1,
+        r: rg,
+        c,
+        ldt: mpad,
+        ldst: mpad / 32,
+        offs,
+        grouped_tiles: mpad / 32,
+        gy: 3,
+        sizes: [rg * c, rg * cb, c * mpad, c * mpad / 32],
+    };
+    let got = run(exe, &l, x, (fmt, m), kernel);
+    let (q, s) = reference_quantize(
+        x,
+        &[rg as u64, c as u64],
+        BlockLayout::vector(1),
+        format,
+        MODES[m],
+    );
+    host::first_difference(&format!("{ctx}: qa"), &got[0], &q, c);
+    host::first_difference(&format!("{ctx}: sa"), &got[1], &s, cb);
+    // the transposed outputs, expert by expert: zero bytes and the zero block's scale in padding
+    let (_, zero_scale) = reference_quantize(
+        &[0.0; 32],
+        &[1, 32],
+        BlockLayout::vector(1),
+        format,
+        MODES[m],
+    );
+    let (mut qt, mut st) = (vec![0u8; c * mpad], vec![zero_scale[0]; c * mpad / 32]);
+    let (mut row0, mut seg) = (0, 0);
+    for (&me, &pe) in sizes.iter().zip(&pad) {
+        if me > 0 {
+            let slab = host::transpose(&x[row0 * c..(row0 + me) * c], me, c);
+            let (q, s) = reference_quantize(
+                &slab,
+                &[c as u64, me as u64],
+                BlockLayout::vector(1),
+                format,
+                MODES[m],
+            );
+            let mb = me.div_ceil(32);
+            for k in 0..c {
+                qt[k * mpad + seg..k * mpad + seg + me].copy_from_slice(&q[k * me..(k + 1) * me]);
+                st[k * (mpad / 32) + seg / 32..k * (mpad / 32) + seg / 32 + mb]
+                    .copy_from_slice(&s[k * mb..(k + 1) * mb]);
+                // a NaN/Inf block is 0x7F throughout, the padding rows of a part-full last
+                // block too (the non-finite rule holds for the whole 32-row block)
+                if s[(k + 1) * mb - 1] == 0xFF {
+                    qt[k * mpad + seg + me..k * mpad + seg + 32 * mb].fill(0x7F);
+                }
+            }
+        }
+        (row0, seg) = (row0 + me, seg + pe);
+    }
+    host::first_difference(&format!("{ctx}: qt"), &got[2], &qt, mpad);
+    host::first_difference(&format!("{ctx}: st"), &got[3], &st, mpad / 32);
+}
+
 #[test]
 fn the_tiled_quantizer_equals_the_cpu_reference_quantize() {
     let Some((exe, mut rng, seed)) = host::setup("tile_quantize_host", "tile_driver.cpp") else {
@@ -236,74 +320,7 @@ fn the_tiled_quantizer_equals_the_cpu_reference_quantize() {
             MODES[m]
         );
         let x = host::mx_test_values(&mut rng, rg * c);
-        let pad: Vec<usize> = sizes.iter().map(|m| m.div_ceil(128) * 128).collect();
-        let mpad: usize = pad.iter().sum();
-        let offs: Vec<i32> = sizes
-            .iter()
-            .scan(0, |a, &m| {
-                *a += m as i32;
-                Some(*a)
-            })
-            .collect();
-        let l = Launch {
-            flags: ROWS | COLS,
-            batch: 1,
-            r: rg,
-            c,
-            ldt: mpad,
-            ldst: mpad / 32,
-            offs,
-            grouped_tiles: mpad / 32,
-            gy: 3,
-            sizes: [rg * c, rg * cb, c * mpad, c * mpad / 32],
-        };
-        let got = run(&exe, &l, &x, (fmt, m), Kernel::F32);
-        let (q, s) = reference_quantize(
-            &x,
-            &[rg as u64, c as u64],
-            BlockLayout::vector(1),
-            format,
-            MODES[m],
-        );
-        host::first_difference(&format!("{ctx}: qa"), &got[0], &q, c);
-        host::first_difference(&format!("{ctx}: sa"), &got[1], &s, cb);
-        // the transposed outputs, expert by expert: zero bytes and the zero block's scale in padding
-        let (_, zero_scale) = reference_quantize(
-            &[0.0; 32],
-            &[1, 32],
-            BlockLayout::vector(1),
-            format,
-            MODES[m],
-        );
-        let (mut qt, mut st) = (vec![0u8; c * mpad], vec![zero_scale[0]; c * mpad / 32]);
-        let (mut row0, mut seg) = (0, 0);
-        for (&me, &pe) in sizes.iter().zip(&pad) {
-            if me > 0 {
-                let slab = host::transpose(&x[row0 * c..(row0 + me) * c], me, c);
-                let (q, s) = reference_quantize(
-                    &slab,
-                    &[c as u64, me as u64],
-                    BlockLayout::vector(1),
-                    format,
-                    MODES[m],
-                );
-                let mb = me.div_ceil(32);
-                for k in 0..c {
-                    qt[k * mpad + seg..k * mpad + seg + me]
-                        .copy_from_slice(&q[k * me..(k + 1) * me]);
-                    st[k * (mpad / 32) + seg / 32..k * (mpad / 32) + seg / 32 + mb]
-                        .copy_from_slice(&s[k * mb..(k + 1) * mb]);
-                    // a NaN/Inf block is 0x7F throughout, the padding rows of a part-full last
-                    // block too (the non-finite rule holds for the whole 32-row block)
-                    if s[(k + 1) * mb - 1] == 0xFF {
-                        qt[k * mpad + seg + me..k * mpad + seg + 32 * mb].fill(0x7F);
-                    }
-                }
-            }
-            (row0, seg) = (row0 + me, seg + pe);
-        }
-        host::first_difference(&format!("{ctx}: qt"), &got[2], &qt, mpad);
-        host::first_difference(&format!("{ctx}: st"), &got[3], &st, mpad / 32);
+        check_grouped(&exe, &x, c, &sizes, (fmt, format, m), Kernel::F32, &ctx);
     }
 }
 
@@ -334,6 +351,18 @@ fn the_bf16_tile_paths_equal_the_cpu_reference_quantize() {
                 .map(|v| half::bf16::from_f32(v).to_f32())
                 .collect();
             check_tiles(&exe, &x, (r, c), (fmt, format, m), kernel, &ctx);
+            if kernel == Kernel::Bf16Ring {
+                // (the TMA kernels take ungrouped tiles only)
+                let sizes = [45usize, 0, 130, 20];
+                let ctx = format!(
+                    "{kernel:?} grouped ROWS|COLS {sizes:?} + 5 rows {format:?}, seed {seed}"
+                );
+                let x: Vec<f32> = host::mx_test_values(&mut rng, (195 + 5) * c)
+                    .into_iter()
+                    .map(|v| half::bf16::from_f32(v).to_f32())
+                    .collect();
+                check_grouped(&exe, &x, c, &sizes, (fmt, format, m), kernel, &ctx);
+            }
         }
     }
 }
