@@ -184,3 +184,60 @@ fn dequantize_and_transpose_kernels_equal_the_reference() {
         );
     }
 }
+
+/// `mx_wgrad_relayout` (the FP8 wgrad's move of a pre-quantized `[R][P]` operand with 1×32 blocks
+/// along R into the GEMM's padded transposed layout, `MXHOST_MX_WGRAD=fp8`): experts of 45, 0,
+/// 70 and 3 rows (starts not multiples of 32, so each is shifted by start % 32 and keeps its
+/// global blocks' scales), P = 40; the table as wgrad.rs builds it. Blocks of 32 × 8 threads.
+#[test]
+fn wgrad_relayout_equals_the_reference() {
+    let Some((exe, mut rng, seed)) = host::setup("aux_host_relayout", "aux_driver.cpp") else {
+        return;
+    };
+    let (sizes, p) = ([45usize, 0, 70, 3], 40usize);
+    let r: usize = sizes.iter().sum();
+    // wgrad.rs: {seg, shift, start, rows} per expert, segments of rup(rows + shift, 128)
+    let (mut tbl, mut seg, mut start) = (Vec::new(), 0usize, 0usize);
+    for &m in &sizes {
+        let sh = if m == 0 { 0 } else { start % 32 };
+        tbl.push([seg, sh, start, m]);
+        seg += (m + sh).next_multiple_of(128);
+        start += m;
+    }
+    let mpad = seg;
+    let q: Vec<u8> = (0..r * p).map(|_| rng.below(256) as u8).collect();
+    let s: Vec<u8> = (0..r.div_ceil(32) * p)
+        .map(|_| rng.below(256) as u8)
+        .collect();
+    let mut qt = vec![0u8; p * mpad];
+    let mut st = vec![0u8; p * (mpad / 32)];
+    for (b, blk) in st.chunks_mut(1).enumerate() {
+        let (col, t0) = (b / (mpad / 32), 32 * (b % (mpad / 32)));
+        // the expert whose segment holds t0 (the last one starting at or before it)
+        let &[sg, sh, st0, m] = tbl.iter().rev().find(|t| t[0] <= t0).unwrap();
+        let j0 = t0 as i64 - (sg + sh) as i64;
+        let (a, z) = (j0.max(0), (j0 + 32).min(m as i64));
+        blk[0] = if a < z {
+            s[(st0 + a as usize) / 32 * p + col]
+        } else {
+            127
+        };
+    }
+    for &[sg, sh, st0, m] in &tbl {
+        for j in 0..m {
+            for col in 0..p {
+                qt[col * mpad + sg + sh + j] = q[(st0 + j) * p + col];
+            }
+        }
+    }
+    let tbl_bytes: Vec<u8> = tbl
+        .iter()
+        .flatten()
+        .flat_map(|&v| (v as i32).to_le_bytes())
+        .collect();
+    let header = [3, 0, 0, sizes.len(), r, p, mpad, 0, 0, 0, 0, s.len()];
+    let got = host::run_driver(&exe, &header, &[&q, &s, &tbl_bytes]);
+    let ctx = format!("mx_wgrad_relayout {sizes:?} x {p}, seed {seed}");
+    host::first_difference(&format!("{ctx}: qt"), &got[..p * mpad], &qt, mpad);
+    host::first_difference(&format!("{ctx}: st"), &got[p * mpad..], &st, mpad / 32);
+}

@@ -7,7 +7,8 @@
 // per CUDA thread, CTAs one after another, so a `__shared__` variable can be a function-local
 // static (one CTA uses it at a time) and `__syncthreads` is a barrier over the CTA. Warp
 // collectives (shuffles, ballot, reduce) meet at a per-warp barrier and exchange through a
-// per-CTA buffer: every lane of the warp must take part (full masks only, as in the kernels);
+// per-CTA buffer (warps are 32 consecutive linear thread indices, x fastest, as in CUDA):
+// every lane of the warp must take part (full masks only, as in the kernels);
 // one that does not (a divergent shuffle or __syncthreads) aborts the driver with a message
 // after SIMT_TIMEOUT_S (30) s instead of hanging. A thread that returns from the kernel leaves
 // its barriers, as an exited CUDA thread does.
@@ -44,6 +45,7 @@
 
 struct simt_dim3 { unsigned x = 0, y = 0, z = 0; };
 inline thread_local simt_dim3 threadIdx, blockIdx;
+inline thread_local int simt_tid;   // the thread's linear index in its CTA (warps are 32 of them)
 inline simt_dim3 blockDim, gridDim;
 
 struct uint2 { mx_u32 x, y; };
@@ -193,7 +195,7 @@ inline void simt_full(mx_u32 mask) {
 // Every lane publishes `v`, then reads lane `src`'s.
 template <class T> inline T simt_exchange(T v, int src) {
   static_assert(sizeof(T) <= 8, "8-byte exchange slots");
-  const int t = (int)threadIdx.x, w = t >> 5;
+  const int t = simt_tid, w = t >> 5;
   mx_u64 bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
   simt_cta->xch[t] = bits;
@@ -207,21 +209,21 @@ template <class T> inline T simt_exchange(T v, int src) {
 template <class T> inline T __shfl_sync(mx_u32 m, T v, int src) { simt_full(m); return simt_exchange(v, src); }
 template <class T> inline T __shfl_xor_sync(mx_u32 m, T v, int x) {
   simt_full(m);
-  return simt_exchange(v, (int)(threadIdx.x & 31) ^ x);
+  return simt_exchange(v, (simt_tid & 31) ^ x);
 }
 template <class T> inline T __shfl_up_sync(mx_u32 m, T v, int d) {
   simt_full(m);
-  const int lane = threadIdx.x & 31;
+  const int lane = simt_tid & 31;
   return simt_exchange(v, lane >= d ? lane - d : lane);
 }
 template <class T> inline T __shfl_down_sync(mx_u32 m, T v, int d) {
   simt_full(m);
-  const int lane = threadIdx.x & 31;
+  const int lane = simt_tid & 31;
   return simt_exchange(v, lane + d < 32 ? lane + d : lane);
 }
 // Combines the warp's 32 values with `f` (each lane reads all 32).
 template <class T, class F> inline T simt_warp_fold(T v, T init, F f) {
-  const int t = (int)threadIdx.x, w = t >> 5;
+  const int t = simt_tid, w = t >> 5;
   mx_u64 bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
   simt_cta->xch[t] = bits;
@@ -251,15 +253,16 @@ inline mx_u32 __reduce_or_sync(mx_u32 m, mx_u32 v) {
 }
 inline void __syncwarp(mx_u32 m = 0xffffffffu) {
   simt_full(m);
-  simt_warp_meet(threadIdx.x >> 5);
+  simt_warp_meet(simt_tid >> 5);
 }
 
-// Runs `body` as a kernel: grid (gx, gy, gz) of CTAs with `threads` threads (a multiple of 32)
-// and `dyn_smem` bytes of dynamic shared memory each.
-template <class F> void simt_launch(simt_dim3 grid, int threads, F body, size_t dyn_smem = 0) {
+// Runs `body` as a kernel: grid (gx, gy, gz) of CTAs of `block` threads (x fastest; a multiple
+// of 32 in all) with `dyn_smem` bytes of dynamic shared memory each.
+template <class F> void simt_launch(simt_dim3 grid, simt_dim3 block, F body, size_t dyn_smem = 0) {
+  const int threads = (int)(block.x * block.y * block.z);
   if (threads <= 0 || threads % 32 != 0) throw std::logic_error("simt.hpp: whole warps only");
   gridDim = grid;
-  blockDim = simt_dim3{(unsigned)threads, 1, 1};
+  blockDim = block;
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
@@ -269,7 +272,8 @@ template <class F> void simt_launch(simt_dim3 grid, int threads, F body, size_t 
         ts.reserve(threads);
         for (int t = 0; t < threads; ++t)
           ts.emplace_back([&, t] {
-            threadIdx = simt_dim3{(unsigned)t, 0, 0};
+            threadIdx = simt_dim3{t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+            simt_tid = t;
             blockIdx = simt_dim3{x, y, z};
             body();
             cta.cta.arrive_and_drop();   // an exited thread no longer holds back the others
@@ -279,6 +283,11 @@ template <class F> void simt_launch(simt_dim3 grid, int threads, F body, size_t 
         for (auto& th : ts) th.join();
         simt_cta = nullptr;
       }
+}
+
+// One-dimensional blocks of `threads` threads.
+template <class F> void simt_launch(simt_dim3 grid, int threads, F body, size_t dyn_smem = 0) {
+  simt_launch(grid, simt_dim3{(unsigned)threads, 1, 1}, body, dyn_smem);
 }
 
 // The kernels' base header last, over the shims above: MX_DEV is `inline` here, the PTX

@@ -101,8 +101,8 @@ inline void mbar_wait(mx_u64* bar, mx_u32 parity) {
   if (!simt_cta->sync_cv.wait_for(lk, std::chrono::seconds(SIMT_TIMEOUT_S),
                                   [&] { return simt_mbar(bar).phase != (parity & 1); })) {
     const SimtMbar& m = simt_mbar(bar);
-    fprintf(stderr, "simt_sm90.hpp: thread %u waited %d s on an mbarrier's phase %u (pending arrivals %d of %d, tx bytes %lld)\n",
-            threadIdx.x, SIMT_TIMEOUT_S, parity & 1, m.pending, m.count, (long long)m.tx);
+    fprintf(stderr, "simt_sm90.hpp: thread %d waited %d s on an mbarrier's phase %u (pending arrivals %d of %d, tx bytes %lld)\n",
+            simt_tid, SIMT_TIMEOUT_S, parity & 1, m.pending, m.count, (long long)m.tx);
     std::abort();
   }
 }
@@ -236,7 +236,7 @@ inline mx_u32 simt_desc_addr(mx_u64 desc, int row, int kb) {
 }
 // D (m64 x n) = A * B (+ D when acc): A's 64 and B's n rows of 32 bytes (k32 FP8 or k16 bf16).
 inline void simt_wgmma(float* d, mx_u64 da, mx_u64 db, int n, int ta, int tb, int acc) {
-  const int t = (int)threadIdx.x, wg = t >> 7, lt = t & 127;
+  const int t = simt_tid, wg = t >> 7, lt = t & 127;
   simt_cta->wslots[t] = SimtWgmmaSlot{d, da, db, n, ta, tb, acc};
   if (simt_cta->wgs[wg]->arrive_and_wait() != 128) simt_fail("a wgmma reached by fewer than 128 threads of its warpgroup");
   if (lt == 0) {
