@@ -215,9 +215,14 @@ fn run(exe: &std::path::Path, o: &Operands, c: &Case, terms: usize) -> (i32, i32
     }
     let payload: [&[u8]; 6] = [&offs, &o.x, &o.sx, &o.w, &o.sw, &wt];
     let got = host::run_driver(exe, &header, &payload);
+    status_and_output(&got, c.out_bf16)
+}
+
+/// The driver's output: status flags, residuals listed, the values as f64.
+fn status_and_output(got: &[u8], out_bf16: bool) -> (i32, i32, Vec<f64>) {
     let word = |i: usize| i32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
     let body = &got[8..];
-    let out = if c.out_bf16 {
+    let out = if out_bf16 {
         body.chunks(2)
             .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f64())
             .collect()
@@ -229,22 +234,22 @@ fn run(exe: &std::path::Path, o: &Operands, c: &Case, terms: usize) -> (i32, i32
     (word(0), word(1), out)
 }
 
-/// The first output outside the tolerance, as a message.
-fn first_miss(c: &Case, got: &[f64], want: &[f64], mag: &[f64]) -> Option<String> {
+/// The first output outside the tolerance (`cols` per output row), as a message.
+fn first_miss(
+    (out_bf16, cols): (bool, usize),
+    got: &[f64],
+    want: &[f64],
+    mag: &[f64],
+) -> Option<String> {
     (0..want.len()).find_map(|i| {
-        let tol = 1e-5 * mag[i]
-            + if c.out_bf16 {
-                want[i].abs() / 256.0
-            } else {
-                0.0
-            };
+        let tol = 1e-5 * mag[i] + if out_bf16 { want[i].abs() / 256.0 } else { 0.0 };
         // (a NaN is outside too)
         let bad = (got[i] - want[i]).abs() > tol || got[i].is_nan();
         bad.then(|| {
             format!(
                 "row {}, column {}: chained {}, float64 {} (tolerance {tol:.3e})",
-                i / c.n,
-                i % c.n,
+                i / cols,
+                i % cols,
                 got[i],
                 want[i]
             )
@@ -277,7 +282,7 @@ fn chained_forward_matches_float64_and_needs_its_corrections() {
             "{} (seed {seed}): only {listed} residuals",
             c.name
         );
-        if let Some(miss) = first_miss(c, &got, &want, &mag) {
+        if let Some(miss) = first_miss((c.out_bf16, c.n), &got, &want, &mag) {
             panic!("{} (seed {seed}): {miss}", c.name);
         }
         if !c.without {
@@ -285,9 +290,116 @@ fn chained_forward_matches_float64_and_needs_its_corrections() {
         }
         let (_, _, without) = run(&exe, &o, c, 0);
         assert!(
-            first_miss(c, &without, &want, &mag).is_some(),
+            first_miss((c.out_bf16, c.n), &without, &want, &mag).is_some(),
             "{} (seed {seed}): also within tolerance without the corrections: the case does not test them",
             c.name
         );
+    }
+}
+
+/// Rows of the chained wgrad's operands `[rows][mpad]` with 1×32 scales along mpad: each expert's
+/// segment (`lens`, each padded to 128) holds large elements, zeros past its length; in the
+/// segment's stage `carry` (if it has one) a block 10 binades above the other three, which hold
+/// six elements each row (residuals after the shift); the segment's first block zero when `carry`
+/// is not 0 (so that the other operand's large element there meets zeros).
+fn wgrad_rows(rng: &mut Rng, lens: &[usize], rows: usize, carry: usize) -> (Vec<u8>, Vec<u8>) {
+    let mpad: usize = lens.iter().map(|m| m.next_multiple_of(128)).sum();
+    let (mut q, mut s) = (vec![0u8; rows * mpad], Vec::with_capacity(rows * mpad / 32));
+    for r in 0..rows {
+        let row = &mut q[r * mpad..(r + 1) * mpad];
+        let mut sc = group_scales(rng, 1, mpad / 32);
+        let mut seg = 0;
+        for &m in lens {
+            let bytes = row_bytes(rng, E4m3, Bytes::Few, m);
+            row[seg..seg + m].copy_from_slice(&bytes);
+            let c0 = seg + 128 * carry;
+            if c0 + 128 <= seg + m {
+                row[c0..c0 + 128].fill(0);
+                row[c0] = large_byte(rng, E4m3);
+                for _ in 0..6 {
+                    row[c0 + 32 + rng.below(96)] = finite_byte(rng, E4m3, false);
+                }
+                sc[c0 / 32] += 10;
+                if carry > 0 {
+                    row[seg..seg + 32].fill(0);
+                }
+            }
+            seg += m.next_multiple_of(128);
+        }
+        s.extend(sc);
+    }
+    (q, s)
+}
+
+/// The chained wgrad (`mx_cgemm_w_*_s3`, `MXHOST_MX_CHAIN_WGRAD=1`: batched K segments, a scale
+/// per B column and stage, corrections with B's column scales) on A `[48][mpad]` and B
+/// `[80][mpad]`, experts of 300, 0 and 260 rows (residuals of both operands in both non-empty
+/// segments, so that each tile takes its own expert's part of a row's list), against float64; without the corrections it
+/// must fail.
+#[test]
+fn chained_wgrad_matches_float64_and_needs_its_corrections() {
+    let Some((exe, mut rng, seed)) = host::setup("chain_wgrad_host", "chain_gemm_driver.cpp")
+    else {
+        return;
+    };
+    let (lens, pr, qc) = ([300usize, 0, 260], 48usize, 80usize);
+    let mpad: usize = lens.iter().map(|m| m.next_multiple_of(128)).sum();
+    let (a, sa) = wgrad_rows(&mut rng, &lens, pr, 0);
+    let (b, sb) = wgrad_rows(&mut rng, &lens, qc, 1);
+    let mp = mpad / 32;
+    let e = lens.len();
+    let (mut want, mut mag) = (vec![0f64; e * pr * qc], vec![0f64; e * pr * qc]);
+    let mut seg = 0;
+    for (x, &m) in lens.iter().enumerate() {
+        for r in 0..pr {
+            for n in 0..qc {
+                let (mut v, mut t) = (0f64, 0f64);
+                for k in seg..seg + m {
+                    let s =
+                        2f64.powi(sa[r * mp + k / 32] as i32 + sb[n * mp + k / 32] as i32 - 254);
+                    let p = decode(a[r * mpad + k], E4m3) as f64
+                        * decode(b[n * mpad + k], E4m3) as f64
+                        * s;
+                    v += p;
+                    t += p.abs();
+                }
+                want[(x * pr + r) * qc + n] = v;
+                mag[(x * pr + r) * qc + n] = t;
+            }
+        }
+        seg += m.next_multiple_of(128);
+    }
+    let offs: Vec<u8> = lens
+        .iter()
+        .scan(0i32, |acc, &m| {
+            *acc += m as i32;
+            Some(*acc)
+        })
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    for (out_bf16, terms) in [(false, 3), (true, 3), (false, 0)] {
+        let header = [e, pr, qc, mpad, 0, out_bf16 as usize, 2, 2, terms];
+        let t = std::time::Instant::now();
+        let got = host::run_driver(&exe, &header, &[&offs, &a, &sa, &b, &sb]);
+        let (flags, listed, got) = status_and_output(&got, out_bf16);
+        eprintln!(
+            "  wgrad, bf16 out {out_bf16}, corrections {terms} ({:.1} s): {listed} residuals",
+            t.elapsed().as_secs_f64()
+        );
+        assert_eq!(
+            flags, 0,
+            "wgrad (seed {seed}): the re-encoding reported status {flags}"
+        );
+        let miss = first_miss((out_bf16, qc), &got, &want, &mag);
+        if terms == 3 {
+            if let Some(miss) = miss {
+                panic!("wgrad, bf16 out {out_bf16} (seed {seed}): {miss}");
+            }
+        } else {
+            assert!(
+                miss.is_some(),
+                "wgrad (seed {seed}): also within tolerance without the corrections"
+            );
+        }
     }
 }

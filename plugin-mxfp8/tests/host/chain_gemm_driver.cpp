@@ -9,6 +9,11 @@
 // E4M3), its tile scales (E x NB x KB), W transposed (E x K x N). OUT: status (2 x i32: flags,
 // residuals listed), then the output (M x N, bf16 or f32; poisoned first; untouched when the
 // status has flags: the backend runs the per-k32 kernel then).
+// BUILD 2 is the chained wgrad (mx_cgemm_w_*: batched K segments, a scale per B column and
+// stage, as chain_wgrad.rs launches it); the header is then (E, PR, QC, MPAD, 0, OUT_BF16, 2,
+// GRID, TERMS), the input offs (E x i32, cumulative segment lengths), A (PR x MPAD bytes, the
+// experts' segments each zero padded to a multiple of 128), its 1x32 scales along MPAD (PR x
+// MPAD / 32), B (QC x MPAD) and its scales (QC x MPAD / 32); the output E x PR x QC.
 #include "simt.hpp"
 #include "simt_sm90.hpp"
 #include "mx_numerics.cuh"
@@ -19,6 +24,24 @@
 #include "mx_fp8_shift.cuh"
 #include "mx_reencode.cuh"
 #include "mx_tgemm_chain.cuh"
+
+struct Reenc {
+  std::vector<mx_u8> q2, s2;
+  std::vector<MxRes> res;
+  std::vector<int> cnt;
+};
+// mx_reencode_rows on R rows of K bytes (scales as mx_reencode.cuh indexes them), into status.
+static Reenc reencode(const std::vector<mx_u8>& q, const std::vector<mx_u8>& s, int K, int slots, mx_i64 R,
+                      mx_i64 ise, mx_i64 isr, mx_i64 isc, int rpe, int rdv, int fmt, int* status) {
+  Reenc o{std::vector<mx_u8>(q.size(), 0xA5), std::vector<mx_u8>(s.size(), 0), std::vector<MxRes>(R * slots),
+          std::vector<int>(R, -1)};
+  MxReencodeParams p{q.data(), s.data(), o.q2.data(), o.s2.data(), o.res.data(), o.cnt.data(), status,
+                     R, ise, isr, isc, K, rpe, rdv, slots};
+  const simt_dim3 g{(unsigned)std::min<mx_i64>((R + 7) / 8, 4), 1, 1};
+  if (fmt == 0) simt_launch(g, 256, [&] { mx_reencode_rows<0>(p); });
+  else simt_launch(g, 256, [&] { mx_reencode_rows<1>(p); });
+  return o;
+}
 
 template <class T> bool read_into(FILE* f, std::vector<T>& v, size_t n) {
   v.resize(n);
@@ -33,6 +56,70 @@ static void transpose_u8(const mx_u8* in, mx_u8* out, mx_i64 rows, mx_i64 cols, 
 
 static float e8m0(mx_u8 b) { return b == 255 ? NAN : std::ldexp(1.0f, (int)b - 127); }
 
+// The chained wgrad (BUILD 2; header and input in the comment at the top).
+static int run_wgrad(const mx_i64* h, FILE* in, const char* out_path) {
+  const int E = (int)h[0], PR = (int)h[1], QC = (int)h[2], MPAD = (int)h[3], obf = (int)h[5], grid = (int)h[7];
+  const int MP = MPAD / 32, QP = (QC + 127) / 128 * 128;
+  if (PR % 16 || QC % 16 || MPAD % 128) { fprintf(stderr, "the chained wgrad needs PR and QC multiples of 16, MPAD of 128\n"); return 2; }
+  std::vector<int> offs;
+  std::vector<mx_u8> a, sa, b, sb;
+  if (!read_into(in, offs, E) || !read_into(in, a, (size_t)PR * MPAD) || !read_into(in, sa, (size_t)PR * MP) ||
+      !read_into(in, b, (size_t)QC * MPAD) || !read_into(in, sb, (size_t)QC * MP)) {
+    fprintf(stderr, "short input\n");
+    return 2;
+  }
+  fclose(in);
+  const int slots = 16 + MPAD / 256;
+  std::vector<int> status(2, 0);
+  // both operands re-encoded per row along M (chain_wgrad.rs: the A-side forms of both)
+  const Reenc ra = reencode(a, sa, MPAD, slots, PR, 0, 1, MP, PR, 1, 0, status.data());
+  const Reenc rb = reencode(b, sb, MPAD, slots, QC, 0, 1, MP, QC, 1, 0, status.data());
+  std::vector<mx_u8> out((size_t)E * PR * QC * (obf ? 2 : 4), 0xA5);
+  if (status[0] == 0) {
+    // A' and its scales transposed (rows of ldt = PR bytes, 272 bytes of slack); B's original
+    // bytes and scales transposed (Bt [MPAD][QC], sBo [MP][QC])
+    std::vector<mx_u8> at((size_t)MPAD * PR + 272, 0), sat((size_t)MP * PR + 272, 0), bt((size_t)MPAD * QC), sbo((size_t)MP * QC);
+    transpose_u8(ra.q2.data(), at.data(), PR, MPAD, PR);
+    transpose_u8(ra.s2.data(), sat.data(), PR, MP, PR);
+    transpose_u8(b.data(), bt.data(), QC, MPAD, QC);
+    transpose_u8(sb.data(), sbo.data(), QC, MP, QC);
+    // SA stage-major from A' scales; SB one row per stage and B column: [MP][QP]
+    std::vector<float> SA((size_t)MP / 4 * 4 * PR, 0.f), SB((size_t)MP * QP, 0.f);
+    for (int r = 0; r < PR; ++r)
+      for (int kb = 0; kb < MP; ++kb) SA[(size_t)(kb / 4) * 4 * PR + r * 4 + kb % 4] = e8m0(ra.s2[(size_t)r * MP + kb]);
+    for (int kb = 0; kb < MP; ++kb)
+      for (int n = 0; n < QC; ++n) SB[(size_t)kb * QP + n] = e8m0(rb.s2[(size_t)n * MP + kb]);
+    MxGemmChainParams P{};
+    MxGemmParams& g = P.b.g;
+    g.A = ra.q2.data(); g.lda = MPAD;
+    g.B = rb.q2.data(); g.ldb = MPAD; g.b_es = 0;
+    g.SA = SA.data(); g.ldsa = 4 * PR;
+    g.SB = SB.data(); g.ldsb = QP; g.sb_es = 0;
+    g.out = out.data(); g.ldo = QC; g.o_es = (mx_i64)PR * QC;
+    g.offs = offs.data(); g.E = E; g.M = PR; g.N = QC; g.K = 0; g.batched = 1; g.out_t = 0;
+    P.b.tmA = simt_tmap_2d(ra.q2.data(), 1, MPAD, PR, MPAD, 128, 256, true);
+    P.b.tmB = simt_tmap_2d(rb.q2.data(), 1, MPAD, QC, MPAD, 128, 128, true);
+    P.b.gate = nullptr;
+    MxChainFix& f = P.f;
+    f.resA = ra.res.data(); f.cntA = ra.cnt.data(); f.resB = rb.res.data(); f.cntB = rb.cnt.data();
+    f.Bt = bt.data(); f.sBo = sbo.data(); f.At = at.data(); f.sAt = sat.data();
+    f.bt_es = 0; f.ise = 0; f.isr = QC; f.isc = 1; f.ldt = PR;
+    f.slots = slots; f.terms = (int)h[8];
+    const simt_dim3 g3{(unsigned)grid, 1, 1};
+    const MxGemmTmaParams& pb = P.b;
+    const MxChainFix* pf = &P.f;
+    const size_t smem = mxc_smem_bytes<3, true, true>();
+    if (obf) simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<0, 0, 0, 1, 3, false, true, true>(pb, pf); }, smem);
+    else simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<0, 0, 0, 0, 3, false, true, true>(pb, pf); }, smem);
+  }
+  FILE* o = fopen(out_path, "wb");
+  if (!o) return 2;
+  fwrite(status.data(), 4, 2, o);
+  fwrite(out.data(), 1, out.size(), o);
+  fclose(o);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) { fprintf(stderr, "usage: driver IN OUT\n"); return 2; }
   FILE* in = fopen(argv[1], "rb");
@@ -40,6 +127,7 @@ int main(int argc, char** argv) {
   if (!in || fread(h, 8, 9, in) != 9) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
   const int E = (int)h[0], M = (int)h[1], N = (int)h[2], K = (int)h[3], fa = (int)h[4], obf = (int)h[5];
   const int build = (int)h[6], grid = (int)h[7];
+  if (build == 2) return run_wgrad(h, in, argv[2]);
   const int KB = (K + 31) / 32, KB4 = (KB + 3) / 4 * 4, NB = (N + 31) / 32, NB4 = (NB + 3) / 4 * 4 + 4;
   if (M % 16 || N % 16 || K % 16) { fprintf(stderr, "the chained GEMM needs M, N and K multiples of 16\n"); return 2; }
   std::vector<int> offs;
@@ -54,24 +142,8 @@ int main(int argc, char** argv) {
   // ---- the re-encodings (the slot rule of chain.py and the backend: 16 + K / 256) ----
   const int slots = 16 + K / 256;
   std::vector<int> status(2, 0);
-  struct Reenc {
-    std::vector<mx_u8> q2, s2;
-    std::vector<MxRes> res;
-    std::vector<int> cnt;
-  };
-  auto reencode = [&](const std::vector<mx_u8>& q, const std::vector<mx_u8>& s, mx_i64 R, mx_i64 ise, mx_i64 isr, mx_i64 isc,
-                      int rpe, int rdv, int fmt) {
-    Reenc o{std::vector<mx_u8>(q.size(), 0xA5), std::vector<mx_u8>(s.size(), 0), std::vector<MxRes>(R * slots),
-            std::vector<int>(R, -1)};
-    MxReencodeParams p{q.data(), s.data(), o.q2.data(), o.s2.data(), o.res.data(), o.cnt.data(), status.data(),
-                       R, ise, isr, isc, K, rpe, rdv, slots};
-    const simt_dim3 g{(unsigned)std::min<mx_i64>((R + 7) / 8, 4), 1, 1};
-    if (fmt == 0) simt_launch(g, 256, [&] { mx_reencode_rows<0>(p); });
-    else simt_launch(g, 256, [&] { mx_reencode_rows<1>(p); });
-    return o;
-  };
-  const Reenc rx = reencode(x, sx, M, 0, 1, KB, M, 1, fa);
-  const Reenc rw = reencode(w, sw, (mx_i64)E * N, (mx_i64)NB * KB, 1, KB, N, 32, 0);
+  const Reenc rx = reencode(x, sx, K, slots, M, 0, 1, KB, M, 1, fa, status.data());
+  const Reenc rw = reencode(w, sw, K, slots, (mx_i64)E * N, (mx_i64)NB * KB, 1, KB, N, 32, 0, status.data());
   std::vector<mx_u8> out((size_t)M * N * (obf ? 2 : 4), 0xA5);
   if (status[0] == 0) {
     // X' and its scales transposed, rows of ldt = M bytes with 272 bytes of slack after
