@@ -30,6 +30,26 @@ enum Kernel {
     V2u,
     /// `v2t`: 32×32 weight scales, bf16 output, TMA-store epilogue for full tiles.
     V2t,
+    /// `mx_gemm_*` (cp.async, no swizzle: the fallback where TMA is unavailable), 32×32 weights.
+    GemmW2d,
+    /// `mx_gemm_*` with 1×32 weight scales.
+    GemmW1d,
+}
+
+impl Kernel {
+    /// The driver's KERNEL code.
+    fn code(self) -> usize {
+        match self {
+            Kernel::Mode0 => 0,
+            Kernel::V2u => 1,
+            Kernel::V2t => 2,
+            Kernel::GemmW2d | Kernel::GemmW1d => 3,
+        }
+    }
+    /// Whether the weight has 32×32 scales (else one per column: 1×32 along K).
+    fn w2d(self) -> bool {
+        !matches!(self, Kernel::Mode0 | Kernel::GemmW1d)
+    }
 }
 
 use MxFormat::{E4m3, E5m2};
@@ -171,6 +191,35 @@ const CASES: &[Case] = &[
         ..BASE
     },
     Case {
+        name: "mx_gemm (cp.async) e4m3 x e4m3, 32x32 weights, bf16 out",
+        experts: &[130, 0, 64],
+        pad: 3,
+        n: 136,
+        k: 304,
+        kernel: Kernel::GemmW2d,
+        ..BASE
+    },
+    Case {
+        name: "mx_gemm (cp.async) e4m3 x e4m3, 1x32 weights, bf16 out, one CTA",
+        experts: &[50, 129],
+        n: 72,
+        k: 160,
+        kernel: Kernel::GemmW1d,
+        grid: 1,
+        ..BASE
+    },
+    Case {
+        name: "mx_gemm (cp.async) e5m2 x e5m2, 1x32 weights, f32 out",
+        experts: &[0, 77],
+        n: 128,
+        k: 96,
+        fa: E5m2,
+        fb: E5m2,
+        kernel: Kernel::GemmW1d,
+        out_bf16: false,
+        ..BASE
+    },
+    Case {
         name: "wgrad (batched K segments) e5m2 x e4m3, 1x32 along M, bf16 out",
         experts: &[300, 0, 64, 129],
         n: 136,
@@ -267,7 +316,7 @@ fn operands(rng: &mut Rng, c: &Case) -> Operands {
         offs.push(end as i32);
         seg.push(seg.last().unwrap() + r.next_multiple_of(128));
     }
-    let w2d = !matches!(c.kernel, Kernel::Mode0);
+    let w2d = c.kernel.w2d();
     let sb_cols = if w2d { c.n.div_ceil(32) } else { c.n };
     let (m, kb, lda, b_rows, sb_tables) = if c.wgrad_rows > 0 {
         // the experts' segments, each zero padded to a multiple of 128 (wgrad.rs)
@@ -313,7 +362,7 @@ fn tables(o: &Operands, c: &Case) -> (Vec<f32>, Vec<f32>, usize, usize) {
             sa[kb / 4 * ldsa + r * 4 + kb % 4] = scale_value(o.sa[r * o.kb + kb]);
         }
     }
-    let w2d = !matches!(c.kernel, Kernel::Mode0);
+    let w2d = c.kernel.w2d();
     let ldsb = c.n.div_ceil(128) * if w2d { 4 } else { 128 };
     let sb_tables = o.sb.len() / (o.kb * o.sb_cols);
     let mut sb = vec![0f32; sb_tables * kb4 * ldsb];
@@ -336,7 +385,7 @@ fn model_element(
     (r, brow, x, n): (usize, usize, usize, usize),
     blocks: std::ops::Range<usize>,
 ) -> f32 {
-    let w2d = !matches!(c.kernel, Kernel::Mode0);
+    let w2d = c.kernel.w2d();
     let sbcol = if w2d { n / 32 } else { n };
     let mut acc = 0f32;
     for kb in blocks {
@@ -385,8 +434,8 @@ fn run_case(exe: &std::path::Path, rng: &mut Rng, seed: u64, c: &Case) {
     let o = operands(rng, c);
     let (sa, sb, ldsa, ldsb) = tables(&o, c);
     let fmt = |f: MxFormat| (f == E5m2) as usize;
-    let w2d = !matches!(c.kernel, Kernel::Mode0);
-    let kernel = c.kernel as usize;
+    let w2d = c.kernel.w2d();
+    let kernel = c.kernel.code();
     let header = [
         o.e,
         o.m,

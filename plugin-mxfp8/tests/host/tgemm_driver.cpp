@@ -8,17 +8,20 @@
 // E x KB4 x LDSB; batched: KB4 x LDSB), KB4 = ceil(K / 32) rounded up to 4 (batched: LDA / 32,
 // the experts' 128-padded segments side by side). KERNEL: 0 = mx_tgemm MODE 0 (the
 // backend's 1x32-weight kernel), 1 = v2u (32x32 weights, f32 output), 2 = v2t (32x32
-// weights, bf16 output, TMA-store epilogue when O_TMA = 1). OUT: the output (M x N, bf16 or
+// weights, bf16 output, TMA-store epilogue when O_TMA = 1), 3 = mx_gemm (the cp.async
+// kernels, the fallback where TMA is unavailable; both weight layouts). OUT: the output (M x N, bf16 or
 // f32; batched: E x M x N, or E x N x M with OUT_T), poisoned with 0xA5 before the launch.
 #include "simt.hpp"
 #include "simt_sm90.hpp"
 #include "mx_gemm_common.cuh"
+#include "mx_gemm_cpasync.cuh"
 #include "mx_tgemm_pipeline.cuh"
 #include "mx_tgemm_mainloop.cuh"
 #include "mx_tgemm_roles.cuh"
 #include "mx_tgemm_kernels.cuh"
 
 constexpr int STAGES = 6, V2T_STAGES = 5;   // the backend's (kernels.rs, mx_grouped_gemm.cu)
+constexpr int GEMM_NC = 2, GEMM_STAGES = 5;  // mx_gemm_*: kernels.rs GEMM_NC, GEMM_STAGES
 
 template <class T> bool read_into(FILE* f, std::vector<T>& v, size_t n) {
   v.resize(n);
@@ -75,11 +78,23 @@ int main(int argc, char** argv) {
   simt_launch(g3, MXT_THREADS, [&] {                                                                                       \
     mx_tgemm_v2_impl<FA, FB, 1, 1, V2T_STAGES, 1, MXT_OPT_UWG | MXT_OPT_TMA_STORE>(pb, P.o_tma ? &P.tmO : nullptr); \
   }, smem_v2t)
+  if (kernel == 3) {   // device.rs gemm_smem: stages x (39040 | 40960) bytes, 128 (NC + 1) threads
+    const size_t gsm = GEMM_STAGES * (w2d ? 39040 : 40960);
+    const MxGemmParams& gp = P.b.g;
+#define GEMM(FA, FB, SB2D, OBF) \
+  simt_launch(g3, 128 * (GEMM_NC + 1), [&] { mx_grouped_gemm_impl<GEMM_NC, FA, FB, SB2D, OBF, GEMM_STAGES>(gp); }, gsm)
+    switch (w2d * 1000 + fa * 100 + fb * 10 + obf) {
+      case 1001: GEMM(0, 0, 1, 1); break;
+      case 1: GEMM(0, 0, 0, 1); break;
+      case 110: GEMM(1, 1, 0, 0); break;
+      default: fprintf(stderr, "no mx_gemm build for w2d %d, formats %d/%d, bf16 output %d\n", w2d, fa, fb, obf); return 2;
+    }
+  }
   // the combinations the tests ask for (each one compiles the whole kernel)
   const int key = kernel * 1000 + fa * 100 + fb * 10 + obf;
   if (kernel == 0 && w2d) { fprintf(stderr, "MODE 0 runs 1x32 weights here\n"); return 2; }
-  if (kernel != 0 && !w2d) { fprintf(stderr, "v2u / v2t run 32x32 weights\n"); return 2; }
-  switch (key) {
+  if ((kernel == 1 || kernel == 2) && !w2d) { fprintf(stderr, "v2u / v2t run 32x32 weights\n"); return 2; }
+  if (kernel != 3) switch (key) {
     case 1: MODE0(0, 0, 1); break;
     case 0: MODE0(0, 0, 0); break;
     case 101: MODE0(1, 0, 1); break;
