@@ -72,6 +72,7 @@ inline SimtMbar& simt_mbar(const mx_u64* bar) {   // (sync_m held)
   return it->second;
 }
 inline void simt_mbar_update(const mx_u64* bar, int arrivals, mx_i64 tx) {
+  if (arrivals) simt_jitter();
   std::lock_guard<std::mutex> lk(simt_cta->sync_m);
   SimtMbar& m = simt_mbar(bar);
   m.pending -= arrivals;
