@@ -182,6 +182,18 @@ fn reference(o: &Operands, c: &Case) -> (Vec<f64>, Vec<f64>) {
 }
 
 /// Runs the driver; returns (status flags, residuals listed, output as f64).
+/// The cumulative ends of `sizes` as little-endian i32 (the kernels' `offs`).
+fn offsets_le(sizes: &[usize]) -> Vec<u8> {
+    sizes
+        .iter()
+        .scan(0i32, |end, &m| {
+            *end += m as i32;
+            Some(*end)
+        })
+        .flat_map(|v| v.to_le_bytes())
+        .collect()
+}
+
 /// `terms`: 3 both corrections, 0 none (`MxChainFix::terms`).
 fn run(exe: &std::path::Path, o: &Operands, c: &Case, terms: usize) -> (i32, i32, Vec<f64>) {
     let e = c.experts.len();
@@ -196,15 +208,7 @@ fn run(exe: &std::path::Path, o: &Operands, c: &Case, terms: usize) -> (i32, i32
         c.grid,
         terms,
     ];
-    let offs: Vec<u8> = c
-        .experts
-        .iter()
-        .scan(0i32, |s, &r| {
-            *s += r as i32;
-            Some(*s)
-        })
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
+    let offs = offsets_le(c.experts);
     let mut wt = Vec::with_capacity(o.w.len());
     for x in 0..e {
         wt.extend(host::transpose(
@@ -369,14 +373,7 @@ fn chained_wgrad_matches_float64_and_needs_its_corrections() {
         }
         seg += m.next_multiple_of(128);
     }
-    let offs: Vec<u8> = lens
-        .iter()
-        .scan(0i32, |acc, &m| {
-            *acc += m as i32;
-            Some(*acc)
-        })
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
+    let offs = offsets_le(&lens);
     for (out_bf16, terms) in [(false, 3), (true, 3), (false, 0)] {
         let header = [e, pr, qc, mpad, 0, out_bf16 as usize, 2, 2, terms];
         let t = std::time::Instant::now();

@@ -472,7 +472,10 @@ fn run_case(exe: &std::path::Path, rng: &mut Rng, seed: u64, c: &Case) {
         }
     };
     let wrong: Vec<usize> = (0..want.len())
-        .filter(|&i| bits(i).0 != bits(i).1)
+        .filter(|&i| {
+            let (g, w) = bits(i);
+            g != w
+        })
         .collect();
     if let Some(&i) = wrong.first() {
         let (g, w) = bits(i);

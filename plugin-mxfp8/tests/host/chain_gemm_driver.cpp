@@ -54,8 +54,6 @@ static void transpose_u8(const mx_u8* in, mx_u8* out, mx_i64 rows, mx_i64 cols, 
     for (mx_i64 c = 0; c < cols; ++c) out[c * ld + r] = in[r * cols + c];
 }
 
-static float e8m0(mx_u8 b) { return b == 255 ? NAN : std::ldexp(1.0f, (int)b - 127); }
-
 // The chained wgrad (BUILD 2; header and input in the comment at the top).
 static int run_wgrad(const mx_i64* h, FILE* in, const char* out_path) {
   const int E = (int)h[0], PR = (int)h[1], QC = (int)h[2], MPAD = (int)h[3], obf = (int)h[5], grid = (int)h[7];
@@ -86,9 +84,9 @@ static int run_wgrad(const mx_i64* h, FILE* in, const char* out_path) {
     // SA stage-major from A' scales; SB one row per stage and B column: [MP][QP]
     std::vector<float> SA((size_t)MP / 4 * 4 * PR, 0.f), SB((size_t)MP * QP, 0.f);
     for (int r = 0; r < PR; ++r)
-      for (int kb = 0; kb < MP; ++kb) SA[(size_t)(kb / 4) * 4 * PR + r * 4 + kb % 4] = e8m0(ra.s2[(size_t)r * MP + kb]);
+      for (int kb = 0; kb < MP; ++kb) SA[(size_t)(kb / 4) * 4 * PR + r * 4 + kb % 4] = mx_e8m0_to_f32(ra.s2[(size_t)r * MP + kb]);
     for (int kb = 0; kb < MP; ++kb)
-      for (int n = 0; n < QC; ++n) SB[(size_t)kb * QP + n] = e8m0(rb.s2[(size_t)n * MP + kb]);
+      for (int n = 0; n < QC; ++n) SB[(size_t)kb * QP + n] = mx_e8m0_to_f32(rb.s2[(size_t)n * MP + kb]);
     MxGemmChainParams P{};
     MxGemmParams& g = P.b.g;
     g.A = ra.q2.data(); g.lda = MPAD;
@@ -154,11 +152,11 @@ int main(int argc, char** argv) {
     // the copies' scales as f32 tables (zero padded): SA stage-major, SB [e][kb][NB4]
     std::vector<float> SA((size_t)KB4 / 4 * 4 * M, 0.f), SB((size_t)E * KB4 * NB4, 0.f);
     for (int r = 0; r < M; ++r)
-      for (int kb = 0; kb < KB; ++kb) SA[(size_t)(kb / 4) * 4 * M + r * 4 + kb % 4] = e8m0(rx.s2[(size_t)r * KB + kb]);
+      for (int kb = 0; kb < KB; ++kb) SA[(size_t)(kb / 4) * 4 * M + r * 4 + kb % 4] = mx_e8m0_to_f32(rx.s2[(size_t)r * KB + kb]);
     for (int e = 0; e < E; ++e)
       for (int kb = 0; kb < KB; ++kb)
         for (int nb = 0; nb < NB; ++nb)
-          SB[((size_t)e * KB4 + kb) * NB4 + nb] = e8m0(rw.s2[(size_t)e * NB * KB + (size_t)nb * KB + kb]);
+          SB[((size_t)e * KB4 + kb) * NB4 + nb] = mx_e8m0_to_f32(rw.s2[(size_t)e * NB * KB + (size_t)nb * KB + kb]);
 
     MxGemmChainParams P{};
     MxGemmParams& g = P.b.g;
