@@ -9,7 +9,8 @@
 #   3. `mxhost bench --only "$ONLY"` under MXHOST_MX_CHAIN=$MODE (default on), the VARIANTS
 #      (default "old new") interleaved, ROUNDS times (default 2): ab-<round>-<variant>.txt. A
 #      variant is old, new, or new+NAME=VALUE (the new plugin with that environment variable,
-#      e.g. new+MXHOST_MX_CHAIN_QPAIR=1);
+#      e.g. new+MXHOST_MX_CHAIN_QPAIR=1; new+MXHOST_MX_CHAIN=off runs that variant under its own
+#      mode instead of MODE, for the default path side by side with the chained one);
 #   4. with NCU=regex: ncu durations (and NCU_METRICS) of the matching kernels in one rep of
 #      the NCU_ONLY rows (default ONLY) on NCU_SHAPE (default c), each variant in reverse
 #      order: ncu-<variant>.txt;
@@ -34,6 +35,7 @@ plugin() {
     if [ -n "$extra" ]; then unset "${extra%%=*}"; extra=""; fi
     if [ "$1" = old ]; then export MXHOST_PLUGIN_PATH=dist/old; else unset MXHOST_PLUGIN_PATH; fi
     case "$1" in new+*=*) extra="${1#new+}"; export "$extra" ;; esac
+    vmode="$mode"; case "$extra" in MXHOST_MX_CHAIN=*) vmode="${extra#*=}" ;; esac
 }
 if [ "${SELFTEST:-always}" != 0 ]; then
     st_mode="${SELFTEST:-always}"; [ "$st_mode" = default ] && st_mode=off
@@ -50,7 +52,7 @@ for i in $(seq 1 "${ROUNDS:-2}"); do
     for v in $variants; do
         plugin "$v"
         lab=$(printf %s "$v" | tr -c 'A-Za-z0-9_-' '_')   # (file names the device returns)
-        MXHOST_MX_CHAIN=$mode timeout 150 dist/mxhost bench --device cuda --shapes "$shapes" --reps 10 --only "$only" \
+        MXHOST_MX_CHAIN=$vmode timeout 150 dist/mxhost bench --device cuda --shapes "$shapes" --reps 10 --only "$only" \
             --warmup-ms 300 --peers "$out/peer_bench.csv" >"$out/ab-$i-$lab.txt" 2>&1
         echo "== round $i, $v: rc=$?"
         grep -E "^[a-d] " "$out/ab-$i-$lab.txt" |
@@ -62,7 +64,7 @@ if [ -n "${NCU:-}" ] && command -v ncu >/dev/null; then
     for v in $(echo $variants | tr ' ' '\n' | tac); do
         plugin "$v"
         lab=$(printf %s "$v" | tr -c 'A-Za-z0-9_-' '_')   # (file names the device returns)
-        MXHOST_MX_CHAIN=$mode timeout 200 ncu --clock-control none --cache-control none --kernel-name "regex:$NCU" \
+        MXHOST_MX_CHAIN=$vmode timeout 200 ncu --clock-control none --cache-control none --kernel-name "regex:$NCU" \
             --launch-count "${NCU_COUNT:-6}" --metrics "$metrics" dist/mxhost bench --device cuda --shapes "${NCU_SHAPE:-c}" \
             --reps 1 --warmup-ms 0 --only "${NCU_ONLY:-$only}" >"$out/ncu-$lab.txt" 2>&1
         echo "== ncu, $v: rc=$?"

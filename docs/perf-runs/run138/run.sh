@@ -23,7 +23,7 @@ case "${1:-}" in
         NCU_COUNT=14 NCU_ONLY="step: 3" bash scripts/gpu-ab.sh
     ;;
 2)
-    OUT="$out" SELFTEST=0 VARIANTS="$variants" ONLY="quantize X 1x32 (bf16,W 32x32 + transposed,step: 3" \
+    OUT="$out" SELFTEST=0 VARIANTS="$variants new+MXHOST_MX_CHAIN=off" ONLY="quantize X 1x32 (bf16,W 32x32 + transposed,step: 3" \
         bash scripts/gpu-ab.sh
     ;;
 3)
