@@ -8,8 +8,8 @@
 #   2. bench_peers.py on SHAPES (default a,b,c), so the rows get their × BF16 column;
 #   3. `mxhost bench --only "$ONLY"` under MXHOST_MX_CHAIN=$MODE (default on), the VARIANTS
 #      (default "old new") interleaved, ROUNDS times (default 2): ab-<round>-<variant>.txt. A
-#      variant is old, new, or new+NAME=VALUE (the new plugin with that environment variable,
-#      e.g. new+MXHOST_MX_CHAIN_QPAIR=1; new+MXHOST_MX_CHAIN=off runs that variant under its own
+#      variant is old, new, new+NAME=VALUE or old+NAME=VALUE (that plugin with that environment
+#      variable, e.g. new+MXHOST_MX_CHAIN_QPAIR=1; new+MXHOST_MX_CHAIN=off runs that variant under its own
 #      mode instead of MODE, for the default path side by side with the chained one);
 #   4. with NCU=regex: ncu durations (and NCU_METRICS) of the matching kernels in one rep of
 #      the NCU_ONLY rows (default ONLY) on NCU_SHAPE (default c), each variant in reverse
@@ -28,13 +28,13 @@ if [ ! -f dist/old/libmxhost_plugin_mxfp8.so ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$out/card.txt"
 # the new plugin is dist/'s own (found beside mxhost); the old one through MXHOST_PLUGIN_PATH;
-# a new+NAME=VALUE variant exports NAME=VALUE (unset again for the next variant)
+# a new+NAME=VALUE or old+NAME=VALUE variant exports NAME=VALUE (unset again for the next variant)
 variants="${VARIANTS:-old new}"
 extra=""
 plugin() {
     if [ -n "$extra" ]; then unset "${extra%%=*}"; extra=""; fi
-    if [ "$1" = old ]; then export MXHOST_PLUGIN_PATH=dist/old; else unset MXHOST_PLUGIN_PATH; fi
-    case "$1" in new+*=*) extra="${1#new+}"; export "$extra" ;; esac
+    case "$1" in old|old+*) export MXHOST_PLUGIN_PATH=dist/old ;; *) unset MXHOST_PLUGIN_PATH ;; esac
+    case "$1" in new+*=*|old+*=*) extra="${1#*+}"; export "$extra" ;; esac
     vmode="$mode"; case "$extra" in MXHOST_MX_CHAIN=*) vmode="${extra#*=}" ;; esac
 }
 if [ "${SELFTEST:-always}" != 0 ]; then

@@ -3,7 +3,9 @@
 # 10 minutes each, from the repository root with dist/ built at the run's commit and db6471a's
 # plugin in dist/old/ (carry ["dist"]):
 #   bash docs/perf-runs/run138/run.sh 1   selftests (default; always + VERIFY + QPAIR + FORM4), ncu
-#   bash docs/perf-runs/run138/run.sh 2   bench_peers.py and the A/B bench, two rounds
+#   bash docs/perf-runs/run138/run.sh 2   bench_peers.py and the A/B bench, two rounds (with both
+#                                         plugins under MXHOST_MX_CHAIN=off too: part 4's question
+#                                         on the step, and the default path beside the chained one)
 #   bash docs/perf-runs/run138/run.sh 3   the L2 breakdown (plain, then QPAIR's kernel)
 #   bash docs/perf-runs/run138/run.sh 4   the default path's forward and dgrad, old vs new (the
 #                                         warp-synchronised stage releases, 2026-12-05)
@@ -23,7 +25,7 @@ case "${1:-}" in
         NCU_COUNT=14 NCU_ONLY="step: 3" bash scripts/gpu-ab.sh
     ;;
 2)
-    OUT="$out" SELFTEST=0 VARIANTS="$variants new+MXHOST_MX_CHAIN=off" ONLY="quantize X 1x32 (bf16,W 32x32 + transposed,step: 3" \
+    OUT="$out" SELFTEST=0 VARIANTS="$variants old+MXHOST_MX_CHAIN=off new+MXHOST_MX_CHAIN=off" ONLY="quantize X 1x32 (bf16,W 32x32 + transposed,step: 3" \
         bash scripts/gpu-ab.sh
     ;;
 3)
