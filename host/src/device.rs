@@ -11,8 +11,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DeviceChoice {
+    /// CUDA when a GPU and its driver are there, the CPU otherwise.
     Auto,
+    /// The CPU backends (exact references; slow on the anchor shapes).
     Cpu,
+    /// The first CUDA GPU; an error when there is none.
     Cuda,
 }
 

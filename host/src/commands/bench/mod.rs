@@ -34,8 +34,10 @@ pub struct BenchArgs {
     /// Extra shapes as E:M:K:N (experts, rows per expert, K, N). Repeatable.
     #[arg(long = "shape")]
     pub extra: Vec<String>,
+    /// Where the plugin's kernels run.
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
+    /// The plugin to time, by name (`mxhost plugins` lists them).
     #[arg(long, default_value = "mxfp8")]
     pub plugin: String,
     /// Timed repetitions per row (after 2 warm-up calls).
