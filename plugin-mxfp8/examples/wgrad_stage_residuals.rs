@@ -9,6 +9,10 @@
 //! - per 32 columns (128 scales), the B layout the chained kernel has today (one scale per 32
 //!   columns and stage): no kernel change for the scales, but one large column in the group
 //!   shifts the other 31.
+//! - per column over G consecutive stages (4 G scales; G = 8 is c's whole 1024-row expert
+//!   segment): the column's scale is then constant across G stages, so a kernel could apply it
+//!   once per G stages (or in the epilogue) and promote each stage with the A row scale alone,
+//!   one FFMA per output as forward's 32×32 weights allow, instead of an FMUL and an FFMA.
 //!
 //! Run: `cargo run --release -p mxhost-plugin-mxfp8 --example wgrad_stage_residuals`.
 //! Prints residuals per element for three kinds of activations (i.i.d. Gaussian, channels
@@ -23,32 +27,34 @@ use mxhost_plugin_mxfp8::quantize_mx;
 const M: usize = 4096;
 const K: usize = 1024;
 
-/// Xᵀ `[K][M]` (column k of X is row k here) with per-channel magnitudes `chan`.
-fn activations(rng: &mut Rng, chan: &[f64]) -> Vec<f32> {
+/// Xᵀ `[K][M]` (column k of X is row k here) with per-channel magnitudes `chan` and
+/// per-token magnitudes `tok`.
+fn activations(rng: &mut Rng, chan: &[f64], tok: &[f64]) -> Vec<f32> {
     let mut xt = vec![0f32; K * M];
     for (k, row) in xt.chunks_mut(M).enumerate() {
-        for v in row {
-            *v = (rng.normal() * chan[k]) as f32;
+        for (m, v) in row.iter_mut().enumerate() {
+            *v = (rng.normal() * chan[k] * tok[m]) as f32;
         }
     }
     xt
 }
 
-/// Residuals when every group of `cols` columns × one 128-row stage shares the group's
+/// Residuals when every group of `cols` columns × `stages` 128-row stages shares the group's
 /// largest scale byte (bytes `[K][M]`, scales `[K][M / 32]`).
-fn residuals_grouped(bytes: &[u8], scales: &[u8], cols: usize) -> usize {
+fn residuals_grouped(bytes: &[u8], scales: &[u8], cols: usize, stages: usize) -> usize {
     let kb = M / 32;
+    let nb = 4 * stages;
     let mut n = 0;
     for k0 in (0..K).step_by(cols) {
-        for stage in 0..M / 128 {
-            let blocks = |k: usize| &scales[k * kb + 4 * stage..k * kb + 4 * stage + 4];
+        for group in 0..M / (128 * stages) {
+            let blocks = |k: usize| &scales[k * kb + nb * group..k * kb + nb * group + nb];
             let top = (k0..k0 + cols)
                 .flat_map(|k| blocks(k).iter().copied())
                 .max()
                 .unwrap();
             for k in k0..k0 + cols {
                 for (i, &t) in blocks(k).iter().enumerate() {
-                    let m0 = 128 * stage + 32 * i;
+                    let m0 = 128 * stages * group + 32 * i;
                     n += bytes[k * M + m0..k * M + m0 + 32]
                         .iter()
                         .filter(|&&b| shift_exact(b, (top - t) as u32, MxFormat::E4m3).is_none())
@@ -62,26 +68,43 @@ fn residuals_grouped(bytes: &[u8], scales: &[u8], cols: usize) -> usize {
 
 fn main() {
     let mut rng = Rng::new(20261204);
-    let kinds: [(&str, Vec<f64>); 3] = [
-        ("i.i.d. N(0, 1)", vec![1.0; K]),
+    let ones = |n: usize| vec![1.0; n];
+    let kinds: [(&str, Vec<f64>, Vec<f64>); 5] = [
+        ("i.i.d. N(0, 1)", ones(K), ones(M)),
         (
             "channels ~ lognormal(0, 1)",
             (0..K).map(|_| rng.normal().exp()).collect(),
+            ones(M),
         ),
         (
             "1 % outlier channels at 30x",
             (0..K)
                 .map(|_| if rng.below(100) == 0 { 30.0 } else { 1.0 })
                 .collect(),
+            ones(M),
+        ),
+        (
+            "tokens ~ lognormal(0, 0.5)",
+            ones(K),
+            (0..M).map(|_| (0.5 * rng.normal()).exp()).collect(),
+        ),
+        (
+            "1 % outlier tokens at 10x",
+            ones(K),
+            (0..M)
+                .map(|_| if rng.below(100) == 0 { 10.0 } else { 1.0 })
+                .collect(),
         ),
     ];
+    const GROUPS: [usize; 4] = [2, 4, 8, 32];
     println!("X [{M} rows][{K} channels], 1x32 along M, E4M3, rceil; residuals per element");
-    println!(
-        "{:<30} {:>14} {:>16}",
-        "activations", "per column", "per 32 columns"
-    );
-    for (name, chan) in kinds {
-        let xt = activations(&mut rng, &chan);
+    print!("{:<30} {:>11} {:>11}", "activations", "per column", "per 32 cols");
+    for g in GROUPS {
+        print!(" {:>11}", format!("col×{g} st"));
+    }
+    println!();
+    for (name, chan, tok) in kinds {
+        let xt = activations(&mut rng, &chan, &tok);
         let (mut bytes, mut scales) = (vec![0u8; K * M], vec![0u8; K * M / 32]);
         quantize_mx(
             &xt,
@@ -97,12 +120,12 @@ fn main() {
             .expect("finite")
             .residuals
             .len();
-        let per_32 = residuals_grouped(&bytes, &scales, 32);
         let n = (K * M) as f64;
-        println!(
-            "{name:<30} {:>14.2e} {:>16.2e}",
-            per_col as f64 / n,
-            per_32 as f64 / n
-        );
+        let per_32 = residuals_grouped(&bytes, &scales, 32, 1) as f64 / n;
+        print!("{name:<30} {:>11.2e} {per_32:>11.2e}", per_col as f64 / n);
+        for g in GROUPS {
+            print!(" {:>11.2e}", residuals_grouped(&bytes, &scales, 1, g) as f64 / n);
+        }
+        println!();
     }
 }
