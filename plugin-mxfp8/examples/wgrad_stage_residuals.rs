@@ -98,7 +98,10 @@ fn main() {
     ];
     const GROUPS: [usize; 4] = [2, 4, 8, 32];
     println!("X [{M} rows][{K} channels], 1x32 along M, E4M3, rceil; residuals per element");
-    print!("{:<30} {:>11} {:>11}", "activations", "per column", "per 32 cols");
+    print!(
+        "{:<30} {:>11} {:>11}",
+        "activations", "per column", "per 32 cols"
+    );
     for g in GROUPS {
         print!(" {:>11}", format!("col×{g} st"));
     }
@@ -124,7 +127,10 @@ fn main() {
         let per_32 = residuals_grouped(&bytes, &scales, 32, 1) as f64 / n;
         print!("{name:<30} {:>11.2e} {per_32:>11.2e}", per_col as f64 / n);
         for g in GROUPS {
-            print!(" {:>11.2e}", residuals_grouped(&bytes, &scales, 1, g) as f64 / n);
+            print!(
+                " {:>11.2e}",
+                residuals_grouped(&bytes, &scales, 1, g) as f64 / n
+            );
         }
         println!();
     }
