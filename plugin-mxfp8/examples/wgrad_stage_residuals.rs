@@ -14,6 +14,8 @@
 //!   once per G stages (or in the epilogue) and promote each stage with the A row scale alone,
 //!   one FFMA per output as forward's 32×32 weights allow, instead of an FMUL and an FFMA.
 //!
+//! The last column is the same X as forward's A operand (1×32 along K, per row and stage).
+//!
 //! Run: `cargo run --release -p mxhost-plugin-mxfp8 --example wgrad_stage_residuals`.
 //! Prints residuals per element for three kinds of activations (i.i.d. Gaussian, channels
 //! with log-normal magnitudes, 1 % outlier channels at 30×); the chained gate closes above
@@ -66,6 +68,32 @@ fn residuals_grouped(bytes: &[u8], scales: &[u8], cols: usize, stages: usize) ->
     n
 }
 
+/// For comparison, the same X as forward's A operand: `[M][K]`, 1×32 along K, re-encoded per
+/// row and 128-deep stage along K (what the chained forward carries for X).
+fn forward_a_residuals(xt: &[f32]) -> usize {
+    let mut x = vec![0f32; M * K];
+    for (k, col) in xt.chunks(M).enumerate() {
+        for (m, &v) in col.iter().enumerate() {
+            x[m * K + k] = v;
+        }
+    }
+    let (mut bytes, mut scales) = (vec![0u8; M * K], vec![0u8; M * K / 32]);
+    quantize_mx(
+        &x,
+        &[M as u64, K as u64],
+        BlockLayout::vector(1),
+        MxFormat::E4m3,
+        ScaleMode::Rceil,
+        &mut bytes,
+        &mut scales,
+    )
+    .expect("quantize");
+    reencode_rows(&bytes, &scales, M, K, MxFormat::E4m3)
+        .expect("finite")
+        .residuals
+        .len()
+}
+
 fn main() {
     let mut rng = Rng::new(20261204);
     let ones = |n: usize| vec![1.0; n];
@@ -105,7 +133,7 @@ fn main() {
     for g in GROUPS {
         print!(" {:>11}", format!("col×{g} st"));
     }
-    println!();
+    println!(" {:>11}", "fwd A rows");
     for (name, chan, tok) in kinds {
         let xt = activations(&mut rng, &chan, &tok);
         let (mut bytes, mut scales) = (vec![0u8; K * M], vec![0u8; K * M / 32]);
@@ -132,6 +160,6 @@ fn main() {
                 residuals_grouped(&bytes, &scales, 1, g) as f64 / n
             );
         }
-        println!();
+        println!(" {:>11.2e}", forward_a_residuals(&xt) as f64 / n);
     }
 }
