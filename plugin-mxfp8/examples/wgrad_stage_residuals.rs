@@ -14,7 +14,9 @@
 //!   once per G stages (or in the epilogue) and promote each stage with the A row scale alone,
 //!   one FFMA per output as forward's 32×32 weights allow, instead of an FMUL and an FFMA.
 //!
-//! The last column is the same X as forward's A operand (1×32 along K, per row and stage).
+//! The last two columns are the same X as forward's A operand (1×32 along K, per row and
+//! stage): with a stage's four blocks adjacent (today), and taken in an order of K blocks
+//! sorted by their mean scale (an idea, docs/perf.md).
 //!
 //! Run: `cargo run --release -p mxhost-plugin-mxfp8 --example wgrad_stage_residuals`.
 //! Prints residuals per element for three kinds of activations (i.i.d. Gaussian, channels
@@ -70,7 +72,8 @@ fn residuals_grouped(bytes: &[u8], scales: &[u8], cols: usize, stages: usize) ->
 
 /// For comparison, the same X as forward's A operand: `[M][K]`, 1×32 along K, re-encoded per
 /// row and 128-deep stage along K (what the chained forward carries for X).
-fn forward_a_residuals(xt: &[f32]) -> usize {
+/// Returns (adjacent blocks per stage, as today; blocks grouped in sorted order).
+fn forward_a_residuals(xt: &[f32]) -> (usize, usize) {
     let mut x = vec![0f32; M * K];
     for (k, col) in xt.chunks(M).enumerate() {
         for (m, &v) in col.iter().enumerate() {
@@ -88,10 +91,35 @@ fn forward_a_residuals(xt: &[f32]) -> usize {
         &mut scales,
     )
     .expect("quantize");
-    reencode_rows(&bytes, &scales, M, K, MxFormat::E4m3)
+    let adjacent = reencode_rows(&bytes, &scales, M, K, MxFormat::E4m3)
         .expect("finite")
         .residuals
-        .len()
+        .len();
+    (adjacent, residuals_sorted_blocks(&bytes, &scales))
+}
+
+/// Residuals of forward's A when a stage groups four 32-column blocks taken in the order of
+/// their mean scale byte over all rows (one order for the whole tensor, as a per-layer order
+/// shared with W's annex would be) instead of four adjacent ones.
+fn residuals_sorted_blocks(bytes: &[u8], scales: &[u8]) -> usize {
+    let kb = K / 32;
+    let mut order: Vec<usize> = (0..kb).collect();
+    let mean = |b: usize| (0..M).map(|m| scales[m * kb + b] as u64).sum::<u64>();
+    order.sort_by_key(|&b| mean(b));
+    let mut n = 0;
+    for m in 0..M {
+        for stage in order.chunks(4) {
+            let top = stage.iter().map(|&b| scales[m * kb + b]).max().unwrap();
+            for &b in stage {
+                let t = scales[m * kb + b];
+                n += bytes[m * K + 32 * b..m * K + 32 * b + 32]
+                    .iter()
+                    .filter(|&&x| shift_exact(x, (top - t) as u32, MxFormat::E4m3).is_none())
+                    .count();
+            }
+        }
+    }
+    n
 }
 
 fn main() {
@@ -133,7 +161,7 @@ fn main() {
     for g in GROUPS {
         print!(" {:>11}", format!("col×{g} st"));
     }
-    println!(" {:>11}", "fwd A rows");
+    println!(" {:>11} {:>11}", "fwd A rows", "fwd A sorted");
     for (name, chan, tok) in kinds {
         let xt = activations(&mut rng, &chan, &tok);
         let (mut bytes, mut scales) = (vec![0u8; K * M], vec![0u8; K * M / 32]);
@@ -160,6 +188,11 @@ fn main() {
                 residuals_grouped(&bytes, &scales, 1, g) as f64 / n
             );
         }
-        println!(" {:>11.2e}", forward_a_residuals(&xt) as f64 / n);
+        let (adjacent, sorted) = forward_a_residuals(&xt);
+        println!(
+            " {:>11.2e} {:>11.2e}",
+            adjacent as f64 / n,
+            sorted as f64 / n
+        );
     }
 }
