@@ -16,15 +16,38 @@ use rand::SeedableRng;
 use rand_distr::Distribution;
 
 fn random_bf16(device: Device, shape: &[u64], seed: u64) -> OpResult<Tensor> {
+    random_bf16_channels(device, shape, seed, &[])
+}
+
+/// N(0, 1) values times `chan[i % chan.len()]` along the last axis (no factor when empty).
+fn random_bf16_channels(
+    device: Device,
+    shape: &[u64],
+    seed: u64,
+    chan: &[f32],
+) -> OpResult<Tensor> {
     let n: u64 = shape.iter().product();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let normal = rand_distr::StandardNormal;
     let mut buf = CpuBuffer::zeroed(n as usize * 2);
-    for c in buf.as_bytes_mut().chunks_exact_mut(2) {
+    for (i, c) in buf.as_bytes_mut().chunks_exact_mut(2).enumerate() {
         let v: f32 = normal.sample(&mut rng);
+        let v = if chan.is_empty() {
+            v
+        } else {
+            v * chan[i % chan.len()]
+        };
         c.copy_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes());
     }
     Tensor::new(shape.to_vec(), DType::Bf16, Storage::Cpu(buf)).to_device(device)
+}
+
+/// Channel magnitudes with 1 % outlier channels at 30× (every 100th channel, from channel
+/// 7), the structure of LLM hidden states that the anchors' i.i.d. data lacks.
+fn outlier_channels(k: u64) -> Vec<f32> {
+    (0..k)
+        .map(|i| if i % 100 == 7 { 30.0 } else { 1.0 })
+        .collect()
 }
 
 pub(super) fn bench_shape(
@@ -154,14 +177,14 @@ pub(super) fn bench_shape(
     // write it: X and dY quantized 1×32 along K/N, the weight once in 32×32 tiles with
     // its transposed copy, then forward, dgrad (transposed copy, layout kn) and wgrad
     // from the dense bf16 X and dY (quantized 1×32 along M inside the call).
-    let step = || -> OpResult<()> {
-        let qx = q(&x, BlockLayout::vector(1))?;
+    let step = |x: &Tensor| -> OpResult<()> {
+        let qx = q(x, BlockLayout::vector(1))?;
         let (qw, qw_t) = qwt(&w)?;
         let qdy = q(&dy, BlockLayout::vector(1))?;
         for (pass, a, b, c) in [
             (GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
             (GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), &cfg_kn),
-            (GemmPass::Wgrad, Dense(&dy), Dense(&x), &cfg),
+            (GemmPass::Wgrad, Dense(&dy), Dense(x), &cfg),
         ] {
             gemm(pass, a, b, c)?;
         }
@@ -170,7 +193,7 @@ pub(super) fn bench_shape(
     gemm_row(
         "training step: 3 GEMMs + all quantization (bf16 in)",
         "step",
-        &mut { step },
+        &mut || step(&x),
         (3.0 * flops, 0.0),
     )?;
     // Rows added in runs 53–54 come after the default step: rows measured later in a
@@ -223,5 +246,21 @@ pub(super) fn bench_shape(
         let xwd = (&x, &w, &dy);
         bench_kept_values(plugin, (device, timing), s, xwd, &cfg, &mut push)?;
     }
+    // The default step again with X's channels structured (1 % at 30×): the same work for
+    // the per-k32 kernels, but X's chain form carries 3–6× the residuals the chained GEMM's
+    // gate takes (docs/perf.md, "Residuals on structured activations"), so under
+    // MXHOST_MX_CHAIN=on this row shows what the gate's fallback costs. Last, so that the
+    // rows before it keep their positions.
+    let x_out = random_bf16_channels(device, &[rows, s.k], 4, &outlier_channels(s.k))?;
+    push_gemm_row(
+        (device, timing),
+        &mut push,
+        (
+            "training step: 3 GEMMs + all quantization, X with 1 % outlier channels at 30x",
+            "step",
+        ),
+        &mut || step(&x_out),
+        (3.0 * flops, 0.0),
+    )?;
     Ok(out)
 }
