@@ -16,7 +16,8 @@
 //!
 //! The last two columns are the same X as forward's A operand (1×32 along K, per row and
 //! stage): with a stage's four blocks adjacent (today), and taken in an order of K blocks
-//! sorted by their mean scale (an idea, docs/perf.md).
+//! sorted by their mean scale (an idea, docs/perf.md). A second table does the same for a
+//! weight in 32×32 tiles (forward's B) with structured input channels.
 //!
 //! Run: `cargo run --release -p mxhost-plugin-mxfp8 --example wgrad_stage_residuals`.
 //! Prints residuals per element for three kinds of activations (i.i.d. Gaussian, channels
@@ -122,6 +123,29 @@ fn residuals_sorted_blocks(bytes: &[u8], scales: &[u8]) -> usize {
     n
 }
 
+/// Forward's B: a weight `[K rows = outputs][M columns = inputs]` (this file's sizes) with
+/// per-input magnitudes `inp`, in 32×32 tiles, re-encoded per 32 outputs and 128-deep stage
+/// (what the chained forward carries for W): residuals.
+fn weight_residuals(rng: &mut Rng, inp: &[f64]) -> usize {
+    let w = activations(rng, &vec![1.0; K], inp);
+    let (mut bytes, mut tiles) = (vec![0u8; K * M], vec![0u8; (K / 32) * (M / 32)]);
+    quantize_mx(
+        &w,
+        &[K as u64, M as u64],
+        BlockLayout::tile(),
+        MxFormat::E4m3,
+        ScaleMode::Rceil,
+        &mut bytes,
+        &mut tiles,
+    )
+    .expect("quantize");
+    // a tile's scale on each of its 32 rows: the 1×32 layout residuals_grouped reads
+    let per_row: Vec<u8> = (0..K)
+        .flat_map(|r| tiles[(r / 32) * (M / 32)..(r / 32 + 1) * (M / 32)].to_vec())
+        .collect();
+    residuals_grouped(&bytes, &per_row, 32, 1)
+}
+
 fn main() {
     let mut rng = Rng::new(20261204);
     let ones = |n: usize| vec![1.0; n];
@@ -194,5 +218,33 @@ fn main() {
             adjacent as f64 / n,
             sorted as f64 / n
         );
+    }
+    println!("\nW [{K} outputs][{M} inputs] in 32x32 tiles, E4M3, rceil, per-input magnitudes");
+    let inputs: [(&str, Vec<f64>); 5] = [
+        ("i.i.d. N(0, 1)", ones(M)),
+        (
+            "inputs ~ lognormal(0, 0.5)",
+            (0..M).map(|_| (0.5 * rng.normal()).exp()).collect(),
+        ),
+        (
+            "inputs ~ lognormal(0, 1)",
+            (0..M).map(|_| rng.normal().exp()).collect(),
+        ),
+        (
+            "1 % inputs at 1/10",
+            (0..M)
+                .map(|_| if rng.below(100) == 0 { 0.1 } else { 1.0 })
+                .collect(),
+        ),
+        (
+            "1 % inputs at 10x",
+            (0..M)
+                .map(|_| if rng.below(100) == 0 { 10.0 } else { 1.0 })
+                .collect(),
+        ),
+    ];
+    for (name, inp) in inputs {
+        let r = weight_residuals(&mut rng, &inp) as f64 / (K * M) as f64;
+        println!("{name:<30} {r:>11.2e}");
     }
 }
