@@ -17,7 +17,11 @@
 //! exactly one of them writes the output. The per-k32 kernel runs when a row's list
 //! overflowed, a block is NaN/Inf, or the operands have more residuals than the limit.
 //! Heavy-tailed data lands there: on Student-t(3) the corrections cost more than the
-//! chained main loop saves (run 104: 0.45–0.54× v2t).
+//! chained main loop saves (run 104: 0.45–0.54× v2t). So does structured data: activations
+//! with outlier channels give X's form 3–6e-4 residuals per element and weights with
+//! lognormal(0, 0.5) input channels 1.2e-4, against the gate's 1e-4 (docs/perf.md, "Residuals
+//! on structured activations", `examples/wgrad_stage_residuals.rs`): the annexes are then
+//! paid for nothing, which is why `on` is not the default even where it wins on the anchors.
 
 use super::chain_form::BtAt;
 use super::device::{chain_smem, Call};
