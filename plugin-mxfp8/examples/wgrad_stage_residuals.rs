@@ -44,14 +44,13 @@ fn activations(rng: &mut Rng, chan: &[f64], tok: &[f64]) -> Vec<f32> {
     xt
 }
 
-/// Residuals when every group of `cols` columns × `stages` 128-row stages shares the group's
-/// largest scale byte (bytes `[K][M]`, scales `[K][M / 32]`).
-fn residuals_grouped(bytes: &[u8], scales: &[u8], cols: usize, stages: usize) -> usize {
+/// Residuals when every group of `cols` columns × `nb` 32-row blocks (4 per 128-row stage)
+/// shares the group's largest scale byte (bytes `[K][M]`, scales `[K][M / 32]`).
+fn residuals_grouped(bytes: &[u8], scales: &[u8], cols: usize, nb: usize) -> usize {
     let kb = M / 32;
-    let nb = 4 * stages;
     let mut n = 0;
     for k0 in (0..K).step_by(cols) {
-        for group in 0..M / (128 * stages) {
+        for group in 0..M / (32 * nb) {
             let blocks = |k: usize| &scales[k * kb + nb * group..k * kb + nb * group + nb];
             let top = (k0..k0 + cols)
                 .flat_map(|k| blocks(k).iter().copied())
@@ -59,7 +58,7 @@ fn residuals_grouped(bytes: &[u8], scales: &[u8], cols: usize, stages: usize) ->
                 .unwrap();
             for k in k0..k0 + cols {
                 for (i, &t) in blocks(k).iter().enumerate() {
-                    let m0 = 128 * stages * group + 32 * i;
+                    let m0 = 32 * nb * group + 32 * i;
                     n += bytes[k * M + m0..k * M + m0 + 32]
                         .iter()
                         .filter(|&&b| shift_exact(b, (top - t) as u32, MxFormat::E4m3).is_none())
@@ -73,8 +72,9 @@ fn residuals_grouped(bytes: &[u8], scales: &[u8], cols: usize, stages: usize) ->
 
 /// For comparison, the same X as forward's A operand: `[M][K]`, 1×32 along K, re-encoded per
 /// row and 128-deep stage along K (what the chained forward carries for X).
-/// Returns (adjacent blocks per stage, as today; blocks grouped in sorted order).
-fn forward_a_residuals(xt: &[f32]) -> (usize, usize) {
+/// Returns the residuals with four adjacent blocks per stage (today), four blocks in sorted
+/// order, and two adjacent blocks per 64-deep stage.
+fn forward_a_residuals(xt: &[f32]) -> [usize; 3] {
     let mut x = vec![0f32; M * K];
     for (k, col) in xt.chunks(M).enumerate() {
         for (m, &v) in col.iter().enumerate() {
@@ -96,20 +96,30 @@ fn forward_a_residuals(xt: &[f32]) -> (usize, usize) {
         .expect("finite")
         .residuals
         .len();
-    (adjacent, residuals_sorted_blocks(&bytes, &scales))
+    let kb = K / 32;
+    let in_order: Vec<usize> = (0..kb).collect();
+    // the same count through this file's grouping: a check of residuals_block_groups
+    assert_eq!(
+        adjacent,
+        residuals_block_groups(&bytes, &scales, &in_order, 4)
+    );
+    let mut sorted = in_order.clone();
+    sorted.sort_by_key(|&b| (0..M).map(|m| scales[m * kb + b] as u64).sum::<u64>());
+    [
+        adjacent,
+        residuals_block_groups(&bytes, &scales, &sorted, 4),
+        residuals_block_groups(&bytes, &scales, &in_order, 2),
+    ]
 }
 
-/// Residuals of forward's A when a stage groups four 32-column blocks taken in the order of
-/// their mean scale byte over all rows (one order for the whole tensor, as a per-layer order
-/// shared with W's annex would be) instead of four adjacent ones.
-fn residuals_sorted_blocks(bytes: &[u8], scales: &[u8]) -> usize {
+/// Residuals of forward's A `[M][K]` when each stage groups `per_stage` 32-column blocks taken
+/// in `order` (adjacent ones today; one order for the whole tensor, as a per-layer order
+/// shared with W's annex would be).
+fn residuals_block_groups(bytes: &[u8], scales: &[u8], order: &[usize], per_stage: usize) -> usize {
     let kb = K / 32;
-    let mut order: Vec<usize> = (0..kb).collect();
-    let mean = |b: usize| (0..M).map(|m| scales[m * kb + b] as u64).sum::<u64>();
-    order.sort_by_key(|&b| mean(b));
     let mut n = 0;
     for m in 0..M {
-        for stage in order.chunks(4) {
+        for stage in order.chunks(per_stage) {
             let top = stage.iter().map(|&b| scales[m * kb + b]).max().unwrap();
             for &b in stage {
                 let t = scales[m * kb + b];
@@ -125,8 +135,8 @@ fn residuals_sorted_blocks(bytes: &[u8], scales: &[u8]) -> usize {
 
 /// Forward's B: a weight `[K rows = outputs][M columns = inputs]` (this file's sizes) with
 /// per-input magnitudes `inp`, in 32×32 tiles, re-encoded per 32 outputs and 128-deep stage
-/// (what the chained forward carries for W): residuals.
-fn weight_residuals(rng: &mut Rng, inp: &[f64]) -> usize {
+/// (what the chained forward carries for W), and per 64-deep stage: residuals.
+fn weight_residuals(rng: &mut Rng, inp: &[f64]) -> [usize; 2] {
     let w = activations(rng, &vec![1.0; K], inp);
     let (mut bytes, mut tiles) = (vec![0u8; K * M], vec![0u8; (K / 32) * (M / 32)]);
     quantize_mx(
@@ -143,7 +153,10 @@ fn weight_residuals(rng: &mut Rng, inp: &[f64]) -> usize {
     let per_row: Vec<u8> = (0..K)
         .flat_map(|r| tiles[(r / 32) * (M / 32)..(r / 32 + 1) * (M / 32)].to_vec())
         .collect();
-    residuals_grouped(&bytes, &per_row, 32, 1)
+    [
+        residuals_grouped(&bytes, &per_row, 32, 4),
+        residuals_grouped(&bytes, &per_row, 32, 2),
+    ]
 }
 
 fn main() {
@@ -185,7 +198,10 @@ fn main() {
     for g in GROUPS {
         print!(" {:>11}", format!("col×{g} st"));
     }
-    println!(" {:>11} {:>11}", "fwd A rows", "fwd A sorted");
+    println!(
+        " {:>11} {:>11} {:>11}",
+        "fwd A rows", "fwd A sorted", "fwd A 64"
+    );
     for (name, chan, tok) in kinds {
         let xt = activations(&mut rng, &chan, &tok);
         let (mut bytes, mut scales) = (vec![0u8; K * M], vec![0u8; K * M / 32]);
@@ -204,22 +220,24 @@ fn main() {
             .residuals
             .len();
         let n = (K * M) as f64;
-        let per_32 = residuals_grouped(&bytes, &scales, 32, 1) as f64 / n;
+        let per_32 = residuals_grouped(&bytes, &scales, 32, 4) as f64 / n;
         print!("{name:<30} {:>11.2e} {per_32:>11.2e}", per_col as f64 / n);
         for g in GROUPS {
             print!(
                 " {:>11.2e}",
-                residuals_grouped(&bytes, &scales, 1, g) as f64 / n
+                residuals_grouped(&bytes, &scales, 1, 4 * g) as f64 / n
             );
         }
-        let (adjacent, sorted) = forward_a_residuals(&xt);
+        let [adjacent, sorted, half] = forward_a_residuals(&xt);
         println!(
-            " {:>11.2e} {:>11.2e}",
+            " {:>11.2e} {:>11.2e} {:>11.2e}",
             adjacent as f64 / n,
-            sorted as f64 / n
+            sorted as f64 / n,
+            half as f64 / n
         );
     }
     println!("\nW [{K} outputs][{M} inputs] in 32x32 tiles, E4M3, rceil, per-input magnitudes");
+    println!("{:<30} {:>11} {:>11}", "weight", "128 stage", "64 stage");
     let inputs: [(&str, Vec<f64>); 5] = [
         ("i.i.d. N(0, 1)", ones(M)),
         (
@@ -244,7 +262,7 @@ fn main() {
         ),
     ];
     for (name, inp) in inputs {
-        let r = weight_residuals(&mut rng, &inp) as f64 / (K * M) as f64;
-        println!("{name:<30} {r:>11.2e}");
+        let [r, half] = weight_residuals(&mut rng, &inp).map(|r| r as f64 / (K * M) as f64);
+        println!("{name:<30} {r:>11.2e} {half:>11.2e}");
     }
 }
