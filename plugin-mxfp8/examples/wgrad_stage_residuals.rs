@@ -44,6 +44,27 @@ fn activations(rng: &mut Rng, chan: &[f64], tok: &[f64]) -> Vec<f32> {
     xt
 }
 
+/// `x` `[rows][cols]` quantized E4M3 (rceil) in `layout`: (bytes, scales).
+fn quantize(x: &[f32], rows: usize, cols: usize, layout: BlockLayout) -> (Vec<u8>, Vec<u8>) {
+    let blocks = if layout == BlockLayout::tile() {
+        1024
+    } else {
+        32
+    };
+    let (mut bytes, mut scales) = (vec![0u8; rows * cols], vec![0u8; rows * cols / blocks]);
+    quantize_mx(
+        x,
+        &[rows as u64, cols as u64],
+        layout,
+        MxFormat::E4m3,
+        ScaleMode::Rceil,
+        &mut bytes,
+        &mut scales,
+    )
+    .expect("quantize");
+    (bytes, scales)
+}
+
 /// Residuals when every group of `cols` columns × `nb` 32-row blocks (4 per 128-row stage)
 /// shares the group's largest scale byte (bytes `[K][M]`, scales `[K][M / 32]`).
 fn residuals_grouped(bytes: &[u8], scales: &[u8], cols: usize, nb: usize) -> usize {
@@ -81,17 +102,7 @@ fn forward_a_residuals(xt: &[f32]) -> [usize; 3] {
             x[m * K + k] = v;
         }
     }
-    let (mut bytes, mut scales) = (vec![0u8; M * K], vec![0u8; M * K / 32]);
-    quantize_mx(
-        &x,
-        &[M as u64, K as u64],
-        BlockLayout::vector(1),
-        MxFormat::E4m3,
-        ScaleMode::Rceil,
-        &mut bytes,
-        &mut scales,
-    )
-    .expect("quantize");
+    let (bytes, scales) = quantize(&x, M, K, BlockLayout::vector(1));
     let adjacent = reencode_rows(&bytes, &scales, M, K, MxFormat::E4m3)
         .expect("finite")
         .residuals
@@ -138,17 +149,7 @@ fn residuals_block_groups(bytes: &[u8], scales: &[u8], order: &[usize], per_stag
 /// (what the chained forward carries for W), and per 64-deep stage: residuals.
 fn weight_residuals(rng: &mut Rng, inp: &[f64]) -> [usize; 2] {
     let w = activations(rng, &vec![1.0; K], inp);
-    let (mut bytes, mut tiles) = (vec![0u8; K * M], vec![0u8; (K / 32) * (M / 32)]);
-    quantize_mx(
-        &w,
-        &[K as u64, M as u64],
-        BlockLayout::tile(),
-        MxFormat::E4m3,
-        ScaleMode::Rceil,
-        &mut bytes,
-        &mut tiles,
-    )
-    .expect("quantize");
+    let (bytes, tiles) = quantize(&w, K, M, BlockLayout::tile());
     // a tile's scale on each of its 32 rows: the 1×32 layout residuals_grouped reads
     let per_row: Vec<u8> = (0..K)
         .flat_map(|r| tiles[(r / 32) * (M / 32)..(r / 32 + 1) * (M / 32)].to_vec())
@@ -204,17 +205,7 @@ fn main() {
     );
     for (name, chan, tok) in kinds {
         let xt = activations(&mut rng, &chan, &tok);
-        let (mut bytes, mut scales) = (vec![0u8; K * M], vec![0u8; K * M / 32]);
-        quantize_mx(
-            &xt,
-            &[K as u64, M as u64],
-            BlockLayout::vector(1),
-            MxFormat::E4m3,
-            ScaleMode::Rceil,
-            &mut bytes,
-            &mut scales,
-        )
-        .expect("quantize");
+        let (bytes, scales) = quantize(&xt, K, M, BlockLayout::vector(1));
         let per_col = reencode_rows(&bytes, &scales, K, M, MxFormat::E4m3)
             .expect("finite")
             .residuals
