@@ -8,7 +8,8 @@
 #                                         on the step, and the default path beside the chained one)
 #   bash docs/perf-runs/run138/run.sh 3   the L2 breakdown (plain, then QPAIR's kernel)
 #   bash docs/perf-runs/run138/run.sh 4   the default path's forward and dgrad, old vs new (the
-#                                         warp-synchronised stage releases, 2026-12-05)
+#                                         warp-synchronised stage releases, 2026-12-05; part 2's
+#                                         off variants answer it for the step: optional)
 # Each call ends with its outputs in one tarball under $OUT (the device returns 8 files).
 set -u
 out="${OUT:-out/run138}"
