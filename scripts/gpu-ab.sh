@@ -9,8 +9,8 @@
 #   3. `mxhost bench --only "$ONLY"` under MXHOST_MX_CHAIN=$MODE (default on), the VARIANTS
 #      (default "old new") interleaved, ROUNDS times (default 2): ab-<round>-<variant>.txt. A
 #      variant is old, new, new+NAME=VALUE or old+NAME=VALUE (that plugin with that environment
-#      variable, e.g. new+MXHOST_MX_CHAIN_QPAIR=1; new+MXHOST_MX_CHAIN=off runs that variant under its own
-#      mode instead of MODE, for the default path side by side with the chained one);
+#      variable, e.g. new+MXHOST_MX_CHAIN_QPAIR=1; new+MXHOST_MX_CHAIN=off runs under that mode
+#      instead of MODE, for the default path side by side with the chained one);
 #   4. with NCU=regex: ncu durations (and NCU_METRICS) of the matching kernels in one rep of
 #      the NCU_ONLY rows (default ONLY) on NCU_SHAPE (default c), each variant in reverse
 #      order: ncu-<variant>.txt;

@@ -14,15 +14,17 @@
 //!   once per G stages (or in the epilogue) and promote each stage with the A row scale alone,
 //!   one FFMA per output as forward's 32×32 weights allow, instead of an FMUL and an FFMA.
 //!
-//! The last two columns are the same X as forward's A operand (1×32 along K, per row and
-//! stage): with a stage's four blocks adjacent (today), and taken in an order of K blocks
-//! sorted by their mean scale (an idea, docs/perf.md). A second table does the same for a
-//! weight in 32×32 tiles (forward's B) with structured input channels.
+//! The last three columns are the same X as forward's A operand (1×32 along K, per row and
+//! stage): with a stage's four blocks adjacent (today), taken in an order of K blocks sorted
+//! by their mean scale (an idea, docs/perf.md), and two adjacent blocks per 64-deep stage. A
+//! second table does the same for a weight in 32×32 tiles (forward's B, 128- and 64-deep
+//! stages) with structured input channels.
 //!
 //! Run: `cargo run --release -p mxhost-plugin-mxfp8 --example wgrad_stage_residuals`.
-//! Prints residuals per element for three kinds of activations (i.i.d. Gaussian, channels
-//! with log-normal magnitudes, 1 % outlier channels at 30×); the chained gate closes above
-//! 1e-4 per element.
+//! Prints residuals per element for five kinds of activations (i.i.d. Gaussian, channels with
+//! log-normal magnitudes, 1 % outlier channels at 30×, tokens with log-normal magnitudes, 1 %
+//! outlier tokens at 10×) and five kinds of weights; the chained gate closes above 1e-4 per
+//! element (both operands together).
 
 use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
 use mxhost_plugin_common::testing::Rng;
