@@ -4,12 +4,12 @@
 # repository root with dist/ built by scripts/dist.sh; outputs under $OUT (or out/gpu-ab):
 #   1. SELFTEST (default always; on, default or 0): the new plugin's selftest under that
 #      MXHOST_MX_CHAIN mode, with VERIFY and poisoned outputs (and SELFTEST_ENV, e.g.
-#      "MXHOST_MX_CHAIN_QPAIR=1", in its environment);
+#      "MXHOST_MX_CHAIN_FORM4=1", in its environment);
 #   2. bench_peers.py on SHAPES (default a,b,c), so the rows get their × BF16 column;
 #   3. `mxhost bench --only "$ONLY"` under MXHOST_MX_CHAIN=$MODE (default on), the VARIANTS
 #      (default "old new") interleaved, ROUNDS times (default 2): ab-<round>-<variant>.txt. A
 #      variant is old, new, new+NAME=VALUE or old+NAME=VALUE (that plugin with that environment
-#      variable, e.g. new+MXHOST_MX_CHAIN_QPAIR=1; new+MXHOST_MX_CHAIN=off runs under that mode
+#      variable, e.g. new+MXHOST_MX_CHAIN_QPAIR=0; new+MXHOST_MX_CHAIN=off runs under that mode
 #      instead of MODE, for the default path side by side with the chained one);
 #   4. with NCU=regex: ncu durations (and NCU_METRICS) of the matching kernels in one rep of
 #      the NCU_ONLY rows (default ONLY) on NCU_SHAPE (default c), each variant in reverse

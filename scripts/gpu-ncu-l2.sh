@@ -5,7 +5,7 @@
 # 3.8-4.1 (docs/perf.md runs 136-137). Per kernel: the lts__throughput breakdown (which L2
 # sub-unit is the limit), DRAM, L2 requests and sectors by read/write, and the sectors that
 # cross the L2 fabric (the far partition). KERNELS overrides the regex; extra environment (e.g.
-# MXHOST_MX_CHAIN_QPAIR=1) passes through. Output: $OUT/ncu-l2.txt (or out/ncu-l2).
+# MXHOST_MX_CHAIN_QPAIR=0) passes through. Output: $OUT/ncu-l2.txt (or out/ncu-l2).
 set -u
 out="${OUT:-out/ncu-l2}"
 mkdir -p "$out"

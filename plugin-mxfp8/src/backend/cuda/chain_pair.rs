@@ -15,9 +15,9 @@
 //! at all, only the partner's address ([`BtAt::Partner`]): the kernel then writes 2 bytes per
 //! element instead of 4.
 //! `MXHOST_MX_CHAIN_PAIR=0` turns the path off (the two calls instead), for A/B timing.
-//! `MXHOST_MX_CHAIN_QPAIR=1` goes one step further for a bf16 weight: the same kernel quantizes
-//! W itself (`mx_quantize_pair_bf16_e4m3`), so the call is one launch instead of the tile
-//! quantizer's and this one ([`quantize_b_pair`]).
+//! For a bf16 weight the same kernel also quantizes W itself (`mx_quantize_pair_bf16_e4m3`), so
+//! the call is one launch instead of the tile quantizer's and this one ([`quantize_b_pair`]);
+//! `MXHOST_MX_CHAIN_QPAIR=0` goes back to the two launches.
 
 use super::chain::{annex_filled_here, checked_annex, AnnexRole};
 use super::chain_form::{self, b_layout, tile_strides, BLayout, BtAt};
@@ -204,13 +204,14 @@ pub(super) fn fill_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginResult<
     Ok(true)
 }
 
-/// `MXHOST_MX_CHAIN_QPAIR=1`: a bf16 weight's quantize call with both annexes in one launch
-/// (`mx_quantize_pair_bf16_e4m3`: W and Wᵀ in 32×32 tiles and both forms from one read of W,
-/// 6 bytes moved per element against 7 in the tile quantizer and the pair kernel); off by
-/// default until timed on a GPU (docs/perf.md run 138).
+/// A bf16 weight's quantize call with both annexes in one launch (`mx_quantize_pair_bf16_e4m3`:
+/// W and Wᵀ in 32×32 tiles and both forms from one read of W, 6 bytes moved per element against
+/// 7 in the tile quantizer and the pair kernel). On by default since runs 138–139 (H100): the
+/// call 4 % faster on every anchor shape, the `on` step on c 1.5–2 % (docs/perf.md);
+/// `MXHOST_MX_CHAIN_QPAIR=0` turns it off for A/B timing.
 fn qpair_enabled() -> bool {
     static P: OnceLock<bool> = OnceLock::new();
-    *P.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_QPAIR", false))
+    *P.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_QPAIR", true))
 }
 
 /// The whole quantize call of a bf16 weight with its transposed copy and both annexes (ABI
