@@ -11,7 +11,7 @@ set -u
 out="${OUT:-out/run140}"
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$out/card.txt"
-OUT="$out" timeout 200 python3 dist/bench_peers.py --shapes a,b,c --budget-s "${PEER_BUDGET_S:-75}" \
+OUT="$out" timeout 200 python3 dist/bench_peers.py --shapes a,b,c --budget-s "${PEER_BUDGET_S:-50}" \
     --warmup 500 --rep 500 >"$out/peers.txt" 2>&1
 echo "peers rc=$?"
 timeout 240 dist/mxhost bench --device cuda --shapes a,b,c --reps 10 --warmup-ms 500 \
