@@ -9,7 +9,8 @@
 //! are poisoned first), for both builds, on shapes whose R and C are not multiples of 128 (nor C
 //! of 32); a weight with a NaN/Inf tile must set both copies' non-finite flag.
 //!
-//! The bf16 build (`mx_quantize_pair_bf16_e4m3`, the default; `MXHOST_MX_CHAIN_QPAIR=0` turns it off) quantizes W itself:
+//! The bf16 build (`mx_quantize_pair_bf16_e4m3`, the default; `MXHOST_MX_CHAIN_QPAIR=0` turns
+//! it off) quantizes W itself:
 //! its W, Wᵀ and tile scales are compared with `quantize_mx` in 32×32 tiles of W and of Wᵀ
 //! (each quantized on its own), its forms with the references of those bytes, in all three
 //! scale modes.
