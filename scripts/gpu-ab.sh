@@ -22,14 +22,17 @@ mkdir -p "$out"
 shapes="${SHAPES:-a,b,c}"
 only="${ONLY:-quantize X 1x32 (bf16,W 32x32 + transposed,step: 3}"
 mode="${MODE:-on}"
-if [ ! -f dist/old/libmxhost_plugin_mxfp8.so ]; then
-    echo "dist/old/libmxhost_plugin_mxfp8.so is missing: put the build to compare against there"
-    exit 2
-fi
-nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$out/card.txt"
 # the new plugin is dist/'s own (found beside mxhost); the old one through MXHOST_PLUGIN_PATH;
 # a new+NAME=VALUE or old+NAME=VALUE variant exports NAME=VALUE (unset again for the next variant)
 variants="${VARIANTS:-old new}"
+# (only a call with an old variant needs the old build: VARIANTS="new ..." runs without it)
+case " $variants" in *" old"*)
+    if [ ! -f dist/old/libmxhost_plugin_mxfp8.so ]; then
+        echo "dist/old/libmxhost_plugin_mxfp8.so is missing: put the build to compare against there"
+        exit 2
+    fi ;;
+esac
+nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$out/card.txt"
 extra=""
 plugin() {
     if [ -n "$extra" ]; then unset "${extra%%=*}"; extra=""; fi
