@@ -223,6 +223,19 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
             all.push(r);
         }
     }
+    let unmatched: Vec<String> = all
+        .iter()
+        .filter(|r| r.tflops.is_some() && r.x_bf16.is_none())
+        .map(|r| r.shape.split_whitespace().next().unwrap_or("").to_string())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if args.peers.is_some() && !unmatched.is_empty() {
+        eprintln!(
+            "mxhost bench: no torch baseline in the peers CSV for some GEMM rows of shape {} (bench_peers.py skips passes when its --budget-s runs out): their × BF16 reads -",
+            unmatched.join(", ")
+        );
+    }
     if all.is_empty() && !timing.only.is_empty() {
         eprintln!(
             "mxhost bench: no row matched --only {} (rows are named as in docs/perf.md, e.g. \"quantize X 1x32\", \"training step\")",

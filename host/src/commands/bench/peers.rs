@@ -38,7 +38,15 @@ fn parse_peers(text: &str) -> Peers {
         else {
             continue;
         };
-        let Ok(ms) = ms.parse::<f64>() else { continue };
+        // A row bench_peers.py skipped (its time budget ran out) reads `nan`, which parses:
+        // no baseline is better than a NaN ratio.
+        let Some(ms) = ms
+            .parse::<f64>()
+            .ok()
+            .filter(|ms| ms.is_finite() && *ms > 0.0)
+        else {
+            continue;
+        };
         if let Some(rest) = method.strip_prefix("copy_ ") {
             let gib = rest
                 .split_whitespace()
@@ -93,7 +101,8 @@ a E8 M4096 K4096 N4096,\"bf16 _grouped_mm fwd  (M,K)x(E,K,N)\",1.646,668.1,\n\
 a E8 M4096 K4096 N4096,\"bf16 _grouped_mm wgrad 2d-2d -> (E,N,K)\",1.646,668.0,\n\
 a E8 M4096 K4096 N4096,bf16 _grouped_mm fwd+dgrad+wgrad (3 GEMMs),5.100,646.8,\n\
 b E8 M4096 K2048 N8192,\"bf16 _grouped_mm dgrad (M,N)x(E,N,K)\",1.638,671.3,\n\
-b E8 M4096 K2048 N8192,fp8 rowwise _scaled_grouped_mm fwd,1.197,918.9,\n";
+b E8 M4096 K2048 N8192,fp8 rowwise _scaled_grouped_mm fwd,1.197,918.9,\n\
+c E32 M1024 K2880 N2880,bf16 _grouped_mm fwd+dgrad+wgrad (3 GEMMs),nan,nan,SKIP (time budget)\n";
         let p = parse_peers(csv);
         let copy = p.copy_gbps.expect("copy row");
         // 4 GiB moved in 1.0107 ms
@@ -107,6 +116,7 @@ b E8 M4096 K2048 N8192,fp8 rowwise _scaled_grouped_mm fwd,1.197,918.9,\n";
             None,
             "fp8 rows are not the BF16 baseline"
         );
+        assert_eq!(p.ms("c", "step"), None, "a skipped row is no baseline");
         assert_eq!(p.grouped_mm.len(), 4);
         // no copy row, no bandwidth
         assert_eq!(parse_peers("shape,method,ms\n").copy_gbps, None);
