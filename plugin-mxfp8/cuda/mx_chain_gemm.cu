@@ -69,12 +69,20 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
 
 // The gate's status words of one GEMM from its operands' own (each operand re-encoded on its
 // own, in the call or by its quantizer into an annex): flags ORed, counts added (saturating,
-// so a huge sum still closes the gate).
-extern "C" __global__ void mx_chain_status_merge(const int* a, const int* b, int* out) {
+// so a huge sum still closes the gate). `host`, when not null, is a slot of mapped pinned host
+// memory that gets the same two words: the plugin's gate memory reads it later without waiting
+// (chain_memory.rs), count first, so a slot whose flags word is set is complete.
+extern "C" __global__ void mx_chain_status_merge(const int* a, const int* b, int* out, int* host) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     const long long n = (long long)(unsigned)a[1] + (long long)(unsigned)b[1];
-    out[0] = a[0] | b[0];
-    out[1] = n > 0x7FFFFFFF ? 0x7FFFFFFF : (int)n;
+    const int flags = a[0] | b[0], count = n > 0x7FFFFFFF ? 0x7FFFFFFF : (int)n;
+    out[0] = flags;
+    out[1] = count;
+    if (host != nullptr) {
+      *(volatile int*)(host + 1) = count;
+      __threadfence_system();
+      *(volatile int*)host = flags;
+    }
   }
 }
 

@@ -43,7 +43,8 @@
 //! `quantize`, `gemm` (forward/dgrad operands and the GEMM launch), `chain` (the opt-in
 //! chained forward/dgrad; `chain_form` its operands' layouts, `chain_quant` X's and dY's
 //! annexes in the quantizer's pass, `chain_block` an A operand's form in one pass over its bytes, `chain_pair` a weight's and its transposed copy's annexes in
-//! one pass, `chain_verify` the device-side check of both), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps) and
+//! one pass, `chain_verify` the device-side check of both, `chain_memory` which operands get
+//! no annex because their last gate closed), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps) and
 //! `bf16_path` (dequantize-to-BF16 + cuBLAS); this file keeps the constants and small
 //! helpers they share and the [`Backend`] entry points.
 
@@ -60,6 +61,7 @@ mod bf16_path;
 mod chain;
 mod chain_block;
 mod chain_form;
+mod chain_memory;
 mod chain_pair;
 mod chain_quant;
 mod chain_verify;
@@ -138,6 +140,46 @@ fn leading(shape: &[u64]) -> usize {
 }
 
 impl CudaBackend {
+    /// The gate memory's part of a quantize call with annexes ([`chain_memory`]): each annex
+    /// is remembered with its operand; when the memory says an operand's gate closed last
+    /// time, the call quantizes plainly, fills only the other annexes and marks the skipped
+    /// ones not filled. Returns whether it ran the call (else the usual paths fill them all).
+    fn quantize_without_annexes(&self, call: &mut Call, args: &QuantizeArgs) -> PluginResult<bool> {
+        let mode = chain::mode()?;
+        if !chain_memory::active(mode) || !chain::annex_filled_here(call) {
+            return Ok(false);
+        }
+        let mut annexes = Vec::new();
+        if let Some(a) = &args.annex {
+            annexes.push((a, &args.output, args.transposed.as_ref(), false));
+        }
+        if let (Some(t), Some(a)) = (&args.transposed, &args.transposed_annex) {
+            annexes.push((a, t, Some(&args.output), true));
+        }
+        let mut plan = Vec::with_capacity(annexes.len());
+        for (annex, m, partner, transposed) in annexes {
+            let of = (ptr(&args.input), transposed);
+            let (key, base, status) = chain::annex_operand(call, m, annex, of, partner.is_some())?;
+            let fill = chain_memory::wants_annex(mode, key);
+            chain_memory::note_annex(base, key, fill);
+            plan.push((annex, m, partner, status, fill));
+        }
+        if plan.iter().all(|p| p.4) {
+            return Ok(false);
+        }
+        self.quantize_tensors(call, args)?;
+        for (annex, m, partner, status, fill) in plan {
+            if fill {
+                chain::fill_annex(call, m, annex, partner)?;
+            } else {
+                // (the GEMM leaves this operand to the default path; the flag closes the gate
+                // should a chained kernel read the annex anyway)
+                call.put_u64(status, chain_memory::STATUS_NOT_FILLED)?;
+            }
+        }
+        Ok(true)
+    }
+
     /// The quantize request's tensors: `output` and, when asked for, its transposed copy
     /// and the values in bf16.
     fn quantize_tensors(&self, call: &mut Call, args: &QuantizeArgs) -> PluginResult<()> {
@@ -232,6 +274,10 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let mut call = Call::new(args.ordinal, args.stream)?;
+        // Under `on`, operands whose last chained GEMM closed its gate get no annex.
+        if self.quantize_without_annexes(&mut call, args)? {
+            return Ok(());
+        }
         // X or dY with its annex: the tensor and its chain form in one pass.
         if chain_quant::quantize_a_with_annex(&mut call, args)? {
             return Ok(());

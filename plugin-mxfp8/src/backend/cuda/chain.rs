@@ -24,6 +24,7 @@
 //! paid for nothing, which is why `on` is not the default even where it wins on the anchors.
 
 use super::chain_form::BtAt;
+use super::chain_memory::{self, OperandKey};
 use super::device::{chain_smem, Call};
 use super::gemm::{AMat, BMat};
 use super::params::{ChainFix, ChainParams, GemmParams, TGemmParams};
@@ -452,6 +453,25 @@ pub(super) fn checked_annex(
     }
 }
 
+/// The gate memory's view of an annex a quantize call got for `m` (quantized from `input`;
+/// `transposed`: the call's transposed result): the operand, the annex's address and that
+/// of its status words.
+pub(super) fn annex_operand(
+    call: &Call,
+    m: &MxArg,
+    annex: &TensorArg,
+    (input, transposed): (u64, bool),
+    has_partner: bool,
+) -> PluginResult<(OperandKey, u64, u64)> {
+    let (role, base, bt) = checked_annex(m, annex, has_partner)?;
+    let status = match role {
+        AnnexRole::A { rows, red } => chain_form::a_layout(rows, red).status,
+        AnnexRole::B { e, cols, red } => b_annex_layout((e, cols, red), bt).status,
+    };
+    let key = OperandKey::new(call, input, role, transposed);
+    Ok((key, base, base + status as u64))
+}
+
 /// Whether this device's quantize calls fill annexes: only where the chained GEMM runs
 /// (sm_90a kernels and tensor maps).
 pub(super) fn annex_filled_here(call: &Call) -> bool {
@@ -508,6 +528,8 @@ pub(super) struct Annexes {
     pub(super) a: Option<u64>,
     /// B's annex and where it keeps the transposed bytes (held, or its partner's address).
     pub(super) b: Option<(u64, BtAt)>,
+    /// A dense A quantized with its form in the call: the operand the gate memory follows.
+    pub(super) dense_a: Option<OperandKey>,
 }
 
 impl Annexes {
@@ -536,7 +558,11 @@ impl Annexes {
                 let role = AnnexRole::B { e, cols, red };
                 annex_bt_of(role, t.numel, true).map(|bt| (t.ptr as u64, bt))
             });
-        Annexes { a, b }
+        Annexes {
+            a,
+            b,
+            dense_a: None,
+        }
     }
 }
 
@@ -598,7 +624,20 @@ pub(super) fn launch_chained(
         }
     };
     let (pa, pb) = (|o: usize| abase + o as u64, |o: usize| bbase + o as u64);
-    let status = merged_status(call, pa(la.status), pb(lb.status))?;
+    // The operands the gate memory follows: annexes filled under it, a dense A by its buffer.
+    let filled = |addr: u64| match chain_memory::annex(addr) {
+        Some((key, true)) => Some(key),
+        _ => None,
+    };
+    let keys: Vec<OperandKey> = [
+        annexes.a.and_then(filled).or(annexes.dense_a),
+        annexes.b.and_then(|(b, _)| filled(b)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let host = chain_memory::status_slot(mode, &keys, limit);
+    let status = merged_status(call, pa(la.status), pb(lb.status), host)?;
     // (B's annex is only taken for a weight read as stored, where the caller has no Bᵀ.) With
     // `MXC_BT_REF` the kernel reads Bᵀ's address from the annex word at `bt`.
     let (bt, bt_ref) = match (bt, lb.bt, lb.bt_ref) {
@@ -706,7 +745,8 @@ pub(super) fn tensor_maps(
 
 /// The gate's status words of one GEMM: both operands' (flags ORed, counts added) in new
 /// scratch (`mx_chain_status_merge`).
-pub(super) fn merged_status(call: &mut Call, a: u64, b: u64) -> PluginResult<u64> {
+/// `host`: a gate-memory slot that gets a copy of them ([`chain_memory::status_slot`]), or 0.
+pub(super) fn merged_status(call: &mut Call, a: u64, b: u64, host: u64) -> PluginResult<u64> {
     let status = call.alloc(8)?;
     call.launch(
         Unit::Chain,
@@ -714,7 +754,7 @@ pub(super) fn merged_status(call: &mut Call, a: u64, b: u64) -> PluginResult<u64
         (1, 1, 1),
         (32, 1, 1),
         0,
-        &mut [arg(&a), arg(&b), arg(&status)],
+        &mut [arg(&a), arg(&b), arg(&status), arg(&host)],
     )?;
     Ok(status)
 }

@@ -84,7 +84,7 @@ pub(super) fn launch(
     let (abase, la) = form(call, a, pr)?;
     let (bbase, lb) = form(call, b, qc)?;
     let (pa, pb) = (|o: usize| abase + o as u64, |o: usize| bbase + o as u64);
-    let status = chain::merged_status(call, pa(la.status), pb(lb.status))?;
+    let status = chain::merged_status(call, pa(la.status), pb(lb.status), 0)?;
     // B's stage scales, one float per column and 32-row block (the kernel reads the stage's
     // first), as the per-k32 wgrad's table of B's own scales.
     let qp = rup(qc, 128);

@@ -4,7 +4,8 @@
 //! `mx_tgemm_*` or `mx_gemm_*`). Wgrad is in [`super::wgrad`].
 
 use super::bf16_path::{dequantize_into, gemm_rows_bf16, Bf16Weight};
-use super::chain::{self, ChainMode, Gate};
+use super::chain::{self, AnnexRole, ChainMode, Gate};
+use super::chain_memory;
 use super::chain_form;
 use super::chain_quant;
 use super::cublas;
@@ -196,8 +197,30 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             // path (the auto rule would send a and b to cuBLAS), unless the weight's values
             // are kept: cuBLAS on them beat the chained pipeline by 1.3-1.9x (run 105).
             let chain_mode = chain::mode()?;
-            let chain_wanted =
+            let chain_fits =
                 chain_mode != ChainMode::Off && chain::shape_refusal(e, rows, cols).is_none();
+            // The gate memory (`on`): an operand whose last chained GEMM closed its gate has
+            // no annex filled (an MX operand) or no form made (a dense bf16 A): the default
+            // path takes the GEMM, as with the chain off.
+            let dense_a_key = match &args.a {
+                OperandArg::Dense(t) if chain_fits && t.dtype == DType::Bf16 => Some(
+                    chain_memory::OperandKey::new(call, ptr(t), AnnexRole::A { rows, red }, false),
+                ),
+                _ => None,
+            };
+            let unfilled = |o: &OperandArg| {
+                annex_of(o).is_some_and(|t| {
+                    matches!(chain_memory::annex(ptr(t)), Some((_, false)))
+                })
+            };
+            let remembered_closed = chain_fits
+                && (unfilled(&args.a)
+                    || unfilled(&args.b)
+                    || dense_a_key.is_some_and(|k| !chain_memory::wants_annex(chain_mode, k)));
+            if remembered_closed && gemm_trace() {
+                eprintln!("mxhost-plugin-mxfp8: chained GEMM not taken (M {rows} N {cols} K {red} E {e}): an operand's last chained GEMM closed its gate, so its annex was not filled (gate memory; tried again every {}th call)", chain_memory::REPROBE_EVERY);
+            }
+            let chain_wanted = chain_fits && !remembered_closed;
             let via_bf16 = call.dev.portable
                 || match cublas::rows_path()? {
                     cublas::GemmPath::Fp8 => false,
@@ -258,12 +281,16 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             // A dense bf16 A that the chained GEMM will take: quantized with its chain form
             // in one pass (chain_quant), the form read like an annex.
             let dims = (e, rows, cols, red);
-            let (a, a_form) = match chain_quant::quantize_dense_a(call, &a, &b, out_bf16, dims)? {
+            let form = match chain_wanted {
+                true => chain_quant::quantize_dense_a(call, &a, &b, out_bf16, dims)?,
+                false => None,
+            };
+            let (a, a_form) = match form {
                 Some((a, base)) => (a, Some(base)),
                 None => (a.quantized(call, rows, red)?, None),
             };
             let offs_dev = offsets_on_device(call, args)?;
-            let gate = if chain_mode == ChainMode::Off {
+            let gate = if !chain_wanted {
                 None
             } else {
                 // The stored weight is B's bytes transposed when its last axis is not this
@@ -283,7 +310,10 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     stored_is_kmajor(args, fwd),
                     dims,
                 );
-                annexes.a = annexes.a.or(a_form);
+                if a_form.is_some() {
+                    annexes.a = annexes.a.or(a_form);
+                    annexes.dense_a = dense_a_key;
+                }
                 match chain::launch_chained(
                     call,
                     chain_mode,
