@@ -4,7 +4,8 @@
 #   1. a GEMM trace of three outlier steps on c under `on` (which kernel computed each GEMM);
 #   2. the selftest under MXHOST_MX_CHAIN=on with poisoned outputs (the memory active: VERIFY
 #      would turn it off), with MXHOST_REQUIRE_CUDA=1;
-#   3. scripts/gpu-ab.sh: bench_peers.py, then the default path, `on` and `on` without the
+#   3. scripts/gpu-ab.sh (shapes c, b, a in that order, so a short peer budget still times c):
+#      bench_peers.py, then the default path, `on` and `on` without the
 #      memory interleaved over two rounds (forward, dgrad, both steps), summary table;
 #   4. the default selftest (last: the default path's code changed least).
 # (In this order so that a call cut short by the session's device time keeps the most.)
@@ -21,7 +22,7 @@ echo "== selftest, on + poison"
 MXHOST_MX_CHAIN=on MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 \
     dist/mxhost selftest --device cuda --quick >"$out/selftest-on.txt" 2>&1
 echo "rc=$?"; grep -E "^mxhost selftest: [0-9]" "$out/selftest-on.txt"; grep FAIL "$out/selftest-on.txt" | head -5
-OUT="$out/ab" SELFTEST=0 PEER_BUDGET_S=90 MODE=on ROUNDS=2 \
+OUT="$out/ab" SELFTEST=0 SHAPES=c,b,a PEER_BUDGET_S=75 MODE=on ROUNDS=2 \
     VARIANTS="new+MXHOST_MX_CHAIN=off new new+MXHOST_MX_CHAIN_MEMORY=0" \
     ONLY="forward X 1x32 · W 32x32 (pre,dgrad dY 1x32 · W 32x32 [E,K,N],step: 3" bash scripts/gpu-ab.sh
 echo "== default selftest"
