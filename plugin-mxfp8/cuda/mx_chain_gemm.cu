@@ -32,6 +32,7 @@
 #include "mx_quant_chain.cuh"
 #include "mx_quant_block_form.cuh"
 #include "mx_tgemm_chain.cuh"
+#include "mx_chain_status.cuh"
 
 // The launchers (bench/launch.cu and bench/chain.py's ctypes structures; the backend's, when it
 // is wired) hard-code these sizes.
@@ -68,22 +69,10 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
 #define MXC_INST_W(NAME, FA, FB, OBF) MXC_INST_TC_SB(NAME, FA, FB, 0, OBF)
 
 // The gate's status words of one GEMM from its operands' own (each operand re-encoded on its
-// own, in the call or by its quantizer into an annex): flags ORed, counts added (saturating,
-// so a huge sum still closes the gate). `host`, when not null, is a slot of mapped pinned host
-// memory that gets the same two words: the plugin's gate memory reads it later without waiting
-// (chain_memory.rs), count first, so a slot whose flags word is set is complete.
+// own, in the call or by its quantizer into an annex), and their copy for the gate memory when
+// `host` is not null (mx_chain_status.cuh).
 extern "C" __global__ void mx_chain_status_merge(const int* a, const int* b, int* out, int* host) {
-  if (threadIdx.x == 0 && blockIdx.x == 0) {
-    const long long n = (long long)(unsigned)a[1] + (long long)(unsigned)b[1];
-    const int flags = a[0] | b[0], count = n > 0x7FFFFFFF ? 0x7FFFFFFF : (int)n;
-    out[0] = flags;
-    out[1] = count;
-    if (host != nullptr) {
-      *(volatile int*)(host + 1) = count;
-      __threadfence_system();
-      *(volatile int*)host = flags;
-    }
-  }
+  if (threadIdx.x == 0 && blockIdx.x == 0) mx_chain_status_words(a, b, out, host);
 }
 
 // A weight and its transposed copy with both chain forms (mx_reencode_pair.cuh; E4M3 only, as

@@ -36,7 +36,7 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 24] = [
+pub const HEADERS: [(&str, &str); 25] = [
     header!("mx_types.cuh"),
     header!("mx_ptx.cuh"),
     header!("mx_warp.cuh"),
@@ -59,6 +59,7 @@ pub const HEADERS: [(&str, &str); 24] = [
     header!("mx_reencode_pair.cuh"),
     header!("mx_reencode_block.cuh"),
     header!("mx_tgemm_chain.cuh"),
+    header!("mx_chain_status.cuh"),
     header!("mx_quant_chain.cuh"),
     header!("mx_quant_block_form.cuh"),
 ];

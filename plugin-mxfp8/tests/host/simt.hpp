@@ -208,6 +208,7 @@ inline void simt_warp_meet(int w) {
 }
 
 inline void __syncthreads() { simt_cta->cta.arrive_and_wait(); }
+inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void simt_full(mx_u32 mask) {
   if (mask != 0xffffffffu) throw std::logic_error("simt.hpp: only full-warp masks are emulated");
 }

@@ -408,7 +408,10 @@ mod tests {
         s.write(slot, [0, 1000]);
         assert!(!b.wants_annex(x, |i| s.read(i)), "x closed");
         assert!(b.wants_annex(dy, |i| s.read(i)), "dY has its own verdict");
-        assert!(b.wants_annex(xt, |i| s.read(i)), "so has the transposed copy");
+        assert!(
+            b.wants_annex(xt, |i| s.read(i)),
+            "so has the transposed copy"
+        );
         for i in 0..ENTRIES as u64 {
             b.wants_annex(key(0x10_0000 + i), |i| s.read(i));
         }

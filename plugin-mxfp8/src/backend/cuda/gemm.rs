@@ -5,8 +5,8 @@
 
 use super::bf16_path::{dequantize_into, gemm_rows_bf16, Bf16Weight};
 use super::chain::{self, AnnexRole, ChainMode, Gate};
-use super::chain_memory;
 use super::chain_form;
+use super::chain_memory;
 use super::chain_quant;
 use super::cublas;
 use super::device::{gemm_smem, tgemm_smem, Call};
@@ -209,9 +209,7 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                 _ => None,
             };
             let unfilled = |o: &OperandArg| {
-                annex_of(o).is_some_and(|t| {
-                    matches!(chain_memory::annex(ptr(t)), Some((_, false)))
-                })
+                annex_of(o).is_some_and(|t| matches!(chain_memory::annex(ptr(t)), Some((_, false))))
             };
             let remembered_closed = chain_fits
                 && (unfilled(&args.a)
