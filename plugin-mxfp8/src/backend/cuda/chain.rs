@@ -22,8 +22,8 @@
 //! lognormal(0, 0.5) input channels 1.2e-4, against the gate's 1e-4 (docs/perf.md, "Residuals
 //! on structured activations", `examples/wgrad_stage_residuals.rs`): the annexes are then
 //! paid for nothing, which is why `on` is not the default even where it wins on the anchors.
-//! The gate memory ([`chain_memory`]) stops paying them after the first closed gate of an
-//! operand, re-trying every 16th call.
+//! The gate memory ([`chain_memory`], opt-in until run on a GPU) stops paying them after the
+//! first closed gate of an operand, re-trying every 16th call.
 
 use super::chain_form::BtAt;
 use super::chain_memory::{self, OperandKey};

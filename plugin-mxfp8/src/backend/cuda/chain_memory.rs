@@ -19,9 +19,10 @@
 //! buffers step after step. A buffer at a new address starts with no verdict (the annex is
 //! filled). Results never depend on this: both paths compute the same exact product.
 //!
-//! Off under `always` (tests want the chained GEMM wherever it can run), under
-//! `MXHOST_MX_CHAIN_VERIFY` (it checks the annexes), and with `MXHOST_MX_CHAIN_MEMORY=0` (A/B
-//! timing).
+//! Opt-in with `MXHOST_MX_CHAIN_MEMORY=1` until it has run on a GPU (docs/perf.md run 141,
+//! written and not yet run: the session's device time ran out on failed machine starts), as
+//! each new path of this plugin was. Off under `always` (tests want the chained GEMM wherever
+//! it can run) and under `MXHOST_MX_CHAIN_VERIFY` (it checks the annexes).
 
 use super::chain::{AnnexRole, ChainMode};
 use super::device::Call;
@@ -204,12 +205,12 @@ impl Book {
     }
 }
 
-/// Whether the gate memory runs: `on` without VERIFY, unless `MXHOST_MX_CHAIN_MEMORY=0`.
+/// Whether the gate memory runs: `on` with `MXHOST_MX_CHAIN_MEMORY=1`, without VERIFY.
 pub(super) fn active(mode: ChainMode) -> bool {
     static A: OnceLock<bool> = OnceLock::new();
     mode == ChainMode::On
         && *A.get_or_init(|| {
-            super::env_flag("MXHOST_MX_CHAIN_MEMORY", true) && !super::chain_verify::enabled()
+            super::env_flag("MXHOST_MX_CHAIN_MEMORY", false) && !super::chain_verify::enabled()
         })
 }
 
