@@ -273,6 +273,14 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
             }
         }
     }
+    // The residual-carried forward quantized on the GPU and multiplied 18 times from the same
+    // buffers: under MXHOST_MX_CHAIN=on with the gate memory (MXHOST_MX_CHAIN_MEMORY=1) the
+    // first call closes the gate, the next 15 run without annexes on the default path, the
+    // 17th fills them again; every result is checked against the CPU.
+    let mut g = GemmCase::new(GemmPass::Forward, vec![512, 0, 384, 640], 2880, 256);
+    (g.mx, g.residual_carried, g.quantized_on_gpu) = (true, true, true);
+    (g.keep_values, g.repeat) = (None, 18);
+    ctx.gemm_case("repeated", &g);
     // Operands quantized with their bf16 values kept (ABI 1.2): forward/dgrad read them
     // on the dequantize-to-BF16 path (both kept: cuBLAS alone), from either stored layout
     // of the weight and with its values stored swapped; wgrad reads A's and B's.
