@@ -291,6 +291,12 @@ fn describe_gate([flags, listed]: [i32; 2], limit: i32, split: Option<i32>) -> S
     if flags & STATUS_UNALIGNED as i32 != 0 {
         why.push("the weight's partner bytes are not 16-byte aligned".to_string());
     }
+    if flags & chain_memory::STATUS_NOT_FILLED as i32 != 0 {
+        why.push("an annex the gate memory left unfilled".to_string());
+    }
+    if flags & !(1 | 2 | STATUS_UNALIGNED as i32 | chain_memory::STATUS_NOT_FILLED as i32) != 0 {
+        why.push(format!("status flags {flags:#x}"));
+    }
     if (listed as u32) > limit as u32 {
         why.push(format!("{listed} residuals > limit {limit}"));
     }
@@ -812,6 +818,8 @@ mod tests {
         assert!(describe_gate([0, 51], 100, Some(50)).contains("the 3-stage"));
         assert!(describe_gate([0, 0], 100, Some(-1)).contains("the 3-stage"));
         assert!(describe_gate([4, 0], 100, None).contains("not 16-byte aligned"));
+        assert!(describe_gate([8, 0], 100, None).contains("closed (an annex the gate memory"));
+        assert!(describe_gate([16, 0], 100, None).contains("closed (status flags 0x10)"));
         let closed = describe_gate([3, 101], 100, Some(50));
         assert!(
             closed.contains("overflowed") && closed.contains("NaN/Inf"),
