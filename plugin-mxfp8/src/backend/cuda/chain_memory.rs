@@ -297,7 +297,9 @@ pub(super) fn status_slot(mode: ChainMode, keys: &[OperandKey], limit: i32) -> u
     let (true, Some(s), false) = (active(mode), slots(), keys.is_empty()) else {
         return 0;
     };
-    let slot = book().take_slot(keys, limit);
+    let mut book = book();
+    let slot = book.take_slot(keys, limit);
+    // (under the lock: no reader sees the slot's new owner before its sentinel)
     s.word(slot, 0).store(-1, Ordering::Release);
     s.word(slot, 1).store(-1, Ordering::Release);
     s.device + 8 * slot as u64
