@@ -42,10 +42,11 @@
 //! `device` (per-device state, kernel loading, `Call` and its launch helpers),
 //! `quantize`, `gemm` (forward/dgrad operands and the GEMM launch), `chain` (the opt-in
 //! chained forward/dgrad; `chain_form` its operands' layouts, `chain_quant` X's and dY's
-//! annexes in the quantizer's pass, `chain_block` an A operand's form in one pass over its bytes, `chain_pair` a weight's and its transposed copy's annexes in
-//! one pass, `chain_verify` the device-side check of both, `chain_memory` which operands get
-//! no annex because their last gate closed), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps) and
-//! `bf16_path` (dequantize-to-BF16 + cuBLAS); this file keeps the constants and small
+//! annexes in the quantizer's pass, `chain_block` an A operand's form in one pass over its
+//! bytes, `chain_pair` a weight's and its transposed copy's annexes in one pass,
+//! `chain_verify` the device-side check of both, `chain_memory` which operands get no annex
+//! because their last gate closed), `wgrad` (wgrad on the FP8 kernels), `tma` (tensor maps)
+//! and `bf16_path` (dequantize-to-BF16 + cuBLAS); this file keeps the constants and small
 //! helpers they share and the [`Backend`] entry points.
 
 use super::cublas;
