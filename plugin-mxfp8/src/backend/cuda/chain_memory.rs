@@ -110,7 +110,9 @@ pub(super) struct Book {
 }
 
 impl Book {
-    fn entry(&mut self, key: OperandKey) -> &mut Entry {
+    /// The index of `key`'s entry, made (or taking the least recently used one's place) when
+    /// there is none, and marked used.
+    fn entry(&mut self, key: OperandKey) -> usize {
         self.clock += 1;
         let clock = self.clock;
         let i = match self.entries.iter().position(|e| e.key == key) {
@@ -136,7 +138,7 @@ impl Book {
             }
         };
         self.entries[i].last_used = clock;
-        &mut self.entries[i]
+        i
     }
 
     /// Whether this quantize call should fill `key`'s annex. `read(slot)` gives a slot's two
@@ -146,10 +148,10 @@ impl Book {
         key: OperandKey,
         read: impl Fn(usize) -> Option<[i32; 2]>,
     ) -> bool {
-        let generations = std::mem::take(&mut self.generations);
-        let e = self.entry(key);
+        let i = self.entry(key);
+        let e = &mut self.entries[i];
         if let Some(p) = e.pending {
-            if generations.get(p.slot) != Some(&p.generation) {
+            if self.generations.get(p.slot) != Some(&p.generation) {
                 e.pending = None; // taken over by a later GEMM: keep the last verdict
             } else if let Some([flags, count]) = read(p.slot) {
                 e.verdict = if flags != 0 || count > p.limit {
@@ -162,9 +164,7 @@ impl Book {
             }
         }
         e.calls = e.calls.saturating_add(1);
-        let fill = e.verdict != Verdict::Closed || e.calls.is_multiple_of(REPROBE_EVERY);
-        self.generations = generations;
-        fill
+        e.verdict != Verdict::Closed || e.calls.is_multiple_of(REPROBE_EVERY)
     }
 
     /// Remembers that the annex at `addr` belongs to `key` and whether it was filled.
@@ -195,7 +195,8 @@ impl Book {
         self.generations[slot] += 1;
         let generation = self.generations[slot];
         for &k in keys {
-            self.entry(k).pending = Some(Pending {
+            let i = self.entry(k);
+            self.entries[i].pending = Some(Pending {
                 slot,
                 generation,
                 limit,
