@@ -53,7 +53,7 @@ use super::cublas;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{DType, MxFormat, ScaleMode};
 use mxhost_plugin_common::args::{
-    AnnexSpec, Blocking, DequantizeArgs, GemmArgs, QuantizeArgs, TensorArg,
+    AnnexSpec, Blocking, DequantizeArgs, GemmArgs, MxArg, QuantizeArgs, TensorArg,
 };
 use mxhost_plugin_common::entry::Backend;
 use std::ffi::c_void;
@@ -140,6 +140,20 @@ fn leading(shape: &[u64]) -> usize {
         .product::<u64>() as usize
 }
 
+/// The results of a quantize call that come with an annex (ABI 1.3): each annex, its tensor,
+/// the call's other result (the partner a B annex may refer to) and whether the tensor is the
+/// transposed one.
+fn annexed_results(args: &QuantizeArgs) -> Vec<(&TensorArg, &MxArg, Option<&MxArg>, bool)> {
+    let mut v = Vec::with_capacity(2);
+    if let Some(a) = &args.annex {
+        v.push((a, &args.output, args.transposed.as_ref(), false));
+    }
+    if let (Some(t), Some(a)) = (&args.transposed, &args.transposed_annex) {
+        v.push((a, t, Some(&args.output), true));
+    }
+    v
+}
+
 impl CudaBackend {
     /// The gate memory's part of a quantize call with annexes ([`chain_memory`]): each annex
     /// is remembered with its operand; when the memory says an operand's gate closed last
@@ -150,13 +164,7 @@ impl CudaBackend {
         if !chain_memory::active(mode) || !chain::annex_filled_here(call) {
             return Ok(false);
         }
-        let mut annexes = Vec::new();
-        if let Some(a) = &args.annex {
-            annexes.push((a, &args.output, args.transposed.as_ref(), false));
-        }
-        if let (Some(t), Some(a)) = (&args.transposed, &args.transposed_annex) {
-            annexes.push((a, t, Some(&args.output), true));
-        }
+        let annexes = annexed_results(args);
         let mut plan = Vec::with_capacity(annexes.len());
         for (annex, m, partner, transposed) in annexes {
             let of = (ptr(&args.input), transposed);
@@ -296,11 +304,8 @@ impl Backend for CudaBackend {
         if chain_pair::fill_b_pair(&mut call, args)? {
             return Ok(());
         }
-        if let Some(a) = &args.annex {
-            chain::fill_annex(&mut call, &args.output, a, args.transposed.as_ref())?;
-        }
-        if let (Some(t), Some(a)) = (&args.transposed, &args.transposed_annex) {
-            chain::fill_annex(&mut call, t, a, Some(&args.output))?;
+        for (annex, m, partner, _) in annexed_results(args) {
+            chain::fill_annex(&mut call, m, annex, partner)?;
         }
         Ok(())
     }
