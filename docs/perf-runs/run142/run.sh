@@ -18,6 +18,6 @@ for what in "gate memory" "chained gate open" "chained gate closed"; do
     echo "$what: $(grep -c "$what" "$out/trace-step-c.txt")"
 done
 grep -o "chained gate [a-z]* ([0-9]* residuals[^)]*)" "$out/trace-step-c.txt" | sort | uniq -c
-OUT="$out/ab" SELFTEST=0 SHAPES=c PEER_BUDGET_S=40 MODE=on ROUNDS=4 ONLY="step: 3" \
+OUT="$out/ab" SELFTEST=0 SHAPES=c PEER_BUDGET_S=15 MODE=on ROUNDS=4 ONLY="step: 3" \
     VARIANTS="new new+MXHOST_MX_CHAIN_MEMORY=1 new+MXHOST_MX_CHAIN=off" bash scripts/gpu-ab.sh
 cd "$out" && tar czf /tmp/run142.tgz ./* && rm -rf ./* && mv /tmp/run142.tgz ./run142.tgz
