@@ -19,9 +19,10 @@
 //! buffers step after step. A buffer at a new address starts with no verdict (the annex is
 //! filled). Results never depend on this: both paths compute the same exact product.
 //!
-//! Opt-in with `MXHOST_MX_CHAIN_MEMORY=1` until it has run on a GPU (docs/perf.md run 141,
-//! written and not yet run: the session's device time ran out on failed machine starts), as
-//! each new path of this plugin was. Off under `always` (tests want the chained GEMM wherever
+//! Opt-in with `MXHOST_MX_CHAIN_MEMORY=1` (docs/perf.md run 141: on an H200 it made the `on`
+//! step with outlier channels 5–6 % faster on a and b, left the anchors' data alone on a and
+//! b, and read 3–4 % slower on c's plain step in that call, which run 142 is to explain before
+//! it becomes the default). Off under `always` (tests want the chained GEMM wherever
 //! it can run) and under `MXHOST_MX_CHAIN_VERIFY` (it checks the annexes).
 
 use super::chain::{AnnexRole, ChainMode};
