@@ -274,7 +274,7 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
         }
     }
     // The residual-carried forward quantized on the GPU and multiplied 18 times from the same
-    // buffers: under MXHOST_MX_CHAIN=on with the gate memory (MXHOST_MX_CHAIN_MEMORY=1) the
+    // buffers: under MXHOST_MX_CHAIN=on (with its gate memory, chain_memory.rs) the
     // first call closes the gate, the next 15 run without annexes on the default path, the
     // 17th fills them again; every result is checked against the CPU.
     let mut g = GemmCase::new(GemmPass::Forward, vec![512, 0, 384, 640], 2880, 256);

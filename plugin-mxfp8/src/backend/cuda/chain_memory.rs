@@ -19,11 +19,11 @@
 //! buffers step after step. A buffer at a new address starts with no verdict (the annex is
 //! filled). Results never depend on this: both paths compute the same exact product.
 //!
-//! Opt-in with `MXHOST_MX_CHAIN_MEMORY=1` (docs/perf.md run 141: on an H200 it made the `on`
-//! step with outlier channels 5–6 % faster on a and b, left the anchors' data alone on a and
-//! b, and read 3–4 % slower on c's plain step in that call, which run 142 is to explain before
-//! it becomes the default). Off under `always` (tests want the chained GEMM wherever
-//! it can run) and under `MXHOST_MX_CHAIN_VERIFY` (it checks the annexes).
+//! On by default under `on` since docs/perf.md runs 141–142 (H200, H100): it made the `on` step
+//! with outlier channels 4–6 % faster than without it on a, b and c, and changed nothing
+//! measurable where the gates stay open. `MXHOST_MX_CHAIN_MEMORY=0` turns it off (A/B timing).
+//! Off under `always` (tests want the chained GEMM wherever it can run) and under
+//! `MXHOST_MX_CHAIN_VERIFY` (it checks the annexes).
 
 use super::chain::{AnnexRole, ChainMode};
 use super::device::Call;
@@ -207,12 +207,12 @@ impl Book {
     }
 }
 
-/// Whether the gate memory runs: `on` with `MXHOST_MX_CHAIN_MEMORY=1`, without VERIFY.
+/// Whether the gate memory runs: `on`, unless `MXHOST_MX_CHAIN_MEMORY=0` or VERIFY.
 pub(super) fn active(mode: ChainMode) -> bool {
     static A: OnceLock<bool> = OnceLock::new();
     mode == ChainMode::On
         && *A.get_or_init(|| {
-            super::env_flag("MXHOST_MX_CHAIN_MEMORY", false) && !super::chain_verify::enabled()
+            super::env_flag("MXHOST_MX_CHAIN_MEMORY", true) && !super::chain_verify::enabled()
         })
 }
 
