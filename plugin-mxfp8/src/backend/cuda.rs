@@ -93,7 +93,12 @@ pub use mxhost_plugin_common::cuda::driver_present;
 /// switches): unset or empty gives `default`; `0`, `off` and `false` are off; anything else
 /// is on. One rule for all of them, so `=1`, `=on` and `=true` mean the same everywhere.
 fn env_flag(name: &str, default: bool) -> bool {
-    match std::env::var(name).ok().as_deref().map(str::trim) {
+    flag_value(std::env::var(name).ok().as_deref(), default)
+}
+
+/// [`env_flag`]'s rule on a variable's value (`None` when unset).
+fn flag_value(v: Option<&str>, default: bool) -> bool {
+    match v.map(str::trim) {
         None | Some("") => default,
         Some("0") | Some("off") | Some("false") => false,
         Some(_) => true,

@@ -209,11 +209,17 @@ impl Book {
 
 /// Whether the gate memory runs: `on`, unless `MXHOST_MX_CHAIN_MEMORY=0` or VERIFY.
 pub(super) fn active(mode: ChainMode) -> bool {
-    static A: OnceLock<bool> = OnceLock::new();
-    mode == ChainMode::On
-        && *A.get_or_init(|| {
-            super::env_flag("MXHOST_MX_CHAIN_MEMORY", true) && !super::chain_verify::enabled()
-        })
+    static V: OnceLock<Option<String>> = OnceLock::new();
+    let v = V.get_or_init(|| std::env::var(MEMORY_VAR).ok());
+    wanted(mode, v.as_deref(), super::chain_verify::enabled())
+}
+
+const MEMORY_VAR: &str = "MXHOST_MX_CHAIN_MEMORY";
+
+/// [`active`]'s rule: under `on` unless the variable turns it off or VERIFY checks the annexes
+/// (it needs them all filled); never under `off` or `always`.
+fn wanted(mode: ChainMode, var: Option<&str>, verify: bool) -> bool {
+    mode == ChainMode::On && super::flag_value(var, true) && !verify
 }
 
 /// The mapped pinned slots: `SLOTS` pairs of i32 the status merges write.
@@ -422,6 +428,22 @@ mod tests {
         }
         assert!(b.entries.len() == ENTRIES);
         assert!(b.wants_annex(x, |i| s.read(i)), "forgotten: filled again");
+    }
+
+    #[test]
+    fn the_memory_runs_under_on_unless_turned_off() {
+        for unset in [None, Some(""), Some("1"), Some("on")] {
+            assert!(wanted(ChainMode::On, unset, false), "{unset:?}");
+        }
+        for off in [Some("0"), Some(" off "), Some("false")] {
+            assert!(!wanted(ChainMode::On, off, false), "{off:?}");
+        }
+        assert!(
+            !wanted(ChainMode::On, None, true),
+            "VERIFY needs every annex filled"
+        );
+        assert!(!wanted(ChainMode::Always, None, false));
+        assert!(!wanted(ChainMode::Off, Some("1"), false));
     }
 
     #[test]
