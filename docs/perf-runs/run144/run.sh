@@ -12,7 +12,7 @@ out="${OUT:-out/run144}"
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$out/card.txt"
 fwd="forward X 1x32 · W 32x32 (pre"
-dgrad="(transposed copy)"   # (--only splits at commas: the label's [E,K,N] cannot be given)
+dgrad="(transposed copy)"   # (the one row with these words)
 OUT="$out" SHAPES=c MODE=on TAG=fwd ONLY="$fwd" bash scripts/gpu-breakdown.sh
 OUT="$out" SHAPES=c MODE=on TAG=dgrad ONLY="$dgrad" bash scripts/gpu-breakdown.sh
 for i in 1 2 3; do

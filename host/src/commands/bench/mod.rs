@@ -67,8 +67,9 @@ pub struct BenchArgs {
     pub warmup_ms: u64,
     /// Time only the rows whose label contains one of these comma-separated words
     /// (case-insensitive), e.g. `--only "quantize,step:"` for the quantizers and the
-    /// training steps: a shorter device call when a change touches only those.
-    #[arg(long, value_delimiter = ',')]
+    /// training steps: a shorter device call when a change touches only those. Commas
+    /// inside square brackets belong to the word, so a label's `[E,K,N]` can be given.
+    #[arg(long)]
     pub only: Vec<String>,
 }
 
@@ -198,13 +199,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
         cooldown: std::time::Duration::from_millis(args.cooldown_ms),
         warmup: std::time::Duration::from_millis(args.warmup_ms),
         // Lives for the whole command (Timing stays Copy for the row helpers).
-        only: Vec::leak(
-            args.only
-                .iter()
-                .map(|w| w.trim().to_lowercase())
-                .filter(|w| !w.is_empty())
-                .collect(),
-        ),
+        only: Vec::leak(timing::only_words(&args.only)),
     };
     let mut all = Vec::new();
     for s in shapes {

@@ -25,6 +25,33 @@ pub(super) struct Timing {
     pub(super) only: &'static [String],
 }
 
+/// `--only`'s words: the value split at commas outside square brackets (so a label's
+/// `[E,K,N]` can be given whole), trimmed, lower-cased, empty words dropped.
+pub(super) fn only_words(values: &[String]) -> Vec<String> {
+    let mut words = Vec::new();
+    for v in values {
+        let (mut depth, mut word) = (0usize, String::new());
+        for c in v.chars() {
+            match c {
+                '[' => depth += 1,
+                ']' => depth = depth.saturating_sub(1),
+                ',' if depth == 0 => {
+                    words.push(std::mem::take(&mut word));
+                    continue;
+                }
+                _ => {}
+            }
+            word.push(c);
+        }
+        words.push(word);
+    }
+    words
+        .into_iter()
+        .map(|w| w.trim().to_lowercase())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
 impl Timing {
     /// Whether the row `label` is timed: every row without `--only`, else those whose
     /// label contains one of its words (case-insensitive).
@@ -102,4 +129,28 @@ pub(super) fn push_gemm_row(
     (flops, bytes): (f64, f64),
 ) -> anyhow::Result<()> {
     push_timed_row(dt, push, names, f, (Some(flops), bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(v: &[&str]) -> Vec<String> {
+        only_words(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn only_splits_at_commas_outside_brackets() {
+        assert_eq!(words(&["quantize, Step: "]), ["quantize", "step:"]);
+        assert_eq!(
+            words(&["forward X,dgrad dY 1x32 · W 32x32 [E,K,N] (transposed copy)"]),
+            [
+                "forward x",
+                "dgrad dy 1x32 · w 32x32 [e,k,n] (transposed copy)"
+            ]
+        );
+        assert_eq!(words(&["a,,b", "c"]), ["a", "b", "c"]);
+        assert_eq!(words(&["x]y,z"]), ["x]y", "z"], "a stray ] opens nothing");
+        assert!(words(&[" , "]).is_empty());
+    }
 }
