@@ -60,6 +60,7 @@ use std::ffi::c_void;
 
 mod bf16_path;
 mod chain;
+mod chain_annex;
 mod chain_block;
 mod chain_form;
 mod chain_memory;
@@ -166,14 +167,15 @@ impl CudaBackend {
     /// ones not filled. Returns whether it ran the call (else the usual paths fill them all).
     fn quantize_without_annexes(&self, call: &mut Call, args: &QuantizeArgs) -> PluginResult<bool> {
         let mode = chain::mode()?;
-        if !chain_memory::active(mode) || !chain::annex_filled_here(call) {
+        if !chain_memory::active(mode) || !chain_annex::annex_filled_here(call) {
             return Ok(false);
         }
         let annexes = annexed_results(args);
         let mut plan = Vec::with_capacity(annexes.len());
         for (annex, m, partner, transposed) in annexes {
             let of = (ptr(&args.input), transposed);
-            let (key, base, status) = chain::annex_operand(call, m, annex, of, partner.is_some())?;
+            let (key, base, status) =
+                chain_annex::annex_operand(call, m, annex, of, partner.is_some())?;
             let fill = chain_memory::wants_annex(mode, key);
             chain_memory::note_annex(base, key, fill);
             plan.push((annex, m, partner, status, fill));
@@ -184,7 +186,7 @@ impl CudaBackend {
         self.quantize_tensors(call, args)?;
         for (annex, m, partner, status, fill) in plan {
             if fill {
-                chain::fill_annex(call, m, annex, partner)?;
+                chain_annex::fill_annex(call, m, annex, partner)?;
             } else {
                 // (the GEMM leaves this operand to the default path; the flag closes the gate
                 // should a chained kernel read the annex anyway)
@@ -310,13 +312,13 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         for (annex, m, partner, _) in annexed_results(args) {
-            chain::fill_annex(&mut call, m, annex, partner)?;
+            chain_annex::fill_annex(&mut call, m, annex, partner)?;
         }
         Ok(())
     }
 
     fn annex_words(&self, spec: &AnnexSpec) -> PluginResult<u64> {
-        chain::annex_words(spec)
+        chain_annex::annex_words(spec)
     }
 
     fn dequantize(&self, args: &DequantizeArgs) -> PluginResult<()> {

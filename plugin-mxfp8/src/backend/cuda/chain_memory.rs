@@ -25,7 +25,8 @@
 //! Off under `always` (tests want the chained GEMM wherever it can run) and under
 //! `MXHOST_MX_CHAIN_VERIFY` (it checks the annexes).
 
-use super::chain::{AnnexRole, ChainMode};
+use super::chain::ChainMode;
+use super::chain_annex::AnnexRole;
 use super::device::Call;
 use cudarc::driver::sys as drv_sys;
 use std::sync::atomic::{AtomicI32, Ordering};

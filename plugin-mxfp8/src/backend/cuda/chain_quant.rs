@@ -22,7 +22,8 @@
 //! for byte (the residual lists up to each row's count) and fails the call on any difference.
 //! It synchronizes: for tests (`scripts/gpu-chain.sh` runs the selftests with it).
 
-use super::chain::{self, annex_filled_here, checked_annex, AnnexRole, ChainMode};
+use super::chain::{self, ChainMode};
+use super::chain_annex::{annex_filled_here, checked_annex, AnnexRole};
 use super::chain_block;
 use super::chain_form::{self, a_layout, ALayout};
 use super::chain_verify::{self, Region};

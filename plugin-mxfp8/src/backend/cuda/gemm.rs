@@ -4,7 +4,8 @@
 //! `mx_tgemm_*` or `mx_gemm_*`). Wgrad is in [`super::wgrad`].
 
 use super::bf16_path::{dequantize_into, gemm_rows_bf16, Bf16Weight};
-use super::chain::{self, AnnexRole, ChainMode, Gate};
+use super::chain::{self, ChainMode, Gate};
+use super::chain_annex::{AnnexRole, Annexes};
 use super::chain_form;
 use super::chain_memory;
 use super::chain_quant;
@@ -302,7 +303,7 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     _ => None,
                 };
                 // A's annex describes the tensor passed; a dense A was quantized here.
-                let mut annexes = chain::Annexes::pick(
+                let mut annexes = Annexes::pick(
                     (annex_of(&args.a), annex_of(&args.b)),
                     &b,
                     stored_is_kmajor(args, fwd),
