@@ -150,21 +150,43 @@ impl Ctx {
         } else {
             (None, None)
         };
+        // Values kept (ABI 1.2): the GPU operands quantized on the GPU with their bf16
+        // values (the same bytes: the quantizer checks above are bit-exact), the weight
+        // with swapped values by quantizing its transpose with a transposed copy.
+        // Quantized on the GPU without values (`quantized_on_gpu`): the same path, so that
+        // the plugin's annexes (ABI 1.3, under MXHOST_MX_CHAIN) come along.
+        let on_gpu = g
+            .keep_values
+            .or(g.quantized_on_gpu.then_some(g.layout == WeightLayout::Kn))
+            .filter(|_| g.mx && !g.dense_b);
+        // The weight transposed on the GPU, for the swapped quantize (made once: a repeated
+        // case quantizes it from the same buffer every time).
+        let bt_g = match on_gpu {
+            Some(true) => {
+                let (b0, r, c) = (
+                    b_shape[0] as usize,
+                    b_shape[1] as usize,
+                    b_shape[2] as usize,
+                );
+                let mut bt = vec![0f32; b_vals.len()];
+                for (i, v) in b_vals.iter().enumerate() {
+                    let (bi, ri, ci) = (i / (r * c), i / c % r, i % c);
+                    bt[bi * r * c + ci * r + ri] = *v;
+                }
+                Some(Tensor::from_bytes_on(
+                    self.gpu,
+                    vec![b0 as u64, c as u64, r as u64],
+                    DType::Bf16,
+                    &bytes_bf16(&bt),
+                )?)
+            }
+            _ => None,
+        };
         // The GPU side: quantized on the GPU (or uploaded) and multiplied; run `g.repeat`
         // times from the same input buffers when the case asks (the plugin's gate memory then
         // meets the same operands again), each result checked below.
         let run_gpu = || -> OpResult<OpResult<Tensor>> {
-            let mut qa_g = qa_c.as_ref().map(|a| a.to_device(self.gpu)).transpose()?;
-            let mut qb_g = qb_c.as_ref().map(|b| b.to_device(self.gpu)).transpose()?;
-            // Values kept (ABI 1.2): the GPU operands quantized on the GPU with their bf16
-            // values (the same bytes: the quantizer checks above are bit-exact), the weight
-            // with swapped values by quantizing its transpose with a transposed copy.
-            // Quantized on the GPU without values (`quantized_on_gpu`): the same path, so that
-            // the plugin's annexes (ABI 1.3, under MXHOST_MX_CHAIN) come along.
-            let on_gpu = g
-                .keep_values
-                .or(g.quantized_on_gpu.then_some(g.layout == WeightLayout::Kn));
-            if let (Some(swapped), true) = (on_gpu, g.mx && !g.dense_b) {
+            let (qa_g, qb_g) = if on_gpu.is_some() {
                 let keep = ops::QuantizeExtras {
                     transposed: false,
                     keep_values: g.keep_values.is_some(),
@@ -172,38 +194,28 @@ impl Ctx {
                 let q = |t: &Tensor, blk, extras| {
                     ops::quantize_with(&self.plugin, t, g.format, ScaleMode::Rceil, blk, extras)
                 };
-                qa_g = if g.dense_a {
+                let qa_g = if g.dense_a {
                     None
                 } else {
                     Some(q(&ag, a_blk, keep)?.0)
                 };
-                qb_g = Some(if swapped {
-                    let (b0, r, c) = (
-                        b_shape[0] as usize,
-                        b_shape[1] as usize,
-                        b_shape[2] as usize,
-                    );
-                    let mut bt = vec![0f32; b_vals.len()];
-                    for (i, v) in b_vals.iter().enumerate() {
-                        let (bi, ri, ci) = (i / (r * c), i / c % r, i % c);
-                        bt[bi * r * c + ci * r + ri] = *v;
-                    }
-                    let btg = Tensor::from_bytes_on(
-                        self.gpu,
-                        vec![b0 as u64, c as u64, r as u64],
-                        DType::Bf16,
-                        &bytes_bf16(&bt),
-                    )?;
+                let qb_g = if let Some(btg) = &bt_g {
                     let extras = ops::QuantizeExtras {
                         transposed: true,
                         ..keep
                     };
                     let blk_t = mxhost_plugin_abi::transposed_block(b_blk, 3);
-                    q(&btg, blk_t, extras)?.1.expect("requested")
+                    q(btg, blk_t, extras)?.1.expect("requested")
                 } else {
                     q(&bg, b_blk, keep)?.0
-                });
-            }
+                };
+                (qa_g, Some(qb_g))
+            } else {
+                (
+                    qa_c.as_ref().map(|a| a.to_device(self.gpu)).transpose()?,
+                    qb_c.as_ref().map(|b| b.to_device(self.gpu)).transpose()?,
+                )
+            };
             Ok(ops::grouped_gemm(
                 &self.plugin,
                 g.pass,
