@@ -26,3 +26,7 @@ for i in 1 2 3; do
             --warmup-ms 300 --only "$row" 2>/dev/null | grep -E "^c " | sed "s/^/round $i: /"
     done
 done | tee "$out/alone.txt"
+# 3. the default selftest: its "repeated" case now uploads its operands once (not yet run on a GPU)
+echo "== default selftest"
+MXHOST_REQUIRE_CUDA=1 timeout 150 dist/mxhost selftest --device cuda --quick >"$out/selftest-default.txt" 2>&1
+echo "rc=$?"; grep -E "^mxhost selftest: [0-9]" "$out/selftest-default.txt"; grep FAIL "$out/selftest-default.txt" | head -5
