@@ -92,6 +92,19 @@ MX_DEV void cp_async16(mx_u32 dst, const void* src, mx_u32 src_bytes) MX_PTX({
 MX_DEV void cp_async_commit() MX_PTX({ asm volatile("cp.async.commit_group;\n" ::: "memory"); })
 template <int N> MX_DEV void cp_async_wait() MX_PTX({ asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); })
 
+// 16 bytes global -> shared without registers (zeros when !valid; src must still be a
+// readable address), and the wait for all of this thread's copies; after it the bytes are
+// visible to this thread, to others after a barrier. The host harness copies at once.
+#ifdef MX_HOST_SIMT
+MX_DEV void mx_copy16_async(void* dst, const void* src, bool valid) {
+  for (int i = 0; i < 16; ++i) static_cast<mx_u8*>(dst)[i] = valid ? static_cast<const mx_u8*>(src)[i] : 0;
+}
+MX_DEV void mx_copy_async_wait_all() {}
+#else
+MX_DEV void mx_copy16_async(void* dst, const void* src, bool valid) { cp_async16(smem_u32(dst), src, valid ? 16u : 0u); }
+MX_DEV void mx_copy_async_wait_all() { cp_async_commit(); cp_async_wait<0>(); }
+#endif
+
 // ---- fences ----
 MX_DEV void fence_proxy_async_smem() MX_PTX({
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");

@@ -40,7 +40,7 @@ struct MxReencodePairParams {
 // One read of 2 bytes and four writes of 1 per element, against 2 + 2 (mx_quantize_t32l) and
 // 1 + 2 (mx_reencode_pair_ref) in two launches.
 struct MxQuantPairSrc {
-  const mx_u16* in;   // W [E][R][C] bf16, rows 8-byte aligned
+  const mx_u16* in;   // W [E][R][C] bf16, 16-byte aligned (cp.async; the host checks), C % 16 == 0
   mx_u8* s;           // W's tile scales [E][R/32][C/32]
   mx_u8* st;          // Wᵀ's tile scales [E][C/32][R/32]
   int mode, pad;
@@ -72,15 +72,33 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
     // the thread's 16 rows x 4 elements, then its tile's amax (8 lanes of two warps). The bf16
     // words wait for the scale in shared memory (thread-interleaved 8-byte slots, no bank
     // conflicts), not registers: held there they took the kernel to 92 registers, 2 CTAs per SM.
+    // They get there by cp.async, all 32 KB of the block in flight at once: loaded through
+    // registers, 51 of them let ptxas keep only 10 of the 16 loads in flight, and the warps
+    // spent 41 % of their time waiting on them (run 145). Slot (i, t) holds row 16 w + i's
+    // elements 4 l .. 4 l + 3, so the slots of lanes 2 m and 2 m + 1 are one 16-byte chunk:
+    // lane l copies chunk m = l % 16 of rows 2 k + l / 16 (k < 8), its warp's rows only (a
+    // warp reads back only its own slots: __syncwarp is the barrier). C % 16 == 0, so a chunk
+    // is all in the tensor or all out (then zeros, as the loads gave).
     static_assert(!SRC || (T1 + 1) * 128 * 32 >= 16 * 256 * 2, "the staging fits the transpose tiles");
     mx_u32* xs = &sm[0][0];
+    {
+      const int m = lane & 15;
+      const bool chunk_ok = rows_ok && c0 + 8 * m < C;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int i = 2 * k + (lane >> 4);
+        const mx_u16* g = chunk_ok ? src->in + (row0 + i) * C + c0 + 8 * m : src->in;
+        mx_copy16_async(xs + 2 * (i * 256 + 32 * warp + 2 * m), g, chunk_ok);
+      }
+      mx_copy_async_wait_all();
+      __syncwarp();
+    }
     mx_u32 am = 0;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      const uint2 v = word_ok ? *reinterpret_cast<const uint2*>(src->in + (row0 + i) * C + c0 + 4 * lane) : make_uint2(0u, 0u);
+      const uint2 v = *reinterpret_cast<const uint2*>(xs + 2 * (i * 256 + t));
       const mx_u32 ch[4] = {v.x, v.y, 0u, 0u};
       am = max(am, mxq_chunk_amax<1>(ch));
-      *reinterpret_cast<uint2*>(xs + 2 * (i * 256 + t)) = v;
     }
     am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
     am = max(am, __shfl_xor_sync(0xffffffffu, am, 2));
