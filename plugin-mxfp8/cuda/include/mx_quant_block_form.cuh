@@ -25,18 +25,8 @@
 // rows. With one block per CTA each row's 4 bytes of s and of s2 are a store request of their
 // own, as many L2 requests as the block's q and q2 rows together, for 1/64 of the bytes (run
 // 125 found the kernel bound by L2 requests); BPC = 4 makes those 4x fewer.
-// With BPC > 1 the next block's input is also on its way while a block is quantized and
-// stored: each thread copies its own 8 chunks of the next block into MXQB_STAGING_BYTES of
-// dynamic shared memory by cp.async (thread-interleaved 16-byte slots: conflict-free; a thread
-// reads back only its own, so no barrier) once its registers have consumed this block's. With
-// one block per CTA the loads are issued at the block's start and a quarter of the warps' time
-// waits on them (run 145), as the one-launch weight quantizer's did (runs 145-146).
 // Requires mx_quant_blocks.cuh and mx_reencode.cuh. NVRTC-clean.
 #pragma once
-
-// Dynamic shared memory of the BPC > 1 builds: one block's bf16 input, 8 chunks of 16 bytes
-// per thread (src/backend/cuda/chain_quant.rs and device.rs use the same number).
-#define MXQB_STAGING_BYTES 32768
 
 struct MxQuantBlockFormParams {
   const mx_u16* in;        // [R][C] bf16
@@ -56,19 +46,6 @@ MX_DEV mx_u32 mxqb_col(mx_u32 a, mx_u32 b, mx_u32 c, mx_u32 d, int q) {
   return __byte_perm(__byte_perm(a, b, sel), __byte_perm(c, d, sel), 0x5410);
 }
 
-// BPC > 1: thread t's 8 chunks (rows rb + i, columns col .. col + 7) of the block at c0 into
-// its staging slots stg[i * 256 + t] (zeros outside the tensor, as the direct loads give).
-MX_DEV void mxqb_prefetch(const MxQuantBlockFormParams& p, uint4* stg, int r0, int c0) {
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  const int col = c0 + 8 * (lane & 15), rb = 16 * warp + 8 * (lane >> 4);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int r = r0 + rb + i;
-    const bool ok = col < p.C && r < p.R;
-    mx_copy16_async(stg + i * 256 + t, ok ? p.in + (mx_i64)r * p.C + col : p.in, ok);
-  }
-}
-
 template <int FMT, int BPC = 1>
 MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   __shared__ __align__(16) mx_u32 sm[128 * 32];   // q2 transposed: word (column, 4-row group)
@@ -79,9 +56,6 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   const int hb = lane >> 4, j = lane & 15;
   const int r0 = blockIdx.y * 128;
   const int R = p.R, C = p.C, KB = C >> 5;
-  MX_DYN_SMEM(staging, 16);   // BPC > 1 only (launched with MXQB_STAGING_BYTES)
-  uint4* const stg = reinterpret_cast<uint4*>(staging);
-  if constexpr (BPC > 1) mxqb_prefetch(p, stg, r0, blockIdx.x * BPC * 128);
   for (int jb = 0; jb < BPC; ++jb) {
     const int bx = blockIdx.x * BPC + jb;   // this iteration's 128-column block (one stage)
     const int c0 = bx * 128;
@@ -93,14 +67,11 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
     const int rb = 16 * warp + 8 * hb;   // the thread's first block row
     if (t < 128) rowc[t] = 0;
     mx_u32 raw[8][4];
-    if constexpr (BPC > 1) mx_copy_async_wait_all();   // this thread's copies of this block
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int r = r0 + rb + i;
-      uint4 v;
-      if constexpr (BPC > 1) v = stg[i * 256 + t];
-      else v = col_ok && r < R ? __ldg(reinterpret_cast<const uint4*>(p.in + (mx_i64)r * C + col))
-                               : make_uint4(0u, 0u, 0u, 0u);
+      const uint4 v = col_ok && r < R ? __ldg(reinterpret_cast<const uint4*>(p.in + (mx_i64)r * C + col))
+                                      : make_uint4(0u, 0u, 0u, 0u);
       raw[i][0] = v.x; raw[i][1] = v.y; raw[i][2] = v.z; raw[i][3] = v.w;
     }
     __syncthreads();   // rowc
@@ -138,11 +109,6 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
         const int nm = __popc(m0) + __popc(m1);
         if (nm) atomicAdd(&rowc[rb + i], nm);
       }
-    }
-    // the next block's copies, now that this block's raw words are consumed (the slots are
-    // overwritten only after the thread's own reads of them)
-    if constexpr (BPC > 1) {
-      if (jb + 1 < BPC && c0 + 128 < C) mxqb_prefetch(p, stg, r0, c0 + 128);
     }
     // 8 x 8 bytes -> 8 columns of 8 rows (two 4-row words each) -> shared tile
     const int g = 2 * (4 * warp + 2 * hb);   // word of rows rb .. rb + 3 in a column's 32

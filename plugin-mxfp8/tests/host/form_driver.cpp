@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
   if (bpc != 1 && bpc != 4) { fprintf(stderr, "blocks per CTA: 1 or 4\n"); return 2; }
   if (bpc == 1 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1>(p); });
   if (bpc == 1 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1>(p); });
-  if (bpc == 4 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 4>(p); }, MXQB_STAGING_BYTES);
-  if (bpc == 4 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 4>(p); }, MXQB_STAGING_BYTES);
+  if (bpc == 4 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 4>(p); });
+  if (bpc == 4 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 4>(p); });
   FILE* out = fopen(argv[2], "wb");
   if (!out) return 2;
   for (auto* v : {&q, &s, &q2, &s2, &at, &sat, &mc, &sa}) fwrite(v->data(), 1, v->size(), out);

@@ -27,7 +27,7 @@ use super::chain_annex::{annex_filled_here, checked_annex, AnnexRole};
 use super::chain_block;
 use super::chain_form::{self, a_layout, ALayout};
 use super::chain_verify::{self, Region};
-use super::device::{Call, FORM4_STAGING_BYTES};
+use super::device::Call;
 use super::gemm::{AMat, BMat, RowsA};
 use super::params::{QuantBlockFormParams, QuantChainParams};
 use super::quantize::FlatOut;
@@ -208,8 +208,7 @@ fn fused(
             _ => "mx_quantize_rows_form4_e5m2",
         };
         let grid = (cdiv(red, 128 * bpc), cdiv(rows, 128), 1);
-        let smem = if bpc > 1 { FORM4_STAGING_BYTES } else { 0 };
-        call.launch(Unit::Chain, name, grid, (256, 1, 1), smem, &mut [arg(&p)])?;
+        call.launch(Unit::Chain, name, grid, (256, 1, 1), 0, &mut [arg(&p)])?;
         let a = AMat { q, s, fmt, rdiv: 1 };
         // (the kernel wrote the FP32 scale table too)
         chain_block::lists(call, &a, (rows, red), mc, (&l, base))?;

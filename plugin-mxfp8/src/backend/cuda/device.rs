@@ -144,7 +144,6 @@ impl Dev {
             let big_smem = match unit {
                 Unit::TGemm { w2d, .. } => Some(tgemm_smem(w2d, unit.tma_store())),
                 Unit::Chain if n.starts_with("mx_cgemm") => Some(chain_smem(&n)),
-                Unit::Chain if n.starts_with("mx_quantize_rows_form4") => Some(FORM4_STAGING_BYTES),
                 _ => None,
             };
             if let Some(smem) = big_smem {
@@ -201,10 +200,6 @@ pub(super) fn tgemm_smem(w2d: bool, tma_store: bool) -> u32 {
 /// TCB>()` of mx_tgemm_chain.cuh, pinned by static_asserts in mx_chain_gemm.cu): 4 stages with
 /// rounds of 15 units, or the `_s3` builds' 3 stages with 82 and the tensor-core correction
 /// slabs (run 111).
-/// `MXQB_STAGING_BYTES` of mx_quant_block_form.cuh: the dynamic shared memory of
-/// `mx_quantize_rows_form4_*` (the next block's input, copied while one is quantized).
-pub(super) const FORM4_STAGING_BYTES: u32 = 32768;
-
 pub(super) fn chain_smem(name: &str) -> u32 {
     if name.contains("_s3") {
         228736
@@ -280,21 +275,5 @@ impl Call {
             )
         }
         .map_err(|e| PluginError::backend(format!("CUDA launch of {name} failed: {e}")))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// The launch and the kernel agree on the staging size (the kernel indexes 8 × 256 × 16
-    /// bytes of it; a smaller launch would read past the CTA's shared memory).
-    #[test]
-    fn form4_staging_size_is_the_headers() {
-        let (_, header) = crate::kernels::HEADERS
-            .iter()
-            .find(|(name, _)| *name == "mx_quant_block_form.cuh")
-            .expect("header embedded");
-        let line = format!("#define MXQB_STAGING_BYTES {}", super::FORM4_STAGING_BYTES);
-        assert!(header.contains(&line), "{line} missing from mx_quant_block_form.cuh");
-        assert_eq!(super::FORM4_STAGING_BYTES, 8 * 256 * 16);
     }
 }
