@@ -476,10 +476,6 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
   int stage = 0; mx_u32 phase = 0;
   int fb = 0; mx_u32 fph = 0;   // the next correction round's buffer and parity
   float acc[128], t0[64];
-  // K % 128 in (0, 64]: every tile's last stage holds at most two k32 blocks of data (the rest
-  // of the TMA box is zeros), so it runs two wgmmas per 64-row block instead of four: shape c's
-  // K = 2880 = 22.5 stages wasted 2.2 % of its MMAs on zeros. (Batched wgrad: whole stages.)
-  const bool half_tail = !p.batched && (p.K & 127) != 0 && (p.K & 127) <= 64;
   for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
     int nst;
     {
@@ -493,13 +489,10 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
       const mx_u32 bst = sbase + stage * LAY::STAGE;
       const mx_u8* sg = sgen + stage * LAY::STAGE;
       mbar_wait(&full[stage], phase);
-      const bool half = half_tail && nst == 1;
-      if (half) mxt_chain4<FA, FB, LAY, 2>(t0, bst, 2 * wg);
-      else mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg);
+      mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg);
       wgmma_wait<0>();
       mxt_chain_promote<SB2D, LAY, 0>(acc, t0, bst, sg, nullptr, wrow, lane);
-      if (half) mxt_chain4<FA, FB, LAY, 2>(t0, bst, 2 * wg + 1);
-      else mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg + 1);
+      mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg + 1);
       wgmma_wait<0>();
       mxt_chain_promote<SB2D, LAY, 0>(acc + 64, t0, bst, sg, nullptr, wrow + 64, lane);
       mbar_arrive_warp(&empty[stage], lane);

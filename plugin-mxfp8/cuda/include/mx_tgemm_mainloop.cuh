@@ -80,15 +80,12 @@ MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u <
 // into the partial buffer t (scale-d 0, 1, 1, 1; one commit group), and the promotion of that
 // sum with the stage's first k32 scales (A rows wrow, wrow + 8; the first weight-scale row),
 // after which the stage is released (and, in a cluster, to the peer CTA too).
-// NQ < 4: only the stage's first NQ k32 blocks (the chained GEMM's last stage when K % 128 is
-// at most 32 NQ: the TMA box's other blocks are zeros, whose products would add nothing).
-template <int FA, int FB, class LAY, int NQ = 4>
+template <int FA, int FB, class LAY>
 MX_DEV void mxt_chain4(float* t, mx_u32 bst, int wg) {
-  static_assert(NQ >= 1 && NQ <= 4, "a stage has four k32 blocks");
   reg_pin<64>(t);
   wgmma_fence();
 #pragma unroll
-  for (int q = 0; q < NQ; ++q) {
+  for (int q = 0; q < 4; ++q) {
     const mx_u32 bb = bst + 32 * q;
     const mx_u64 da = make_smem_desc_sw128(bb + wg * LAY::A_WG), db = make_smem_desc_sw128(bb + LAY::B_OFF);
     if (q == 0) wgmma_m64n128k32_inplace<FA, FB>(t, da, db);
