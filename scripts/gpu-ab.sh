@@ -15,6 +15,9 @@
 #      the NCU_ONLY rows (default ONLY) on NCU_SHAPE (default c), each variant in reverse
 #      order: ncu-<variant>.txt;
 #   5. summary.txt: every bench row and ncu-timed kernel per variant (scripts/ab-summary.py).
+# The device returns at most 8 files from its $OUT: a call with more variants or rounds should
+# set OUT to a folder under out/ and PACK to a tarball path in the device's $OUT (runs 146–147
+# lost their selftest logs and summaries to that limit; run 148 packs).
 # docs/perf.md runs 132-133 and 137 are calls of this shape.
 set -u
 out="${OUT:-out/gpu-ab}"
@@ -77,3 +80,4 @@ fi
 # one table of every row and kernel per variant (scripts/ab-summary.py)
 labels=$(for v in $variants; do printf '%s ' "$(printf %s "$v" | tr -c 'A-Za-z0-9_-' '_')"; done)
 python3 scripts/ab-summary.py "$out" $labels | tee "$out/summary.txt"
+if [ -n "${PACK:-}" ]; then tar czf "$PACK" -C "$out" . && echo "packed into $PACK"; fi
