@@ -180,7 +180,7 @@ impl CudaBackend {
             chain_memory::note_annex(base, key, fill);
             plan.push((annex, m, partner, status, fill));
         }
-        if plan.iter().all(|p| p.4) {
+        if plan.iter().all(|&(.., fill)| fill) {
             return Ok(false);
         }
         self.quantize_tensors(call, args)?;
