@@ -7,7 +7,7 @@ use super::Ctx;
 use crate::device::Device;
 use crate::error::{ErrorKind, OpResult};
 use crate::ops::{self, GemmConfig, GemmOperand};
-use crate::tensor::Tensor;
+use crate::tensor::{MxTensor, Tensor};
 use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode, WeightLayout};
 use std::time::Instant;
 
@@ -87,6 +87,12 @@ impl Ctx {
             weight_layout: g.layout,
             out_dtype: g.out,
             ..GemmConfig::default()
+        };
+        // The case's GEMM on these offsets: an operand given quantized goes as MX, else dense.
+        let gemm = |qa: Option<&MxTensor>, a: &Tensor, qb: Option<&MxTensor>, b: &Tensor| {
+            let a = qa.map_or(GemmOperand::Dense(a), GemmOperand::Mx);
+            let b = qb.map_or(GemmOperand::Dense(b), GemmOperand::Mx);
+            ops::grouped_gemm(&self.plugin, g.pass, a, b, &offs, &cfg)
         };
         // ---- GPU, full problem ----
         let ag = Tensor::from_bytes_on(
@@ -216,16 +222,7 @@ impl Ctx {
                     qb_c.as_ref().map(|b| b.to_device(self.gpu)).transpose()?,
                 )
             };
-            Ok(ops::grouped_gemm(
-                &self.plugin,
-                g.pass,
-                qa_g.as_ref()
-                    .map_or(GemmOperand::Dense(&ag), GemmOperand::Mx),
-                qb_g.as_ref()
-                    .map_or(GemmOperand::Dense(&bg), GemmOperand::Mx),
-                &offs,
-                &cfg,
-            ))
+            Ok(gemm(qa_g.as_ref(), &ag, qb_g.as_ref(), &bg))
         };
         let out_g = match (run_gpu()?, g.expect_unsupported) {
             (Err(e), true) if e.kind == ErrorKind::Unsupported => {
@@ -262,16 +259,7 @@ impl Ctx {
             .map(|i| if i == 0 { 0 } else { offs[i - 1] as usize })
             .collect();
         let (out_c, ref_gpu): (Vec<f32>, Vec<f32>) = if full {
-            let out_c = ops::grouped_gemm(
-                &self.plugin,
-                g.pass,
-                qa_c.as_ref()
-                    .map_or(GemmOperand::Dense(&a_cpu_full), GemmOperand::Mx),
-                qb_c.as_ref()
-                    .map_or(GemmOperand::Dense(&b_cpu_full), GemmOperand::Mx),
-                &offs,
-                &cfg,
-            )?;
+            let out_c = gemm(qa_c.as_ref(), &a_cpu_full, qb_c.as_ref(), &b_cpu_full)?;
             (out_c.try_to_f32_vec()?, gpu_out)
         } else {
             // Sub-problem: the sampled experts' rows (forward/dgrad: up to 128 rows at
