@@ -2,8 +2,8 @@
 //! tiles written with its transposed copy, each with an annex (forward reads the weight's,
 //! dgrad the copy's). Filled one at a time ([`fill_annex`](super::chain_annex::fill_annex)),
 //! each annex costs a re-encoding and a transpose of the original bytes: four reads and four
-//! writes of the weight's bytes, which made the weight's quantize call 3.3× the plain one (docs/perf.md run
-//! 112: 471 against 144 µs on shape a). But the two forms hold the same information: a 32×32
+//! writes of the weight's bytes, which made the weight's quantize call 3.3× the plain one
+//! (docs/perf.md run 112: 471 against 144 µs on shape a). But the two forms hold the same information: a 32×32
 //! tile has one scale, so each copy's transposed original bytes are the other copy's bytes,
 //! and a 128 × 128 block of the weight holds every stage scale both re-encodings need.
 //! `mx_reencode_pair_e4m3` therefore reads the weight once and writes both copies, both
