@@ -138,6 +138,19 @@ pub mod gemm {
     ) -> Result<(MxTensor, Option<MxTensor>), Error> {
         mx::quantize_ext(x, spec, options)
     }
+    /// `quantize_ext`, plus `x`'s wgrad values (`[rows, C]` in bf16: `x` quantized as
+    /// wgrad quantizes a dense operand with these offsets, and dequantized) from the same
+    /// pass where the plugin can. Pass the third result to `wgrad` as
+    /// `Operand::Dense` with the same offsets, format and mode: it is multiplied as it is,
+    /// so a training step reads X (or dY) once for both of its quantizations.
+    pub fn quantize_with_wgrad_values(
+        x: &Tensor,
+        spec: MxSpec,
+        options: QuantizeOptions,
+        offs: &[i32],
+    ) -> Result<(MxTensor, Option<MxTensor>, Tensor), Error> {
+        mx::quantize_with_wgrad_values(x, spec, options, offs)
+    }
     pub fn dequantize(q: &MxTensor) -> Result<Tensor, Error> {
         mx::dequantize(q)
     }

@@ -8,12 +8,13 @@ use crate::device::Device;
 use crate::error::{OpError, OpResult};
 use crate::plugin::call::{self, KeepAlive};
 use crate::plugin::LoadedPlugin;
-use crate::tensor::{MxAnnex, MxTensor, MxValues, Storage, Tensor};
+use crate::tensor::{MxAnnex, MxTensor, MxValues, Storage, Tensor, WgradGrid};
 use crate::validate::{self, MxDesc, OperandDesc};
 use mxhost_plugin_abi::{
     caps, BlockLayout, DType, DequantizeDesc, GemmOptions, GemmPass, GroupedGemmDesc, MxFormat,
     Operand, OperandKind, QuantizeDesc, ScaleMode, TensorView, WeightLayout,
 };
+use std::sync::Arc;
 
 /// Allocate a zeroed tensor on the current device ([`crate::device::current`]).
 pub fn alloc(shape: &[u64], dtype: DType) -> OpResult<Tensor> {
@@ -140,6 +141,50 @@ pub fn quantize_with(
     block: BlockLayout,
     extras: QuantizeExtras,
 ) -> OpResult<(MxTensor, Option<MxTensor>)> {
+    let (q, t, _) = quantize_full(plugin, x, (format, mode, block), extras, None)?;
+    Ok((q, t))
+}
+
+/// [`quantize_with`], plus `x`'s *wgrad values* from the same pass where the plugin can:
+/// `x` (`[rows, C]`) quantized as wgrad quantizes a dense operand with these offsets (1×32
+/// blocks along axis 0 from each expert's first row, `format` and `mode`) and dequantized,
+/// in bf16. Passed to wgrad as a dense operand with the same offsets, format and mode,
+/// the plugin multiplies them as they are (ABI 1.5, `DenseMxValues`) instead of reading
+/// `x` again to quantize it: a training step's X and dY then cross memory once for both
+/// of their quantizations. Needs a plugin of ABI minor ≥ 5.
+pub fn quantize_with_wgrad_values(
+    plugin: &LoadedPlugin,
+    x: &Tensor,
+    (format, mode, block): (MxFormat, ScaleMode, BlockLayout),
+    extras: QuantizeExtras,
+    offs: &[i32],
+) -> OpResult<(MxTensor, Option<MxTensor>, Tensor)> {
+    if x.shape.len() != 2 {
+        return Err(OpError::invalid(format!(
+            "wgrad values need a tensor [rows, C], got shape {:?}",
+            x.shape
+        )));
+    }
+    validate::check_offs(offs, offs.len() as u64, x.shape[0])?;
+    if plugin.abi_minor < 5 {
+        return Err(OpError::unsupported(format!(
+            "plugin `{}` speaks ABI 1.{}: writing wgrad values needs 1.5",
+            plugin.name, plugin.abi_minor
+        )));
+    }
+    let (q, t, v) = quantize_full(plugin, x, (format, mode, block), extras, Some(offs))?;
+    Ok((q, t, v.expect("requested")))
+}
+
+/// [`quantize_with`], with the wgrad values for `wgrad_offs` when given (checked by the
+/// caller), tagged with their grid.
+fn quantize_full(
+    plugin: &LoadedPlugin,
+    x: &Tensor,
+    (format, mode, block): (MxFormat, ScaleMode, BlockLayout),
+    extras: QuantizeExtras,
+    wgrad_offs: Option<&[i32]>,
+) -> OpResult<(MxTensor, Option<MxTensor>, Option<Tensor>)> {
     let transposed = extras.transposed;
     if !plugin.has(caps::QUANTIZE) {
         return Err(OpError::unsupported(format!(
@@ -170,17 +215,25 @@ pub fn quantize_with(
         )));
     }
     let dev = x.location();
-    if needs_staging(plugin, dev) {
-        let (q, t) = quantize_with(
-            plugin,
-            &x.to_device(Device::Cpu)?,
+    let grid = wgrad_offs.map(|offs| {
+        Arc::new(WgradGrid {
             format,
             mode,
-            block,
-            extras,
-        )?;
+            offs: offs.to_vec(),
+        })
+    });
+    if needs_staging(plugin, dev) {
+        let cpu_x = x.to_device(Device::Cpu)?;
+        let (q, t, v) = quantize_full(plugin, &cpu_x, (format, mode, block), extras, wgrad_offs)?;
         let t = t.map(|t| t.to_device(dev)).transpose()?;
-        return Ok((q.to_device(dev)?, t));
+        let v = match v {
+            Some(v) => Some(Tensor {
+                wgrad_grid: grid,
+                ..v.to_device(dev)?
+            }),
+            None => None,
+        };
+        return Ok((q.to_device(dev)?, t, v));
     }
     // The values' writable view is taken while the tensor is unshared; both results
     // then hold it.
@@ -191,6 +244,16 @@ pub fn quantize_with(
     } else {
         (None, TensorView::absent())
     };
+    // The wgrad values (ABI 1.5): written through a view taken while unshared, tagged
+    // with their grid once the call is done.
+    let (wgrad, wgrad_view) = if wgrad_offs.is_some() {
+        let mut v = output_on(dev, &x.shape, DType::Bf16)?;
+        let view = v.view_mut().expect("fresh output is unshared");
+        (Some(v), view)
+    } else {
+        (None, TensorView::absent())
+    };
+    let wgrad_offs_owned: Option<Vec<i32>> = wgrad_offs.map(<[i32]>::to_vec);
     let kept = |swapped: bool| {
         values.as_ref().map(|t| MxValues {
             tensor: t.clone(),
@@ -256,18 +319,32 @@ pub fn quantize_with(
         values: values_view,
         annex,
         transposed_annex,
+        wgrad_values: wgrad_view,
+        wgrad_offs: wgrad_offs_owned
+            .as_ref()
+            .map_or(std::ptr::null(), |o| o.as_ptr()),
+        wgrad_num_groups: wgrad_offs_owned.as_ref().map_or(0, |o| o.len() as u32),
     };
     let mut keep: Vec<Box<dyn std::any::Any>> = vec![Box::new(x.clone()), Box::new(out.clone())];
     if let Some(t) = &out_t {
         keep.push(Box::new(t.clone()));
     }
+    if let Some(v) = &wgrad {
+        keep.push(Box::new(v.clone()));
+    }
+    // Owned, so that a call the watchdog abandons still reads valid offsets.
+    keep.push(Box::new(wgrad_offs_owned));
     call::quantize(plugin, &desc, KeepAlive(keep), dev == Device::Cpu)?;
     if partner_kept {
         if let Some(t) = &mut out_t {
             link_partners(&mut out, t);
         }
     }
-    Ok((out, out_t))
+    let wgrad = wgrad.map(|v| Tensor {
+        wgrad_grid: grid,
+        ..v
+    });
+    Ok((out, out_t, wgrad))
 }
 
 /// Each annex of the two results of a transposing quantize keeps the other result's data
@@ -523,11 +600,24 @@ pub fn grouped_gemm(
             Some(Storage::from_bytes_on(dev, &bytes)?)
         }
     };
+    // Wgrad values of this wgrad's grid go as `DenseMxValues` (ABI 1.5): not quantized again.
+    let abi = |op: &GemmOperand<'_>| {
+        let mut o = op.abi(plugin);
+        if let GemmOperand::Dense(t) = op {
+            if pass == GemmPass::Wgrad
+                && plugin.abi_minor >= 5
+                && t.on_wgrad_grid(cfg.format, cfg.mode, offs)
+            {
+                o.kind = OperandKind::DenseMxValues as u32;
+            }
+        }
+        o
+    };
     let desc = GroupedGemmDesc {
         struct_size: std::mem::size_of::<GroupedGemmDesc>(),
         pass: pass as u32,
-        a: a.abi(plugin),
-        b: b.abi(plugin),
+        a: abi(&a),
+        b: abi(&b),
         offs_host: offs_owned.as_ptr(),
         offs_device: offs_dev.as_ref().map_or(std::ptr::null(), |s| {
             s.view_ptr() as *const std::ffi::c_void

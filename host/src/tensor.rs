@@ -134,6 +134,19 @@ pub struct Tensor {
     pub shape: Vec<u64>,
     pub dtype: DType,
     pub storage: Arc<Storage>,
+    /// Set by the quantize call that wrote this tensor as wgrad values (ABI 1.5): its
+    /// values are already wgrad's quantization of a dense operand with these offsets, so
+    /// wgrad passes it to the plugin as `DenseMxValues`. Cleared when the bytes could change.
+    pub wgrad_grid: Option<Arc<WgradGrid>>,
+}
+
+/// The grid a tensor of wgrad values lies on: 1×32 blocks along axis 0 restarting at each
+/// expert of `offs`, in `format` with scales chosen by `mode`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WgradGrid {
+    pub format: MxFormat,
+    pub mode: ScaleMode,
+    pub offs: Vec<i32>,
 }
 
 impl Tensor {
@@ -147,6 +160,7 @@ impl Tensor {
             shape,
             dtype,
             storage: Arc::new(storage),
+            wgrad_grid: None,
         }
     }
 
@@ -235,7 +249,19 @@ impl Tensor {
     pub fn view_mut(&mut self) -> Option<TensorView> {
         let mut v = self.view();
         v.data = Arc::get_mut(&mut self.storage)?.view_ptr_mut();
+        // whoever writes through the view decides what the values are
+        self.wgrad_grid = None;
         Some(v)
+    }
+
+    /// Whether this tensor holds wgrad's quantization of a dense operand for a wgrad with
+    /// these options and offsets (see [`Tensor::wgrad_grid`]).
+    pub fn on_wgrad_grid(&self, format: MxFormat, mode: ScaleMode, offs: &[i32]) -> bool {
+        self.dtype == DType::Bf16
+            && self
+                .wgrad_grid
+                .as_deref()
+                .is_some_and(|g| g.format == format && g.mode == mode && g.offs == offs)
     }
 
     /// Host bytes of a CPU tensor (`None` for a device tensor: see [`Tensor::host_bytes`]).

@@ -272,6 +272,14 @@ abi_enum!(
         /// kernel reads. A plugin must compute the same result with or without it. A host
         /// sends this kind only to the plugin that wrote the annex, of minor ≥ 3.
         MxWithAnnex = 4,
+        /// ABI 1.5: dense (`dense`, bf16), and its values are already what the plugin would
+        /// quantize it to in this call: the MX values of a 1×32 quantization along axis 0
+        /// with blocks restarting at each expert's first row of this call's offsets, in the
+        /// options' format and mode (what [`QuantizeDesc::wgrad_values`] wrote with the same
+        /// offsets). A plugin may compute from it as is instead of quantizing it again; the
+        /// two give the same numbers. wgrad operands only. A host sends this kind only to
+        /// plugins of minor ≥ 5.
+        DenseMxValues = 5,
     }
 );
 
@@ -364,6 +372,18 @@ pub struct QuantizeDesc {
     pub annex: TensorView,
     /// ABI 1.3: the same for `transposed`.
     pub transposed_annex: TensorView,
+    /// ABI 1.5: also write `input`'s values quantized as wgrad quantizes a dense operand
+    /// (1×32 blocks along axis 0, each expert's blocks starting at its first row per
+    /// `wgrad_offs`, `output`'s format and mode) and dequantized, as bf16 of `input`'s shape
+    /// (rank 2), from the same pass where the plugin can: a training step's X and dY then
+    /// cross memory once for forward or dgrad and wgrad ([`OperandKind::DenseMxValues`]).
+    /// Absent when `struct_size` is 0 (and in an older descriptor).
+    pub wgrad_values: TensorView,
+    /// ABI 1.5: the cumulative end offsets of `wgrad_values`' experts (`wgrad_num_groups`
+    /// entries, host memory, as [`GroupedGemmDesc::offs_host`]); rows at or after the last
+    /// one are padding, written with blocks from the last offset on.
+    pub wgrad_offs: *const i32,
+    pub wgrad_num_groups: u32,
 }
 
 /// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.0 host (no `transposed`).
@@ -372,6 +392,8 @@ pub const QUANTIZE_DESC_SIZE_1_0: usize = std::mem::offset_of!(QuantizeDesc, tra
 pub const QUANTIZE_DESC_SIZE_1_1: usize = std::mem::offset_of!(QuantizeDesc, values);
 /// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.2 host (no annexes).
 pub const QUANTIZE_DESC_SIZE_1_2: usize = std::mem::offset_of!(QuantizeDesc, annex);
+/// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.3–1.4 host (no wgrad values).
+pub const QUANTIZE_DESC_SIZE_1_4: usize = std::mem::offset_of!(QuantizeDesc, wgrad_values);
 
 /// ABI 1.3: which annex a plugin wants beside one MX tensor a quantize call will write
 /// ([`crate::PluginApi::annex_words`]). The host asks before it allocates the outputs.
@@ -489,7 +511,8 @@ mod tests {
         assert_eq!(DType::from_raw(6), None);
         assert_eq!(GemmPass::from_raw(3), None);
         assert_eq!(OperandKind::from_raw(4), Some(OperandKind::MxWithAnnex));
-        assert_eq!(OperandKind::from_raw(5), None);
+        assert_eq!(OperandKind::from_raw(5), Some(OperandKind::DenseMxValues));
+        assert_eq!(OperandKind::from_raw(6), None);
     }
 
     #[test]
@@ -497,7 +520,8 @@ mod tests {
         const {
             assert!(QUANTIZE_DESC_SIZE_1_0 < QUANTIZE_DESC_SIZE_1_1);
             assert!(QUANTIZE_DESC_SIZE_1_1 < QUANTIZE_DESC_SIZE_1_2);
-            assert!(QUANTIZE_DESC_SIZE_1_2 < std::mem::size_of::<QuantizeDesc>());
+            assert!(QUANTIZE_DESC_SIZE_1_2 < QUANTIZE_DESC_SIZE_1_4);
+            assert!(QUANTIZE_DESC_SIZE_1_4 < std::mem::size_of::<QuantizeDesc>());
             assert!(ANNEX_QUERY_SIZE_1_3 < std::mem::size_of::<AnnexQuery>());
         }
     }

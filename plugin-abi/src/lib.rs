@@ -32,7 +32,11 @@
 //! `struct_size` covers it. 1.4 appended `AnnexQuery::partner_kept`: the two results of a
 //! transposing quantize each keep the other's data alive, so a plugin's annex of one may
 //! refer to the other's bytes (a host sets it only for plugins that report minor ≥ 4;
-//! plugins read 1.3 queries with `read_desc_grown`).
+//! plugins read 1.3 queries with `read_desc_grown`). 1.5 appended
+//! `QuantizeDesc::wgrad_values` / `wgrad_offs` / `wgrad_num_groups` (also write the values
+//! wgrad would quantize the input to, from the same pass) and the operand kind
+//! `DenseMxValues` that hands them to wgrad; a host uses either only with plugins that
+//! report minor ≥ 5.
 
 use std::ffi::{c_char, c_void};
 
@@ -46,7 +50,7 @@ pub const ENTRY_SYMBOL: &[u8] = b"mxhost_plugin_entry\0";
 /// `"MXHOSTPL"` in ASCII: the first field of every [`PluginApi`].
 pub const PLUGIN_MAGIC: u64 = 0x4D58_484F_5354_504C;
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 4;
+pub const ABI_MINOR: u32 = 5;
 
 /// ABI 1.3: the size, in i32 words, of the annex a plugin wants beside the MX tensor that
 /// `query` describes (0: none); written to `words`.

@@ -267,11 +267,27 @@ pub enum OperandArg {
 
 impl OperandArg {
     pub fn parse(op: &Operand, what: &str) -> PluginResult<Self> {
+        Ok(Self::parse_marked(op, what)?.0)
+    }
+
+    /// The operand, and whether it came as [`OperandKind::DenseMxValues`] (ABI 1.5: dense,
+    /// already on the grid the call would quantize it to).
+    pub fn parse_marked(op: &Operand, what: &str) -> PluginResult<(Self, bool)> {
         check_struct_size(what, op.struct_size, std::mem::size_of::<Operand>())?;
+        let marked = op.kind == OperandKind::DenseMxValues as u32;
+        Ok((Self::parse_kind(op, what)?, marked))
+    }
+
+    fn parse_kind(op: &Operand, what: &str) -> PluginResult<Self> {
         match OperandKind::from_raw(op.kind) {
             Some(OperandKind::Dense) => {
                 let t = TensorArg::parse(&op.dense, what)?;
                 t.expect_dtype(&[DType::F32, DType::Bf16])?;
+                Ok(OperandArg::Dense(t))
+            }
+            Some(OperandKind::DenseMxValues) => {
+                let t = TensorArg::parse(&op.dense, what)?;
+                t.expect_dtype(&[DType::Bf16])?;
                 Ok(OperandArg::Dense(t))
             }
             Some(OperandKind::Mx) => Ok(OperandArg::Mx(MxArg::parse(&op.mx, what)?)),
@@ -381,13 +397,44 @@ pub struct QuantizeArgs {
     /// `annex_words` asked for (checked: i32, one axis, disjoint from every other buffer).
     pub annex: Option<TensorArg>,
     pub transposed_annex: Option<TensorArg>,
+    /// ABI 1.5: also write the input's values as wgrad quantizes a dense operand.
+    pub wgrad_values: Option<WgradValues>,
     pub device: DeviceKind,
     pub ordinal: i32,
     pub stream: *mut c_void,
 }
 
+/// ABI 1.5 (`QuantizeDesc::wgrad_values`): where to write a rank-2 input's values quantized
+/// 1×32 along axis 0 with each segment's blocks starting at its first row, and dequantized.
+#[derive(Debug, Clone)]
+pub struct WgradValues {
+    /// bf16, the input's shape (checked; disjoint from every other buffer).
+    pub out: TensorArg,
+    /// Cumulative end offsets of the experts, checked as a GEMM's.
+    pub offs: Vec<usize>,
+}
+
+impl WgradValues {
+    /// The row ranges that get their own blocks: each expert's, then the padding rows
+    /// after the last offset (one more segment, empty when there are none).
+    pub fn segments(&self, rows: usize) -> Vec<Range<usize>> {
+        let mut g = groups_from_offs(&self.offs);
+        g.push(self.offs.last().copied().unwrap_or(0)..rows);
+        g
+    }
+
+    /// Whether every segment starts on a multiple of 32, so that the blocks are those of
+    /// a 1×32 quantization along axis 0 from row 0 (what a fused kernel computes).
+    pub fn aligned(&self) -> bool {
+        self.offs.iter().all(|o| o % 32 == 0)
+    }
+}
+
 impl QuantizeArgs {
-    pub fn parse(desc: &QuantizeDesc) -> PluginResult<Self> {
+    /// # Safety
+    /// `desc.wgrad_offs` is null or valid for reading `desc.wgrad_num_groups` `i32`s, as
+    /// the ABI requires (read only when `wgrad_values` is present).
+    pub unsafe fn parse(desc: &QuantizeDesc) -> PluginResult<Self> {
         let input = TensorArg::parse(&desc.input, "quantize.input")?;
         input.expect_dtype(&[DType::F32, DType::Bf16])?;
         let output = MxArg::parse(&desc.output, "quantize.output")?;
@@ -431,6 +478,28 @@ impl QuantizeArgs {
                 "quantize.transposed_annex without quantize.transposed",
             ));
         }
+        let wgrad_values = if desc.wgrad_values.is_absent() {
+            None
+        } else {
+            let v = TensorArg::parse(&desc.wgrad_values, "quantize.wgrad_values")?;
+            v.expect_dtype(&[DType::Bf16])?;
+            v.expect_shape(&input.shape)?;
+            if input.shape.len() != 2 {
+                return Err(PluginError::invalid(
+                    "quantize.wgrad_values: the input must have two axes [rows, C]",
+                ));
+            }
+            // SAFETY: this function's precondition.
+            let offs = unsafe {
+                read_offsets(
+                    desc.wgrad_offs,
+                    desc.wgrad_num_groups as usize,
+                    input.shape[0] as usize,
+                    "quantize.wgrad_offs",
+                )?
+            };
+            Some(WgradValues { out: v, offs })
+        };
         let mut tensors = vec![&input, &output.data, &output.scales];
         let mut outs = vec![&output.data, &output.scales];
         for a in annex.iter().chain(transposed_annex.iter()) {
@@ -445,6 +514,10 @@ impl QuantizeArgs {
             tensors.push(v);
             outs.push(v);
         }
+        if let Some(w) = &wgrad_values {
+            tensors.push(&w.out);
+            outs.push(&w.out);
+        }
         let (device, ordinal) = common_device(&tensors)?;
         check_disjoint(&outs, &[&input])?;
         Ok(QuantizeArgs {
@@ -454,6 +527,7 @@ impl QuantizeArgs {
             values,
             annex,
             transposed_annex,
+            wgrad_values,
             device,
             ordinal,
             stream: desc.stream,
@@ -572,6 +646,9 @@ pub struct GemmArgs {
     pub ordinal: i32,
     pub offs_device: *const c_void,
     pub stream: *mut c_void,
+    /// ABI 1.5: which of `a`, `b` came as [`OperandKind::DenseMxValues`]: dense, already
+    /// quantized along axis 0 per `offs` in the options' format and mode (wgrad only).
+    pub dense_on_grid: [bool; 2],
 }
 
 impl GemmArgs {
@@ -603,8 +680,13 @@ impl GemmArgs {
             PluginError::invalid(format!("unknown weight layout {}", o.weight_layout))
         })?;
 
-        let a = OperandArg::parse(&desc.a, "grouped_gemm.a")?;
-        let b = OperandArg::parse(&desc.b, "grouped_gemm.b")?;
+        let (a, a_on_grid) = OperandArg::parse_marked(&desc.a, "grouped_gemm.a")?;
+        let (b, b_on_grid) = OperandArg::parse_marked(&desc.b, "grouped_gemm.b")?;
+        if (a_on_grid || b_on_grid) && pass != GemmPass::Wgrad {
+            return Err(PluginError::invalid(
+                "dense operands on an MX grid (DenseMxValues) are wgrad operands only",
+            ));
+        }
         let out = TensorArg::parse(&desc.out, "grouped_gemm.out")?;
         out.expect_dtype(&[DType::F32, DType::Bf16])?;
 
@@ -643,40 +725,16 @@ impl GemmArgs {
         let (device, ordinal) = common_device(&tensors)?;
         check_disjoint(&[&out], &tensors[..tensors.len() - 1])?;
 
-        let groups = desc.num_groups as usize;
-        let raw_offs: &[i32] = if groups == 0 {
-            &[]
-        } else if desc.offs_host.is_null() {
-            return Err(PluginError::invalid("grouped_gemm.offs_host is null"));
-        } else if !(desc.offs_host as usize).is_multiple_of(std::mem::align_of::<i32>()) {
-            return Err(PluginError::invalid(
-                "grouped_gemm.offs_host is not 4-byte aligned",
-            ));
-        } else {
-            // SAFETY: non-null and aligned (checked above); valid for `num_groups` reads by
-            // this function's precondition. `groups` equals a dimension of a tensor whose
-            // byte size was checked to fit in memory, so it is not an absurd length.
-            unsafe { std::slice::from_raw_parts(desc.offs_host, groups) }
+        // SAFETY: this function's precondition; `num_groups` equals a dimension of a tensor
+        // whose byte size was checked to fit in memory, so it is not an absurd length.
+        let offs = unsafe {
+            read_offsets(
+                desc.offs_host,
+                desc.num_groups as usize,
+                rows,
+                "grouped_gemm.offs_host",
+            )?
         };
-        let mut offs = Vec::with_capacity(groups);
-        let mut prev = 0usize;
-        for (g, &end) in raw_offs.iter().enumerate() {
-            let end_u = usize::try_from(end)
-                .map_err(|_| PluginError::invalid(format!("offs[{g}] = {end} is negative")))?;
-            if end_u < prev {
-                return Err(PluginError::invalid(format!(
-                    "offs must be non-decreasing: offs[{g}] = {end} < offs[{}] = {prev}",
-                    g.wrapping_sub(1)
-                )));
-            }
-            if end_u > rows {
-                return Err(PluginError::invalid(format!(
-                    "offs[{g}] = {end} exceeds rows = {rows}"
-                )));
-            }
-            offs.push(end_u);
-            prev = end_u;
-        }
 
         Ok(GemmArgs {
             pass,
@@ -695,6 +753,7 @@ impl GemmArgs {
             ordinal,
             offs_device: desc.offs_device,
             stream: desc.stream,
+            dense_on_grid: [a_on_grid, b_on_grid],
         })
     }
 
@@ -722,6 +781,52 @@ impl GemmArgs {
     pub fn groups(&self) -> Vec<Range<usize>> {
         groups_from_offs(&self.offs)
     }
+}
+
+/// Read and check `groups` cumulative end offsets at `ptr` (host memory): non-negative,
+/// non-decreasing, the last ≤ `rows`.
+///
+/// # Safety
+/// `ptr` is null or valid for reading `groups` `i32`s.
+unsafe fn read_offsets(
+    ptr: *const i32,
+    groups: usize,
+    rows: usize,
+    what: &str,
+) -> PluginResult<Vec<usize>> {
+    let raw_offs: &[i32] = if groups == 0 {
+        &[]
+    } else if ptr.is_null() {
+        return Err(PluginError::invalid(format!("{what} is null")));
+    } else if !(ptr as usize).is_multiple_of(std::mem::align_of::<i32>()) {
+        return Err(PluginError::invalid(format!(
+            "{what} is not 4-byte aligned"
+        )));
+    } else {
+        // SAFETY: non-null and aligned (checked above); valid for `groups` reads by this
+        // function's precondition.
+        unsafe { std::slice::from_raw_parts(ptr, groups) }
+    };
+    let mut offs = Vec::with_capacity(groups);
+    let mut prev = 0usize;
+    for (g, &end) in raw_offs.iter().enumerate() {
+        let end_u = usize::try_from(end)
+            .map_err(|_| PluginError::invalid(format!("offs[{g}] = {end} is negative")))?;
+        if end_u < prev {
+            return Err(PluginError::invalid(format!(
+                "offs must be non-decreasing: offs[{g}] = {end} < offs[{}] = {prev}",
+                g.wrapping_sub(1)
+            )));
+        }
+        if end_u > rows {
+            return Err(PluginError::invalid(format!(
+                "offs[{g}] = {end} exceeds rows = {rows}"
+            )));
+        }
+        offs.push(end_u);
+        prev = end_u;
+    }
+    Ok(offs)
 }
 
 /// Row ranges of the groups described by cumulative end offsets.

@@ -52,6 +52,13 @@ pub enum DenseRef<'a> {
 }
 
 impl DenseRef<'_> {
+    /// The values as f32 (exact for both types).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match self {
+            DenseRef::F32(s) => s.to_vec(),
+            DenseRef::Bf16(s) => s.iter().map(|v| v.to_f32()).collect(),
+        }
+    }
     pub fn len(&self) -> usize {
         match self {
             DenseRef::F32(s) => s.len(),

@@ -54,7 +54,9 @@ pub unsafe fn quantize(
     guard_entry(err, || {
         // SAFETY: the host passes null or a readable descriptor (ABI contract).
         let desc = unsafe { read_desc_grown(desc, QUANTIZE_DESC_SIZE_1_0)? };
-        let args = QuantizeArgs::parse(&desc)?;
+        // SAFETY: the ABI contract: `wgrad_offs` is null or holds `wgrad_num_groups`
+        // offsets (zero-filled, hence absent, in an older descriptor).
+        let args = unsafe { QuantizeArgs::parse(&desc)? };
         select(args.device)?.quantize(&args)
     })
 }

@@ -37,8 +37,12 @@ pub enum OperandRole<'g> {
     /// forward reduces K (axis 2 for `Nk`, 1 for `Kn`), dgrad reduces N.
     Weights { reduction_axis: usize },
     /// Wgrad dY or X: `[rows, P]`, reduced along axis 0 (M) within each group's rows;
-    /// rows outside every group (padding) are never read by the GEMM.
-    GroupedRows { groups: &'g [Range<usize>] },
+    /// rows outside every group (padding) are never read by the GEMM. `on_grid`: the
+    /// operand came as `DenseMxValues` (ABI 1.5), its values already quantized so.
+    GroupedRows {
+        groups: &'g [Range<usize>],
+        on_grid: bool,
+    },
 }
 
 /// How a plugin turns a host operand into the f32 values the GEMM multiplies. The
@@ -51,11 +55,12 @@ pub trait OperandPrep: Sync {
     ) -> PluginResult<Cow<'a, [f32]>>;
 }
 
-/// The roles of A and B in `pass`.
+/// The roles of A and B in `pass`; `on_grid` as in [`run_marked`].
 pub fn roles(
     pass: GemmPass,
     layout: WeightLayout,
     groups: &[Range<usize>],
+    on_grid: [bool; 2],
 ) -> (OperandRole<'_>, OperandRole<'_>) {
     match pass {
         GemmPass::Forward => {
@@ -83,8 +88,14 @@ pub fn roles(
             )
         }
         GemmPass::Wgrad => (
-            OperandRole::GroupedRows { groups },
-            OperandRole::GroupedRows { groups },
+            OperandRole::GroupedRows {
+                groups,
+                on_grid: on_grid[0],
+            },
+            OperandRole::GroupedRows {
+                groups,
+                on_grid: on_grid[1],
+            },
         ),
     }
 }
@@ -112,7 +123,7 @@ pub unsafe fn run_on_host(args: &GemmArgs, prep: &dyn OperandPrep) -> PluginResu
         n: args.n,
         k: args.k,
     };
-    run(&problem, a, b, out, prep)
+    run_marked(&problem, (a, b), out, prep, args.dense_on_grid)
 }
 
 /// Prepare both operands with `prep` (in their roles for `g.pass`) and compute.
@@ -123,7 +134,18 @@ pub fn run(
     out: DenseMut<'_>,
     prep: &dyn OperandPrep,
 ) -> PluginResult<()> {
-    let (role_a, role_b) = roles(g.pass, g.weight_layout, g.groups);
+    run_marked(g, (a, b), out, prep, [false, false])
+}
+
+/// [`run`], with `on_grid` saying which dense operand came as `DenseMxValues`.
+pub fn run_marked(
+    g: &GroupedGemm<'_>,
+    (a, b): (HostOperand<'_>, HostOperand<'_>),
+    out: DenseMut<'_>,
+    prep: &dyn OperandPrep,
+    on_grid: [bool; 2],
+) -> PluginResult<()> {
+    let (role_a, role_b) = roles(g.pass, g.weight_layout, g.groups, on_grid);
     let (a, b) = rayon::join(|| prep.prepare(&role_a, a), || prep.prepare(&role_b, b));
     grouped_gemm_f32(g, &a?, &b?, out)
 }

@@ -76,6 +76,9 @@ fn quantize_desc(input: TensorView, output: MxTensorView) -> QuantizeDesc {
         values: TensorView::absent(),
         annex: TensorView::absent(),
         transposed_annex: TensorView::absent(),
+        wgrad_values: TensorView::absent(),
+        wgrad_offs: std::ptr::null(),
+        wgrad_num_groups: 0,
     }
 }
 
@@ -759,4 +762,155 @@ fn annexes_are_checked_and_never_change_a_result() {
     let (st, msg) = gemm(&desc);
     assert_eq!(st, Status::InvalidArgument, "an f32 annex");
     assert!(msg.contains("annex"), "{msg}");
+}
+
+/// ABI 1.5: a quantize call's wgrad values are each expert's rows quantized along axis 0 as
+/// their own matrix (the padding rows after the last offset as one more), dequantized to
+/// bf16; a 1.4 descriptor writes none; bad requests are refused. Passed to wgrad as
+/// `DenseMxValues` they give the output the dense originals give.
+#[test]
+fn wgrad_values_are_each_experts_quantization_along_rows() {
+    let mut rng = Rng::new(11);
+    let (rows, c) = (70usize, 96usize);
+    let shape = [rows as u64, c as u64];
+    let offs = vec![20i32, 20, 64];
+    let mut x = rng.normals(rows * c, 2.0);
+    x[3 * c + 5] = 1e6;
+    let mut xb: Vec<half::bf16> = x.iter().map(|&v| half::bf16::from_f32(v)).collect();
+    let (mut d, mut s) = (vec![0u8; rows * c], vec![0u8; rows * c / 32]);
+    let mut v = vec![half::bf16::from_f32(f32::NAN); rows * c];
+    let mut desc = quantize_desc(
+        view(&mut xb, DType::Bf16, &shape),
+        mx_view(
+            &mut d,
+            &mut s,
+            &shape,
+            MxFormat::E4m3,
+            BlockLayout::vector(1),
+        ),
+    );
+    desc.wgrad_values = view(&mut v, DType::Bf16, &shape);
+    desc.wgrad_offs = offs.as_ptr();
+    desc.wgrad_num_groups = offs.len() as u32;
+    let run = |desc: &QuantizeDesc| {
+        // SAFETY: every buffer is live and as large as its view says; offs holds 3 i32s.
+        call(|e| unsafe { (api().quantize)(desc, e) })
+    };
+    let (st, msg) = run(&desc);
+    assert_eq!(st, Status::Ok, "{msg}");
+    // Expected, segment by segment: [0, 20), [20, 20), [20, 64), [64, 70).
+    let mut want = vec![half::bf16::ZERO; rows * c];
+    for (lo, hi) in [(0usize, 20usize), (20, 64), (64, 70)] {
+        let sub = [(hi - lo) as u64, c as u64];
+        let (mut sd, mut ss) = (
+            vec![0u8; (hi - lo) * c],
+            vec![0u8; (hi - lo).div_ceil(32) * c],
+        );
+        let xs = &xb[lo * c..hi * c];
+        quantize_mx(
+            xs,
+            &sub,
+            BlockLayout::vector(0),
+            MxFormat::E4m3,
+            ScaleMode::Rceil,
+            &mut sd,
+            &mut ss,
+        )
+        .unwrap();
+        let out = &mut want[lo * c..hi * c];
+        dequantize_mx(&sd, &ss, &sub, BlockLayout::vector(0), MxFormat::E4m3, out).unwrap();
+    }
+    assert_eq!(v, want);
+    // Not one quantization from row 0: the expert starting at row 20 has its own blocks.
+    let (mut fd, mut fs) = (vec![0u8; rows * c], vec![0u8; rows.div_ceil(32) * c]);
+    let (l0, f, m) = (BlockLayout::vector(0), MxFormat::E4m3, ScaleMode::Rceil);
+    quantize_mx(&xb, &shape, l0, f, m, &mut fd, &mut fs).unwrap();
+    let mut from_row0 = vec![half::bf16::ZERO; rows * c];
+    dequantize_mx(&fd, &fs, &shape, l0, f, &mut from_row0).unwrap();
+    assert_ne!(
+        v, from_row0,
+        "the outlier at row 3 sets the scale of rows 0..32 only from row 0"
+    );
+
+    // An ABI 1.4 host's descriptor ends before `wgrad_values`: nothing is written.
+    let mut v14 = vec![half::bf16::ZERO; rows * c];
+    desc.wgrad_values = view(&mut v14, DType::Bf16, &shape);
+    desc.struct_size = QUANTIZE_DESC_SIZE_1_4;
+    assert_eq!(run(&desc).0, Status::Ok);
+    assert!(v14.iter().all(|b| *b == half::bf16::ZERO));
+    desc.struct_size = std::mem::size_of::<QuantizeDesc>();
+
+    // Refused: f32 values, a wrong shape, offsets past the rows, null offsets.
+    let mut vf = vec![0f32; rows * c];
+    let mut bad = desc;
+    bad.wgrad_values = view(&mut vf, DType::F32, &shape);
+    assert_eq!(run(&bad).0, Status::InvalidArgument, "f32 values");
+    let mut bad = desc;
+    bad.wgrad_values = view(&mut v14, DType::Bf16, &[c as u64, rows as u64]);
+    assert_eq!(run(&bad).0, Status::InvalidArgument, "transposed shape");
+    let past = [20i32, 71];
+    let mut bad = desc;
+    (bad.wgrad_offs, bad.wgrad_num_groups) = (past.as_ptr(), 2);
+    let (st, msg) = run(&bad);
+    assert_eq!(st, Status::InvalidArgument);
+    assert!(msg.contains("exceeds rows"), "{msg}");
+    let mut bad = desc;
+    bad.wgrad_offs = std::ptr::null();
+    assert_eq!(run(&bad).0, Status::InvalidArgument, "null offsets");
+
+    // wgrad: the values as DenseMxValues against the dense originals.
+    let n = 48usize;
+    let mut dyb: Vec<half::bf16> = rng
+        .normals(rows * n, 1.0)
+        .iter()
+        .map(|&v| half::bf16::from_f32(v))
+        .collect();
+    let (mut dd, mut ds) = (vec![0u8; rows * n], vec![0u8; rows * n.div_ceil(32)]);
+    let mut dyv = vec![half::bf16::ZERO; rows * n];
+    let dshape = [rows as u64, n as u64];
+    let mut qd = quantize_desc(
+        view(&mut dyb, DType::Bf16, &dshape),
+        mx_view(
+            &mut dd,
+            &mut ds,
+            &dshape,
+            MxFormat::E4m3,
+            BlockLayout::vector(1),
+        ),
+    );
+    qd.wgrad_values = view(&mut dyv, DType::Bf16, &dshape);
+    (qd.wgrad_offs, qd.wgrad_num_groups) = (offs.as_ptr(), 3);
+    assert_eq!(run(&qd).0, Status::Ok);
+    let wgrad = |dy: TensorView, x: TensorView, kind: OperandKind, out: &mut Vec<f32>| {
+        let mut g = Gemm::forward();
+        let mut desc = g.desc();
+        desc.pass = GemmPass::Wgrad as u32;
+        (desc.a.dense, desc.b.dense) = (dy, x);
+        (desc.a.kind, desc.b.kind) = (kind as u32, kind as u32);
+        (desc.offs_host, desc.num_groups) = (offs.as_ptr(), 3);
+        desc.out = view(out, DType::F32, &[3, n as u64, c as u64]);
+        (desc.rows, desc.n, desc.k) = (rows as u64, n as u64, c as u64);
+        gemm(&desc)
+    };
+    let (mut from_values, mut from_dense) = (vec![0f32; 3 * n * c], vec![0f32; 3 * n * c]);
+    let dv = view(&mut dyv, DType::Bf16, &dshape);
+    let xv = view(&mut v, DType::Bf16, &shape);
+    let (st, msg) = wgrad(dv, xv, OperandKind::DenseMxValues, &mut from_values);
+    assert_eq!(st, Status::Ok, "{msg}");
+    let (dy0, x0) = (
+        view(&mut dyb, DType::Bf16, &dshape),
+        view(&mut xb, DType::Bf16, &shape),
+    );
+    let (st, msg) = wgrad(dy0, x0, OperandKind::Dense, &mut from_dense);
+    assert_eq!(st, Status::Ok, "{msg}");
+    assert_eq!(from_values, from_dense);
+    // The same values passed as plain Dense are quantized again: still the same numbers.
+    let mut again = vec![0f32; 3 * n * c];
+    assert_eq!(wgrad(dv, xv, OperandKind::Dense, &mut again).0, Status::Ok);
+    assert_eq!(again, from_dense);
+    // DenseMxValues is a wgrad operand only.
+    let mut g = Gemm::forward();
+    let mut fwd = g.desc();
+    fwd.a.kind = OperandKind::DenseMxValues as u32;
+    assert_eq!(gemm(&fwd).0, Status::InvalidArgument);
 }

@@ -263,6 +263,35 @@ impl mx::Host for HostState {
         Ok((q, t))
     }
 
+    fn quantize_with_wgrad_values(
+        &mut self,
+        x: Resource<Tensor>,
+        spec: types::MxSpec,
+        options: mx::QuantizeOptions,
+        offs: Vec<i32>,
+    ) -> OpResult<(
+        Resource<MxTensor>,
+        Option<Resource<MxTensor>>,
+        Resource<Tensor>,
+    )> {
+        let copies = if options.transposed { 2 } else { 1 };
+        let (x, plugin) = self.quantize_prologue(&x, &spec, copies)?;
+        // the wgrad values (bf16), and the kept ones counted once per result
+        let kept = if options.keep_values { copies } else { 0 };
+        self.check_room((kept + 1) * 2 * x.numel())?;
+        let (format, mode) = (format_from_wit(spec.format), mode_from_wit(spec.mode));
+        let extras = ops::QuantizeExtras {
+            transposed: options.transposed,
+            keep_values: options.keep_values,
+        };
+        let fmb = (format, mode, block_from_wit(spec.block));
+        let (q, t, v) = ops::quantize_with_wgrad_values(&plugin, &x, fmb, extras, &offs)?;
+        let q = self.push_mx(q)?;
+        let t = t.map(|t| self.push_mx(t)).transpose()?;
+        let v = self.push_tensor(v)?;
+        Ok((q, t, v))
+    }
+
     fn dequantize(&mut self, q: Resource<MxTensor>) -> OpResult<Resource<Tensor>> {
         let q = self.mx_tensor(&q)?.clone();
         self.check_room(q.data.numel() * 4)?;

@@ -2,7 +2,7 @@
 //! numerics of [`crate::numerics`] and the shared rayon grouped-GEMM driver.
 
 use crate::gemm::MxPrep;
-use crate::numerics::{dequantize_mx, quantize_mx};
+use crate::numerics::{dequantize_mx, fake_quantize_row_segments, quantize_mx};
 use mxhost_plugin_abi::plugin_support::PluginResult;
 use mxhost_plugin_common::args::{DequantizeArgs, GemmArgs, QuantizeArgs};
 use mxhost_plugin_common::dense::{DenseMut, DenseRef};
@@ -48,6 +48,22 @@ impl Backend for CpuBackend {
                 unreachable!("QuantizeArgs::parse checked: bf16")
             };
             dequantize_mx(data, scales, shape, o.block, o.format, out)?;
+        }
+        if let Some(w) = &args.wgrad_values {
+            // SAFETY: as above; `QuantizeArgs::parse` checked the buffer (bf16, the input's
+            // rank-2 shape) and that it overlaps nothing else.
+            let DenseMut::Bf16(out) = (unsafe { host::dense_mut(&w.out)? }) else {
+                unreachable!("QuantizeArgs::parse checked: bf16")
+            };
+            let (rows, c) = (shape[0] as usize, shape[1] as usize);
+            if rows > 0 && c > 0 {
+                let segments = w.segments(rows);
+                let fm = (o.format, o.mode);
+                match input {
+                    DenseRef::F32(x) => fake_quantize_row_segments(x, c, &segments, fm, out)?,
+                    DenseRef::Bf16(x) => fake_quantize_row_segments(x, c, &segments, fm, out)?,
+                }
+            }
         }
         Ok(())
     }

@@ -74,6 +74,7 @@ mod params;
 mod quantize;
 mod tma;
 mod wgrad;
+mod wgrad_values;
 
 use bf16_path::dequantize_into;
 use device::Call;
@@ -165,7 +166,12 @@ impl CudaBackend {
     /// is remembered with its operand; when the memory says an operand's gate closed last
     /// time, the call quantizes plainly, fills only the other annexes and marks the skipped
     /// ones not filled. Returns whether it ran the call (else the usual paths fill them all).
-    fn quantize_without_annexes(&self, call: &mut Call, args: &QuantizeArgs) -> PluginResult<bool> {
+    fn quantize_without_annexes(
+        &self,
+        call: &mut Call,
+        args: &QuantizeArgs,
+        wv: &mut Option<u64>,
+    ) -> PluginResult<bool> {
         let mode = chain::mode()?;
         if !chain_memory::active(mode) || !chain_annex::annex_filled_here(call) {
             return Ok(false);
@@ -183,7 +189,7 @@ impl CudaBackend {
         if plan.iter().all(|&(.., fill)| fill) {
             return Ok(false);
         }
-        self.quantize_tensors(call, args)?;
+        self.quantize_tensors(call, args, wv)?;
         for (annex, m, partner, status, fill) in plan {
             if fill {
                 chain_annex::fill_annex(call, m, annex, partner)?;
@@ -197,10 +203,22 @@ impl CudaBackend {
     }
 
     /// The quantize request's tensors: `output` and, when asked for, its transposed copy
-    /// and the values in bf16.
-    fn quantize_tensors(&self, call: &mut Call, args: &QuantizeArgs) -> PluginResult<()> {
+    /// and the values in bf16; the wgrad values at `wv` too where one kernel writes both
+    /// (`wv` is then taken).
+    fn quantize_tensors(
+        &self,
+        call: &mut Call,
+        args: &QuantizeArgs,
+        wv: &mut Option<u64>,
+    ) -> PluginResult<()> {
         let (x, o) = (&args.input, &args.output);
         let job = QuantJob::new(args)?;
+        if let Some(v) = *wv {
+            if wgrad_values::quantize_rows_fused(call, args, &job, v)? {
+                *wv = None;
+                return Ok(());
+            }
+        }
         let QuantJob {
             in_bf16,
             fmt,
@@ -274,7 +292,7 @@ impl CudaBackend {
                 t.ptr = want as *mut c_void;
             }
         }
-        self.quantize_tensors(call, &plain)?;
+        self.quantize_tensors(call, &plain, &mut None)?;
         chain_verify::require_equal(
             call,
             (&regions, &[]),
@@ -290,29 +308,15 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let mut call = Call::new(args.ordinal, args.stream)?;
-        // Under `on`, operands whose last chained GEMM closed its gate get no annex.
-        if self.quantize_without_annexes(&mut call, args)? {
-            return Ok(());
-        }
-        // X or dY with its annex: the tensor and its chain form in one pass.
-        if chain_quant::quantize_a_with_annex(&mut call, args)? {
-            return Ok(());
-        }
-        // A bf16 weight with both annexes: everything in one pass (opt-in).
-        if chain_pair::quantize_b_pair(&mut call, args)? {
-            if chain_verify::enabled() {
-                self.verify_pair_quantizer(&mut call, args)?;
+        // ABI 1.5: the wgrad values, from the quantizer's own pass where a kernel writes
+        // both (it takes `wv`), else by a pass of their own after it.
+        let fusable = wgrad_values::fusable(args);
+        let mut wv = fusable;
+        self.quantize_with_annexes(&mut call, args, &mut wv)?;
+        if let Some(w) = &args.wgrad_values {
+            if fusable.is_none() || wv.is_some() {
+                wgrad_values::write_separately(&mut call, args, w)?;
             }
-            return Ok(());
-        }
-        self.quantize_tensors(&mut call, args)?;
-        // The annexes (ABI 1.3) read the bytes just written: after them on the stream. A
-        // weight's and its transposed copy's together when the call writes both.
-        if chain_pair::fill_b_pair(&mut call, args)? {
-            return Ok(());
-        }
-        for (annex, m, partner, _) in annexed_results(args) {
-            chain_annex::fill_annex(&mut call, m, annex, partner)?;
         }
         Ok(())
     }
@@ -333,6 +337,43 @@ impl Backend for CudaBackend {
     fn grouped_gemm(&self, args: &GemmArgs) -> PluginResult<()> {
         let mut call = Call::new(args.ordinal, args.stream)?;
         gemm(&mut call, args)
+    }
+}
+
+impl CudaBackend {
+    /// The quantize request but its wgrad values: the MX tensor(s), kept values and
+    /// annexes; `wv` as for [`Self::quantize_tensors`].
+    fn quantize_with_annexes(
+        &self,
+        call: &mut Call,
+        args: &QuantizeArgs,
+        wv: &mut Option<u64>,
+    ) -> PluginResult<()> {
+        // Under `on`, operands whose last chained GEMM closed its gate get no annex.
+        if self.quantize_without_annexes(call, args, wv)? {
+            return Ok(());
+        }
+        // X or dY with its annex: the tensor and its chain form in one pass.
+        if chain_quant::quantize_a_with_annex(call, args, wv)? {
+            return Ok(());
+        }
+        // A bf16 weight with both annexes: everything in one pass (opt-in).
+        if chain_pair::quantize_b_pair(call, args)? {
+            if chain_verify::enabled() {
+                self.verify_pair_quantizer(call, args)?;
+            }
+            return Ok(());
+        }
+        self.quantize_tensors(call, args, wv)?;
+        // The annexes (ABI 1.3) read the bytes just written: after them on the stream. A
+        // weight's and its transposed copy's together when the call writes both.
+        if chain_pair::fill_b_pair(call, args)? {
+            return Ok(());
+        }
+        for (annex, m, partner, _) in annexed_results(args) {
+            chain_annex::fill_annex(call, m, annex, partner)?;
+        }
+        Ok(())
     }
 }
 

@@ -15,10 +15,9 @@ use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
 use mxhost_plugin_common::dense::DenseRef;
 use mxhost_plugin_common::gemm::{OperandPrep, OperandRole};
 use mxhost_plugin_common::host::HostOperand;
-use rayon::prelude::*;
 use std::borrow::Cow;
 
-use crate::numerics::{dequantize_mx, fake_quantize};
+use crate::numerics::{dequantize_mx, fake_quantize, fake_quantize_row_segments};
 
 /// Operand preparation for MXFP8.
 #[derive(Debug, Clone)]
@@ -82,7 +81,12 @@ impl OperandPrep for MxPrep {
                 };
                 fake_quantize_dense(data, shape, layout, format, mode)?
             }
-            OperandRole::GroupedRows { groups } => grouped_rows(data, shape, groups, format, mode)?,
+            // Already the values this quantization gives (ABI 1.5, `DenseMxValues`): used
+            // as they are, which equals quantizing them again, at no cost.
+            OperandRole::GroupedRows { on_grid: true, .. } => data.to_f32_vec(),
+            OperandRole::GroupedRows { groups, .. } => {
+                grouped_rows(data, shape, groups, format, mode)?
+            }
         };
         Ok(Cow::Owned(values))
     }
@@ -99,33 +103,13 @@ fn grouped_rows(
 ) -> PluginResult<Vec<f32>> {
     let p = shape.get(1).copied().unwrap_or(0) as usize;
     let mut out = vec![0f32; data.len()];
-    // Disjoint output slices, one per group.
-    let mut pieces = Vec::with_capacity(groups.len());
-    let mut rest = &mut out[..];
-    let mut at = 0;
-    for g in groups {
-        let (_, tail) = rest.split_at_mut((g.start - at) * p);
-        let (piece, tail) = tail.split_at_mut(g.len() * p);
-        pieces.push((g.clone(), piece));
-        rest = tail;
-        at = g.end;
+    if p == 0 {
+        return Ok(out);
     }
-    pieces.into_par_iter().try_for_each(|(g, piece)| {
-        if g.is_empty() || p == 0 {
-            return Ok(());
-        }
-        let sub_shape = [g.len() as u64, p as u64];
-        let (lo, hi) = (g.start * p, g.end * p);
-        let q = match data {
-            DenseRef::F32(x) => {
-                fake_quantize(&x[lo..hi], &sub_shape, BlockLayout::vector(0), format, mode)?
-            }
-            DenseRef::Bf16(x) => {
-                fake_quantize(&x[lo..hi], &sub_shape, BlockLayout::vector(0), format, mode)?
-            }
-        };
-        piece.copy_from_slice(&q);
-        Ok(())
-    })?;
+    let fm = (format, mode);
+    match data {
+        DenseRef::F32(x) => fake_quantize_row_segments(x, p, groups, fm, &mut out)?,
+        DenseRef::Bf16(x) => fake_quantize_row_segments(x, p, groups, fm, &mut out)?,
+    }
     Ok(out)
 }

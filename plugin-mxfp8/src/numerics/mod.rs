@@ -9,4 +9,6 @@ pub mod element;
 pub mod quantize;
 pub mod reencode;
 
-pub use quantize::{dequantize_mx, fake_quantize, quantize_mx, scale_count};
+pub use quantize::{
+    dequantize_mx, fake_quantize, fake_quantize_row_segments, quantize_mx, scale_count,
+};

@@ -334,3 +334,50 @@ pub fn fake_quantize<T: DenseElem>(
     dequantize_mx(&data, &scales, shape, layout, format, &mut out)?;
     Ok(out)
 }
+
+/// Quantize each row range of `segments` of a row-major `[rows, c]` tensor 1×32 along axis 0
+/// as its own matrix (blocks start at the range's first row; its last block covers its
+/// tail) and dequantize into `out` (same shape, f32, or bf16 rounded to nearest even). Rows
+/// outside every range keep what `out` held. The ranges must be sorted and disjoint.
+/// This is wgrad's quantization of a dense operand, one range per expert.
+pub fn fake_quantize_row_segments<T: DenseElem, O: DenseElem + Send>(
+    input: &[T],
+    c: usize,
+    segments: &[std::ops::Range<usize>],
+    (format, mode): (MxFormat, ScaleMode),
+    out: &mut [O],
+) -> PluginResult<()> {
+    if input.len() != out.len() || c == 0 || !input.len().is_multiple_of(c) {
+        return Err(PluginError::invalid(format!(
+            "fake_quantize_row_segments: {} input and {} output elements for rows of {c}",
+            input.len(),
+            out.len()
+        )));
+    }
+    // Disjoint output slices, one per range.
+    let mut pieces = Vec::with_capacity(segments.len());
+    let (mut rest, mut at) = (&mut out[..], 0);
+    for g in segments {
+        if g.start < at || g.end < g.start || g.end * c > input.len() {
+            return Err(PluginError::invalid(format!(
+                "fake_quantize_row_segments: row range {g:?} is unsorted or out of bounds"
+            )));
+        }
+        let (_, tail) = rest.split_at_mut((g.start - at) * c);
+        let (piece, tail) = tail.split_at_mut(g.len() * c);
+        pieces.push((g.clone(), piece));
+        (rest, at) = (tail, g.end);
+    }
+    pieces.into_par_iter().try_for_each(|(g, piece)| {
+        if g.is_empty() {
+            return Ok(());
+        }
+        let shape = [g.len() as u64, c as u64];
+        let layout = BlockLayout::vector(0);
+        let mut data = vec![0u8; piece.len()];
+        let mut scales = vec![0u8; g.len().div_ceil(MX_BLOCK as usize) * c];
+        let x = &input[g.start * c..g.end * c];
+        quantize_mx(x, &shape, layout, format, mode, &mut data, &mut scales)?;
+        dequantize_mx(&data, &scales, &shape, layout, format, piece)
+    })
+}

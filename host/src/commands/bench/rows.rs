@@ -4,7 +4,7 @@
 use super::dense::bench_dense;
 use super::kept_values::bench_kept_values;
 use super::peers::Peers;
-use super::timing::{push_gemm_row, push_timed_row, Timing};
+use super::timing::{push_gemm_row, push_timed_row, PushRow, Timing};
 use super::{Row, Shape};
 use crate::device::Device;
 use crate::error::OpResult;
@@ -262,5 +262,89 @@ pub(super) fn bench_shape(
             (3.0 * flops, 0.0),
         )?;
     }
+    if plugin.abi_minor >= 5 {
+        bench_wgrad_values(
+            plugin,
+            (device, timing),
+            (&x, &w, &dy),
+            &offs,
+            &mut push,
+            flops,
+        )?;
+    }
     Ok(out)
+}
+
+/// The rows of ABI 1.5's wgrad values (after every other row, so those keep their
+/// positions): X quantized with them, wgrad on them, and the default step written with
+/// them — X and dY each read once for their two quantizations.
+fn bench_wgrad_values(
+    plugin: &LoadedPlugin,
+    (device, timing): (Device, Timing),
+    (x, w, dy): (&Tensor, &Tensor, &Tensor),
+    offs: &[i32],
+    push: &mut PushRow<'_>,
+    flops: f64,
+) -> anyhow::Result<()> {
+    use GemmOperand::{Dense, Mx};
+    let fmb = (MxFormat::E4m3, ScaleMode::Rceil, BlockLayout::vector(1));
+    let qv = |t: &Tensor| {
+        ops::quantize_with_wgrad_values(plugin, t, fmb, Default::default(), offs)
+            .map(|(q, _, v)| (q, v))
+    };
+    let cfg = GemmConfig {
+        weight_blocks_2d: true,
+        out_dtype: DType::Bf16,
+        ..GemmConfig::default()
+    };
+    let cfg_kn = GemmConfig {
+        weight_layout: WeightLayout::Kn,
+        ..cfg
+    };
+    let gemm = |pass, a: GemmOperand<'_>, b: GemmOperand<'_>, c: &GemmConfig| {
+        ops::grouped_gemm(plugin, pass, a, b, offs, c).map(drop)
+    };
+    let xb = x.numel() as f64;
+    push_timed_row(
+        (device, timing),
+        &mut *push,
+        ("quantize X 1x32 + wgrad values (bf16→e4m3, bf16)", "-"),
+        &mut || qv(x).map(drop),
+        (None, xb * 2.0 + xb + xb / 32.0 + xb * 2.0),
+    )?;
+    let ((_, xv), (_, dyv)) = (qv(x)?, qv(dy)?);
+    let (m, n, k) = (x.shape[0], dy.shape[1], x.shape[1]);
+    push_gemm_row(
+        (device, timing),
+        &mut *push,
+        ("wgrad dY·X on their wgrad values (bf16)", "wgrad"),
+        &mut || gemm(GemmPass::Wgrad, Dense(&dyv), Dense(&xv), &cfg),
+        (flops, (2 * m * (n + k)) as f64 + 2.0 * (w.numel() as f64)),
+    )?;
+    drop((xv, dyv));
+    let step = || -> OpResult<()> {
+        let (qx, xv) = qv(x)?;
+        let (qw, qw_t) = ops::quantize_with_transpose(
+            plugin,
+            w,
+            MxFormat::E4m3,
+            ScaleMode::Rceil,
+            BlockLayout::tile(),
+        )?;
+        let (qdy, dyv) = qv(dy)?;
+        gemm(GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg)?;
+        gemm(GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), &cfg_kn)?;
+        gemm(GemmPass::Wgrad, Dense(&dyv), Dense(&xv), &cfg)
+    };
+    push_gemm_row(
+        (device, timing),
+        &mut *push,
+        (
+            "training step: 3 GEMMs + all quantization, X and dY with wgrad values",
+            "step",
+        ),
+        &mut { step },
+        (3.0 * flops, 0.0),
+    )?;
+    Ok(())
 }

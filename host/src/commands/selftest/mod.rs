@@ -31,6 +31,7 @@ mod compare;
 mod gemm;
 mod inputs;
 mod quantize;
+mod wgrad_values;
 
 use crate::device::{self, Device, DeviceChoice};
 use crate::plugin::registry::{search_dirs, PluginRegistry};
@@ -176,6 +177,24 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
         2,
         true,
     );
+
+    // ---------------- quantize with wgrad values (ABI 1.5) ----------------
+    // Experts on multiples of 32 rows take the fused kernels (row tails of 16 and 0);
+    // the others, and N = 200, a pass of their own.
+    for (counts, pad, kn) in [
+        (vec![256usize, 0, 96, 512], 16, (2880, 320)),
+        (vec![128, 256], 0, (512, 384)),
+        (vec![100, 37, 0, 250], 5, (288, 200)),
+    ] {
+        for fm in [
+            (MxFormat::E4m3, ScaleMode::Rceil),
+            (MxFormat::E4m3, ScaleMode::Floor),
+            (MxFormat::E5m2, ScaleMode::Even),
+        ] {
+            seed += 2;
+            ctx.wgrad_values_case(&counts, pad, kn, fm, seed);
+        }
+    }
 
     // ---------------- GEMM: edge cases (full CPU reference) ----------------
     let odd = vec![0usize, 37, 200, 1, 513, 0, 130];

@@ -8,14 +8,12 @@
 use super::cublas;
 use super::device::Call;
 use super::gemm::{gemm_trace, BMat, RowsA};
-use super::{arg, cdiv, fmt_code, i32_of, leading, mode_code, ptr, GRID_YZ_MAX};
+use super::wgrad_values::{fakequant_m32, DeviceBlocks};
+use super::{arg, cdiv, fmt_code, leading, mode_code, ptr, GRID_YZ_MAX};
 use crate::kernels::Unit;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
-use mxhost_plugin_abi::{DType, WeightLayout};
+use mxhost_plugin_abi::WeightLayout;
 use mxhost_plugin_common::args::{Blocking, GemmArgs, MxArg, OperandArg, TensorArg};
-use mxhost_plugin_common::cuda::drv;
-
-use cudarc::driver::result as cr;
 
 /// Expand the MX tensor `i` (any block layout) into `out` (f32 or bf16, same shape,
 /// device memory) with `mx_dequantize`.
@@ -315,19 +313,6 @@ pub(super) fn gemm_rows_bf16(
     }
 }
 
-/// `MxFakeQuantParams` of cuda/include/mx_fakequant.cuh (natural C layout).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct FakeQuantParams {
-    inp: u64,
-    out: u64,
-    blocks: u64,
-    r: i32,
-    c: i32,
-    mode: i32,
-    nblocks: i32,
-}
-
 /// wgrad on the dequantize-to-BF16 path: each operand becomes its MX values as bf16 in
 /// `[rows][P]` — a dense one fake-quantized (`mx_fakequant_m32_*`: 1×32 blocks along M
 /// restarting at each expert, bit-identical to quantize-then-dequantize), a
@@ -343,81 +328,47 @@ pub(super) fn wgrad_via_bf16(
     let (dy, x) = (&args.a, &args.b);
     let fmt = fmt_code(args.format()?);
     let mode = mode_code(args.mode()?);
-    // (row0, nrows) of every 32-row block of every expert.
-    let mut blocks: Vec<i32> = Vec::new();
-    for g in groups {
-        for r0 in g.clone().step_by(32) {
-            blocks.push(i32_of("rows", r0)?);
-            blocks.push((g.end - r0).min(32) as i32);
-        }
-    }
-    let nblocks = blocks.len() / 2;
     let segs: Vec<(usize, usize)> = groups.iter().map(|g| (g.start, g.len())).collect();
-    // Every expert empty (no block): no operand is read, the output is zeroed.
+    // Every expert empty: no operand is read, the output is zeroed.
     let (mut dyb, mut xb) = (0, 0);
-    if nblocks > 0 {
-        // The block table is only read by the fake-quantizer (dense operands).
-        let any_dense = [dy, x].iter().any(|o| matches!(o, OperandArg::Dense(_)));
-        let tbl = if any_dense {
-            let tbl = call.alloc(blocks.len() * 4)?;
-            // SAFETY: `tbl` holds the copied i32s; pageable copies are staged.
-            unsafe { cr::memcpy_htod_async(tbl, &blocks, call.stream) }
-                .map_err(drv("cuMemcpyHtoDAsync"))?;
-            tbl
+    if groups.iter().any(|g| !g.is_empty()) {
+        // The block table is only read by the fake-quantizer (dense operands not already
+        // on the grid).
+        let quantized_here =
+            |o: &OperandArg, i: usize| matches!(o, OperandArg::Dense(_)) && !args.dense_on_grid[i];
+        let blocks = if quantized_here(dy, 0) || quantized_here(x, 1) {
+            DeviceBlocks::upload(call, groups)?
         } else {
-            0
+            DeviceBlocks { table: 0, count: 0 }
         };
-        let mut to_bf16 = |op: &OperandArg, p: usize| -> PluginResult<u64> {
-            // Pre-quantized with its values kept ([rows][P]): read as they are.
-            if let OperandArg::Mx(m) = op {
-                if let Some(v) = m.values.as_ref().filter(|v| !v.swapped) {
-                    return Ok(ptr(&v.t));
-                }
-            }
-            let out = call.alloc(rows * p * 2)?;
+        let mut to_bf16 = |op: &OperandArg, p: usize, on_grid: bool| -> PluginResult<u64> {
+            // Pre-quantized with its values kept ([rows][P]), or dense and already these
+            // values (ABI 1.5, bf16 by the parser's check): read as they are.
             let t = match op {
-                OperandArg::Dense(t) => t,
                 OperandArg::Mx(m) => {
+                    if let Some(v) = m.values.as_ref().filter(|v| !v.swapped) {
+                        return Ok(ptr(&v.t));
+                    }
                     // Pre-quantized: its own MX values, whatever its block layout.
+                    let out = call.alloc(rows * p * 2)?;
                     dequantize_into(call, m, out, true)?;
                     return Ok(out);
                 }
+                OperandArg::Dense(t) if on_grid => return Ok(ptr(t)),
+                OperandArg::Dense(t) => t,
             };
-            let prm = FakeQuantParams {
-                inp: ptr(t),
-                out,
-                blocks: tbl,
-                r: i32_of("rows", rows)?,
-                c: i32_of("cols", p)?,
-                mode,
-                nblocks: i32_of("blocks", nblocks)?,
-            };
-            let name = format!(
-                "mx_fakequant_m32_{}_{}",
-                if t.dtype == DType::Bf16 {
-                    "bf16"
-                } else {
-                    "f32"
-                },
-                if fmt == 0 { "e4m3" } else { "e5m2" }
-            );
-            call.launch(
-                Unit::Quantize,
-                &name,
-                (cdiv(p, 128), nblocks.min(GRID_YZ_MAX), 1),
-                (128, 1, 1),
-                0,
-                &mut [arg(&prm)],
-            )?;
+            let out = call.alloc(rows * p * 2)?;
+            fakequant_m32(call, t, out, &blocks, (rows, p), (fmt, mode))?;
             Ok(out)
         };
-        dyb = to_bf16(dy, n)?;
-        xb = to_bf16(x, k)?;
+        dyb = to_bf16(dy, n, args.dense_on_grid[0])?;
+        xb = to_bf16(x, k, args.dense_on_grid[1])?;
     }
     if gemm_trace() {
         eprintln!(
-            "mxhost-mxfp8: wgrad E={} N={n} K={k}: MX values as bf16 (dense operands fake-quantized along M, pre-quantized ones dequantized) + cuBLAS (MXHOST_MX_WGRAD=fp8 for the FP8 kernel)",
-            groups.len()
+            "mxhost-mxfp8: wgrad E={} N={n} K={k}: MX values as bf16 (dense operands fake-quantized along M, pre-quantized ones dequantized, {} on the grid already) + cuBLAS (MXHOST_MX_WGRAD=fp8 for the FP8 kernel)",
+            groups.len(),
+            args.dense_on_grid.iter().filter(|&&g| g).count()
         );
     }
     // SAFETY: dyb/xb hold rows·N and rows·K bf16 values (allocated above on this stream;

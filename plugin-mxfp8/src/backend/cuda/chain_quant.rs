@@ -96,8 +96,13 @@ fn grid(tiles: usize, sms: usize) -> usize {
 
 /// Runs the quantize request `args` as one fused launch when it is an A-side tensor with an
 /// annex the kernel takes (bf16 `[rows, red]`, `red % 32 == 0`, no transposed copy, no kept
-/// values, aligned buffers, a device that fills annexes); returns whether it did.
-pub(super) fn quantize_a_with_annex(call: &mut Call, args: &QuantizeArgs) -> PluginResult<bool> {
+/// values, aligned buffers, a device that fills annexes); returns whether it did. The
+/// one-block form kernel also writes the wgrad values at `wv` (ABI 1.5) and takes it.
+pub(super) fn quantize_a_with_annex(
+    call: &mut Call,
+    args: &QuantizeArgs,
+    wv: &mut Option<u64>,
+) -> PluginResult<bool> {
     let (Some(annex), None, None) = (&args.annex, &args.transposed, &args.values) else {
         return Ok(false);
     };
@@ -119,7 +124,14 @@ pub(super) fn quantize_a_with_annex(call: &mut Call, args: &QuantizeArgs) -> Plu
     if chain_verify::enabled() {
         call.zero(base, a_layout(rows, red).bytes)?;
     }
-    let l = fused(call, kernel, ptr(x), (q, s, fmt, mode), (rows, red), base)?;
+    let l = fused(
+        call,
+        kernel,
+        ptr(x),
+        (q, s, fmt, mode),
+        (rows, red),
+        (base, wv),
+    )?;
     if chain_verify::enabled() {
         verify(call, ptr(x), (q, s, fmt, mode), (rows, red), (&l, base))?;
     }
@@ -163,7 +175,14 @@ pub(super) fn quantize_dense_a(
     if chain_verify::enabled() {
         call.zero(base, l.bytes)?;
     }
-    fused(call, kernel, x, (q, s, fmt, mode), (rows, red), base)?;
+    fused(
+        call,
+        kernel,
+        x,
+        (q, s, fmt, mode),
+        (rows, red),
+        (base, &mut None),
+    )?;
     if chain_verify::enabled() {
         verify(call, x, (q, s, fmt, mode), (rows, red), (&l, base))?;
     }
@@ -171,14 +190,15 @@ pub(super) fn quantize_dense_a(
 }
 
 /// `kernel` over bf16 `x` (`[rows][red]`): the MX tensor at `q`, `s` and its chain form at
-/// `base`, with the form's FP32 scale table.
+/// `base`, with the form's FP32 scale table; with the one-block form kernel also the wgrad
+/// values at `wv` (taken then).
 fn fused(
     call: &mut Call,
     kernel: OnePass,
     x: u64,
     (q, s, fmt, mode): (u64, u64, u8, i32),
     (rows, red): (usize, usize),
-    base: u64,
+    (base, wv): (u64, &mut Option<u64>),
 ) -> PluginResult<ALayout> {
     let l = a_layout(rows, red);
     let at = |o: usize| base + o as u64;
@@ -199,12 +219,20 @@ fn fused(
             r: i32_of("rows", rows)?,
             c: i32_of("reduction", red)?,
             mode,
+            wv: 0,
         };
         let bpc = form_blocks_per_cta();
-        let name = match (bpc, fmt) {
-            (1, 0) => "mx_quantize_rows_form_e4m3",
-            (1, _) => "mx_quantize_rows_form_e5m2",
-            (_, 0) => "mx_quantize_rows_form4_e4m3",
+        let with_wv = bpc == 1 && wv.is_some();
+        let p = QuantBlockFormParams {
+            wv: if with_wv { wv.take().unwrap_or(0) } else { 0 },
+            ..p
+        };
+        let name = match (bpc, fmt, with_wv) {
+            (1, 0, true) => "mx_quantize_rows_form_wv_e4m3",
+            (1, _, true) => "mx_quantize_rows_form_wv_e5m2",
+            (1, 0, _) => "mx_quantize_rows_form_e4m3",
+            (1, ..) => "mx_quantize_rows_form_e5m2",
+            (_, 0, _) => "mx_quantize_rows_form4_e4m3",
             _ => "mx_quantize_rows_form4_e5m2",
         };
         let grid = (cdiv(red, 128 * bpc), cdiv(rows, 128), 1);

@@ -266,6 +266,8 @@ pub(super) struct QuantBlockFormParams {
     pub(super) r: i32,
     pub(super) c: i32,
     pub(super) mode: i32,
+    /// The wgrad values (`mx_quantize_rows_form_wv_*` only; 0 for the others).
+    pub(super) wv: u64,
 }
 
 /// `MxQuantChainParams` of mx_quant_chain.cuh (`mx_quantize_rows_chain_*`): bf16 rows
@@ -356,7 +358,7 @@ const _: () = {
     assert!(std::mem::size_of::<QuantPairParams>() == 136);
     assert!(std::mem::size_of::<ChainListParams>() == 104);
     assert!(std::mem::size_of::<ReencodeBlockParams>() == 72);
-    assert!(std::mem::size_of::<QuantBlockFormParams>() == 96);
+    assert!(std::mem::size_of::<QuantBlockFormParams>() == 104);
     assert!(std::mem::size_of::<ChainFix>() == 112);
     assert!(std::mem::size_of::<ChainParams>() == 576);
     assert!(std::mem::offset_of!(ChainParams, f) == 448);

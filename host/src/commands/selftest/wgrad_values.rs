@@ -1,0 +1,121 @@
+//! The wgrad-values checks (ABI 1.5): X and dY quantized with their wgrad values on both
+//! devices — the MX tensors byte-identical to a plain quantize, the values bit-identical
+//! to the CPU's — then wgrad on those values against wgrad on the original dense tensors
+//! on the same device, which must give the same bits (the plugin multiplies the values it
+//! would have computed).
+
+use super::inputs::{gen, pair};
+use super::Ctx;
+use crate::error::{OpError, OpResult};
+use crate::ops::{self, GemmConfig, GemmOperand};
+use crate::tensor::Tensor;
+use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode};
+use std::time::Instant;
+
+/// Elements whose bytes differ (bf16 pairs when `bf16`, NaN payloads aside).
+fn differing(a: &[u8], b: &[u8], bf16: bool) -> usize {
+    let len = a.len().abs_diff(b.len());
+    if !bf16 {
+        return len + a.iter().zip(b).filter(|(x, y)| x != y).count();
+    }
+    let is_nan = |p: &[u8]| u16::from_le_bytes([p[0], p[1]]) & 0x7FFF > 0x7F80;
+    len + a
+        .chunks(2)
+        .zip(b.chunks(2))
+        .filter(|(x, y)| x != y && !(is_nan(x) && is_nan(y)))
+        .count()
+}
+
+impl Ctx {
+    /// Experts of `counts` rows (then `pad` padding rows), X `[rows, k]`, dY `[rows, n]`.
+    pub(super) fn wgrad_values_case(
+        &mut self,
+        counts: &[usize],
+        pad: usize,
+        (k, n): (usize, usize),
+        (format, mode): (MxFormat, ScaleMode),
+        seed: u64,
+    ) {
+        if !self.quantizes || self.plugin.abi_minor < 5 {
+            return;
+        }
+        let t0 = Instant::now();
+        let rows: usize = counts.iter().sum::<usize>() + pad;
+        let case = format!("experts {counts:?} +{pad} rows, K {k} N {n} {format:?} {mode:?}");
+        let r = (|| {
+            let mut end = 0;
+            let offs: Vec<i32> = counts
+                .iter()
+                .map(|&c| {
+                    end += c;
+                    end as i32
+                })
+                .collect();
+            let shape = |c: usize| [rows as u64, c as u64];
+            let (xc, xg) = pair(
+                self,
+                &shape(k),
+                DType::Bf16,
+                &gen(rows, k, seed, 1.0, false),
+            )?;
+            let (yc, yg) = pair(
+                self,
+                &shape(n),
+                DType::Bf16,
+                &gen(rows, n, seed + 1, 1.0, false),
+            )?;
+            let fmb = (format, mode, BlockLayout::vector(1));
+            let with_values = |t: &Tensor| {
+                ops::quantize_with_wgrad_values(&self.plugin, t, fmb, Default::default(), &offs)
+                    .map(|(q, _, v)| (q, v))
+            };
+            let ((qxc, xvc), (qxg, xvg)) = (with_values(&xc)?, with_values(&xg)?);
+            let ((_, yvc), (qyg, yvg)) = (with_values(&yc)?, with_values(&yg)?);
+            // The MX tensors as a plain quantize writes them, on both devices.
+            let plain = ops::quantize(&self.plugin, &xg, format, mode, BlockLayout::vector(1))?;
+            let bytes = |t: &Tensor| -> OpResult<Vec<u8>> { Ok(t.host_bytes()?.to_vec()) };
+            let mut bad_q = 0;
+            for q in [&qxc, &qxg] {
+                bad_q += differing(&bytes(&q.data)?, &bytes(&plain.data)?, false);
+                bad_q += differing(&bytes(&q.scales)?, &bytes(&plain.scales)?, false);
+            }
+            let plain_y = ops::quantize(&self.plugin, &yg, format, mode, BlockLayout::vector(1))?;
+            bad_q += differing(&bytes(&qyg.data)?, &bytes(&plain_y.data)?, false);
+            let bad_v = differing(&bytes(&xvc)?, &bytes(&xvg)?, true)
+                + differing(&bytes(&yvc)?, &bytes(&yvg)?, true);
+            // wgrad on the values vs on the dense tensors, on each device.
+            let cfg = GemmConfig {
+                format,
+                mode,
+                ..GemmConfig::default()
+            };
+            let wgrad = |dy: &Tensor, x: &Tensor| -> OpResult<Vec<u8>> {
+                let (a, b) = (GemmOperand::Dense(dy), GemmOperand::Dense(x));
+                bytes(&ops::grouped_gemm(
+                    &self.plugin,
+                    GemmPass::Wgrad,
+                    a,
+                    b,
+                    &offs,
+                    &cfg,
+                )?)
+            };
+            let bad_w_gpu = differing(&wgrad(&yvg, &xvg)?, &wgrad(&yg, &xg)?, false);
+            let bad_w_cpu = differing(&wgrad(&yvc, &xvc)?, &wgrad(&yc, &xc)?, false);
+            if !xvg.on_wgrad_grid(format, mode, &offs) {
+                return Err(OpError::invalid("the wgrad values lost their grid tag"));
+            }
+            let ok = bad_q + bad_v + bad_w_gpu + bad_w_cpu == 0;
+            let note = if ok {
+                format!(
+                    "MX bytes as a plain quantize, {} values identical, wgrad on them bit-identical on both devices",
+                    rows * (k + n)
+                )
+            } else {
+                format!("{bad_q} MX bytes, {bad_v} values, {bad_w_gpu} GPU / {bad_w_cpu} CPU wgrad outputs differ")
+            };
+            Ok((ok, None, None, note))
+        })();
+        self.push("wgrad values", case, t0, r);
+    }
+}
