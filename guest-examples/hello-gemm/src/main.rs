@@ -9,7 +9,7 @@
 //! Args: `[seed]` (default 7).
 
 use mxhost_guest::prelude::*;
-use mxhost_guest::{gemm::*, Error};
+use mxhost_guest::{gemm::*, Error, QuantizeOptions};
 
 struct HelloGemm;
 
@@ -278,6 +278,24 @@ fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
     )?;
     let exact = Pass::Dgrad.reference(&deq(&kdy)?, &w_exact, p);
     row(Pass::Dgrad, "values kept, W 32x32", &out, Some(exact))?;
+    // X and dY with their wgrad values from the same pass (quantize-with-wgrad-values):
+    // the MX tensors are the plain quantize's, and wgrad on the values equals wgrad on
+    // the dense tensors bit for bit (the plugin multiplies what it would have computed).
+    let plain = QuantizeOptions {
+        transposed: false,
+        keep_values: false,
+    };
+    let (vx, _, xv) = quantize_with_wgrad_values(&p.x.0, along(1), plain, &p.offs)?;
+    let (vdy, _, dyv) = quantize_with_wgrad_values(&p.dy.0, along(1), plain, &p.offs)?;
+    if deq(&vx)? != deq(&qx)? || deq(&vdy)? != deq(&qdy)? {
+        return Err("quantize-with-wgrad-values changed the MX tensor".into());
+    }
+    let out = Pass::Wgrad.call(Operand::Dense(&dyv), Operand::Dense(&xv), &p.offs, &opts)?;
+    let same = Pass::Wgrad.call(Operand::Dense(&p.dy.0), Operand::Dense(&p.x.0), &p.offs, &opts)?;
+    if out.iter().zip(&same).any(|(a, b)| a.to_bits() != b.to_bits()) {
+        return Err("wgrad on the wgrad values differs from wgrad on the dense tensors".into());
+    }
+    row(Pass::Wgrad, "wgrad values (one pass)", &out, None)?;
     // Same tensors, other precision: switching moves no data.
     plugin::select("bf16")?;
     for pass in PASSES {
