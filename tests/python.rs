@@ -315,3 +315,40 @@ def run(args):
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `gemm.quantize_with_wgrad_values` reaches the host from Python: the MX tensor is the plain
+/// quantize's, and wgrad on the values gives the bits wgrad on the dense tensors gives.
+#[test]
+fn python_wgrad_values_reach_the_gemm() {
+    let dir = temp_dir("wgrad-values");
+    let script = dir.join("wgrad_values.py");
+    std::fs::write(
+        &script,
+        r#"from mxhost_guest import Failure, Tensor, gemm, mx_spec, plugin
+
+def run(args):
+    plugin.select("mxfp8")
+    x = Tensor.randn_f32([96, 64], 1)
+    dy = Tensor.randn_f32([96, 32], 2)
+    offs = [40, 40, 96]
+    qx, _, xv = gemm.quantize_with_wgrad_values(x, mx_spec(), offs)
+    _, _, dyv = gemm.quantize_with_wgrad_values(dy, mx_spec(), offs)
+    if gemm.dequantize(qx).to_f32() != gemm.dequantize(gemm.quantize(x, mx_spec())).to_f32():
+        raise Failure("the MX tensor differs from quantize's")
+    a = gemm.wgrad(dyv, xv, offs).to_f32()
+    b = gemm.wgrad(dy, x, offs).to_f32()
+    if a != b:
+        raise Failure("wgrad on the wgrad values differs")
+    return "wgrad values: same result"
+"#,
+    )
+    .unwrap();
+    let r = run_py(&script, &[], &[]);
+    assert_eq!(r.code, Some(0), "{}", r.both());
+    assert!(
+        r.stdout.contains("wgrad values: same result"),
+        "{}",
+        r.both()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -88,5 +88,16 @@ def quantize_keep_values(x, spec):
     return q
 
 
+def quantize_with_wgrad_values(x, spec, offs, transposed=False, keep_values=False):
+    """x quantized (as `quantize`, or with the options of quantize-ext), plus x's wgrad
+    values from the same pass where the plugin can: x [rows, C] quantized as wgrad
+    quantizes a dense operand with these offsets, dequantized, in bf16. Returns
+    (mx_tensor, transposed copy or None, values). Pass the values to `wgrad` with the same
+    offsets and the spec's format and mode: they are multiplied as they are, so a training
+    step reads X and dY once each."""
+    o = _mx.QuantizeOptions(transposed=transposed, keep_values=keep_values)
+    return _mx.quantize_with_wgrad_values(x, spec, o, offs)
+
+
 def dequantize(q):
     return _mx.dequantize(q)
