@@ -4,7 +4,8 @@
 //   from one read (mx_reencode_pair.cuh);
 //   mx_reencode_block_<fmt> (+ mx_chain_lists_<fmt>): an A operand's form and its transposed copy
 //   from one read (mx_reencode_block.cuh); mx_quantize_rows_form_<fmt>: bf16 rows to the MX
-//   tensor and that form in one pass (mx_quant_block_form.cuh);
+//   tensor and that form in one pass (mx_quant_block_form.cuh; _form_wv_<fmt> also writes
+//   wgrad's X fake-quantized along rows);
 //   mx_cgemm_<A fmt><B fmt>_w2d_<bf16|f32>: the 256 x 128 chained GEMM on the copies, with the
 //   residual corrections gathered into shared memory and added before its epilogue
 //   (mx_tgemm_chain.cuh).
@@ -30,6 +31,8 @@
 #include "mx_reencode_pair.cuh"
 #include "mx_reencode_block.cuh"
 #include "mx_quant_chain.cuh"
+#include "mx_quant_values.cuh"
+#include "mx_fakequant.cuh"
 #include "mx_quant_block_form.cuh"
 #include "mx_tgemm_chain.cuh"
 #include "mx_chain_status.cuh"
@@ -41,7 +44,7 @@ static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 2
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 104 && sizeof(MxQuantPairParams) == 136,
               "ReencodePairParams, ChainListParams, QuantPairParams in src/backend/cuda/params.rs");
-static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72 && sizeof(MxQuantBlockFormParams) == 96,
+static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72 && sizeof(MxQuantBlockFormParams) == 104,
               "QuantChainParams, ReencodeBlockParams, QuantBlockFormParams in src/backend/cuda/params.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 // the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
@@ -111,6 +114,14 @@ extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_e4m3(con
 }
 extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
   mx_quant_block_form<1>(p);
+}
+// The same plus wv, X fake-quantized in 32x1 blocks along rows for wgrad (what mx_fakequant_m32
+// writes; mx_quant_block_form.cuh WV).
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_e4m3(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<0, 1, 1>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<1, 1, 1>(p);
 }
 // The same, four 128-column blocks per CTA (MXHOST_MX_CHAIN_FORM4=1, mx_quant_block_form.cuh BPC).
 extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form4_e4m3(const __grid_constant__ MxQuantBlockFormParams p) {

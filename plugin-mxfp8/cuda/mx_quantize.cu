@@ -1,8 +1,9 @@
 // mx_quantize.cu — the MX quantization kernels the backend compiles (one NVRTC unit): each
 // `extern "C"` kernel below instantiates a kernel body from include/ (which file: its
 // #include). Tiled (1x32 rows, 32x1 columns written transposed and group-aware, 32x32
-// tiles with an optional transposed copy), flat 1x32 rows, fake quantizers, and the E8M0 ->
-// FP32 scale relayout the GEMM consumes. NVRTC-clean; see README.md for launch rules.
+// tiles with an optional transposed copy), flat 1x32 rows, fake quantizers, 1x32 rows with
+// wgrad's fake-quantized values, and the E8M0 -> FP32 scale relayout the GEMM consumes.
+// NVRTC-clean; see README.md for launch rules.
 #include "mx_ptx.cuh"
 #include "mx_numerics.cuh"
 #include "mx_quant_blocks.cuh"
@@ -81,3 +82,12 @@ MXFQ_INST(mx_fakequant_m32_f32_e4m3, 0, 0)
 MXFQ_INST(mx_fakequant_m32_bf16_e4m3, 1, 0)
 MXFQ_INST(mx_fakequant_m32_f32_e5m2, 0, 1)
 MXFQ_INST(mx_fakequant_m32_bf16_e5m2, 1, 1)
+
+// 1x32 rows (mx_quantize_rows_*'s q, s) and the 32x1 fake-quantized values mx_fakequant_m32_*
+// writes for wgrad, from one read of bf16 X (mx_quant_rows_wv.cuh; C % 32 == 0, 16-byte aligned).
+#include "mx_quant_rows_wv.cuh"
+static_assert(sizeof(MxQuantRowsWvParams) == 48, "QuantRowsWvParams in src/backend/cuda/params.rs");
+#define MXQW_INST(NAME, F) \
+  extern "C" __global__ void __launch_bounds__(128, 8) NAME(const MxQuantRowsWvParams p) { mx_quant_rows_wv<F>(p); }
+MXQW_INST(mx_quantize_rows_wv_bf16_e4m3, 0)
+MXQW_INST(mx_quantize_rows_wv_bf16_e5m2, 1)

@@ -773,7 +773,7 @@ fn wgrad_values_are_each_experts_quantization_along_rows() {
     let mut rng = Rng::new(11);
     let (rows, c) = (70usize, 96usize);
     let shape = [rows as u64, c as u64];
-    let offs = vec![20i32, 20, 64];
+    let offs = [20i32, 20, 64];
     let mut x = rng.normals(rows * c, 2.0);
     x[3 * c + 5] = 1e6;
     let mut xb: Vec<half::bf16> = x.iter().map(|&v| half::bf16::from_f32(v)).collect();

@@ -9,6 +9,12 @@
 //! non-finite flag. Both builds: one 128-column block per CTA, and four
 //! (`mx_quantize_rows_form4_*`, their scale bytes gathered in shared memory; C = 2880 leaves its
 //! last CTA 2.5 blocks).
+//!
+//! The WV build (`mx_quantize_rows_form_wv_*`) also writes wgrad's values, X fake-quantized in
+//! 32×1 blocks along rows from row 0: compared with `fake_quantize` (what `mx_fakequant_m32_*`
+//! matches) on the same inputs, and, on inputs whose 32×1 and 1×32 blocks draw zeros, tiny
+//! values (the reference decode), huge ones, NaN and ±Inf, in every scale mode, with its other
+//! outputs equal byte for byte to the plain build's.
 
 use half::bf16;
 use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
@@ -51,16 +57,18 @@ struct Form {
     mc: Vec<u8>,
     sa: Vec<f32>,
     status: i32,
+    /// The WV build's wgrad values (bf16 bytes); empty for the others.
+    wv: Vec<u8>,
 }
 
 fn run_kernel(
     exe: &std::path::Path,
     x: &[bf16],
     (r, c): (usize, usize),
-    (fmt, mode, bpc): (usize, usize, usize),
+    (fmt, mode, bpc, wv): (usize, usize, usize, bool),
 ) -> Form {
     let x: Vec<u8> = x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
-    let o = host::run_driver(exe, &[r, c, fmt, mode, bpc], &[&x]);
+    let o = host::run_driver(exe, &[r, c, fmt, mode, bpc, wv as usize], &[&x]);
     let (n, kb, ns) = (r * c, c / 32, c.div_ceil(STAGE));
     let sizes = [n, r * kb, n, r * kb, n, r * kb, ns * r, ns * 4 * r * 4];
     let mut at = 0;
@@ -71,7 +79,8 @@ fn run_kernel(
             o[at - len..at].to_vec()
         })
         .collect();
-    assert_eq!(o.len(), at + 8, "output size");
+    let n_wv = if wv { 2 * n } else { 0 };
+    assert_eq!(o.len(), at + 8 + n_wv, "output size");
     let sa = parts
         .pop()
         .unwrap()
@@ -90,6 +99,7 @@ fn run_kernel(
         mc: next(),
         sa,
         status: i32::from_le_bytes(o[at..at + 4].try_into().unwrap()),
+        wv: o[at + 8..].to_vec(),
     }
 }
 
@@ -120,9 +130,13 @@ fn the_form_kernel_equals_the_cpu_references() {
             .unwrap();
             let want = reencode_rows(&q, &s, r, c, format).unwrap();
             residuals += want.residuals.len();
-            for bpc in [1, 4] {
-                let ctx = format!("{ctx}, {bpc} blocks per CTA");
-                let got = run_kernel(&exe, &x, (r, c), (fmt, mode, bpc));
+            for (bpc, wv) in [(1, false), (1, true), (4, false)] {
+                let ctx = format!("{ctx}, {bpc} blocks per CTA, wv {wv}");
+                let got = run_kernel(&exe, &x, (r, c), (fmt, mode, bpc, wv));
+                if wv {
+                    let want = host::wgrad_values(&x, (r, c), format, modes[mode]);
+                    host::same_bf16_values(&format!("{ctx}: wv"), &got.wv, &want, c);
+                }
                 host::first_difference(&format!("{ctx}: q"), &got.q, &q, c);
                 host::first_difference(&format!("{ctx}: s"), &got.s, &s, kb);
                 host::first_difference(&format!("{ctx}: q2"), &got.q2, &want.bytes, c);
@@ -164,6 +178,64 @@ fn the_form_kernel_equals_the_cpu_references() {
     // an Inf: its block gets scale byte 0xFF, so its stage has no stage-uniform form
     let mut x = input(&mut rng, 16, 256);
     x[3 * 256 + 200] = bf16::INFINITY;
-    let got = run_kernel(&exe, &x, (16, 256), (0, 0, 4));
+    let got = run_kernel(&exe, &x, (16, 256), (0, 0, 4, false));
     assert!(got.status & NONFINITE != 0, "an Inf: status {}", got.status);
+}
+
+#[test]
+fn the_wv_build_writes_the_wgrad_values_beside_the_same_outputs() {
+    let Some((exe, mut rng, seed)) = host::setup("block_form_host_wv", "form_driver.cpp") else {
+        return;
+    };
+    let modes = [ScaleMode::Rceil, ScaleMode::Floor, ScaleMode::Even];
+    for (r, c) in [(80, 2880), (48, 96)] {
+        let x: Vec<bf16> = host::two_axis_test_values(&mut rng, r, c)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        for (fmt, format) in [MxFormat::E4m3, MxFormat::E5m2].into_iter().enumerate() {
+            for (m, mode) in modes.into_iter().enumerate() {
+                let ctx = format!("{r} x {c} {format:?} {mode:?}, seed {seed}");
+                let got = run_kernel(&exe, &x, (r, c), (fmt, m, 1, true));
+                let want = host::wgrad_values(&x, (r, c), format, mode);
+                host::same_bf16_values(&format!("{ctx}: wv"), &got.wv, &want, c);
+                let (mut q, mut s) = (vec![0u8; r * c], vec![0u8; r * c / 32]);
+                let rows = BlockLayout::vector(1);
+                quantize_mx(
+                    &x,
+                    &[r as u64, c as u64],
+                    rows,
+                    format,
+                    mode,
+                    &mut q,
+                    &mut s,
+                )
+                .unwrap();
+                host::first_difference(&format!("{ctx}: q"), &got.q, &q, c);
+                host::first_difference(&format!("{ctx}: s"), &got.s, &s, c / 32);
+                let plain = run_kernel(&exe, &x, (r, c), (fmt, m, 1, false));
+                let pairs = [
+                    ("q2", &got.q2, &plain.q2, c),
+                    ("s2", &got.s2, &plain.s2, c / 32),
+                    ("at", &got.at, &plain.at, r),
+                    ("sat", &got.sat, &plain.sat, r),
+                    ("mc", &got.mc, &plain.mc, r),
+                ];
+                for (what, a, b, width) in pairs {
+                    host::first_difference(
+                        &format!("{ctx}: {what} (WV against plain)"),
+                        a,
+                        b,
+                        width,
+                    );
+                }
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert!(
+                    bits(&got.sa) == bits(&plain.sa),
+                    "{ctx}: sa (WV against plain)"
+                );
+                assert_eq!(got.status, plain.status, "{ctx}: status (WV against plain)");
+            }
+        }
+    }
 }

@@ -291,8 +291,17 @@ fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
         return Err("quantize-with-wgrad-values changed the MX tensor".into());
     }
     let out = Pass::Wgrad.call(Operand::Dense(&dyv), Operand::Dense(&xv), &p.offs, &opts)?;
-    let same = Pass::Wgrad.call(Operand::Dense(&p.dy.0), Operand::Dense(&p.x.0), &p.offs, &opts)?;
-    if out.iter().zip(&same).any(|(a, b)| a.to_bits() != b.to_bits()) {
+    let same = Pass::Wgrad.call(
+        Operand::Dense(&p.dy.0),
+        Operand::Dense(&p.x.0),
+        &p.offs,
+        &opts,
+    )?;
+    if out
+        .iter()
+        .zip(&same)
+        .any(|(a, b)| a.to_bits() != b.to_bits())
+    {
         return Err("wgrad on the wgrad values differs from wgrad on the dense tensors".into());
     }
     row(Pass::Wgrad, "wgrad values (one pass)", &out, None)?;

@@ -34,6 +34,88 @@ template <int IN_BF16> MX_DEV float mxfq_elem(const mx_u32* w, int i) {
   return __int_as_float((int)w[i]);
 }
 
+// What mx_fakequant_m32 computes per column and per row, shared with the kernels that write
+// the same values beside other outputs (mx_quant_rows_wv.cuh, mx_quant_block_form.cuh's WV):
+// one copy of the arithmetic keeps them bit-identical.
+// Fast path when every scale byte is in [THR, 253] (smallest non-zero FP8 x 2^(b-127) >= 2^-126)
+// or its column is all zero.
+template <int FMT> struct MxfqThr { static constexpr mx_u32 v = FMT == 0 ? 10u : 17u; };
+template <int FMT> MX_DEV bool mxfq_fast_ok(mx_u32 sb, mx_u32 am) {
+  return (sb >= MxfqThr<FMT>::v && sb <= 253u) || am == 0u;
+}
+
+// bf16 rows: lane 4 rg + cg's words of rows rg + 8 i (raw[i]) -> the amax bits (FP32) of column
+// 8 cg + rg, a reduce-scatter over the 8 row lanes (xor 16, 8, 4); b0..b2 = the bits of rg.
+// (mx_fakequant_m32 keeps its own copy inline: calling this changed its machine code.)
+MX_DEV mx_u32 mxfq_col_amax_bf16(const mx_u32 (&raw)[4][4], int b0, int b1, int b2) {
+  mx_u32 a[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    a[k] = mxq_max_u16x2(mxq_max_u16x2(raw[0][k] & 0x7FFF7FFFu, raw[1][k] & 0x7FFF7FFFu),
+                         mxq_max_u16x2(raw[2][k] & 0x7FFF7FFFu, raw[3][k] & 0x7FFF7FFFu));
+  mx_u32 k0 = b2 ? a[2] : a[0], k1 = b2 ? a[3] : a[1];
+  const mx_u32 s0 = b2 ? a[0] : a[2], s1 = b2 ? a[1] : a[3];
+  k0 = mxq_max_u16x2(k0, __shfl_xor_sync(0xffffffffu, s0, 16));
+  k1 = mxq_max_u16x2(k1, __shfl_xor_sync(0xffffffffu, s1, 16));
+  mx_u32 k = b1 ? k1 : k0;
+  k = mxq_max_u16x2(k, __shfl_xor_sync(0xffffffffu, b1 ? k0 : k1, 8));
+  k = mxq_max_u16x2(k, __shfl_xor_sync(0xffffffffu, k, 4));
+  return b0 ? (k & 0xFFFF0000u) : (k << 16);
+}
+
+// The column's scale byte sb (lane 4 rg + cg: column 8 cg + rg) -> the 8 scale bytes of the
+// lane's columns (slo: columns 0..3, shi: 4..7, a byte each) by an all-gather over the row
+// lanes; returns whether the warp takes the fast path.
+template <int FMT> MX_DEV bool mxfq_gather_scales(mx_u32 sb, mx_u32 am, int b0, int b1, int b2, mx_u32& slo, mx_u32& shi) {
+  const mx_u32 x = __shfl_xor_sync(0xffffffffu, sb, 4);
+  const mx_u32 pr = b0 ? (x | (sb << 8)) : (sb | (x << 8));
+  const mx_u32 y = __shfl_xor_sync(0xffffffffu, pr, 8);
+  const mx_u32 qd = b1 ? (y | (pr << 16)) : (pr | (y << 16));
+  const mx_u32 z = __shfl_xor_sync(0xffffffffu, qd, 16);
+  slo = b2 ? z : qd; shi = b2 ? qd : z;
+  // (an all-zero column is exact on the fast path too: its elements dequantize to +-0)
+  return __all_sync(0xffffffffu, mxfq_fast_ok<FMT>(sb, am));
+}
+
+// The fast path's factors 2^(127-b) and 2^(b-127) of the 8 columns.
+MX_DEV void mxfq_factors8(mx_u32 slo, mx_u32 shi, float (&inv)[8], float (&sc)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const mx_u32 be = ((e < 4 ? slo : shi) >> (8 * (e & 3))) & 0xFFu;
+    inv[e] = __int_as_float((int)((254u - be) << 23));
+    sc[e] = __int_as_float((int)(be << 23));
+  }
+}
+
+// 8 consecutive elements of a row (w: mxfq_elem's words) -> their MX values, 4 bf16x2 words.
+// fast: mxfq_factors8's inv and sc (unread otherwise); else the reference path (rare: tiny
+// scales, NaN/Inf blocks), mx_dequantize's decode.
+template <int IN_BF16, int FMT>
+MX_DEV void mxfq_values8(const mx_u32* w, mx_u32 slo, mx_u32 shi, bool fast, const float (&inv)[8], const float (&sc)[8],
+                         mx_u32 (&o)[4]) {
+  if (fast) {
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      const mx_u32 q = cvt_fp8x2<FMT>(mxfq_elem<IN_BF16>(w, e) * inv[e], mxfq_elem<IN_BF16>(w, e + 1) * inv[e + 1]);
+      float lo, hi;
+      mxfq_fp8x2_to_f32<FMT>(q, lo, hi);
+      o[e >> 1] = __byte_perm((mx_u32)__float_as_int(lo * sc[e]), (mx_u32)__float_as_int(hi * sc[e + 1]), 0x7632);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      const mx_u32 ba = ((e < 4 ? slo : shi) >> (8 * (e & 3))) & 0xFFu;
+      const mx_u32 bb = ((e < 4 ? slo : shi) >> (8 * ((e + 1) & 3))) & 0xFFu;
+      mx_u32 q = cvt_fp8x2<FMT>(mxfq_elem<IN_BF16>(w, e) * mx_inv_scale(ba), mxfq_elem<IN_BF16>(w, e + 1) * mx_inv_scale(bb));
+      if (ba == 0xFFu) q = (q & 0xFF00u) | 0x7Fu;
+      if (bb == 0xFFu) q = (q & 0x00FFu) | 0x7F00u;
+      const mx_u32 ra = mxfq_bf16_rne(mxfq_fp8_to_f32(q & 0xFFu, FMT) * mx_e8m0_to_f32(ba));
+      const mx_u32 rb = mxfq_bf16_rne(mxfq_fp8_to_f32(q >> 8, FMT) * mx_e8m0_to_f32(bb));
+      o[e >> 1] = ra | (rb << 16);
+    }
+  }
+}
+
 template <int IN_BF16, int FMT>
 MX_DEV void mx_fakequant_m32(const MxFakeQuantParams& p) {
   constexpr int NW = IN_BF16 ? 4 : 8;  // input words per row (8 columns)
@@ -43,8 +125,6 @@ MX_DEV void mx_fakequant_m32(const MxFakeQuantParams& p) {
   const int C = p.C;
   const int col = blockIdx.x * 128 + w * 32 + cg * 8;
   const bool vec = (C & 7) == 0 && (((unsigned long long)p.inp | (unsigned long long)p.out) & 15ull) == 0 && col < C;
-  // fast path: every scale byte in [THR, 253] (smallest non-zero FP8 x 2^(b-127) >= 2^-126)
-  constexpr mx_u32 THR = FMT == 0 ? 10u : 17u;
   for (int blk = blockIdx.y; blk < p.nblocks; blk += gridDim.y) {
     const int row0 = __ldg(p.blocks + 2 * blk);
     int nv = __ldg(p.blocks + 2 * blk + 1);
@@ -117,51 +197,15 @@ MX_DEV void mx_fakequant_m32(const MxFakeQuantParams& p) {
       am = max(b0 ? g[1] : g[0], __shfl_xor_sync(0xffffffffu, b0 ? g[0] : g[1], 4));
     }
     const mx_u32 sb = mx_scale_byte<FMT, true>(am, p.mode);  // column 8cg + rg's scale byte
-    // ---- all-gather of the 8 scale bytes of this lane's columns ----
-    const mx_u32 x = __shfl_xor_sync(0xffffffffu, sb, 4);
-    const mx_u32 pr = b0 ? (x | (sb << 8)) : (sb | (x << 8));
-    const mx_u32 y = __shfl_xor_sync(0xffffffffu, pr, 8);
-    const mx_u32 qd = b1 ? (y | (pr << 16)) : (pr | (y << 16));
-    const mx_u32 z = __shfl_xor_sync(0xffffffffu, qd, 16);
-    const mx_u32 slo = b2 ? z : qd, shi = b2 ? qd : z;
-    // (an all-zero column is exact on the fast path too: its elements dequantize to +-0)
-    const bool fast = __all_sync(0xffffffffu, (sb >= THR && sb <= 253u) || am == 0u);
-
+    mx_u32 slo, shi;
+    const bool fast = mxfq_gather_scales<FMT>(sb, am, b0, b1, b2, slo, shi);
     float inv[8], sc[8];
-    if (fast) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const mx_u32 be = ((e < 4 ? slo : shi) >> (8 * (e & 3))) & 0xFFu;
-        inv[e] = __int_as_float((int)((254u - be) << 23));
-        sc[e] = __int_as_float((int)(be << 23));
-      }
-    }
+    if (fast) mxfq_factors8(slo, shi, inv, sc);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = rg + 8 * i;
       mx_u32 o[4];
-      if (fast) {
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-          const mx_u32 q = cvt_fp8x2<FMT>(mxfq_elem<IN_BF16>(raw[i], e) * inv[e], mxfq_elem<IN_BF16>(raw[i], e + 1) * inv[e + 1]);
-          float lo, hi;
-          mxfq_fp8x2_to_f32<FMT>(q, lo, hi);
-          o[e >> 1] = __byte_perm((mx_u32)__float_as_int(lo * sc[e]), (mx_u32)__float_as_int(hi * sc[e + 1]), 0x7632);
-        }
-      } else {  // reference path (rare: tiny scales, NaN/Inf blocks)
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-          const mx_u32 ba = ((e < 4 ? slo : shi) >> (8 * (e & 3))) & 0xFFu;
-          const mx_u32 bb = ((e < 4 ? slo : shi) >> (8 * ((e + 1) & 3))) & 0xFFu;
-          mx_u32 q = cvt_fp8x2<FMT>(mxfq_elem<IN_BF16>(raw[i], e) * mx_inv_scale(ba),
-                                    mxfq_elem<IN_BF16>(raw[i], e + 1) * mx_inv_scale(bb));
-          if (ba == 0xFFu) q = (q & 0xFF00u) | 0x7Fu;
-          if (bb == 0xFFu) q = (q & 0x00FFu) | 0x7F00u;
-          const mx_u32 ra = mxfq_bf16_rne(mxfq_fp8_to_f32(q & 0xFFu, FMT) * mx_e8m0_to_f32(ba));
-          const mx_u32 rb = mxfq_bf16_rne(mxfq_fp8_to_f32(q >> 8, FMT) * mx_e8m0_to_f32(bb));
-          o[e >> 1] = ra | (rb << 16);
-        }
-      }
+      mxfq_values8<IN_BF16, FMT>(raw[i], slo, shi, fast, inv, sc, o);
       if (r < nv) {
         const mx_i64 off = (mx_i64)(row0 + r) * C + col;
         if (vec) {

@@ -25,7 +25,14 @@
 // rows. With one block per CTA each row's 4 bytes of s and of s2 are a store request of their
 // own, as many L2 requests as the block's q and q2 rows together, for 1/64 of the bytes (run
 // 125 found the kernel bound by L2 requests); BPC = 4 makes those 4x fewer.
-// Requires mx_quant_blocks.cuh and mx_reencode.cuh. NVRTC-clean.
+// WV (mx_quantize_rows_form_wv_*, BPC = 1 only): also wv, the values mx_fakequant_m32 writes with
+// the blocks (32 k, min(32, R - 32 k)) (wgrad's X), bit for bit: a 32-row group of the block is
+// warps 2 g and 2 g + 1, so the 4 threads of a column group each put their 8 rows' partial
+// column amax in shared memory before the barrier after the loads, and after it read the four;
+// each then fake-quantizes its rows beside their 1x32 quantization, from the same registers.
+// Rows past R are zeros for the amax and not written. 80 registers (3 CTAs per SM) against the
+// plain build's 64: at 64, ptxas spills ~280 bytes (raw, q2 and the 16 fast-path factors live).
+// Requires mx_quant_blocks.cuh, mx_reencode.cuh and (WV) mx_fakequant.cuh. NVRTC-clean.
 #pragma once
 
 struct MxQuantBlockFormParams {
@@ -38,6 +45,7 @@ struct MxQuantBlockFormParams {
   float* sa;               // s2 as FP32, stage-major: sa[(c / 128) * 4 R + 4 r + (c / 32) % 4]
                            //   (0 for the blocks past C / 32 of the last stage); 16-byte aligned
   int R, C, mode;
+  mx_u16* wv;              // WV builds: X fake-quantized in 32x1 blocks along R for wgrad, [R][C] bf16
 };
 
 // (a, b, c, d: byte k of word x is column k of one row) -> column q of the four rows.
@@ -46,12 +54,42 @@ MX_DEV mx_u32 mxqb_col(mx_u32 a, mx_u32 b, mx_u32 c, mx_u32 d, int q) {
   return __byte_perm(__byte_perm(a, b, sel), __byte_perm(c, d, sel), 0x5410);
 }
 
-template <int FMT, int BPC = 1>
+// WV: the scale bytes of this thread's 8 wv columns (slo: columns 0..3, shi: 4..7, a byte each,
+// as mxfq_values8 takes them) from part, every thread's partial column amax over its 8 rows (bf16
+// pairs); the 4 partials of this thread's 32-row group g are 64 g + j + 16 k. Returns whether
+// the fast path is valid for all 8 columns.
+template <int FMT>
+MX_DEV bool mxqb_wv_scales(const MxQuantBlockFormParams& p, const uint4* part, mx_u32& slo, mx_u32& shi) {
+  const int t = threadIdx.x, g = t >> 6, j = t & 15;
+  mx_u32 m[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint4 v = part[64 * g + j + 16 * k];
+    m[0] = mxq_max_u16x2(m[0], v.x); m[1] = mxq_max_u16x2(m[1], v.y);
+    m[2] = mxq_max_u16x2(m[2], v.z); m[3] = mxq_max_u16x2(m[3], v.w);
+  }
+  slo = 0u; shi = 0u;
+  bool fast = true;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const mx_u32 am = (e & 1) ? (m[e >> 1] & 0xFFFF0000u) : (m[e >> 1] << 16);
+    const mx_u32 sb = mx_scale_byte<FMT, true>(am, p.mode);
+    if (e < 4) slo |= sb << (8 * e); else shi |= sb << (8 * (e - 4));
+    fast = fast && mxfq_fast_ok<FMT>(sb, am);
+  }
+  // (per thread: where the fast path is valid it gives the reference path's bits, so the
+  // choice does not change a value; mx_fakequant_m32 makes it per warp)
+  return fast;
+}
+
+template <int FMT, int BPC = 1, int WV = 0>
 MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
+  static_assert(!WV || BPC == 1, "wv: one block per CTA");
   __shared__ __align__(16) mx_u32 sm[128 * 32];   // q2 transposed: word (column, 4-row group)
   __shared__ int rowc[128];                       // residuals per block row
   __shared__ mx_u8 ssat[4][128];                  // the block's sat bytes [k32 block][row]
   __shared__ mx_u8 ss[BPC > 1 ? 2 : 1][128][BPC > 1 ? 4 * BPC : 1];   // BPC > 1: s, s2 [row][k32]
+  __shared__ uint4 wvpart[WV ? 256 : 1];          // WV: each thread's partial column amax
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int hb = lane >> 4, j = lane & 15;
   const int r0 = blockIdx.y * 128;
@@ -74,7 +112,24 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
                                       : make_uint4(0u, 0u, 0u, 0u);
       raw[i][0] = v.x; raw[i][1] = v.y; raw[i][2] = v.z; raw[i][3] = v.w;
     }
-    __syncthreads();   // rowc
+    if constexpr (WV) {
+      mx_u32 a[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        a[k] = raw[0][k] & 0x7FFF7FFFu;
+#pragma unroll
+        for (int i = 1; i < 8; ++i) a[k] = mxq_max_u16x2(a[k], raw[i][k] & 0x7FFF7FFFu);
+      }
+      wvpart[t] = make_uint4(a[0], a[1], a[2], a[3]);
+    }
+    __syncthreads();   // rowc, wvpart
+    mx_u32 wlo = 0u, whi = 0u;
+    bool wfast = false;
+    float inv[WV ? 8 : 1], sc[WV ? 8 : 1];
+    if constexpr (WV) {
+      wfast = mxqb_wv_scales<FMT>(p, wvpart, wlo, whi);
+      if (wfast) mxfq_factors8(wlo, whi, inv, sc);
+    }
     mx_u32 q2[8][2];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -86,6 +141,11 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       const mx_u32 sb = col_ok ? mx_scale_byte<FMT, true>(am, p.mode) : 0u;
       mx_u32 q[2];
       mxq_quant_chunk<1, FMT>(raw[i], sb, q);
+      if constexpr (WV) {
+        mx_u32 o[4];
+        mxfq_values8<1, FMT>(raw[i], wlo, whi, wfast, inv, sc, o);
+        if (ok) *reinterpret_cast<uint4*>(p.wv + (mx_i64)r * C + col) = make_uint4(o[0], o[1], o[2], o[3]);
+      }
       mx_u32 S = max(sb, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)sb, 4));
       S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
       mx_u32 m0, m1;

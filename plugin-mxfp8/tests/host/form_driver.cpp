@@ -2,23 +2,25 @@
 // through simt.hpp, for tests/block_form_host.rs. FP8 conversion takes mx_numerics.cuh's
 // software path here (bit-identical to the GPU's cvt.rn.satfinite over all 2^32 inputs:
 // cuda/bench/fp8_encode_check.cu); the rest is the kernel's own code.
-// Usage: driver IN OUT. IN: 5 little-endian i64 (R, C, fmt, mode, blocks per CTA: 1 or 4), then
-// the bf16 input [R][C].
+// Usage: driver IN OUT. IN: 6 little-endian i64 (R, C, fmt, mode, blocks per CTA: 1 or 4, wv: 0
+// or 1, the WV build mx_quantize_rows_form_wv_*, one block per CTA), then the bf16 input [R][C].
 // OUT, every buffer poisoned with 0xA5 before the launch: q, s, q2, s2, at, sat, mc, sa (f32),
-// then status[2] (i32).
+// then status[2] (i32), then with wv = 1 wv ([R][C] bf16).
 #include "simt.hpp"
 #include <cstdio>
 #include "mx_numerics.cuh"
 #include "mx_quant_blocks.cuh"
 #include "mx_fp8_shift.cuh"
 #include "mx_reencode.cuh"
+#include "mx_quant_values.cuh"
+#include "mx_fakequant.cuh"
 #include "mx_quant_block_form.cuh"
 
 int main(int argc, char** argv) {
   if (argc != 3) { fprintf(stderr, "usage: driver IN OUT\n"); return 2; }
   FILE* in = fopen(argv[1], "rb");
-  mx_i64 h[5];
-  if (!in || fread(h, 8, 5, in) != 5) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
+  mx_i64 h[6];
+  if (!in || fread(h, 8, 6, in) != 6) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
   const mx_i64 R = h[0], C = h[1], KB = C / 32, NS = (C + 127) / 128;
   std::vector<mx_u16> x(R * C);
   if (fread(x.data(), 2, x.size(), in) != x.size()) { fprintf(stderr, "short input\n"); return 2; }
@@ -28,22 +30,28 @@ int main(int argc, char** argv) {
                      at = poisoned(C * R), sat = poisoned(KB * R), mc = poisoned(NS * R),
                      sa = poisoned(NS * 4 * R * 4);
   std::vector<int> status(2, 0);
+  const bool wv = h[5] != 0;
+  std::vector<mx_u8> wvb = poisoned(wv ? 2 * R * C : 0);   // (not a NaN: a NaN poison would pass as a NaN value)
   MxQuantBlockFormParams p{};
   p.in = x.data(); p.q = q.data(); p.s = s.data(); p.q2 = q2.data(); p.s2 = s2.data();
   p.at = at.data(); p.sat = sat.data(); p.mc = mc.data(); p.status = status.data();
   p.sa = reinterpret_cast<float*>(sa.data());
   p.R = (int)R; p.C = (int)C; p.mode = (int)h[3];
+  p.wv = wv ? reinterpret_cast<mx_u16*>(wvb.data()) : nullptr;
   const int bpc = (int)h[4];
   const simt_dim3 grid{(unsigned)((NS + bpc - 1) / bpc), (unsigned)((R + 127) / 128), 1};
-  if (bpc != 1 && bpc != 4) { fprintf(stderr, "blocks per CTA: 1 or 4\n"); return 2; }
-  if (bpc == 1 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1>(p); });
-  if (bpc == 1 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1>(p); });
+  if ((bpc != 1 && bpc != 4) || (wv && bpc != 1)) { fprintf(stderr, "blocks per CTA: 1 or 4 (wv: 1)\n"); return 2; }
+  if (wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1>(p); });
+  if (wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1>(p); });
+  if (!wv && bpc == 1 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1>(p); });
+  if (!wv && bpc == 1 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1>(p); });
   if (bpc == 4 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 4>(p); });
   if (bpc == 4 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 4>(p); });
   FILE* out = fopen(argv[2], "wb");
   if (!out) return 2;
   for (auto* v : {&q, &s, &q2, &s2, &at, &sat, &mc, &sa}) fwrite(v->data(), 1, v->size(), out);
   fwrite(status.data(), 4, 2, out);
+  fwrite(wvb.data(), 1, wvb.size(), out);
   fclose(out);
   return 0;
 }

@@ -245,3 +245,68 @@ pub fn mx_test_values(rng: &mut Rng, n: usize) -> Vec<f32> {
     v.truncate(n);
     v
 }
+
+/// `r` × `c` values (row-major, `c` a multiple of 32) for kernels that quantize along both axes:
+/// each 32-row band of a column (a 32×1 block) and each row's 1×32 block draws a kind: zero,
+/// tiny (scale bytes below the fake quantizers' fast path, so their reference decode runs),
+/// huge, one NaN or ±Inf, or normal over 40 binades.
+pub fn two_axis_test_values(rng: &mut Rng, r: usize, c: usize) -> Vec<f32> {
+    let col: Vec<(usize, f64, usize)> = (0..r.div_ceil(32) * c)
+        .map(|_| {
+            (
+                rng.below(12),
+                2f64.powi(rng.below(40) as i32 - 20),
+                rng.below(32),
+            )
+        })
+        .collect();
+    let row: Vec<usize> = (0..r * c / 32).map(|_| rng.below(24)).collect();
+    let mut v = Vec::with_capacity(r * c);
+    for i in 0..r {
+        for j in 0..c {
+            let (kind, mag, at) = col[(i / 32) * c + j];
+            v.push(match (row[(i * c + j) / 32], kind) {
+                (0, _) | (_, 0) => 0.0,
+                (1, _) | (_, 1) => (rng.normal() * 1e-38) as f32,
+                (_, 2) => (rng.normal() * 1e37) as f32,
+                (_, 3) if i % 32 == at => {
+                    [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][rng.below(3)]
+                }
+                _ => (rng.normal() * mag) as f32,
+            });
+        }
+    }
+    v
+}
+
+/// Asserts that the bf16 words of `o` are `want` (f32 values rounded to bf16, to nearest even);
+/// NaN against NaN (the kernels' NaN payloads are theirs).
+pub fn same_bf16_values(what: &str, o: &[u8], want: &[f32], width: usize) {
+    use half::bf16;
+    assert_eq!(o.len(), 2 * want.len(), "{what}: length");
+    for (i, w) in want.iter().enumerate() {
+        let got = bf16::from_bits(u16::from_le_bytes([o[2 * i], o[2 * i + 1]]));
+        let w = bf16::from_f32(*w);
+        assert!(
+            got.to_bits() == w.to_bits() || (got.is_nan() && w.is_nan()),
+            "{what}: element {i} (row {}, column {}): kernel {got} ({:#06x}), reference {w} ({:#06x})",
+            i / width,
+            i % width,
+            got.to_bits(),
+            w.to_bits()
+        );
+    }
+}
+
+/// The wgrad operand's values for `x` (`r` × `c` bf16): `x` fake-quantized in 32×1 blocks along
+/// rows from row 0 (rows past `r` as zeros), what `mx_fakequant_m32_*` writes with the blocks
+/// (32 k, min(32, r − 32 k)).
+pub fn wgrad_values(
+    x: &[half::bf16],
+    (r, c): (usize, usize),
+    format: MxFormat,
+    mode: mxhost_plugin_abi::ScaleMode,
+) -> Vec<f32> {
+    let cols = mxhost_plugin_abi::BlockLayout::vector(0);
+    mxhost_plugin_mxfp8::fake_quantize(x, &[r as u64, c as u64], cols, format, mode).unwrap()
+}

@@ -1,0 +1,75 @@
+// mx_quant_rows_wv.cuh — 1x32 quantization of bf16 rows and the wgrad operand's values in one
+// pass (mx_quantize_rows_wv_bf16_<fmt>): X read once for the forward's MX tensor and for what
+// mx_fakequant_m32 would write from it for wgrad.
+//
+// Outputs: q [R][C] and s [R][C / 32], the bytes and scales mx_quantize_rows_* writes (1x32
+// blocks along C), and wv [R][C] bf16, the MX values of 32x1 blocks along R aligned at rows
+// 32 k (rows past R count as zeros), bit-identical to mx_fakequant_m32 with the blocks
+// (32 k, min(32, R - 32 k)): its column amax, scale bytes, fast path and reference path are
+// the same functions (mx_fakequant.cuh).
+// Traffic: 2 bytes read and 1 + 1/32 + 2 written per element, against 2 + 1 + 1/32 and 2 + 2
+// for the two kernels.
+// Launch: block 128, grid x = ceil(C / 128), y = min(ceil(R / 32), 65535) (any y >= 1: CTA y
+// walks the 32-row blocks y, y + gridDim.y, ...). No shared memory.
+// Thread layout (mx_fakequant_m32's): warp w owns columns c0 + 32 w .. +31; lane 4 rg + cg holds
+// columns 8 cg .. 8 cg + 7 of them in rows rg + 8 i (i < 4). A row's 1x32 block is then the four
+// lanes of one rg, so both quantizations come from the same registers. Stores: q 8 bytes, wv 16
+// bytes per lane and row (a warp: 32 and 64 contiguous bytes of 8 rows); s by lane cg = 0.
+// Requires C % 32 == 0 (a warp's columns are all inside or all outside) and in, q, wv 16-byte
+// aligned (the host checks; otherwise it runs the two kernels).
+// Requires mx_quant_blocks.cuh, mx_quant_values.cuh and mx_fakequant.cuh. NVRTC-clean.
+#pragma once
+
+struct MxQuantRowsWvParams {
+  const mx_u16* in;        // [R][C] bf16
+  mx_u8* q; mx_u8* s;      // [R][C], [R][C / 32]
+  mx_u16* wv;              // [R][C] bf16
+  int R, C, mode;
+};
+
+template <int FMT>
+MX_DEV void mx_quant_rows_wv(const MxQuantRowsWvParams& p) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int cg = lane & 3, rg = lane >> 2;
+  const int b0 = rg & 1, b1 = (rg >> 1) & 1, b2 = rg >> 2;
+  const int R = p.R, C = p.C;
+  const int col = blockIdx.x * 128 + w * 32 + cg * 8;
+  if (blockIdx.x * 128 + w * 32 >= C) return;   // the warp's columns are past C (no barrier here)
+  const int nblk = (R + 31) >> 5;
+  for (int blk = blockIdx.y; blk < nblk; blk += gridDim.y) {
+    const int row0 = blk * 32, nv = min(32, R - row0);
+    mx_u32 raw[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = rg + 8 * i;
+      const uint4 v = r < nv ? __ldg(reinterpret_cast<const uint4*>(p.in + (mx_i64)(row0 + r) * C + col))
+                             : make_uint4(0u, 0u, 0u, 0u);
+      raw[i][0] = v.x; raw[i][1] = v.y; raw[i][2] = v.z; raw[i][3] = v.w;
+    }
+    const mx_u32 am = mxfq_col_amax_bf16(raw, b0, b1, b2);
+    mx_u32 slo, shi;
+    const bool fast = mxfq_gather_scales<FMT>(mx_scale_byte<FMT, true>(am, p.mode), am, b0, b1, b2, slo, shi);
+    float inv[8], sc[8];
+    if (fast) mxfq_factors8(slo, shi, inv, sc);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = rg + 8 * i;
+      const mx_i64 off = (mx_i64)(row0 + r) * C + col;
+      // the row's 1x32 block: the four lanes of this rg (its bytes before the values: the other
+      // order spills 8-16 bytes at 64 registers)
+      mx_u32 ar = mxq_chunk_amax<1>(raw[i]);
+      ar = max(ar, __shfl_xor_sync(0xffffffffu, ar, 1));
+      ar = max(ar, __shfl_xor_sync(0xffffffffu, ar, 2));
+      const mx_u32 sb = mx_scale_byte<FMT, true>(ar, p.mode);
+      mx_u32 q[2];
+      mxq_quant_chunk<1, FMT>(raw[i], sb, q);
+      mx_u32 o[4];
+      mxfq_values8<1, FMT>(raw[i], slo, shi, fast, inv, sc, o);
+      if (r < nv) {
+        *reinterpret_cast<uint4*>(p.wv + off) = make_uint4(o[0], o[1], o[2], o[3]);
+        *reinterpret_cast<uint2*>(p.q + off) = make_uint2(q[0], q[1]);
+        if (cg == 0) p.s[off >> 5] = (mx_u8)sb;
+      }
+    }
+  }
+}
