@@ -69,7 +69,10 @@ class GroupedLinear:
     call by MX plugins and ignored by bf16). `keep_values` (default on): on a GPU with a
     quantizing plugin, forward quantizes the weight once with the in-call recipe and its
     exact values kept in bf16, and forward and dgrad both read that copy (as the Rust
-    SDK's GroupedLinear; the same MX values, so the same model).
+    SDK's GroupedLinear; the same MX values, so the same model). There x and dy are
+    quantized here too, each with its wgrad values from the same pass (plugin ABI 1.5):
+    forward (dgrad) reads the MX tensor and wgrad the values, and backward keeps x's values
+    instead of x.
     """
 
     def __init__(self, experts, in_features, out_features, seed, weight=None):
@@ -115,12 +118,30 @@ class GroupedLinear:
                 return None
             raise
 
+    def _with_values(self, t, offs):
+        """t quantized along its rows with its wgrad values from the same pass, or None
+        when the plugin cannot write them (an older ABI)."""
+        o = self.options
+        try:
+            q, _, v = gemm.quantize_with_wgrad_values(t, MxSpec(o.format, o.mode, Along(1)), offs)
+            return q, v
+        except Err as e:
+            if e.value.kind == ErrorKind.UNSUPPORTED:
+                return None
+            raise
+
     def forward(self, x, offs):
-        """y = x_e · W_eᵀ per expert; keeps x (and a kept weight) for the backward pass."""
+        """y = x_e · W_eᵀ per expert; keeps x (or its wgrad values) and a kept weight for
+        the backward pass."""
         kept = self._weight_kept()
         w = gemm._Dense(self.weight) if kept is None else gemm._Quantized(kept[0])
-        y = gemm.forward(gemm._Dense(x), w, offs, self.options)
-        self._saved = (x, list(offs), None if kept is None else kept[1])
+        xq = None if kept is None else self._with_values(x, offs)
+        if xq is None:
+            y = gemm.forward(gemm._Dense(x), w, offs, self.options)
+            self._saved = (x, False, list(offs), None if kept is None else kept[1])
+        else:
+            y = gemm.forward(gemm._Quantized(xq[0]), w, offs, self.options)
+            self._saved = (xq[1], True, list(offs), kept[1])
         return y
 
     def apply(self, x, offs):
@@ -138,14 +159,18 @@ class GroupedLinear:
     def _backward(self, dy, want_dx):
         if self._saved is None:
             raise ValueError("GroupedLinear.backward before forward")
-        x, offs, w_dgrad = self._saved
+        x, x_values, offs, w_dgrad = self._saved
         self._saved = None
-        self.grad = gemm.wgrad(gemm._Dense(dy), gemm._Dense(x), offs, self.options)
+        # dy's wgrad values from the pass that quantizes it for dgrad (as forward's x)
+        dyq = self._with_values(dy, offs) if x_values and want_dx else None
+        dy_wgrad = dy if dyq is None else dyq[1]
+        self.grad = gemm.wgrad(gemm._Dense(dy_wgrad), gemm._Dense(x), offs, self.options)
         del x
         if not want_dx:
             return None
         w = gemm._Dense(self.weight) if w_dgrad is None else gemm._Quantized(w_dgrad)
-        return gemm.dgrad(gemm._Dense(dy), w, offs, self.options)
+        a = gemm._Dense(dy) if dyq is None else gemm._Quantized(dyq[0])
+        return gemm.dgrad(a, w, offs, self.options)
 
     def parameters(self):
         return [Param(self, "weight", self.grad)]

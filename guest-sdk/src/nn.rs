@@ -9,8 +9,11 @@
 //! in-call recipe and its exact values kept in bf16 (`gemm::quantize_keep_values`): forward
 //! and dgrad both read that one copy on the BF16 tensor cores instead of each quantizing and
 //! expanding the weight (same MX values, so the same model; `keep_values(false)` passes the
-//! weight dense again, saving its bf16 copy's device memory). Activations and gradients
-//! stay dense (quantized in the call): each is read by one GEMM per recipe.
+//! weight dense again, saving its bf16 copy's device memory). There X and dY are quantized
+//! here too, each with its wgrad values from the same pass (`gemm::quantize_with_wgrad_values`,
+//! plugin ABI 1.5): forward (dgrad) reads the MX tensor and wgrad the values, so each is read
+//! from memory once, and backward keeps X's values instead of X (the same 2 bytes per
+//! element). Otherwise activations and gradients stay dense (quantized in the call).
 //!
 //! ```ignore
 //! let mut moe = MoeLayer::new(MoeConfig { experts: 8, hidden: 256, ffn: 512, top_k: 2, ..Default::default() }, seed)?;
@@ -60,10 +63,12 @@ pub struct GroupedLinear {
     saved: Option<LinearSaved>,
 }
 
-/// What forward keeps for backward: the input, the offsets and, with kept values, the
-/// weight's quantization for dgrad.
+/// What forward keeps for backward: the input (or, with `x_values`, its wgrad values, which
+/// wgrad multiplies as they are), the offsets and, with kept values, the weight's
+/// quantization for dgrad.
 struct LinearSaved {
     x: Tensor,
+    x_values: bool,
     offs: Vec<i32>,
     w_dgrad: Option<MxTensor>,
 }
@@ -124,6 +129,20 @@ impl GroupedLinear {
             Err(e) => Err(e),
         }
     }
+    /// `t` (X or dY) quantized along its rows, with its wgrad values from the same pass;
+    /// `None` when the plugin cannot write them (an older ABI): the caller passes `t`
+    /// dense instead.
+    fn quantize_with_values(&self, t: &Tensor, offs: &[i32]) -> R<Option<(MxTensor, Tensor)>> {
+        let plain = crate::QuantizeOptions {
+            transposed: false,
+            keep_values: false,
+        };
+        match gemm::quantize_with_wgrad_values(t, self.spec(BlockLayout::Along(1)), plain, offs) {
+            Ok((q, _, v)) => Ok(Some((q, v))),
+            Err(e) if e.kind == ErrorKind::Unsupported => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
     /// The weight's quantization for forward (along K, or 32×32 tiles) and for dgrad
     /// (along N, or the same tiles), values kept.
     fn weight_kept(&self) -> R<Option<(MxTensor, Option<MxTensor>)>> {
@@ -149,15 +168,22 @@ impl GroupedLinear {
     pub fn forward(&mut self, x: Tensor, offs: &[i32]) -> R<Tensor> {
         if self.keeps_values() {
             if let Some((qw, qw_dgrad)) = self.weight_kept()? {
-                let y = gemm::forward(
-                    Operand::Dense(&x),
-                    Operand::Quantized(&qw),
-                    offs,
-                    &self.options,
-                )?;
+                // X quantized here with its wgrad values (one read of X for forward and
+                // wgrad); backward keeps the values instead of X.
+                let (y, x, x_values) = match self.quantize_with_values(&x, offs)? {
+                    Some((qx, xv)) => {
+                        let (a, b) = (Operand::Quantized(&qx), Operand::Quantized(&qw));
+                        (gemm::forward(a, b, offs, &self.options)?, xv, true)
+                    }
+                    None => {
+                        let (a, b) = (Operand::Dense(&x), Operand::Quantized(&qw));
+                        (gemm::forward(a, b, offs, &self.options)?, x, false)
+                    }
+                };
                 let w_dgrad = Some(qw_dgrad.unwrap_or(qw));
                 self.saved = Some(LinearSaved {
                     x,
+                    x_values,
                     offs: offs.to_vec(),
                     w_dgrad,
                 });
@@ -172,6 +198,7 @@ impl GroupedLinear {
         )?;
         self.saved = Some(LinearSaved {
             x,
+            x_values: false,
             offs: offs.to_vec(),
             w_dgrad: None,
         });
@@ -196,12 +223,25 @@ impl GroupedLinear {
         self.backward_impl(dy, false).map(|_| ())
     }
     fn backward_impl(&mut self, dy: &Tensor, want_dx: bool) -> R<Option<Tensor>> {
-        let LinearSaved { x, offs, w_dgrad } = self
+        let LinearSaved {
+            x,
+            x_values,
+            offs,
+            w_dgrad,
+        } = self
             .saved
             .take()
             .ok_or_else(|| invalid("GroupedLinear::backward before forward".into()))?;
+        // Where forward kept X's wgrad values, dY gets its own from the pass that quantizes
+        // it for dgrad (only when dgrad runs: wgrad alone reads dY once either way).
+        let dy_q = if x_values && want_dx {
+            self.quantize_with_values(dy, &offs)?
+        } else {
+            None
+        };
+        let dy_wgrad = dy_q.as_ref().map_or(dy, |(_, v)| v);
         self.grad = Some(gemm::wgrad(
-            Operand::Dense(dy),
+            Operand::Dense(dy_wgrad),
             Operand::Dense(&x),
             &offs,
             &self.options,
@@ -214,7 +254,11 @@ impl GroupedLinear {
             Some(qw) => Operand::Quantized(qw),
             None => Operand::Dense(&self.weight),
         };
-        let dx = gemm::dgrad(Operand::Dense(dy), w, &offs, &self.options)?;
+        let dy_dgrad = match &dy_q {
+            Some((q, _)) => Operand::Quantized(q),
+            None => Operand::Dense(dy),
+        };
+        let dx = gemm::dgrad(dy_dgrad, w, &offs, &self.options)?;
         Ok(Some(dx))
     }
     pub fn parameters(&mut self) -> Vec<Param<'_>> {

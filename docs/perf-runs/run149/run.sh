@@ -10,7 +10,8 @@
 #      `on` with VERIFY and poisoned outputs (gpu-ab.sh: the form_wv kernel);
 #   2. scripts/gpu-ab.sh on a, b, c: quantize X with and without its values, wgrad on the
 #      values and in-call, the default step and the step with wgrad values, two rounds;
-#   3. ncu of the quantizers of c's "quantize X" rows per variant.
+#   3. ncu of the quantizers of c's "quantize X" rows per variant;
+#   4. toy-moe (GroupedLinear now quantizes X and dY with their wgrad values on a GPU).
 # Everything goes under out/run149 and comes back as one tarball in $OUT.
 set -u
 dev_out="${OUT:-}"
@@ -26,4 +27,10 @@ SELFTEST=on SHAPES=a,b,c PEER_BUDGET_S=40 ROUNDS=2 \
     NCU="mx_quantize_rows|mx_fakequant" NCU_COUNT=6 NCU_ONLY="quantize X 1x32" \
     bash scripts/gpu-ab.sh
 grep -E "wgrad values" "$OUT/selftest.txt" | head -12
+# guest-sdk's GroupedLinear quantizes X and dY with their wgrad values on a GPU: toy-moe's
+# MXFP8-vs-BF16 training check under the default path and under `on`
+for m in off on; do
+    MXHOST_MX_CHAIN=$m timeout 120 dist/mxhost run dist/toy-moe.wasm --device cuda >"$OUT/toy-$m.txt" 2>&1
+    echo "toy-moe ($m): rc=$?"; tail -3 "$OUT/toy-$m.txt"
+done
 if [ -n "$dev_out" ]; then tar czf "$dev_out/run149.tgz" -C "$OUT" .; fi
