@@ -10,7 +10,7 @@ use crate::device::Device;
 use crate::error::OpResult;
 use crate::ops::{self, GemmConfig, GemmOperand};
 use crate::plugin::LoadedPlugin;
-use crate::tensor::{CpuBuffer, Storage, Tensor};
+use crate::tensor::{CpuBuffer, MxTensor, Storage, Tensor};
 use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode, WeightLayout};
 use rand::SeedableRng;
 use rand_distr::Distribution;
@@ -177,14 +177,30 @@ pub(super) fn bench_shape(
     // write it: X and dY quantized 1×32 along K/N, the weight once in 32×32 tiles with
     // its transposed copy, then forward, dgrad (transposed copy, layout kn) and wgrad
     // from the dense bf16 X and dY (quantized 1×32 along M inside the call).
+    // MXHOST_BENCH_STEP_WGRAD_VALUES=1: X and dY quantized with their wgrad values (ABI 1.5),
+    // which wgrad then reads, in this row's place, so that an A/B of the two ways compares
+    // rows measured at the same point of the sequence (docs/perf.md run 150).
+    let with_values = plugin.abi_minor >= 5
+        && std::env::var("MXHOST_BENCH_STEP_WGRAD_VALUES").as_deref() == Ok("1");
+    let fmb = (MxFormat::E4m3, ScaleMode::Rceil, BlockLayout::vector(1));
+    let qv = |t: &Tensor| -> OpResult<(MxTensor, Option<Tensor>)> {
+        if with_values {
+            let (q, _, v) =
+                ops::quantize_with_wgrad_values(plugin, t, fmb, Default::default(), &offs)?;
+            Ok((q, Some(v)))
+        } else {
+            Ok((q(t, BlockLayout::vector(1))?, None))
+        }
+    };
     let step = |x: &Tensor| -> OpResult<()> {
-        let qx = q(x, BlockLayout::vector(1))?;
+        let (qx, xv) = qv(x)?;
         let (qw, qw_t) = qwt(&w)?;
-        let qdy = q(&dy, BlockLayout::vector(1))?;
+        let (qdy, dyv) = qv(&dy)?;
+        let (dy_w, x_w) = (dyv.as_ref().unwrap_or(&dy), xv.as_ref().unwrap_or(x));
         for (pass, a, b, c) in [
             (GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
             (GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), &cfg_kn),
-            (GemmPass::Wgrad, Dense(&dy), Dense(x), &cfg),
+            (GemmPass::Wgrad, Dense(dy_w), Dense(x_w), &cfg),
         ] {
             gemm(pass, a, b, c)?;
         }
