@@ -10,7 +10,8 @@
 #      (default "old new") interleaved, ROUNDS times (default 2): ab-<round>-<variant>.txt. A
 #      variant is old, new, new+NAME=VALUE or old+NAME=VALUE (that plugin with that environment
 #      variable, e.g. new+MXHOST_MX_CHAIN_QPAIR=0; new+MXHOST_MX_CHAIN=off runs under that mode
-#      instead of MODE, for the default path side by side with the chained one);
+#      instead of MODE, for the default path side by side with the chained one; several
+#      assignments join with '+', e.g. new+MXHOST_MX_CHAIN=off+MXHOST_BENCH_STEP_WGRAD_VALUES=1);
 #   4. with NCU=regex: ncu durations (and NCU_METRICS) of the matching kernels in one rep of
 #      the NCU_ONLY rows (default ONLY) on NCU_SHAPE (default c), each variant in reverse
 #      order: ncu-<variant>.txt;
@@ -38,10 +39,17 @@ esac
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$out/card.txt"
 extra=""
 plugin() {
-    if [ -n "$extra" ]; then unset "${extra%%=*}"; extra=""; fi
+    local kv
+    for kv in $extra; do unset "${kv%%=*}"; done
+    extra=""
     case "$1" in old|old+*) export MXHOST_PLUGIN_PATH=dist/old ;; *) unset MXHOST_PLUGIN_PATH ;; esac
-    case "$1" in new+*=*|old+*=*) extra="${1#*+}"; export "$extra" ;; esac
-    vmode="$mode"; case "$extra" in MXHOST_MX_CHAIN=*) vmode="${extra#*=}" ;; esac
+    # (several assignments join with '+': new+MXHOST_MX_CHAIN=off+NAME=VALUE)
+    case "$1" in new+*=*|old+*=*) extra="$(printf %s "${1#*+}" | tr '+' ' ')" ;; esac
+    vmode="$mode"
+    for kv in $extra; do
+        export "$kv"
+        case "$kv" in MXHOST_MX_CHAIN=*) vmode="${kv#*=}" ;; esac
+    done
 }
 if [ "${SELFTEST:-always}" != 0 ]; then
     st_mode="${SELFTEST:-always}"; [ "$st_mode" = default ] && st_mode=off

@@ -38,7 +38,8 @@ fn only_times_the_rows_it_names() {
         [
             "quantize X 1x32 (bf16→e4m3)",
             "training step: 3 GEMMs + all quantization (bf16 in)",
-            "training step: 3 GEMMs + all quantization, X with 1 % outlier channels at 30x"
+            "training step: 3 GEMMs + all quantization, X with 1 % outlier channels at 30x",
+            "training step: 3 GEMMs + all quantization, X and dY with wgrad values"
         ],
         "rows timed"
     );
