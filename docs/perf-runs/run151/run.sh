@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 151 (docs/perf.md): run 150 again, a second sample (an H200 asked for).: the training step with and without ABI 1.5's wgrad values, timed in
+# Run 151 (docs/perf.md): run 150 again, a second sample (an H200 asked for): the training step with and without ABI 1.5's wgrad values, timed in
 # the same row position (the default step row; MXHOST_BENCH_STEP_WGRAD_VALUES=1 makes it quantize
 # X and dY with their values, which wgrad then reads), under `on` and on the default path,
 # four variants interleaved, three rounds, a, b, c. Then ncu of the quantizers in c's
