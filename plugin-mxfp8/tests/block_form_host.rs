@@ -199,18 +199,7 @@ fn the_wv_build_writes_the_wgrad_values_beside_the_same_outputs() {
                 let got = run_kernel(&exe, &x, (r, c), (fmt, m, 1, true));
                 let want = host::wgrad_values(&x, (r, c), format, mode);
                 host::same_bf16_values(&format!("{ctx}: wv"), &got.wv, &want, c);
-                let (mut q, mut s) = (vec![0u8; r * c], vec![0u8; r * c / 32]);
-                let rows = BlockLayout::vector(1);
-                quantize_mx(
-                    &x,
-                    &[r as u64, c as u64],
-                    rows,
-                    format,
-                    mode,
-                    &mut q,
-                    &mut s,
-                )
-                .unwrap();
+                let (q, s) = host::rows_reference(&x, (r, c), format, mode);
                 host::first_difference(&format!("{ctx}: q"), &got.q, &q, c);
                 host::first_difference(&format!("{ctx}: s"), &got.s, &s, c / 32);
                 let plain = run_kernel(&exe, &x, (r, c), (fmt, m, 1, false));

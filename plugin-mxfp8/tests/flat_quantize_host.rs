@@ -36,21 +36,6 @@ fn bits<T: DenseElem>(x: &[T]) -> Vec<u8> {
         .collect()
 }
 
-/// bf16 words of `o`, compared with `want` (f32 MX values, rounded to bf16); NaN against NaN.
-fn same_values(what: &str, o: &[u8], want: &[f32]) {
-    assert_eq!(o.len(), 2 * want.len(), "{what}: length");
-    for (i, w) in want.iter().enumerate() {
-        let got = bf16::from_bits(u16::from_le_bytes([o[2 * i], o[2 * i + 1]]));
-        let w = bf16::from_f32(*w);
-        assert!(
-            got.to_bits() == w.to_bits() || (got.is_nan() && w.is_nan()),
-            "{what}: element {i}: kernel {got} ({:#06x}), reference {w} ({:#06x})",
-            got.to_bits(),
-            w.to_bits()
-        );
-    }
-}
-
 fn check_flat<T: DenseElem>(
     exe: &std::path::Path,
     x: &[T],
@@ -76,7 +61,7 @@ fn check_flat<T: DenseElem>(
                         host::first_difference(&format!("{ctx}: bytes"), &o[..r * c], &q, c);
                         host::first_difference(&format!("{ctx}: scales"), &o[r * c..], &s, c / 32);
                     }
-                    1 => same_values(&ctx, &o, &vals),
+                    1 => host::same_bf16_values(&ctx, &o, &vals, c),
                     _ => {
                         host::first_difference(&format!("{ctx}: bytes"), &o[..r * c], &q, c);
                         let s_end = r * c + r * c / 32;
@@ -86,7 +71,7 @@ fn check_flat<T: DenseElem>(
                             &s,
                             c / 32,
                         );
-                        same_values(&format!("{ctx}: values"), &o[s_end..], &vals);
+                        host::same_bf16_values(&format!("{ctx}: values"), &o[s_end..], &vals, c);
                     }
                 }
             }
@@ -132,7 +117,7 @@ fn check_along_m<T: DenseElem>(
                 let cols = BlockLayout::vector(0);
                 let want = fake_quantize(slab, &[n as u64, c as u64], cols, format, mode).unwrap();
                 let what = format!("{ctx}: block ({r0}, {n})");
-                same_values(&what, &o[2 * r0 * c..2 * (r0 + n) * c], &want);
+                host::same_bf16_values(&what, &o[2 * r0 * c..2 * (r0 + n) * c], &want, c);
                 covered[r0..r0 + n].fill(true);
             }
             for row in (0..r).filter(|&i| !covered[i]) {

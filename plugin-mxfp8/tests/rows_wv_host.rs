@@ -10,8 +10,7 @@
 //! and at them.
 
 use half::bf16;
-use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
-use mxhost_plugin_mxfp8::quantize_mx;
+use mxhost_plugin_abi::{MxFormat, ScaleMode};
 
 mod host;
 
@@ -33,18 +32,7 @@ fn the_fused_rows_and_wgrad_values_kernel_equals_the_cpu_references() {
                 let o = host::run_driver(&exe, &[r, c, fmt, m, gy], &[&input]);
                 let (n, kb) = (r * c, c / 32);
                 assert_eq!(o.len(), 3 * n + r * kb, "{ctx}: output size");
-                let (mut q, mut s) = (vec![0u8; n], vec![0u8; r * kb]);
-                let rows = BlockLayout::vector(1);
-                quantize_mx(
-                    &x,
-                    &[r as u64, c as u64],
-                    rows,
-                    format,
-                    mode,
-                    &mut q,
-                    &mut s,
-                )
-                .unwrap();
+                let (q, s) = host::rows_reference(&x, (r, c), format, mode);
                 host::first_difference(&format!("{ctx}: q"), &o[..n], &q, c);
                 host::first_difference(&format!("{ctx}: s"), &o[n..n + r * kb], &s, kb);
                 let want = host::wgrad_values(&x, (r, c), format, mode);

@@ -123,6 +123,11 @@ fn along(axis: u32) -> MxSpec {
     mx_spec(ElementFormat::E4m3, BlockLayout::Along(axis))
 }
 
+/// Whether two results are the same numbers bit for bit.
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 fn deq(q: &MxTensor) -> Result<Vec<f32>, Error> {
     dequantize(q)?.to_f32()
 }
@@ -242,11 +247,7 @@ fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
         &p.offs,
         &opts,
     )?;
-    if out
-        .iter()
-        .zip(&same)
-        .any(|(a, b)| a.to_bits() != b.to_bits())
-    {
+    if !same_bits(&out, &same) {
         return Err("dgrad on the transposed weight copy differs from dgrad on the weight".into());
     }
     let exact = Pass::Dgrad.reference(&deq(&qdy)?, &w_exact, p);
@@ -297,11 +298,7 @@ fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
         &p.offs,
         &opts,
     )?;
-    if out
-        .iter()
-        .zip(&same)
-        .any(|(a, b)| a.to_bits() != b.to_bits())
-    {
+    if !same_bits(&out, &same) {
         return Err("wgrad on the wgrad values differs from wgrad on the dense tensors".into());
     }
     row(Pass::Wgrad, "wgrad values (one pass)", &out, None)?;
