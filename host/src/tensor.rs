@@ -391,3 +391,35 @@ impl MxTensor {
         Some(v)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tensor's wgrad grid (ABI 1.5) matches only the same format, mode and offsets, only
+    /// in bf16, and is dropped when the tensor is handed out for writing.
+    #[test]
+    fn the_wgrad_grid_tag_is_exact_and_cleared_on_write() {
+        let grid = WgradGrid {
+            format: MxFormat::E4m3,
+            mode: ScaleMode::Rceil,
+            offs: vec![32, 64],
+        };
+        let mut t = Tensor::zeros_on(Device::Cpu, vec![64, 32], DType::Bf16).unwrap();
+        assert!(!t.on_wgrad_grid(MxFormat::E4m3, ScaleMode::Rceil, &[32, 64]));
+        t.wgrad_grid = Some(Arc::new(grid.clone()));
+        assert!(t.on_wgrad_grid(MxFormat::E4m3, ScaleMode::Rceil, &[32, 64]));
+        assert!(!t.on_wgrad_grid(MxFormat::E5m2, ScaleMode::Rceil, &[32, 64]));
+        assert!(!t.on_wgrad_grid(MxFormat::E4m3, ScaleMode::Floor, &[32, 64]));
+        assert!(!t.on_wgrad_grid(MxFormat::E4m3, ScaleMode::Rceil, &[32, 60]));
+        // a clone shares the bytes and the tag; a write through a view drops it
+        let c = t.clone();
+        assert!(c.on_wgrad_grid(MxFormat::E4m3, ScaleMode::Rceil, &[32, 64]));
+        drop(c);
+        assert!(t.view_mut().is_some());
+        assert!(t.wgrad_grid.is_none());
+        let mut f = Tensor::zeros_on(Device::Cpu, vec![64, 32], DType::F32).unwrap();
+        f.wgrad_grid = Some(Arc::new(grid));
+        assert!(!f.on_wgrad_grid(MxFormat::E4m3, ScaleMode::Rceil, &[32, 64]), "f32");
+    }
+}
