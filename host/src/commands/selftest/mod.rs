@@ -10,6 +10,9 @@
 //!   uploaded), or dense operands quantized inside each call (identical MX values because
 //!   the quantizers are bit-exact, checked above). Reported: max relative error
 //!   (max |gpu − cpu| / max |cpu|) and SNR = 10·log10(Σcpu² / Σ(gpu − cpu)²).
+//! - **Wgrad values** (ABI 1.5): X and dY quantized with their wgrad values on both devices,
+//!   the MX bytes equal to a plain quantize's, the values bit-identical to the CPU's, and wgrad
+//!   on them bit-identical to wgrad on the dense tensors on each device.
 //!
 //! Tolerance. The CPU backend accumulates dequantized FP32 products in FP32 (> 120 dB
 //! against FP64). The GPU computes each k32 block with one FP8 wgmma, whose internal
