@@ -420,6 +420,9 @@ mod tests {
         assert!(t.wgrad_grid.is_none());
         let mut f = Tensor::zeros_on(Device::Cpu, vec![64, 32], DType::F32).unwrap();
         f.wgrad_grid = Some(Arc::new(grid));
-        assert!(!f.on_wgrad_grid(MxFormat::E4m3, ScaleMode::Rceil, &[32, 64]), "f32");
+        assert!(
+            !f.on_wgrad_grid(MxFormat::E4m3, ScaleMode::Rceil, &[32, 64]),
+            "f32"
+        );
     }
 }
