@@ -277,8 +277,9 @@ abi_enum!(
         /// with blocks restarting at each expert's first row of this call's offsets, in the
         /// options' format and mode (what [`QuantizeDesc::wgrad_values`] wrote with the same
         /// offsets). A plugin may compute from it as is instead of quantizing it again; the
-        /// two give the same numbers. wgrad operands only. A host sends this kind only to
-        /// plugins of minor ≥ 5.
+        /// two give the same numbers (quantizing MX values again returns them; values below
+        /// 2^-126, which bf16 rounds, aside). wgrad operands only. A host sends this kind only
+        /// to plugins of minor ≥ 5.
         DenseMxValues = 5,
     }
 );
