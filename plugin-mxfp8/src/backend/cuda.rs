@@ -162,6 +162,41 @@ fn annexed_results(args: &QuantizeArgs) -> Vec<(&TensorArg, &MxArg, Option<&MxAr
 }
 
 impl CudaBackend {
+    /// The quantize request but its wgrad values: the MX tensor(s), kept values and
+    /// annexes; `wv` as for [`Self::quantize_tensors`].
+    fn quantize_with_annexes(
+        &self,
+        call: &mut Call,
+        args: &QuantizeArgs,
+        wv: &mut Option<u64>,
+    ) -> PluginResult<()> {
+        // Under `on`, operands whose last chained GEMM closed its gate get no annex.
+        if self.quantize_without_annexes(call, args, wv)? {
+            return Ok(());
+        }
+        // X or dY with its annex: the tensor and its chain form in one pass.
+        if chain_quant::quantize_a_with_annex(call, args, wv)? {
+            return Ok(());
+        }
+        // A bf16 weight with both annexes: everything in one pass (opt-in).
+        if chain_pair::quantize_b_pair(call, args)? {
+            if chain_verify::enabled() {
+                self.verify_pair_quantizer(call, args)?;
+            }
+            return Ok(());
+        }
+        self.quantize_tensors(call, args, wv)?;
+        // The annexes (ABI 1.3) read the bytes just written: after them on the stream. A
+        // weight's and its transposed copy's together when the call writes both.
+        if chain_pair::fill_b_pair(call, args)? {
+            return Ok(());
+        }
+        for (annex, m, partner, _) in annexed_results(args) {
+            chain_annex::fill_annex(call, m, annex, partner)?;
+        }
+        Ok(())
+    }
+
     /// The gate memory's part of a quantize call with annexes ([`chain_memory`]): each annex
     /// is remembered with its operand; when the memory says an operand's gate closed last
     /// time, the call quantizes plainly, fills only the other annexes and marks the skipped
@@ -310,13 +345,12 @@ impl Backend for CudaBackend {
         let mut call = Call::new(args.ordinal, args.stream)?;
         // ABI 1.5: the wgrad values, from the quantizer's own pass where a kernel writes
         // both (it takes `wv`), else by a pass of their own after it.
-        let fusable = wgrad_values::fusable(args);
-        let mut wv = fusable;
+        let mut wv = wgrad_values::fusable(args);
+        let offered = wv.is_some();
         self.quantize_with_annexes(&mut call, args, &mut wv)?;
-        if let Some(w) = &args.wgrad_values {
-            if fusable.is_none() || wv.is_some() {
-                wgrad_values::write_separately(&mut call, args, w)?;
-            }
+        let fused = offered && wv.is_none();
+        if let (Some(w), false) = (&args.wgrad_values, fused) {
+            wgrad_values::write_separately(&mut call, args, w)?;
         }
         Ok(())
     }
@@ -337,43 +371,6 @@ impl Backend for CudaBackend {
     fn grouped_gemm(&self, args: &GemmArgs) -> PluginResult<()> {
         let mut call = Call::new(args.ordinal, args.stream)?;
         gemm(&mut call, args)
-    }
-}
-
-impl CudaBackend {
-    /// The quantize request but its wgrad values: the MX tensor(s), kept values and
-    /// annexes; `wv` as for [`Self::quantize_tensors`].
-    fn quantize_with_annexes(
-        &self,
-        call: &mut Call,
-        args: &QuantizeArgs,
-        wv: &mut Option<u64>,
-    ) -> PluginResult<()> {
-        // Under `on`, operands whose last chained GEMM closed its gate get no annex.
-        if self.quantize_without_annexes(call, args, wv)? {
-            return Ok(());
-        }
-        // X or dY with its annex: the tensor and its chain form in one pass.
-        if chain_quant::quantize_a_with_annex(call, args, wv)? {
-            return Ok(());
-        }
-        // A bf16 weight with both annexes: everything in one pass (opt-in).
-        if chain_pair::quantize_b_pair(call, args)? {
-            if chain_verify::enabled() {
-                self.verify_pair_quantizer(call, args)?;
-            }
-            return Ok(());
-        }
-        self.quantize_tensors(call, args, wv)?;
-        // The annexes (ABI 1.3) read the bytes just written: after them on the stream. A
-        // weight's and its transposed copy's together when the call writes both.
-        if chain_pair::fill_b_pair(call, args)? {
-            return Ok(());
-        }
-        for (annex, m, partner, _) in annexed_results(args) {
-            chain_annex::fill_annex(call, m, annex, partner)?;
-        }
-        Ok(())
     }
 }
 

@@ -205,6 +205,9 @@ fn fused(
     call.zero(at(l.status), 8)?;
     if kernel == OnePass::Block {
         let mc = call.alloc(cdiv(red, 128) * rows)?;
+        let bpc = form_blocks_per_cta();
+        // (the values ride only on the one-block build; 0 tells the kernel there are none)
+        let wv_at = if bpc == 1 { wv.take() } else { None };
         let p = QuantBlockFormParams {
             inp: x,
             q,
@@ -219,15 +222,9 @@ fn fused(
             r: i32_of("rows", rows)?,
             c: i32_of("reduction", red)?,
             mode,
-            wv: 0,
+            wv: wv_at.unwrap_or(0),
         };
-        let bpc = form_blocks_per_cta();
-        let with_wv = bpc == 1 && wv.is_some();
-        let p = QuantBlockFormParams {
-            wv: if with_wv { wv.take().unwrap_or(0) } else { 0 },
-            ..p
-        };
-        let name = match (bpc, fmt, with_wv) {
+        let name = match (bpc, fmt, wv_at.is_some()) {
             (1, 0, true) => "mx_quantize_rows_form_wv_e4m3",
             (1, _, true) => "mx_quantize_rows_form_wv_e5m2",
             (1, 0, _) => "mx_quantize_rows_form_e4m3",
