@@ -4,7 +4,7 @@
 use super::dense::bench_dense;
 use super::kept_values::bench_kept_values;
 use super::peers::Peers;
-use super::timing::{push_gemm_row, push_timed_row, PushRow, Timing};
+use super::timing::{push_gemm_row, push_timed_row, Timing};
 use super::{Row, Shape};
 use crate::device::Device;
 use crate::error::OpResult;
@@ -180,10 +180,10 @@ pub(super) fn bench_shape(
     // MXHOST_BENCH_STEP_WGRAD_VALUES=1: X and dY quantized with their wgrad values (ABI 1.5),
     // which wgrad then reads, in this row's place, so that an A/B of the two ways compares
     // rows measured at the same point of the sequence (docs/perf.md run 150).
-    let with_values = plugin.abi_minor >= 5
+    let values_env = plugin.abi_minor >= 5
         && std::env::var("MXHOST_BENCH_STEP_WGRAD_VALUES").as_deref() == Ok("1");
     let fmb = (MxFormat::E4m3, ScaleMode::Rceil, BlockLayout::vector(1));
-    let qv = |t: &Tensor| -> OpResult<(MxTensor, Option<Tensor>)> {
+    let qv = |t: &Tensor, with_values: bool| -> OpResult<(MxTensor, Option<Tensor>)> {
         if with_values {
             let (q, _, v) =
                 ops::quantize_with_wgrad_values(plugin, t, fmb, Default::default(), &offs)?;
@@ -192,10 +192,10 @@ pub(super) fn bench_shape(
             Ok((q(t, BlockLayout::vector(1))?, None))
         }
     };
-    let step = |x: &Tensor| -> OpResult<()> {
-        let (qx, xv) = qv(x)?;
+    let step_with = |x: &Tensor, with_values: bool| -> OpResult<()> {
+        let (qx, xv) = qv(x, with_values)?;
         let (qw, qw_t) = qwt(&w)?;
-        let (qdy, dyv) = qv(&dy)?;
+        let (qdy, dyv) = qv(&dy, with_values)?;
         let (dy_w, x_w) = (dyv.as_ref().unwrap_or(&dy), xv.as_ref().unwrap_or(x));
         for (pass, a, b, c) in [
             (GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
@@ -206,6 +206,7 @@ pub(super) fn bench_shape(
         }
         Ok(())
     };
+    let step = |x: &Tensor| step_with(x, values_env);
     gemm_row(
         "training step: 3 GEMMs + all quantization (bf16 in)",
         "step",
@@ -278,89 +279,41 @@ pub(super) fn bench_shape(
             (3.0 * flops, 0.0),
         )?;
     }
+    // The rows of ABI 1.5's wgrad values, after every other row so that those keep their
+    // positions: X quantized with them, wgrad on them, and the default step written with
+    // them (X and dY each read once for their two quantizations).
     if plugin.abi_minor >= 5 {
-        bench_wgrad_values(
-            plugin,
+        let xb = (rows * s.k) as f64;
+        push_timed_row(
             (device, timing),
-            (&x, &w, &dy),
-            &offs,
             &mut push,
-            flops,
+            ("quantize X 1x32 + wgrad values (bf16→e4m3, bf16)", "-"),
+            &mut || qv(&x, true).map(drop),
+            (None, xb * 2.0 + xb + xb / 32.0 + xb * 2.0),
+        )?;
+        let ((_, xv), (_, dyv)) = (qv(&x, true)?, qv(&dy, true)?);
+        let (xv, dyv) = (xv.expect("requested"), dyv.expect("requested"));
+        push_gemm_row(
+            (device, timing),
+            &mut push,
+            ("wgrad dY·X on their wgrad values (bf16)", "wgrad"),
+            &mut || gemm(GemmPass::Wgrad, Dense(&dyv), Dense(&xv), &cfg),
+            (
+                flops,
+                gemm_bytes(2 * rows * s.n, 2 * rows * s.k, s.e * s.n * s.k),
+            ),
+        )?;
+        drop((xv, dyv));
+        push_gemm_row(
+            (device, timing),
+            &mut push,
+            (
+                "training step: 3 GEMMs + all quantization, X and dY with wgrad values",
+                "step",
+            ),
+            &mut || step_with(&x, true),
+            (3.0 * flops, 0.0),
         )?;
     }
     Ok(out)
-}
-
-/// The rows of ABI 1.5's wgrad values (after every other row, so those keep their
-/// positions): X quantized with them, wgrad on them, and the default step written with
-/// them — X and dY each read once for their two quantizations.
-fn bench_wgrad_values(
-    plugin: &LoadedPlugin,
-    (device, timing): (Device, Timing),
-    (x, w, dy): (&Tensor, &Tensor, &Tensor),
-    offs: &[i32],
-    push: &mut PushRow<'_>,
-    flops: f64,
-) -> anyhow::Result<()> {
-    use GemmOperand::{Dense, Mx};
-    let fmb = (MxFormat::E4m3, ScaleMode::Rceil, BlockLayout::vector(1));
-    let qv = |t: &Tensor| {
-        ops::quantize_with_wgrad_values(plugin, t, fmb, Default::default(), offs)
-            .map(|(q, _, v)| (q, v))
-    };
-    let cfg = GemmConfig {
-        weight_blocks_2d: true,
-        out_dtype: DType::Bf16,
-        ..GemmConfig::default()
-    };
-    let cfg_kn = GemmConfig {
-        weight_layout: WeightLayout::Kn,
-        ..cfg
-    };
-    let gemm = |pass, a: GemmOperand<'_>, b: GemmOperand<'_>, c: &GemmConfig| {
-        ops::grouped_gemm(plugin, pass, a, b, offs, c).map(drop)
-    };
-    let xb = x.numel() as f64;
-    push_timed_row(
-        (device, timing),
-        &mut *push,
-        ("quantize X 1x32 + wgrad values (bf16→e4m3, bf16)", "-"),
-        &mut || qv(x).map(drop),
-        (None, xb * 2.0 + xb + xb / 32.0 + xb * 2.0),
-    )?;
-    let ((_, xv), (_, dyv)) = (qv(x)?, qv(dy)?);
-    let (m, n, k) = (x.shape[0], dy.shape[1], x.shape[1]);
-    push_gemm_row(
-        (device, timing),
-        &mut *push,
-        ("wgrad dY·X on their wgrad values (bf16)", "wgrad"),
-        &mut || gemm(GemmPass::Wgrad, Dense(&dyv), Dense(&xv), &cfg),
-        (flops, (2 * m * (n + k)) as f64 + 2.0 * (w.numel() as f64)),
-    )?;
-    drop((xv, dyv));
-    let step = || -> OpResult<()> {
-        let (qx, xv) = qv(x)?;
-        let (qw, qw_t) = ops::quantize_with_transpose(
-            plugin,
-            w,
-            MxFormat::E4m3,
-            ScaleMode::Rceil,
-            BlockLayout::tile(),
-        )?;
-        let (qdy, dyv) = qv(dy)?;
-        gemm(GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg)?;
-        gemm(GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), &cfg_kn)?;
-        gemm(GemmPass::Wgrad, Dense(&dyv), Dense(&xv), &cfg)
-    };
-    push_gemm_row(
-        (device, timing),
-        &mut *push,
-        (
-            "training step: 3 GEMMs + all quantization, X and dY with wgrad values",
-            "step",
-        ),
-        &mut { step },
-        (3.0 * flops, 0.0),
-    )?;
-    Ok(())
 }
