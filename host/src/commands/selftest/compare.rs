@@ -1,5 +1,6 @@
 //! The verdicts: `compare` measures the GPU result against the CPU one (max rel, SNR,
-//! NaN positions); `Ctx::push` records each check as a `Row` and prints its line.
+//! NaN positions), `differing` counts bytes (or bf16 values) that differ; `Ctx::push` records
+//! each check as a `Row` and prints its line.
 
 use super::Ctx;
 use crate::error::OpResult;
@@ -13,6 +14,20 @@ pub(super) struct Row {
     pub(super) snr: Option<f64>,
     pub(super) note: String,
     pub(super) ms: f64,
+}
+
+/// Elements whose bytes differ (bf16 pairs when `bf16`, NaN payloads aside).
+pub(super) fn differing(a: &[u8], b: &[u8], bf16: bool) -> usize {
+    let len = a.len().abs_diff(b.len());
+    if !bf16 {
+        return len + a.iter().zip(b).filter(|(x, y)| x != y).count();
+    }
+    let is_nan = |p: &[u8]| u16::from_le_bytes([p[0], p[1]]) & 0x7FFF > 0x7F80;
+    len + a
+        .chunks(2)
+        .zip(b.chunks(2))
+        .filter(|(x, y)| x != y && !(is_nan(x) && is_nan(y)))
+        .count()
 }
 
 /// Compare two f32 vectors: (max rel, snr, nan positions equal).

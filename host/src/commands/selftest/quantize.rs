@@ -1,6 +1,7 @@
 //! The quantize checks: both devices byte-identical (data, scales, transposed copy, kept
 //! values) and dequantize bit-identical.
 
+use super::compare::differing;
 use super::inputs::{gen, pair};
 use super::Ctx;
 use crate::error::OpResult;
@@ -116,13 +117,7 @@ impl Ctx {
                 };
                 let (vc, vg) = (values(&vq_c)?, values(&vq_g)?);
                 // bf16 bits, NaN payloads aside (as dequantize's check).
-                let is_nan = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]) & 0x7FFF > 0x7F80;
-                bad_vals = vc
-                    .chunks(2)
-                    .zip(vg.chunks(2))
-                    .filter(|(a, b)| a != b && !(is_nan(a) && is_nan(b)))
-                    .count()
-                    + vc.len().abs_diff(vg.len());
+                bad_vals = differing(&vc, &vg, true);
             }
             // Dequantize too (skipped for anchor-size tensors: host time).
             let check_deq = v.len() <= 1 << 22;

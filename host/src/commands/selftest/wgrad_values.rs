@@ -4,6 +4,7 @@
 //! on the same device, which must give the same bits (the plugin multiplies the values it
 //! would have computed).
 
+use super::compare::differing;
 use super::inputs::{gen, pair};
 use super::Ctx;
 use crate::error::{OpError, OpResult};
@@ -11,20 +12,6 @@ use crate::ops::{self, GemmConfig, GemmOperand};
 use crate::tensor::Tensor;
 use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode};
 use std::time::Instant;
-
-/// Elements whose bytes differ (bf16 pairs when `bf16`, NaN payloads aside).
-fn differing(a: &[u8], b: &[u8], bf16: bool) -> usize {
-    let len = a.len().abs_diff(b.len());
-    if !bf16 {
-        return len + a.iter().zip(b).filter(|(x, y)| x != y).count();
-    }
-    let is_nan = |p: &[u8]| u16::from_le_bytes([p[0], p[1]]) & 0x7FFF > 0x7F80;
-    len + a
-        .chunks(2)
-        .zip(b.chunks(2))
-        .filter(|(x, y)| x != y && !(is_nan(x) && is_nan(y)))
-        .count()
-}
 
 impl Ctx {
     /// Experts of `counts` rows (then `pad` padding rows), X `[rows, k]`, dY `[rows, n]`.
