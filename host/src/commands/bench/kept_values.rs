@@ -138,8 +138,9 @@ pub(super) fn bench_kept_values(
         }
     }
     drop((kdy_m, kx_m, kx_tile));
-    // As guest-sdk's GroupedLinear runs a step on a GPU: only the weight quantized here
-    // (values kept, once), X and dY dense and quantized in each call.
+    // As guest-sdk's GroupedLinear ran a step on a GPU before ABI 1.5 (and still does with
+    // a plugin older than that): only the weight quantized here (values kept, once), X and
+    // dY dense and quantized in each call. (Its step today: the last row of the shape.)
     let qw = qwv(w)?;
     gemm_row(
         "forward X bf16 (quantized in the call) · W 32x32, W's values kept",
@@ -157,7 +158,7 @@ pub(super) fn bench_kept_values(
         gemm(GemmPass::Dgrad, Dense(dy), Dense(w), cfg)
     };
     gemm_row(
-        "training step as GroupedLinear, all operands quantized in the calls",
+        "training step as GroupedLinear with keep_values(false): all operands quantized in the calls",
         "step",
         &mut { step_dense },
         (3.0 * flops, 0.0),
@@ -169,7 +170,7 @@ pub(super) fn bench_kept_values(
         gemm(GemmPass::Dgrad, Dense(dy), Mx(&qw), cfg)
     };
     gemm_row(
-        "training step as GroupedLinear (W's values kept, X and dY in the call)",
+        "training step, W's values kept, X and dY quantized in the calls",
         "step",
         &mut { step_linear },
         (3.0 * flops, 0.0),

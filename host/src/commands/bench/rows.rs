@@ -177,11 +177,17 @@ pub(super) fn bench_shape(
     // write it: X and dY quantized 1×32 along K/N, the weight once in 32×32 tiles with
     // its transposed copy, then forward, dgrad (transposed copy, layout kn) and wgrad
     // from the dense bf16 X and dY (quantized 1×32 along M inside the call).
-    // MXHOST_BENCH_STEP_WGRAD_VALUES=1: X and dY quantized with their wgrad values (ABI 1.5),
-    // which wgrad then reads, in this row's place, so that an A/B of the two ways compares
-    // rows measured at the same point of the sequence (docs/perf.md run 150).
-    let values_env = plugin.abi_minor >= 5
-        && std::env::var("MXHOST_BENCH_STEP_WGRAD_VALUES").as_deref() == Ok("1");
+    // Two switches write this row's step another way in this row's place, so that an A/B of
+    // the ways compares rows measured at the same point of the sequence (docs/perf.md runs
+    // 150, 154): MXHOST_BENCH_STEP_WGRAD_VALUES=1 quantizes X and dY with their wgrad values
+    // (ABI 1.5), which wgrad then reads; MXHOST_BENCH_STEP_KEEP_W=1 quantizes the weight with
+    // its values kept and no transposed copy (ABI 1.2; dgrad reads it as [E, N, K]). Both
+    // together are guest-sdk's GroupedLinear on a GPU (the last row of the shape).
+    let env_on = |name: &str| std::env::var(name).as_deref() == Ok("1");
+    let recipe_env = StepRecipe {
+        wgrad_values: plugin.abi_minor >= 5 && env_on("MXHOST_BENCH_STEP_WGRAD_VALUES"),
+        keep_w: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_W"),
+    };
     let fmb = (MxFormat::E4m3, ScaleMode::Rceil, BlockLayout::vector(1));
     let qv = |t: &Tensor, with_values: bool| -> OpResult<(MxTensor, Option<Tensor>)> {
         if with_values {
@@ -192,21 +198,39 @@ pub(super) fn bench_shape(
             Ok((q(t, BlockLayout::vector(1))?, None))
         }
     };
-    let step_with = |x: &Tensor, with_values: bool| -> OpResult<()> {
-        let (qx, xv) = qv(x, with_values)?;
-        let (qw, qw_t) = qwt(&w)?;
-        let (qdy, dyv) = qv(&dy, with_values)?;
+    let keep_w = ops::QuantizeExtras {
+        transposed: false,
+        keep_values: true,
+    };
+    let step_with = |x: &Tensor, recipe: StepRecipe| -> OpResult<()> {
+        let (qx, xv) = qv(x, recipe.wgrad_values)?;
+        // (the weight for forward, and for dgrad with that dgrad's layout)
+        let (qw, qw_dgrad, cfg_dgrad) = if recipe.keep_w {
+            let (qw, _) = ops::quantize_with(
+                plugin,
+                &w,
+                MxFormat::E4m3,
+                ScaleMode::Rceil,
+                BlockLayout::tile(),
+                keep_w,
+            )?;
+            (qw, None, &cfg)
+        } else {
+            let (qw, qw_t) = qwt(&w)?;
+            (qw, Some(qw_t), &cfg_kn)
+        };
+        let (qdy, dyv) = qv(&dy, recipe.wgrad_values)?;
         let (dy_w, x_w) = (dyv.as_ref().unwrap_or(&dy), xv.as_ref().unwrap_or(x));
         for (pass, a, b, c) in [
             (GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
-            (GemmPass::Dgrad, Mx(&qdy), Mx(&qw_t), &cfg_kn),
+            (GemmPass::Dgrad, Mx(&qdy), Mx(qw_dgrad.as_ref().unwrap_or(&qw)), cfg_dgrad),
             (GemmPass::Wgrad, Dense(dy_w), Dense(x_w), &cfg),
         ] {
             gemm(pass, a, b, c)?;
         }
         Ok(())
     };
-    let step = |x: &Tensor| step_with(x, values_env);
+    let step = |x: &Tensor| step_with(x, recipe_env);
     gemm_row(
         "training step: 3 GEMMs + all quantization (bf16 in)",
         "step",
@@ -311,9 +335,45 @@ pub(super) fn bench_shape(
                 "training step: 3 GEMMs + all quantization, X and dY with wgrad values",
                 "step",
             ),
-            &mut || step_with(&x, true),
+            &mut || {
+                let values = StepRecipe {
+                    wgrad_values: true,
+                    keep_w: false,
+                };
+                step_with(&x, values)
+            },
+            (3.0 * flops, 0.0),
+        )?;
+        // guest-sdk's GroupedLinear on a GPU (keep_values on, the default): the weight
+        // quantized once per forward in 32×32 tiles with its values kept, serving forward and
+        // dgrad; X and dY each quantized with their wgrad values.
+        push_gemm_row(
+            (device, timing),
+            &mut push,
+            (
+                "training step as GroupedLinear: W 32x32 values kept, X and dY with wgrad values",
+                "step",
+            ),
+            &mut || step_with(&x, StepRecipe::GROUPED_LINEAR),
             (3.0 * flops, 0.0),
         )?;
     }
     Ok(out)
+}
+
+/// How the training-step rows quantize their operands (module rows above).
+#[derive(Clone, Copy)]
+struct StepRecipe {
+    /// X and dY quantized with their wgrad values (ABI 1.5), which wgrad reads.
+    wgrad_values: bool,
+    /// The weight quantized once in 32×32 tiles with its values kept (ABI 1.2), no
+    /// transposed copy.
+    keep_w: bool,
+}
+
+impl StepRecipe {
+    const GROUPED_LINEAR: StepRecipe = StepRecipe {
+        wgrad_values: true,
+        keep_w: true,
+    };
 }
