@@ -32,7 +32,7 @@ fn bench_ops(only: &str) -> (Vec<String>, String) {
 
 #[test]
 fn only_times_the_rows_it_names() {
-    let (ops, _) = bench_ops("QUANTIZE X 1x32 (,step:,step as GroupedLinear:");
+    let (ops, _) = bench_ops("QUANTIZE X 1x32 (,step:,step as GroupedLinear with 32x32");
     assert_eq!(
         ops,
         [
@@ -40,7 +40,7 @@ fn only_times_the_rows_it_names() {
             "training step: 3 GEMMs + all quantization (bf16 in)",
             "training step: 3 GEMMs + all quantization, X with 1 % outlier channels at 30x",
             "training step: 3 GEMMs + all quantization, X and dY with wgrad values",
-            "training step as GroupedLinear: W 32x32 values kept, X and dY with wgrad values"
+            "training step as GroupedLinear with 32x32 weights (X and dY with wgrad values)"
         ],
         "rows timed"
     );

@@ -107,6 +107,48 @@ fn starting_on_bf16_and_listing_plugins() {
     }
 }
 
+/// `chained-gemm` (plugin ABI capability bit 4) tells guests such as guest-sdk's
+/// `GroupedLinear` to quantize a 32×32 weight with its transposed copy instead of its values:
+/// mxfp8 reports it exactly when `MXHOST_MX_CHAIN` asks for the chained GEMM.
+#[test]
+fn mxfp8_reports_a_chained_gemm_only_under_mxhost_mx_chain() {
+    for (value, want) in [
+        (None, false),
+        (Some("off"), false),
+        (Some("on"), true),
+        (Some("always"), true),
+        (Some("sometimes"), false),
+    ] {
+        let mut cmd = mxhost();
+        cmd.arg("plugins").env_remove("MXHOST_MX_CHAIN");
+        if let Some(v) = value {
+            cmd.env("MXHOST_MX_CHAIN", v);
+        }
+        let list = run(&mut cmd);
+        assert_eq!(list.code, Some(0), "{}", list.both());
+        let caps_of = |name: &str| {
+            let line = list.stdout.lines().find(|l| l.starts_with(name));
+            line.unwrap_or_else(|| panic!("{name} not listed: {}", list.stdout))
+                .split_whitespace()
+                .find(|w| w.contains("grouped-gemm"))
+                .map(|w| w.split(',').map(str::to_string).collect::<Vec<_>>())
+                .unwrap_or_else(|| panic!("no capabilities for {name}: {}", list.stdout))
+        };
+        let mx = caps_of("mxfp8");
+        assert_eq!(
+            mx.iter().any(|c| c == "chained-gemm"),
+            want,
+            "MXHOST_MX_CHAIN={value:?}: {mx:?}"
+        );
+        assert!(mx.iter().any(|c| c == "quantize"), "{mx:?}");
+        assert!(
+            !caps_of("bf16").iter().any(|c| c == "chained-gemm"),
+            "{}",
+            list.stdout
+        );
+    }
+}
+
 #[test]
 fn unknown_plugin_and_missing_guest_are_clear_errors() {
     let r = run_guest("hello-gemm", &["--plugin", "fp4"], &[]);

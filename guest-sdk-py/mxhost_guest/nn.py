@@ -72,7 +72,9 @@ class GroupedLinear:
     SDK's GroupedLinear; the same MX values, so the same model). There x and dy are
     quantized here too, each with its wgrad values from the same pass (plugin ABI 1.5):
     forward (dgrad) reads the MX tensor and wgrad the values, and backward keeps x's values
-    instead of x.
+    instead of x. With 32×32 weight blocks and a plugin that reports "chained-gemm" (mxfp8
+    under MXHOST_MX_CHAIN=on) the weight is quantized with its transposed copy instead of
+    its values (dgrad reads [E, K, N] with weight layout kn), as the chained GEMM wants.
     """
 
     def __init__(self, experts, in_features, out_features, seed, weight=None):
@@ -96,14 +98,20 @@ class GroupedLinear:
         return self
 
     def _weight_kept(self):
-        """The weight's quantization for forward and for dgrad with values kept, or None
-        (kept values off, the weight not on a GPU, a plugin that does not quantize or
-        cannot keep values): then the weight goes dense into each call."""
+        """The weight's quantization for forward, for dgrad, and dgrad's weight layout, or
+        None (kept values off, the weight not on a GPU, a plugin that does not quantize or
+        cannot keep values): then the weight goes dense into each call. Values kept, or with
+        32×32 tiles under a "chained-gemm" plugin the tiles and their transposed copy."""
         active = plugin.active()
+        info = next((p for p in plugin.list() if p.name == active), None)
         if not (self.keep_values and self.weight.device() == DeviceKind.CUDA
-                and any(p.name == active and "quantize" in p.capabilities for p in plugin.list())):
+                and info is not None and "quantize" in info.capabilities):
             return None
         o = self.options
+        if o.weight_blocks_2d and "chained-gemm" in info.capabilities:
+            q, t = gemm.quantize_with_transpose(self.weight,
+                                                MxSpec(o.format, o.mode, BlockLayout_Tile32x32()))
+            return q, t, gemm.WeightLayout.KN
 
         def kept(block):
             return gemm.quantize_keep_values(self.weight, MxSpec(o.format, o.mode, block))
@@ -111,8 +119,8 @@ class GroupedLinear:
         try:
             if o.weight_blocks_2d:
                 q = kept(BlockLayout_Tile32x32())
-                return q, q
-            return kept(Along(2)), kept(Along(1))
+                return q, q, gemm.WeightLayout.NK
+            return kept(Along(2)), kept(Along(1)), gemm.WeightLayout.NK
         except Err as e:
             if e.value.kind == ErrorKind.UNSUPPORTED:
                 return None
@@ -138,10 +146,10 @@ class GroupedLinear:
         xq = None if kept is None else self._with_values(x, offs)
         if xq is None:
             y = gemm.forward(gemm._Dense(x), w, offs, self.options)
-            self._saved = (x, False, list(offs), None if kept is None else kept[1])
+            self._saved = (x, False, list(offs), None if kept is None else kept[1:])
         else:
             y = gemm.forward(gemm._Quantized(xq[0]), w, offs, self.options)
-            self._saved = (xq[1], True, list(offs), kept[1])
+            self._saved = (xq[1], True, list(offs), kept[1:])
         return y
 
     def apply(self, x, offs):
@@ -168,9 +176,14 @@ class GroupedLinear:
         del x
         if not want_dx:
             return None
-        w = gemm._Dense(self.weight) if w_dgrad is None else gemm._Quantized(w_dgrad)
+        o = self.options
+        if w_dgrad is None:
+            w = gemm._Dense(self.weight)
+        else:
+            w = gemm._Quantized(w_dgrad[0])
+            o = gemm.with_options(o, weight_layout=w_dgrad[1])
         a = gemm._Dense(dy) if dyq is None else gemm._Quantized(dyq[0])
-        return gemm.dgrad(a, w, offs, self.options)
+        return gemm.dgrad(a, w, offs, o)
 
     def parameters(self):
         return [Param(self, "weight", self.grad)]

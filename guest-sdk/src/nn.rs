@@ -14,6 +14,12 @@
 //! plugin ABI 1.5): forward (dgrad) reads the MX tensor and wgrad the values, so each is read
 //! from memory once, and backward keeps X's values instead of X (the same 2 bytes per
 //! element). Otherwise activations and gradients stay dense (quantized in the call).
+//! With 32×32 weight blocks and a plugin that reports `chained-gemm` (mxfp8 under
+//! `MXHOST_MX_CHAIN=on`), the weight is quantized with its transposed copy instead of its
+//! values (`gemm::quantize_with_transpose`: forward reads `[E, N, K]`, dgrad `[E, K, N]`),
+//! which is what the chained GEMM reads; kept values would send both GEMMs to cuBLAS and
+//! leave the annexes of X's and dY's quantizations unread (docs/perf.md run 154: that step
+//! 8–11 % slower).
 //!
 //! ```ignore
 //! let mut moe = MoeLayer::new(MoeConfig { experts: 8, hidden: 256, ffn: 512, top_k: 2, ..Default::default() }, seed)?;
@@ -30,7 +36,7 @@ use crate::ops::{self, Activation, AdamwConfig};
 use crate::topk;
 use crate::{
     gemm, plugin, route, BlockLayout, DeviceKind, Dtype, Error, ErrorKind, GemmOptions, MxSpec,
-    MxTensor, Operand, RoutePlan, RouteRequest, Tensor,
+    MxTensor, Operand, RoutePlan, RouteRequest, Tensor, WeightLayout,
 };
 
 type R<T> = Result<T, Error>;
@@ -57,20 +63,55 @@ pub struct GroupedLinear {
     /// GEMM options (format, scale mode, 32×32 weight blocks); dense operands are
     /// quantized in-call by MX plugins and ignored by `bf16`.
     pub options: GemmOptions,
-    /// Quantize the weight here once per forward, keeping its values, when it is on a GPU
-    /// and the active plugin quantizes (default on).
+    /// Quantize the weight here once per forward, keeping its values (or, with 32×32 tiles
+    /// under a chained GEMM, with its transposed copy), when it is on a GPU and the active
+    /// plugin quantizes (default on).
     pub keep_values: bool,
     saved: Option<LinearSaved>,
 }
 
 /// What forward keeps for backward: the input (or, with `x_values`, its wgrad values, which
-/// wgrad multiplies as they are), the offsets and, with kept values, the weight's
+/// wgrad multiplies as they are), the offsets and, where forward quantized the weight, its
 /// quantization for dgrad.
 struct LinearSaved {
     x: Tensor,
     x_values: bool,
     offs: Vec<i32>,
-    w_dgrad: Option<MxTensor>,
+    w_dgrad: Option<DgradWeight>,
+}
+
+/// How [`GroupedLinear`]'s forward passes its weight (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WeightPrep {
+    /// Dense, quantized inside each call.
+    Dense,
+    /// Quantized here with its values kept (32×32 tiles: one copy; else along K and N).
+    KeptValues,
+    /// Quantized here in 32×32 tiles with its transposed copy, for a chained GEMM.
+    WithTranspose,
+}
+
+impl WeightPrep {
+    /// Kept values where the layer keeps them (`keep_values`), the weight is on a GPU and
+    /// the active plugin quantizes; the transposed copy instead where, in addition, the
+    /// weight uses 32×32 tiles and the plugin reports `chained-gemm`.
+    fn choose(keep_values: bool, on_gpu: bool, blocks_2d: bool, caps: &[String]) -> WeightPrep {
+        let has = |cap: &str| caps.iter().any(|c| c == cap);
+        if !keep_values || !on_gpu || !has("quantize") {
+            WeightPrep::Dense
+        } else if blocks_2d && has("chained-gemm") {
+            WeightPrep::WithTranspose
+        } else {
+            WeightPrep::KeptValues
+        }
+    }
+}
+
+/// The weight's quantization dgrad reads, and its layout: `[E, N, K]` (`Nk`, the forward's
+/// copy or one along N) or the transposed copy `[E, K, N]` (`Kn`).
+struct DgradWeight {
+    q: MxTensor,
+    layout: WeightLayout,
 }
 
 impl GroupedLinear {
@@ -110,15 +151,21 @@ impl GroupedLinear {
             block,
         }
     }
-    /// Whether this forward quantizes the weight here: kept values on, the weight on a
-    /// GPU and the active plugin one that quantizes.
-    fn keeps_values(&self) -> bool {
+    /// How this forward passes the weight ([`WeightPrep::choose`] from this layer's settings
+    /// and the active plugin's capabilities).
+    fn weight_prep(&self) -> WeightPrep {
         let active = plugin::active();
-        self.keep_values
-            && self.weight.device() == DeviceKind::Cuda
-            && plugin::list()
-                .iter()
-                .any(|p| p.name == active && p.capabilities.iter().any(|c| c == "quantize"))
+        let caps = plugin::list()
+            .into_iter()
+            .find(|p| p.name == active)
+            .map(|p| p.capabilities)
+            .unwrap_or_default();
+        WeightPrep::choose(
+            self.keep_values,
+            self.weight.device() == DeviceKind::Cuda,
+            self.options.weight_blocks_2d,
+            &caps,
+        )
     }
     /// `t` quantized with its values kept; `None` when the plugin cannot keep them (an
     /// older ABI): the caller passes the operand dense instead.
@@ -143,20 +190,39 @@ impl GroupedLinear {
             Err(e) => Err(e),
         }
     }
-    /// The weight's quantization for forward (along K, or 32×32 tiles) and for dgrad
-    /// (along N, or the same tiles), values kept.
-    fn weight_kept(&self) -> R<Option<(MxTensor, Option<MxTensor>)>> {
-        if self.options.weight_blocks_2d {
-            return Ok(self
+    /// The weight's quantization for forward (along K, or 32×32 tiles) and for dgrad (along
+    /// N; `None` with 32×32 tiles: the forward's copy), as `prep` says; `None` for
+    /// [`WeightPrep::Dense`] or when the plugin cannot keep values (an older ABI).
+    fn weight_quantized(&self, prep: WeightPrep) -> R<Option<(MxTensor, Option<DgradWeight>)>> {
+        let tiles = self.spec(BlockLayout::Tile32x32);
+        match prep {
+            WeightPrep::Dense => Ok(None),
+            WeightPrep::WithTranspose => {
+                let (q, t) = gemm::quantize_with_transpose(&self.weight, tiles)?;
+                let t = DgradWeight {
+                    q: t,
+                    layout: WeightLayout::Kn,
+                };
+                Ok(Some((q, Some(t))))
+            }
+            WeightPrep::KeptValues if self.options.weight_blocks_2d => Ok(self
                 .quantize_kept(&self.weight, BlockLayout::Tile32x32)?
-                .map(|q| (q, None)));
+                .map(|q| (q, None))),
+            WeightPrep::KeptValues => {
+                let Some(fwd) = self.quantize_kept(&self.weight, BlockLayout::Along(2))? else {
+                    return Ok(None);
+                };
+                Ok(self
+                    .quantize_kept(&self.weight, BlockLayout::Along(1))?
+                    .map(|q| {
+                        let d = DgradWeight {
+                            q,
+                            layout: WeightLayout::Nk,
+                        };
+                        (fwd, Some(d))
+                    }))
+            }
         }
-        let Some(fwd) = self.quantize_kept(&self.weight, BlockLayout::Along(2))? else {
-            return Ok(None);
-        };
-        Ok(self
-            .quantize_kept(&self.weight, BlockLayout::Along(1))?
-            .map(|d| (fwd, Some(d))))
     }
     /// Quantize weights with 32×32 tiles (one copy serves forward and dgrad).
     pub fn weight_blocks_2d(mut self, on: bool) -> Self {
@@ -166,29 +232,30 @@ impl GroupedLinear {
     /// `y = x_e · W_eᵀ` per expert; `x` `[rows, K]` sorted by expert with cumulative end
     /// offsets `offs`. Keeps `x` for the backward pass.
     pub fn forward(&mut self, x: Tensor, offs: &[i32]) -> R<Tensor> {
-        if self.keeps_values() {
-            if let Some((qw, qw_dgrad)) = self.weight_kept()? {
-                // X quantized here with its wgrad values (one read of X for forward and
-                // wgrad); backward keeps the values instead of X.
-                let (y, x, x_values) = match self.quantize_with_values(&x, offs)? {
-                    Some((qx, xv)) => {
-                        let (a, b) = (Operand::Quantized(&qx), Operand::Quantized(&qw));
-                        (gemm::forward(a, b, offs, &self.options)?, xv, true)
-                    }
-                    None => {
-                        let (a, b) = (Operand::Dense(&x), Operand::Quantized(&qw));
-                        (gemm::forward(a, b, offs, &self.options)?, x, false)
-                    }
-                };
-                let w_dgrad = Some(qw_dgrad.unwrap_or(qw));
-                self.saved = Some(LinearSaved {
-                    x,
-                    x_values,
-                    offs: offs.to_vec(),
-                    w_dgrad,
-                });
-                return Ok(y);
-            }
+        if let Some((qw, qw_dgrad)) = self.weight_quantized(self.weight_prep())? {
+            // X quantized here with its wgrad values (one read of X for forward and
+            // wgrad); backward keeps the values instead of X.
+            let (y, x, x_values) = match self.quantize_with_values(&x, offs)? {
+                Some((qx, xv)) => {
+                    let (a, b) = (Operand::Quantized(&qx), Operand::Quantized(&qw));
+                    (gemm::forward(a, b, offs, &self.options)?, xv, true)
+                }
+                None => {
+                    let (a, b) = (Operand::Dense(&x), Operand::Quantized(&qw));
+                    (gemm::forward(a, b, offs, &self.options)?, x, false)
+                }
+            };
+            let w_dgrad = Some(qw_dgrad.unwrap_or(DgradWeight {
+                q: qw,
+                layout: WeightLayout::Nk,
+            }));
+            self.saved = Some(LinearSaved {
+                x,
+                x_values,
+                offs: offs.to_vec(),
+                w_dgrad,
+            });
+            return Ok(y);
         }
         let y = gemm::forward(
             Operand::Dense(&x),
@@ -249,16 +316,20 @@ impl GroupedLinear {
         if !want_dx {
             return Ok(None);
         }
-        // The weight's quantization from forward (values kept), else dense.
+        // The weight's quantization from forward, in its layout, else dense.
+        let mut options = self.options;
         let w = match &w_dgrad {
-            Some(qw) => Operand::Quantized(qw),
+            Some(d) => {
+                options.weight_layout = d.layout;
+                Operand::Quantized(&d.q)
+            }
             None => Operand::Dense(&self.weight),
         };
         let dy_dgrad = match &dy_q {
             Some((q, _)) => Operand::Quantized(q),
             None => Operand::Dense(dy),
         };
-        let dx = gemm::dgrad(dy_dgrad, w, &offs, &self.options)?;
+        let dx = gemm::dgrad(dy_dgrad, w, &offs, &options)?;
         Ok(Some(dx))
     }
     pub fn parameters(&mut self) -> Vec<Param<'_>> {
@@ -567,5 +638,39 @@ impl AdamW {
             self.moments[i] = Some((nm, nv));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WeightPrep;
+
+    fn caps(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_weight_goes_kept_transposed_or_dense_as_the_plugin_and_layer_say() {
+        let mx = caps(&["quantize", "grouped-gemm", "cuda"]);
+        let chained = caps(&["quantize", "grouped-gemm", "chained-gemm", "cuda"]);
+        let bf16 = caps(&["grouped-gemm", "cuda"]);
+        use WeightPrep::*;
+        // (keep_values, on_gpu, blocks_2d, caps) -> prep
+        for (keep, gpu, tiles, c, want) in [
+            (true, true, true, &mx, KeptValues),
+            (true, true, false, &mx, KeptValues),
+            (true, true, true, &chained, WithTranspose),
+            // the chained GEMM takes 32×32 weights only: 1×32 weights keep their values
+            (true, true, false, &chained, KeptValues),
+            (false, true, true, &chained, Dense),
+            (true, false, true, &chained, Dense),
+            (true, true, true, &bf16, Dense),
+        ] {
+            assert_eq!(
+                WeightPrep::choose(keep, gpu, tiles, c),
+                want,
+                "keep {keep} gpu {gpu} tiles {tiles} caps {c:?}"
+            );
+        }
     }
 }

@@ -109,6 +109,13 @@ pub mod caps {
     pub const MX_OPERANDS: u64 = 1 << 2;
     /// Accepts high-precision (f32/bf16) operands in grouped GEMM.
     pub const DENSE_OPERANDS: u64 = 1 << 3;
+    /// On a GPU, forward and dgrad run a chained GEMM in this process (mxfp8 under
+    /// `MXHOST_MX_CHAIN=on`): their fastest weight operand is then the weight quantized in
+    /// 32×32 tiles with its transposed copy (`transposed`), whose annexes that GEMM reads, not
+    /// a copy with kept values (which sends them to cuBLAS). A hint for callers choosing how
+    /// to quantize a weight (guest-sdk's `GroupedLinear`); it changes no result. Hosts that do
+    /// not know the bit ignore it.
+    pub const CHAINED_GEMM: u64 = 1 << 4;
     /// Runs on host memory.
     pub const DEVICE_CPU: u64 = 1 << 8;
     /// Runs on CUDA device memory.

@@ -9,12 +9,13 @@ use mxhost_plugin_abi::{
     QuantizeDesc,
 };
 use mxhost_plugin_common::entry;
+use std::sync::OnceLock;
 
 const NAME: &std::ffi::CStr = c"mxfp8";
 const PRECISION: &std::ffi::CStr = c"MXFP8 (E4M3/E5M2, E8M0 scales)";
 const VERSION: &std::ffi::CStr = static_cstr(concat!(env!("CARGO_PKG_VERSION"), "\0"));
 
-/// What this plugin implements.
+/// What this plugin implements, whatever the process's settings.
 pub const CAPABILITIES: u64 = caps::QUANTIZE
     | caps::GROUPED_GEMM
     | caps::MX_OPERANDS
@@ -26,16 +27,20 @@ pub const CAPABILITIES: u64 = caps::QUANTIZE
         0
     };
 
-static API: PluginApi = PluginApi::new(
-    NAME,
-    PRECISION,
-    VERSION,
-    CAPABILITIES,
-    quantize,
-    dequantize,
-    grouped_gemm,
-)
-.with_annex(annex_words);
+/// [`CAPABILITIES`] plus what this process's settings add: [`caps::CHAINED_GEMM`] where
+/// `MXHOST_MX_CHAIN` asks for the chained GEMM.
+pub fn capabilities() -> u64 {
+    CAPABILITIES
+        | if backend::chained_gemm_requested() {
+            caps::CHAINED_GEMM
+        } else {
+            0
+        }
+}
+
+/// Built on the first `mxhost_plugin_entry` call, when the capabilities read the
+/// environment.
+static API: OnceLock<PluginApi> = OnceLock::new();
 
 unsafe extern "C" fn quantize(desc: *const QuantizeDesc, err: *mut ErrorBuf) -> u32 {
     // SAFETY: the host passes null or valid pointers (ABI contract).
@@ -61,8 +66,20 @@ unsafe extern "C" fn annex_words(
     unsafe { entry::annex_words(query, words, err, backend::select) }
 }
 
-/// The plugin's single exported symbol: the static function table.
+/// The plugin's single exported symbol: the function table, built once and kept for the
+/// process.
 #[no_mangle]
 pub extern "C" fn mxhost_plugin_entry() -> *const PluginApi {
-    &API
+    API.get_or_init(|| {
+        PluginApi::new(
+            NAME,
+            PRECISION,
+            VERSION,
+            capabilities(),
+            quantize,
+            dequantize,
+            grouped_gemm,
+        )
+        .with_annex(annex_words)
+    })
 }

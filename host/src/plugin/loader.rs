@@ -76,6 +76,7 @@ impl LoadedPlugin {
             (caps::GROUPED_GEMM, "grouped-gemm"),
             (caps::MX_OPERANDS, "mx-operands"),
             (caps::DENSE_OPERANDS, "dense-operands"),
+            (caps::CHAINED_GEMM, "chained-gemm"),
             (caps::DEVICE_CPU, "cpu"),
             (caps::DEVICE_CUDA, "cuda"),
             (caps::DEVICE_HIP, "hip"),

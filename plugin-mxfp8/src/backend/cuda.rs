@@ -91,6 +91,11 @@ pub struct CudaBackend;
 
 pub use mxhost_plugin_common::cuda::driver_present;
 
+/// Whether `MXHOST_MX_CHAIN` asks for the chained GEMM (`on` or `always`).
+pub fn chained_gemm_requested() -> bool {
+    matches!(chain::mode(), Ok(chain::ChainMode::On | chain::ChainMode::Always))
+}
+
 /// A boolean environment switch of this backend (the `MXHOST_MX_*` A/B and diagnostic
 /// switches): unset or empty gives `default`; `0`, `off` and `false` are off; anything else
 /// is on. One rule for all of them, so `=1`, `=on` and `=true` mean the same everywhere.

@@ -35,3 +35,17 @@ pub fn cuda_driver_present() -> bool {
         false
     }
 }
+
+/// Whether forward and dgrad take the chained GEMM on a GPU in this process
+/// (`MXHOST_MX_CHAIN=on` or `always`; false without the `cuda` feature, or when the variable
+/// holds something else, which the GEMM calls themselves report).
+pub fn chained_gemm_requested() -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::chained_gemm_requested()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        false
+    }
+}

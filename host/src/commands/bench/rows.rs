@@ -11,7 +11,7 @@ use crate::error::OpResult;
 use crate::ops::{self, GemmConfig, GemmOperand};
 use crate::plugin::LoadedPlugin;
 use crate::tensor::{CpuBuffer, MxTensor, Storage, Tensor};
-use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode, WeightLayout};
+use mxhost_plugin_abi::{caps, BlockLayout, DType, GemmPass, MxFormat, ScaleMode, WeightLayout};
 use rand::SeedableRng;
 use rand_distr::Distribution;
 
@@ -182,7 +182,8 @@ pub(super) fn bench_shape(
     // 150, 154): MXHOST_BENCH_STEP_WGRAD_VALUES=1 quantizes X and dY with their wgrad values
     // (ABI 1.5), which wgrad then reads; MXHOST_BENCH_STEP_KEEP_W=1 quantizes the weight with
     // its values kept and no transposed copy (ABI 1.2; dgrad reads it as [E, N, K]). Both
-    // together are guest-sdk's GroupedLinear on a GPU (the last row of the shape).
+    // together are guest-sdk's GroupedLinear with 32×32 weights on a GPU where no chained GEMM
+    // runs (the last row of the shape).
     let env_on = |name: &str| std::env::var(name).as_deref() == Ok("1");
     let recipe_env = StepRecipe {
         wgrad_values: plugin.abi_minor >= 5 && env_on("MXHOST_BENCH_STEP_WGRAD_VALUES"),
@@ -344,17 +345,22 @@ pub(super) fn bench_shape(
             },
             (3.0 * flops, 0.0),
         )?;
-        // guest-sdk's GroupedLinear on a GPU (keep_values on, the default): the weight
-        // quantized once per forward in 32×32 tiles with its values kept, serving forward and
-        // dgrad; X and dY each quantized with their wgrad values.
+        // guest-sdk's GroupedLinear with 32×32 weights on a GPU (keep_values on, the
+        // default): the weight quantized once per forward in 32×32 tiles with its values kept,
+        // serving forward and dgrad (with its transposed copy instead where the plugin reports
+        // a chained GEMM); X and dY each quantized with their wgrad values.
+        let linear = StepRecipe {
+            wgrad_values: true,
+            keep_w: !plugin.has(caps::CHAINED_GEMM),
+        };
         push_gemm_row(
             (device, timing),
             &mut push,
             (
-                "training step as GroupedLinear: W 32x32 values kept, X and dY with wgrad values",
+                "training step as GroupedLinear with 32x32 weights (X and dY with wgrad values)",
                 "step",
             ),
-            &mut || step_with(&x, StepRecipe::GROUPED_LINEAR),
+            &mut || step_with(&x, linear),
             (3.0 * flops, 0.0),
         )?;
     }
@@ -371,9 +377,3 @@ struct StepRecipe {
     keep_w: bool,
 }
 
-impl StepRecipe {
-    const GROUPED_LINEAR: StepRecipe = StepRecipe {
-        wgrad_values: true,
-        keep_w: true,
-    };
-}
