@@ -61,6 +61,11 @@ class Param:
         setattr(self.owner, self.attr, v)
 
 
+# Multiply-adds per GEMM (rows × K × N) from which GroupedLinear gives a chained GEMM the
+# weight's transposed copy (as the Rust SDK's nn::CHAINED_MIN_MACS; docs/perf.md run 156).
+CHAINED_MIN_MACS = 1 << 35
+
+
 class GroupedLinear:
     """Per-expert linear layers y_e = x_e · W_eᵀ on the contiguous grouped GEMM.
 
@@ -72,9 +77,10 @@ class GroupedLinear:
     SDK's GroupedLinear; the same MX values, so the same model). There x and dy are
     quantized here too, each with its wgrad values from the same pass (plugin ABI 1.5):
     forward (dgrad) reads the MX tensor and wgrad the values, and backward keeps x's values
-    instead of x. With 32×32 weight blocks and a plugin that reports "chained-gemm" (mxfp8
-    under MXHOST_MX_CHAIN=on) the weight is quantized with its transposed copy instead of
-    its values (dgrad reads [E, K, N] with weight layout kn), as the chained GEMM wants.
+    instead of x. With 32×32 weight blocks, a plugin that reports "chained-gemm" (mxfp8
+    under MXHOST_MX_CHAIN=on) and a GEMM of at least CHAINED_MIN_MACS multiply-adds, the
+    weight is quantized with its transposed copy instead of its values (dgrad reads
+    [E, K, N] with weight layout kn), as the chained GEMM wants.
     """
 
     def __init__(self, experts, in_features, out_features, seed, weight=None):
@@ -97,18 +103,21 @@ class GroupedLinear:
         self.options.weight_blocks_2d = bool(on)
         return self
 
-    def _weight_kept(self):
+    def _weight_kept(self, rows):
         """The weight's quantization for forward, for dgrad, and dgrad's weight layout, or
         None (kept values off, the weight not on a GPU, a plugin that does not quantize or
         cannot keep values): then the weight goes dense into each call. Values kept, or with
-        32×32 tiles under a "chained-gemm" plugin the tiles and their transposed copy."""
+        32×32 tiles under a "chained-gemm" plugin and a forward of `rows` rows with at least
+        CHAINED_MIN_MACS multiply-adds, the tiles and their transposed copy."""
         active = plugin.active()
         info = next((p for p in plugin.list() if p.name == active), None)
         if not (self.keep_values and self.weight.device() == DeviceKind.CUDA
                 and info is not None and "quantize" in info.capabilities):
             return None
         o = self.options
-        if o.weight_blocks_2d and "chained-gemm" in info.capabilities:
+        _, n, k = self.weight.shape()
+        if (o.weight_blocks_2d and "chained-gemm" in info.capabilities
+                and rows * n * k >= CHAINED_MIN_MACS):
             q, t = gemm.quantize_with_transpose(self.weight,
                                                 MxSpec(o.format, o.mode, BlockLayout_Tile32x32()))
             return q, t, gemm.WeightLayout.KN
@@ -141,7 +150,7 @@ class GroupedLinear:
     def forward(self, x, offs):
         """y = x_e · W_eᵀ per expert; keeps x (or its wgrad values) and a kept weight for
         the backward pass."""
-        kept = self._weight_kept()
+        kept = self._weight_kept(x.shape()[0])
         w = gemm._Dense(self.weight) if kept is None else gemm._Quantized(kept[0])
         xq = None if kept is None else self._with_values(x, offs)
         if xq is None:

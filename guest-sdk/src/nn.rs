@@ -14,9 +14,9 @@
 //! plugin ABI 1.5): forward (dgrad) reads the MX tensor and wgrad the values, so each is read
 //! from memory once, and backward keeps X's values instead of X (the same 2 bytes per
 //! element). Otherwise activations and gradients stay dense (quantized in the call).
-//! With 32×32 weight blocks and a plugin that reports `chained-gemm` (mxfp8 under
-//! `MXHOST_MX_CHAIN=on`), the weight is quantized with its transposed copy instead of its
-//! values (`gemm::quantize_with_transpose`: forward reads `[E, N, K]`, dgrad `[E, K, N]`),
+//! With 32×32 weight blocks, a plugin that reports `chained-gemm` (mxfp8 under
+//! `MXHOST_MX_CHAIN=on`) and a GEMM of at least [`CHAINED_MIN_MACS`] multiply-adds, the
+//! weight is quantized with its transposed copy instead of its values (`gemm::quantize_with_transpose`: forward reads `[E, N, K]`, dgrad `[E, K, N]`),
 //! which is what the chained GEMM reads; kept values would send both GEMMs to cuBLAS and
 //! leave the annexes of X's and dY's quantizations unread (docs/perf.md run 154: that step
 //! 8–11 % slower).
@@ -91,15 +91,29 @@ enum WeightPrep {
     WithTranspose,
 }
 
+/// Multiply-adds per GEMM (rows × K × N) from which [`GroupedLinear`] gives a chained GEMM the
+/// weight's transposed copy. Below, kept values are faster even where the plugin chains
+/// (docs/perf.md run 156, H100: a step of 4096 × 256 × 1024 took 156 µs with the transposed
+/// copy against 98 with kept values; 32 × 1024³ the same 666 µs both ways; the anchors a, b, c,
+/// 150–550 G multiply-adds, 3–11 % faster with the copy, runs 154–155).
+pub const CHAINED_MIN_MACS: u64 = 1 << 35;
+
 impl WeightPrep {
     /// Kept values where the layer keeps them (`keep_values`), the weight is on a GPU and
     /// the active plugin quantizes; the transposed copy instead where, in addition, the
-    /// weight uses 32×32 tiles and the plugin reports `chained-gemm`.
-    fn choose(keep_values: bool, on_gpu: bool, blocks_2d: bool, caps: &[String]) -> WeightPrep {
+    /// weight uses 32×32 tiles, the plugin reports `chained-gemm` and the GEMM has at least
+    /// [`CHAINED_MIN_MACS`] multiply-adds (`macs`).
+    fn choose(
+        keep_values: bool,
+        on_gpu: bool,
+        blocks_2d: bool,
+        caps: &[String],
+        macs: u64,
+    ) -> WeightPrep {
         let has = |cap: &str| caps.iter().any(|c| c == cap);
         if !keep_values || !on_gpu || !has("quantize") {
             WeightPrep::Dense
-        } else if blocks_2d && has("chained-gemm") {
+        } else if blocks_2d && has("chained-gemm") && macs >= CHAINED_MIN_MACS {
             WeightPrep::WithTranspose
         } else {
             WeightPrep::KeptValues
@@ -151,9 +165,9 @@ impl GroupedLinear {
             block,
         }
     }
-    /// How this forward passes the weight ([`WeightPrep::choose`] from this layer's settings
-    /// and the active plugin's capabilities).
-    fn weight_prep(&self) -> WeightPrep {
+    /// How a forward of `rows` rows passes the weight ([`WeightPrep::choose`] from this
+    /// layer's settings, the active plugin's capabilities and the GEMM's size).
+    fn weight_prep(&self, rows: u64) -> WeightPrep {
         let active = plugin::active();
         let caps = plugin::list()
             .into_iter()
@@ -165,6 +179,7 @@ impl GroupedLinear {
             self.weight.device() == DeviceKind::Cuda,
             self.options.weight_blocks_2d,
             &caps,
+            rows * self.weight.shape().iter().skip(1).map(|&d| d as u64).product::<u64>(),
         )
     }
     /// `t` quantized with its values kept; `None` when the plugin cannot keep them (an
@@ -232,7 +247,8 @@ impl GroupedLinear {
     /// `y = x_e · W_eᵀ` per expert; `x` `[rows, K]` sorted by expert with cumulative end
     /// offsets `offs`. Keeps `x` for the backward pass.
     pub fn forward(&mut self, x: Tensor, offs: &[i32]) -> R<Tensor> {
-        if let Some((qw, qw_dgrad)) = self.weight_quantized(self.weight_prep())? {
+        let rows = x.shape().first().copied().unwrap_or(0) as u64;
+        if let Some((qw, qw_dgrad)) = self.weight_quantized(self.weight_prep(rows))? {
             // X quantized here with its wgrad values (one read of X for forward and
             // wgrad); backward keeps the values instead of X.
             let (y, x, x_values) = match self.quantize_with_values(&x, offs)? {
@@ -655,21 +671,24 @@ mod tests {
         let chained = caps(&["quantize", "grouped-gemm", "chained-gemm", "cuda"]);
         let bf16 = caps(&["grouped-gemm", "cuda"]);
         use WeightPrep::*;
-        // (keep_values, on_gpu, blocks_2d, caps) -> prep
-        for (keep, gpu, tiles, c, want) in [
-            (true, true, true, &mx, KeptValues),
-            (true, true, false, &mx, KeptValues),
-            (true, true, true, &chained, WithTranspose),
+        let big = super::CHAINED_MIN_MACS;
+        // (keep_values, on_gpu, blocks_2d, caps, multiply-adds) -> prep
+        for (keep, gpu, tiles, c, macs, want) in [
+            (true, true, true, &mx, big, KeptValues),
+            (true, true, false, &mx, big, KeptValues),
+            (true, true, true, &chained, big, WithTranspose),
+            // small GEMMs: kept values are faster even where the plugin chains
+            (true, true, true, &chained, big - 1, KeptValues),
             // the chained GEMM takes 32×32 weights only: 1×32 weights keep their values
-            (true, true, false, &chained, KeptValues),
-            (false, true, true, &chained, Dense),
-            (true, false, true, &chained, Dense),
-            (true, true, true, &bf16, Dense),
+            (true, true, false, &chained, big, KeptValues),
+            (false, true, true, &chained, big, Dense),
+            (true, false, true, &chained, big, Dense),
+            (true, true, true, &bf16, big, Dense),
         ] {
             assert_eq!(
-                WeightPrep::choose(keep, gpu, tiles, c),
+                WeightPrep::choose(keep, gpu, tiles, c, macs),
                 want,
-                "keep {keep} gpu {gpu} tiles {tiles} caps {c:?}"
+                "keep {keep} gpu {gpu} tiles {tiles} caps {c:?} macs {macs}"
             );
         }
     }

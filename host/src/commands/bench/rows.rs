@@ -348,10 +348,13 @@ pub(super) fn bench_shape(
         // guest-sdk's GroupedLinear with 32×32 weights on a GPU (keep_values on, the
         // default): the weight quantized once per forward in 32×32 tiles with its values kept,
         // serving forward and dgrad (with its transposed copy instead where the plugin reports
-        // a chained GEMM); X and dY each quantized with their wgrad values.
+        // a chained GEMM and the GEMM is large enough); X and dY each quantized with their
+        // wgrad values.
+        let chained = plugin.has(caps::CHAINED_GEMM)
+            && (rows * s.k * s.n) as u64 >= GROUPED_LINEAR_CHAINED_MIN_MACS;
         let linear = StepRecipe {
             wgrad_values: true,
-            keep_w: !plugin.has(caps::CHAINED_GEMM),
+            keep_w: !chained,
         };
         push_gemm_row(
             (device, timing),
@@ -366,6 +369,10 @@ pub(super) fn bench_shape(
     }
     Ok(out)
 }
+
+/// guest-sdk's `nn::CHAINED_MIN_MACS`: from this many multiply-adds per GEMM `GroupedLinear`
+/// gives a chained GEMM the weight's transposed copy instead of its kept values.
+const GROUPED_LINEAR_CHAINED_MIN_MACS: u64 = 1 << 35;
 
 /// How the training-step rows quantize their operands (module rows above).
 #[derive(Clone, Copy)]
