@@ -11,9 +11,11 @@
 //! expanding the weight (same MX values, so the same model; `keep_values(false)` passes the
 //! weight dense again, saving its bf16 copy's device memory). There X and dY are quantized
 //! here too, each with its wgrad values from the same pass (`gemm::quantize_with_wgrad_values`,
-//! plugin ABI 1.5): forward (dgrad) reads the MX tensor and wgrad the values, so each is read
-//! from memory once, and backward keeps X's values instead of X (the same 2 bytes per
-//! element). Otherwise activations and gradients stay dense (quantized in the call).
+//! plugin ABI 1.5) and, beside a weight with kept values, its own values kept as well: forward
+//! (dgrad) runs cuBLAS on both operands' values and wgrad on the wgrad values, so each tensor
+//! is read from memory once and nothing is expanded in a GEMM call (one fused kernel on a GPU,
+//! `mx_quantize_rows_vals_wv_bf16_*`), and backward keeps X's wgrad values instead of X (the
+//! same 2 bytes per element). Otherwise activations and gradients stay dense (quantized in the call).
 //! With 32×32 weight blocks, a plugin that reports `chained-gemm` (mxfp8 under
 //! `MXHOST_MX_CHAIN=on`) and a GEMM of at least [`CHAINED_MIN_MACS`] multiply-adds, the
 //! weight is quantized with its transposed copy instead of its values (`gemm::quantize_with_transpose`: forward reads `[E, N, K]`, dgrad `[E, K, N]`),
@@ -76,6 +78,8 @@ pub struct GroupedLinear {
 struct LinearSaved {
     x: Tensor,
     x_values: bool,
+    /// X was quantized with its values kept (beside the weight's): dY is too.
+    keep: bool,
     offs: Vec<i32>,
     w_dgrad: Option<DgradWeight>,
 }
@@ -194,12 +198,19 @@ impl GroupedLinear {
     /// `t` (X or dY) quantized along its rows, with its wgrad values from the same pass;
     /// `None` when the plugin cannot write them (an older ABI): the caller passes `t`
     /// dense instead.
-    fn quantize_with_values(&self, t: &Tensor, offs: &[i32]) -> R<Option<(MxTensor, Tensor)>> {
-        let plain = crate::QuantizeOptions {
+    /// With `keep`, the MX tensor keeps its values too (for a GEMM on cuBLAS beside the
+    /// weight's kept values, which then expands nothing).
+    fn quantize_with_values(
+        &self,
+        t: &Tensor,
+        offs: &[i32],
+        keep: bool,
+    ) -> R<Option<(MxTensor, Tensor)>> {
+        let options = crate::QuantizeOptions {
             transposed: false,
-            keep_values: false,
+            keep_values: keep,
         };
-        match gemm::quantize_with_wgrad_values(t, self.spec(BlockLayout::Along(1)), plain, offs) {
+        match gemm::quantize_with_wgrad_values(t, self.spec(BlockLayout::Along(1)), options, offs) {
             Ok((q, _, v)) => Ok(Some((q, v))),
             Err(e) if e.kind == ErrorKind::Unsupported => Ok(None),
             Err(e) => Err(e),
@@ -248,10 +259,13 @@ impl GroupedLinear {
     /// offsets `offs`. Keeps `x` for the backward pass.
     pub fn forward(&mut self, x: Tensor, offs: &[i32]) -> R<Tensor> {
         let rows = x.shape().first().copied().unwrap_or(0) as u64;
-        if let Some((qw, qw_dgrad)) = self.weight_quantized(self.weight_prep(rows))? {
+        let prep = self.weight_prep(rows);
+        if let Some((qw, qw_dgrad)) = self.weight_quantized(prep)? {
             // X quantized here with its wgrad values (one read of X for forward and
-            // wgrad); backward keeps the values instead of X.
-            let (y, x, x_values) = match self.quantize_with_values(&x, offs)? {
+            // wgrad); backward keeps the values instead of X. Beside kept weight values X
+            // keeps its own too, and so will dY.
+            let keep = prep == WeightPrep::KeptValues;
+            let (y, x, x_values) = match self.quantize_with_values(&x, offs, keep)? {
                 Some((qx, xv)) => {
                     let (a, b) = (Operand::Quantized(&qx), Operand::Quantized(&qw));
                     (gemm::forward(a, b, offs, &self.options)?, xv, true)
@@ -268,6 +282,7 @@ impl GroupedLinear {
             self.saved = Some(LinearSaved {
                 x,
                 x_values,
+                keep,
                 offs: offs.to_vec(),
                 w_dgrad,
             });
@@ -282,6 +297,7 @@ impl GroupedLinear {
         self.saved = Some(LinearSaved {
             x,
             x_values: false,
+            keep: false,
             offs: offs.to_vec(),
             w_dgrad: None,
         });
@@ -309,6 +325,7 @@ impl GroupedLinear {
         let LinearSaved {
             x,
             x_values,
+            keep,
             offs,
             w_dgrad,
         } = self
@@ -318,7 +335,7 @@ impl GroupedLinear {
         // Where forward kept X's wgrad values, dY gets its own from the pass that quantizes
         // it for dgrad (only when dgrad runs: wgrad alone reads dY once either way).
         let dy_q = if x_values && want_dx {
-            self.quantize_with_values(dy, &offs)?
+            self.quantize_with_values(dy, &offs, keep)?
         } else {
             None
         };

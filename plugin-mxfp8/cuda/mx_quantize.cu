@@ -91,3 +91,10 @@ static_assert(sizeof(MxQuantRowsWvParams) == 48, "QuantRowsWvParams in src/backe
   extern "C" __global__ void __launch_bounds__(128, 8) NAME(const MxQuantRowsWvParams p) { mx_quant_rows_wv<F>(p); }
 MXQW_INST(mx_quantize_rows_wv_bf16_e4m3, 0)
 MXQW_INST(mx_quantize_rows_wv_bf16_e5m2, 1)
+// The same with the row blocks' MX values in bf16 too (quantize with kept values and wgrad
+// values in one call: a forward or dgrad on cuBLAS reads them without expanding the bytes).
+static_assert(sizeof(MxQuantRowsValsWvParams) == 56, "QuantRowsValsWvParams in src/backend/cuda/wgrad_values.rs");
+#define MXQVW_INST(NAME, F) \
+  extern "C" __global__ void __launch_bounds__(128, 8) NAME(const MxQuantRowsValsWvParams p) { mx_quant_rows_wv<F, 1>(p.p, p.vals); }
+MXQVW_INST(mx_quantize_rows_vals_wv_bf16_e4m3, 0)
+MXQVW_INST(mx_quantize_rows_vals_wv_bf16_e5m2, 1)

@@ -207,6 +207,7 @@ impl Unit {
                 }
                 for f in fmts {
                     v.push(format!("mx_quantize_rows_wv_bf16_{f}"));
+                    v.push(format!("mx_quantize_rows_vals_wv_bf16_{f}"));
                 }
                 v.push("mx_scales_to_f32".into());
                 v.push("mx_scales_to_f32_stages".into());

@@ -23,6 +23,10 @@
 // barrier, which every thread reaches after its reads of b.
 // Requires C % 32 == 0 (a warp's columns are all inside or all outside) and in, q, wv 16-byte
 // aligned (the host checks; otherwise it runs the two kernels).
+// VALS (mx_quantize_rows_vals_wv_bf16_*, quantize with ABI 1.2 `values` too): also the row
+// blocks' MX values in bf16 at vals [R][C] (16-byte aligned), mx_quantize_rows_vals_*'s, from
+// the same bytes and scale: a forward (dgrad) then runs cuBLAS on them without expanding the
+// bytes, and the input is still read once for all three outputs.
 // Requires mx_quant_blocks.cuh, mx_quant_values.cuh and mx_fakequant.cuh. NVRTC-clean.
 #pragma once
 
@@ -32,9 +36,13 @@ struct MxQuantRowsWvParams {
   mx_u16* wv;              // [R][C] bf16
   int R, C, mode;
 };
+struct MxQuantRowsValsWvParams {
+  MxQuantRowsWvParams p;
+  mx_u16* vals;            // [R][C] bf16: the row blocks' MX values (VALS)
+};
 
-template <int FMT>
-MX_DEV void mx_quant_rows_wv(const MxQuantRowsWvParams& p) {
+template <int FMT, int VALS = 0>
+MX_DEV void mx_quant_rows_wv(const MxQuantRowsWvParams& p, mx_u16* vals = nullptr) {
   __shared__ mx_u8 sbuf[2][32][4];   // [block parity][row][warp]: the CTA's scale bytes
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const int cg = lane & 3, rg = lane >> 2;
@@ -79,6 +87,14 @@ MX_DEV void mx_quant_rows_wv(const MxQuantRowsWvParams& p) {
         if (r < nv) {
           *reinterpret_cast<uint4*>(p.wv + off) = make_uint4(o[0], o[1], o[2], o[3]);
           *reinterpret_cast<uint2*>(p.q + off) = make_uint2(q[0], q[1]);
+          if (VALS) {
+            // mx_quant_flat's values (FAKE 2): the bytes decoded with the row block's scale
+            constexpr mx_u32 THR = FMT == 0 ? 10u : 17u;
+            const bool rfast = (sb >= THR && sb <= 253u) || ar == 0u;
+            *reinterpret_cast<uint4*>(vals + off) =
+                make_uint4(mxfq_bf16x2<FMT>(q[0] & 0xFFFFu, sb, rfast), mxfq_bf16x2<FMT>(q[0] >> 16, sb, rfast),
+                           mxfq_bf16x2<FMT>(q[1] & 0xFFFFu, sb, rfast), mxfq_bf16x2<FMT>(q[1] >> 16, sb, rfast));
+          }
         }
         if (cg == 0) sbuf[par][r][w] = (mx_u8)sb;
       }

@@ -298,9 +298,6 @@ pub fn same_bf16_values(what: &str, o: &[u8], want: &[f32], width: usize) {
     }
 }
 
-/// The wgrad operand's values for `x` (`r` × `c` bf16): `x` fake-quantized in 32×1 blocks along
-/// rows from row 0 (rows past `r` as zeros), what `mx_fakequant_m32_*` writes with the blocks
-/// (32 k, min(32, r − 32 k)).
 /// The MX tensor of `x` (`[r][c]`) in 1×32 blocks along rows: (bytes, scales).
 pub fn rows_reference(
     x: &[half::bf16],
@@ -315,6 +312,20 @@ pub fn rows_reference(
     (q, s)
 }
 
+/// The MX values of `x` (`[r][c]`) in 1×32 blocks along rows (what kept values hold).
+pub fn row_values(
+    x: &[half::bf16],
+    (r, c): (usize, usize),
+    format: MxFormat,
+    mode: mxhost_plugin_abi::ScaleMode,
+) -> Vec<f32> {
+    let rows = mxhost_plugin_abi::BlockLayout::vector(1);
+    mxhost_plugin_mxfp8::fake_quantize(x, &[r as u64, c as u64], rows, format, mode).unwrap()
+}
+
+/// The wgrad operand's values for `x` (`r` × `c` bf16): `x` fake-quantized in 32×1 blocks along
+/// rows from row 0 (rows past `r` as zeros), what `mx_fakequant_m32_*` writes with the blocks
+/// (32 k, min(32, r − 32 k)).
 pub fn wgrad_values(
     x: &[half::bf16],
     (r, c): (usize, usize),

@@ -181,22 +181,29 @@ pub(super) fn bench_shape(
     // the ways compares rows measured at the same point of the sequence (docs/perf.md runs
     // 150, 154): MXHOST_BENCH_STEP_WGRAD_VALUES=1 quantizes X and dY with their wgrad values
     // (ABI 1.5), which wgrad then reads; MXHOST_BENCH_STEP_KEEP_W=1 quantizes the weight with
-    // its values kept and no transposed copy (ABI 1.2; dgrad reads it as [E, N, K]). Both
-    // together are guest-sdk's GroupedLinear with 32×32 weights on a GPU where no chained GEMM
-    // runs (the last row of the shape).
+    // its values kept and no transposed copy (ABI 1.2; dgrad reads it as [E, N, K]);
+    // MXHOST_BENCH_STEP_KEEP_X=1 keeps X's and dY's values too. All three together are
+    // guest-sdk's GroupedLinear with 32×32 weights on a GPU where no chained GEMM runs (the
+    // last row of the shape).
     let env_on = |name: &str| std::env::var(name).as_deref() == Ok("1");
     let recipe_env = StepRecipe {
         wgrad_values: plugin.abi_minor >= 5 && env_on("MXHOST_BENCH_STEP_WGRAD_VALUES"),
         keep_w: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_W"),
+        keep_x: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_X"),
     };
     let fmb = (MxFormat::E4m3, ScaleMode::Rceil, BlockLayout::vector(1));
-    let qv = |t: &Tensor, with_values: bool| -> OpResult<(MxTensor, Option<Tensor>)> {
+    // (X or dY along rows: with its wgrad values, and with its own values kept)
+    let qv = |t: &Tensor, with_values: bool, keep: bool| -> OpResult<(MxTensor, Option<Tensor>)> {
+        let extras = ops::QuantizeExtras {
+            transposed: false,
+            keep_values: keep,
+        };
         if with_values {
-            let (q, _, v) =
-                ops::quantize_with_wgrad_values(plugin, t, fmb, Default::default(), &offs)?;
+            let (q, _, v) = ops::quantize_with_wgrad_values(plugin, t, fmb, extras, &offs)?;
             Ok((q, Some(v)))
         } else {
-            Ok((q(t, BlockLayout::vector(1))?, None))
+            let (f, m, b) = fmb;
+            Ok((ops::quantize_with(plugin, t, f, m, b, extras)?.0, None))
         }
     };
     let keep_w = ops::QuantizeExtras {
@@ -204,7 +211,7 @@ pub(super) fn bench_shape(
         keep_values: true,
     };
     let step_with = |x: &Tensor, recipe: StepRecipe| -> OpResult<()> {
-        let (qx, xv) = qv(x, recipe.wgrad_values)?;
+        let (qx, xv) = qv(x, recipe.wgrad_values, recipe.keep_x)?;
         // (the weight for forward, and for dgrad with that dgrad's layout)
         let (qw, qw_dgrad, cfg_dgrad) = if recipe.keep_w {
             let (qw, _) = ops::quantize_with(
@@ -220,7 +227,7 @@ pub(super) fn bench_shape(
             let (qw, qw_t) = qwt(&w)?;
             (qw, Some(qw_t), &cfg_kn)
         };
-        let (qdy, dyv) = qv(&dy, recipe.wgrad_values)?;
+        let (qdy, dyv) = qv(&dy, recipe.wgrad_values, recipe.keep_x)?;
         let (dy_w, x_w) = (dyv.as_ref().unwrap_or(&dy), xv.as_ref().unwrap_or(x));
         for (pass, a, b, c) in [
             (GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
@@ -313,10 +320,10 @@ pub(super) fn bench_shape(
             (device, timing),
             &mut push,
             ("quantize X 1x32 + wgrad values (bf16→e4m3, bf16)", "-"),
-            &mut || qv(&x, true).map(drop),
+            &mut || qv(&x, true, false).map(drop),
             (None, xb * 2.0 + xb + xb / 32.0 + xb * 2.0),
         )?;
-        let ((_, xv), (_, dyv)) = (qv(&x, true)?, qv(&dy, true)?);
+        let ((_, xv), (_, dyv)) = (qv(&x, true, false)?, qv(&dy, true, false)?);
         let (xv, dyv) = (xv.expect("requested"), dyv.expect("requested"));
         push_gemm_row(
             (device, timing),
@@ -340,6 +347,7 @@ pub(super) fn bench_shape(
                 let values = StepRecipe {
                     wgrad_values: true,
                     keep_w: false,
+                    keep_x: false,
                 };
                 step_with(&x, values)
             },
@@ -355,6 +363,7 @@ pub(super) fn bench_shape(
         let linear = StepRecipe {
             wgrad_values: true,
             keep_w: !chained,
+            keep_x: !chained,
         };
         push_gemm_row(
             (device, timing),
@@ -382,5 +391,7 @@ struct StepRecipe {
     /// The weight quantized once in 32×32 tiles with its values kept (ABI 1.2), no
     /// transposed copy.
     keep_w: bool,
+    /// X and dY quantized with their values kept (ABI 1.2).
+    keep_x: bool,
 }
 

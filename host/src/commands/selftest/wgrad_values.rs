@@ -2,7 +2,8 @@
 //! devices — the MX tensors byte-identical to a plain quantize, the values bit-identical
 //! to the CPU's — then wgrad on those values against wgrad on the original dense tensors
 //! on the same device, which must give the same bits (the plugin multiplies the values it
-//! would have computed).
+//! would have computed). With `keep` the quantize calls also keep the MX tensors' own values
+//! (the fused `mx_quantize_rows_vals_wv_bf16_*` on a GPU), which must equal the CPU's.
 
 use super::compare::differing;
 use super::inputs::{gen, pair};
@@ -14,21 +15,24 @@ use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode};
 use std::time::Instant;
 
 impl Ctx {
-    /// Experts of `counts` rows (then `pad` padding rows), X `[rows, k]`, dY `[rows, n]`.
+    /// Experts of `counts` rows (then `pad` padding rows), X `[rows, k]`, dY `[rows, n]`;
+    /// `keep`: the MX tensors keep their values too.
     pub(super) fn wgrad_values_case(
         &mut self,
         counts: &[usize],
         pad: usize,
         (k, n): (usize, usize),
         (format, mode): (MxFormat, ScaleMode),
-        seed: u64,
+        (seed, keep): (u64, bool),
     ) {
         if !self.quantizes || self.plugin.abi_minor < 5 {
             return;
         }
         let t0 = Instant::now();
         let rows: usize = counts.iter().sum::<usize>() + pad;
-        let case = format!("experts {counts:?} +{pad} rows, K {k} N {n} {format:?} {mode:?}");
+        let kept = if keep { ", values kept" } else { "" };
+        let case =
+            format!("experts {counts:?} +{pad} rows, K {k} N {n} {format:?} {mode:?}{kept}");
         let r = (|| {
             let mut end = 0;
             let offs: Vec<i32> = counts
@@ -52,12 +56,16 @@ impl Ctx {
                 &gen(rows, n, seed + 1, 1.0, false),
             )?;
             let fmb = (format, mode, BlockLayout::vector(1));
+            let extras = ops::QuantizeExtras {
+                transposed: false,
+                keep_values: keep,
+            };
             let with_values = |t: &Tensor| {
-                ops::quantize_with_wgrad_values(&self.plugin, t, fmb, Default::default(), &offs)
+                ops::quantize_with_wgrad_values(&self.plugin, t, fmb, extras, &offs)
                     .map(|(q, _, v)| (q, v))
             };
             let ((qxc, xvc), (qxg, xvg)) = (with_values(&xc)?, with_values(&xg)?);
-            let ((_, yvc), (qyg, yvg)) = (with_values(&yc)?, with_values(&yg)?);
+            let ((qyc, yvc), (qyg, yvg)) = (with_values(&yc)?, with_values(&yg)?);
             // The MX tensors as a plain quantize writes them, on both devices.
             let plain = ops::quantize(&self.plugin, &xg, format, mode, BlockLayout::vector(1))?;
             let bytes = |t: &Tensor| -> OpResult<Vec<u8>> { Ok(t.host_bytes()?.to_vec()) };
@@ -68,8 +76,18 @@ impl Ctx {
             }
             let plain_y = ops::quantize(&self.plugin, &yg, format, mode, BlockLayout::vector(1))?;
             bad_q += differing(&bytes(&qyg.data)?, &bytes(&plain_y.data)?, false);
-            let bad_v = differing(&bytes(&xvc)?, &bytes(&xvg)?, true)
+            let mut bad_v = differing(&bytes(&xvc)?, &bytes(&xvg)?, true)
                 + differing(&bytes(&yvc)?, &bytes(&yvg)?, true);
+            // The kept values, as the CPU keeps them.
+            for (c, g) in [(&qxc, &qxg), (&qyc, &qyg)] {
+                match (&c.values, &g.values) {
+                    (Some(c), Some(g)) if keep => {
+                        bad_v += differing(&bytes(&c.tensor)?, &bytes(&g.tensor)?, true)
+                    }
+                    (None, None) if !keep => {}
+                    _ => return Err(OpError::invalid("kept values missing or unasked for")),
+                }
+            }
             // wgrad on the values vs on the dense tensors, on each device.
             let cfg = GemmConfig {
                 format,
@@ -96,7 +114,7 @@ impl Ctx {
             let note = if ok {
                 format!(
                     "MX bytes as a plain quantize, {} values identical, wgrad on them bit-identical on both devices",
-                    rows * (k + n)
+                    rows * (k + n) * if keep { 2 } else { 1 }
                 )
             } else {
                 format!("{bad_q} MX bytes, {bad_v} values, {bad_w_gpu} GPU / {bad_w_cpu} CPU wgrad outputs differ")

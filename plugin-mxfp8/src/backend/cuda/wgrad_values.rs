@@ -5,9 +5,10 @@
 //! (or dY) for both of its quantizations: where every expert starts on a multiple of 32
 //! rows the blocks are the aligned 32-row blocks a kernel sees, and the quantizer that
 //! writes the MX tensor writes them in the same pass (`mx_quantize_rows_form_wv_*` under
-//! `MXHOST_MX_CHAIN`, `mx_quantize_rows_wv_bf16_*` otherwise). Anything else (experts
-//! that start elsewhere, f32 input, a transposed copy or kept values in the same call)
-//! gets `mx_fakequant_m32_*` after the quantizer: the same values, a second read.
+//! `MXHOST_MX_CHAIN`, `mx_quantize_rows_wv_bf16_*` otherwise, and with the row blocks' kept
+//! values too `mx_quantize_rows_vals_wv_bf16_*`). Anything else (experts that start
+//! elsewhere, f32 input, a transposed copy in the same call) gets `mx_fakequant_m32_*` after
+//! the quantizer: the same values, a second read.
 //! `MXHOST_MX_WGRAD_VALUES_FUSED=0` forces that second pass, for A/B timing.
 
 use super::device::Call;
@@ -69,6 +70,14 @@ struct QuantRowsWvParams {
     r: i32,
     c: i32,
     mode: i32,
+}
+
+/// `MxQuantRowsValsWvParams` of cuda/include/mx_quant_rows_wv.cuh (natural C layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct QuantRowsValsWvParams {
+    p: QuantRowsWvParams,
+    vals: u64,
 }
 
 /// The 32-row blocks of `segments`, as `mx_fakequant_m32` reads them: (first row, rows)
@@ -164,9 +173,10 @@ pub(super) fn write_separately(
     fakequant_m32(call, x, ptr(&w.out), &blocks, (rows, c), fm)
 }
 
-/// `mx_quantize_rows_wv_bf16_*` for a plain 1×32-along-rows quantization (no transposed
-/// copy, no kept values): the MX tensor and the wgrad values at `wv` in one pass. Returns
-/// whether it ran (the request and the buffers fit the kernel).
+/// `mx_quantize_rows_wv_bf16_*` for a 1×32-along-rows quantization without a transposed
+/// copy: the MX tensor and the wgrad values at `wv` in one pass, and with kept values
+/// (`mx_quantize_rows_vals_wv_bf16_*`) those too. Returns whether it ran (the request and
+/// the buffers fit the kernel).
 pub(super) fn quantize_rows_fused(
     call: &mut Call,
     args: &QuantizeArgs,
@@ -177,7 +187,7 @@ pub(super) fn quantize_rows_fused(
     let plain_rows = matches!(job.block, Blocking::Vector { axis: 1 })
         && job.rank == 2
         && args.transposed.is_none()
-        && args.values.is_none()
+        && args.values.as_ref().is_none_or(|v| ptr(v).is_multiple_of(16))
         && ptr(&o.data).is_multiple_of(16);
     if !plain_rows {
         return Ok(false);
@@ -192,12 +202,18 @@ pub(super) fn quantize_rows_fused(
         c: i32_of("cols", c)?,
         mode: job.mode,
     };
-    let name = if job.fmt == 0 {
-        "mx_quantize_rows_wv_bf16_e4m3"
-    } else {
-        "mx_quantize_rows_wv_bf16_e5m2"
-    };
+    let fmt = if job.fmt == 0 { "e4m3" } else { "e5m2" };
     let grid = (cdiv(c, 128), cdiv(rows, 32).min(GRID_YZ_MAX), 1);
-    call.launch(Unit::Quantize, name, grid, (128, 1, 1), 0, &mut [arg(&p)])?;
+    match &args.values {
+        None => {
+            let name = format!("mx_quantize_rows_wv_bf16_{fmt}");
+            call.launch(Unit::Quantize, &name, grid, (128, 1, 1), 0, &mut [arg(&p)])?
+        }
+        Some(v) => {
+            let name = format!("mx_quantize_rows_vals_wv_bf16_{fmt}");
+            let pv = QuantRowsValsWvParams { p, vals: ptr(v) };
+            call.launch(Unit::Quantize, &name, grid, (128, 1, 1), 0, &mut [arg(&pv)])?
+        }
+    }
     Ok(true)
 }
