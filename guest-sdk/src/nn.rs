@@ -183,7 +183,13 @@ impl GroupedLinear {
             self.weight.device() == DeviceKind::Cuda,
             self.options.weight_blocks_2d,
             &caps,
-            rows * self.weight.shape().iter().skip(1).map(|&d| d as u64).product::<u64>(),
+            rows * self
+                .weight
+                .shape()
+                .iter()
+                .skip(1)
+                .map(|&d| d as u64)
+                .product::<u64>(),
         )
     }
     /// `t` quantized with its values kept; `None` when the plugin cannot keep them (an

@@ -32,9 +32,8 @@ fn the_fused_rows_and_wgrad_values_kernel_equals_the_cpu_references() {
                 // (the VALS build on alternate cases: each format and mode gets both builds
                 // over the four shapes)
                 let vals = (r + fmt + m) % 2;
-                let ctx = format!(
-                    "{r} x {c} {format:?} {mode:?}, grid y {gy}, vals {vals}, seed {seed}"
-                );
+                let ctx =
+                    format!("{r} x {c} {format:?} {mode:?}, grid y {gy}, vals {vals}, seed {seed}");
                 let o = host::run_driver(&exe, &[r, c, fmt, m, gy, vals], &[&input]);
                 let (n, kb) = (r * c, c / 32);
                 assert_eq!(o.len(), (3 + 2 * vals) * n + r * kb, "{ctx}: output size");

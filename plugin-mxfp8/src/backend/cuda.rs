@@ -93,7 +93,10 @@ pub use mxhost_plugin_common::cuda::driver_present;
 
 /// Whether `MXHOST_MX_CHAIN` asks for the chained GEMM (`on` or `always`).
 pub fn chained_gemm_requested() -> bool {
-    matches!(chain::mode(), Ok(chain::ChainMode::On | chain::ChainMode::Always))
+    matches!(
+        chain::mode(),
+        Ok(chain::ChainMode::On | chain::ChainMode::Always)
+    )
 }
 
 /// A boolean environment switch of this backend (the `MXHOST_MX_*` A/B and diagnostic

@@ -231,7 +231,12 @@ pub(super) fn bench_shape(
         let (dy_w, x_w) = (dyv.as_ref().unwrap_or(&dy), xv.as_ref().unwrap_or(x));
         for (pass, a, b, c) in [
             (GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
-            (GemmPass::Dgrad, Mx(&qdy), Mx(qw_dgrad.as_ref().unwrap_or(&qw)), cfg_dgrad),
+            (
+                GemmPass::Dgrad,
+                Mx(&qdy),
+                Mx(qw_dgrad.as_ref().unwrap_or(&qw)),
+                cfg_dgrad,
+            ),
             (GemmPass::Wgrad, Dense(dy_w), Dense(x_w), &cfg),
         ] {
             gemm(pass, a, b, c)?;
@@ -394,4 +399,3 @@ struct StepRecipe {
     /// X and dY quantized with their values kept (ABI 1.2).
     keep_x: bool,
 }
-

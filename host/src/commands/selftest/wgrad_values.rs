@@ -31,8 +31,7 @@ impl Ctx {
         let t0 = Instant::now();
         let rows: usize = counts.iter().sum::<usize>() + pad;
         let kept = if keep { ", values kept" } else { "" };
-        let case =
-            format!("experts {counts:?} +{pad} rows, K {k} N {n} {format:?} {mode:?}{kept}");
+        let case = format!("experts {counts:?} +{pad} rows, K {k} N {n} {format:?} {mode:?}{kept}");
         let r = (|| {
             let mut end = 0;
             let offs: Vec<i32> = counts

@@ -187,7 +187,10 @@ pub(super) fn quantize_rows_fused(
     let plain_rows = matches!(job.block, Blocking::Vector { axis: 1 })
         && job.rank == 2
         && args.transposed.is_none()
-        && args.values.as_ref().is_none_or(|v| ptr(v).is_multiple_of(16))
+        && args
+            .values
+            .as_ref()
+            .is_none_or(|v| ptr(v).is_multiple_of(16))
         && ptr(&o.data).is_multiple_of(16);
     if !plain_rows {
         return Ok(false);
