@@ -15,13 +15,16 @@
 //! (dgrad) runs cuBLAS on both operands' values and wgrad on the wgrad values, so each tensor
 //! is read from memory once and nothing is expanded in a GEMM call (one fused kernel on a GPU,
 //! `mx_quantize_rows_vals_wv_bf16_*`), and backward keeps X's wgrad values instead of X (the
-//! same 2 bytes per element). Otherwise activations and gradients stay dense (quantized in the call).
+//! same 2 bytes per element). Otherwise activations and gradients stay dense (quantized in
+//! the call).
+//!
 //! With 32×32 weight blocks, a plugin that reports `chained-gemm` (mxfp8 under
 //! `MXHOST_MX_CHAIN=on`) and a GEMM of at least [`CHAINED_MIN_MACS`] multiply-adds, the
-//! weight is quantized with its transposed copy instead of its values (`gemm::quantize_with_transpose`: forward reads `[E, N, K]`, dgrad `[E, K, N]`),
-//! which is what the chained GEMM reads; kept values would send both GEMMs to cuBLAS and
-//! leave the annexes of X's and dY's quantizations unread (docs/perf.md run 154: that step
-//! 8–11 % slower).
+//! weight is quantized with its transposed copy instead of its values
+//! (`gemm::quantize_with_transpose`: forward reads `[E, N, K]`, dgrad `[E, K, N]`), which is
+//! what the chained GEMM reads; kept values would send both GEMMs to cuBLAS and leave the
+//! annexes of X's and dY's quantizations unread (docs/perf.md run 154: that step 8–11 %
+//! slower).
 //!
 //! ```ignore
 //! let mut moe = MoeLayer::new(MoeConfig { experts: 8, hidden: 256, ffn: 512, top_k: 2, ..Default::default() }, seed)?;
