@@ -89,8 +89,7 @@ MX_DEV void mx_quant_rows_wv(const MxQuantRowsWvParams& p, mx_u16* vals = nullpt
           *reinterpret_cast<uint2*>(p.q + off) = make_uint2(q[0], q[1]);
           if (VALS) {
             // mx_quant_flat's values (FAKE 2): the bytes decoded with the row block's scale
-            constexpr mx_u32 THR = FMT == 0 ? 10u : 17u;
-            const bool rfast = (sb >= THR && sb <= 253u) || ar == 0u;
+            const bool rfast = mxfq_fast_ok<FMT>(sb, ar);
             *reinterpret_cast<uint4*>(vals + off) =
                 make_uint4(mxfq_bf16x2<FMT>(q[0] & 0xFFFFu, sb, rfast), mxfq_bf16x2<FMT>(q[0] >> 16, sb, rfast),
                            mxfq_bf16x2<FMT>(q[1] & 0xFFFFu, sb, rfast), mxfq_bf16x2<FMT>(q[1] >> 16, sb, rfast));

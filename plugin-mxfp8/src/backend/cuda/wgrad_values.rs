@@ -184,7 +184,7 @@ pub(super) fn quantize_rows_fused(
     wv: u64,
 ) -> PluginResult<bool> {
     let (x, o) = (&args.input, &args.output);
-    let plain_rows = matches!(job.block, Blocking::Vector { axis: 1 })
+    let fits = matches!(job.block, Blocking::Vector { axis: 1 })
         && job.rank == 2
         && args.transposed.is_none()
         && args
@@ -192,7 +192,7 @@ pub(super) fn quantize_rows_fused(
             .as_ref()
             .is_none_or(|v| ptr(v).is_multiple_of(16))
         && ptr(&o.data).is_multiple_of(16);
-    if !plain_rows {
+    if !fits {
         return Ok(false);
     }
     let (rows, c) = (x.shape[0] as usize, x.shape[1] as usize);
