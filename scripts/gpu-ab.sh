@@ -16,6 +16,8 @@
 #      the NCU_ONLY rows (default ONLY) on NCU_SHAPE (default c), each variant in reverse
 #      order: ncu-<variant>.txt;
 #   5. summary.txt: every bench row and ncu-timed kernel per variant (scripts/ab-summary.py).
+# Both sides run each row SETTLE_MS (default 1500) before timing it: past the power limiter's
+# clamp, which a 300 ms settle timed a shape's third row inside (docs/perf.md runs 159-161).
 # The device returns at most 8 files from its $OUT: a call with more variants or rounds should
 # set OUT to a folder under out/ and PACK to a tarball path in the device's $OUT (runs 146–147
 # lost their selftest logs and summaries to that limit; run 148 packs).
@@ -60,14 +62,14 @@ if [ "${SELFTEST:-always}" != 0 ]; then
 fi
 echo "== bench_peers.py"
 OUT="$out" timeout 150 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-60}" \
-    --warmup 500 --rep 500 >"$out/peers.txt" 2>&1
+    --warmup "${SETTLE_MS:-1500}" --rep 500 >"$out/peers.txt" 2>&1
 echo "peers rc=$?"
 for i in $(seq 1 "${ROUNDS:-2}"); do
     for v in $variants; do
         plugin "$v"
         lab=$(printf %s "$v" | tr -c 'A-Za-z0-9_-' '_')   # (file names the device returns)
         MXHOST_MX_CHAIN=$vmode timeout 150 dist/mxhost bench --device cuda --shapes "$shapes" --reps 10 --only "$only" \
-            --warmup-ms 300 --peers "$out/peer_bench.csv" >"$out/ab-$i-$lab.txt" 2>&1
+            --warmup-ms "${SETTLE_MS:-1500}" --peers "$out/peer_bench.csv" >"$out/ab-$i-$lab.txt" 2>&1
         echo "== round $i, $v: rc=$?"
         grep -E "^[a-d] " "$out/ab-$i-$lab.txt" |
             awk '{op=""; for (i=6; i<=NF-5; i++) op=op" "$i; printf "%s%-50.50s %8s %5s\n", $1, op, $(NF-4), $NF}'

@@ -74,12 +74,12 @@ if [ -z "${NO_PORTABLE:-}" ]; then
 fi
 fi  # NO_SELFTEST
 echo "== bench_peers.py"
-# WARMUP_MS (default 500): both sides timed with the card's power limiter settled (docs/perf.md
-# runs 74-75): bench_peers.py --warmup/--rep and mxhost bench --warmup-ms of that length.
+# WARMUP_MS (default 1500): both sides timed with the card's power limiter settled (docs/perf.md
+# runs 74-75, 159-161): bench_peers.py --warmup and mxhost bench --warmup-ms of that length.
 # WARMUP_MS=0: the short warm-ups of runs before 75 (bench_peers.py's defaults).
-WARMUP_MS="${WARMUP_MS:-500}"
+WARMUP_MS="${WARMUP_MS:-1500}"
 peer_timing=()
-if [ "$WARMUP_MS" != 0 ]; then peer_timing=(--warmup "$WARMUP_MS" --rep "$WARMUP_MS"); fi
+if [ "$WARMUP_MS" != 0 ]; then peer_timing=(--warmup "$WARMUP_MS" --rep 500); fi
 OUT="$out" timeout 250 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-200}" \
     ${peer_timing[@]+"${peer_timing[@]}"} >"$out/peers.txt" 2>&1
 echo "peers rc=$?"

@@ -26,6 +26,14 @@ use rows::bench_shape;
 use std::path::PathBuf;
 use timing::Timing;
 
+/// How long a GPU row runs before it is timed when `--warmup-ms` is not given. An H100's
+/// power limiter (700 W) lets a burst of work after idle run at up to 1980 MHz for ~0.8–1 s,
+/// then clamps the SM clock to 1365–1485 MHz for a few hundred ms before it settles at
+/// 1500–1800 MHz: with 300 ms a shape's third row was timed inside that clamp and read
+/// 10–18 % slow while its kernels were as fast as the rows before it (docs/perf.md runs
+/// 159–161). 1500 ms times every row past it.
+pub const GPU_SETTLE_MS: u64 = 1500;
+
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
     /// Anchor shapes to run (a, b, c, d: see shared/anchors/README.md).
@@ -62,9 +70,10 @@ pub struct BenchArgs {
     pub cooldown_ms: u64,
     /// Run each row's call for this long before timing it, so that every row is timed
     /// with the power limiter settled (sustained clocks, as training runs), whatever came
-    /// before it. Pair with bench_peers.py `--warmup` of the same length (run 75).
-    #[arg(long, default_value_t = 0)]
-    pub warmup_ms: u64,
+    /// before it. Pair with bench_peers.py `--warmup` of the same length. Default: 1500
+    /// on a GPU (past the power limiter's clamp; docs/gpu.md), 0 on the CPU.
+    #[arg(long)]
+    pub warmup_ms: Option<u64>,
     /// Time only the rows whose label contains one of these comma-separated words
     /// (case-insensitive), e.g. `--only "quantize,step:"` for the quantizers and the
     /// training steps: a shorter device call when a change touches only those. Commas
@@ -169,8 +178,12 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
     for spec in &args.extra {
         shapes.push(parse_shape(spec)?);
     }
+    let settle_ms = args.warmup_ms.unwrap_or(match device {
+        Device::Cpu => 0,
+        Device::Cuda(_) => GPU_SETTLE_MS,
+    });
     eprintln!(
-        "mxhost bench: plugin `{}` on {device}, {} reps per row ({})",
+        "mxhost bench: plugin `{}` on {device}, {} reps per row ({}), each row run {settle_ms} ms before it is timed",
         plugin.name,
         args.reps,
         if args.back_to_back || device == Device::Cpu {
@@ -197,7 +210,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
         reps: args.reps,
         back_to_back: args.back_to_back,
         cooldown: std::time::Duration::from_millis(args.cooldown_ms),
-        warmup: std::time::Duration::from_millis(args.warmup_ms),
+        warmup: std::time::Duration::from_millis(settle_ms),
         // Lives for the whole command (Timing stays Copy for the row helpers).
         only: Vec::leak(timing::only_words(&args.only)),
     };
