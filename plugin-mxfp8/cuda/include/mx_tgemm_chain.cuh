@@ -33,8 +33,7 @@ struct MxChainFix {
   const mx_u8* Bt; const mx_u8* sBo;    // B's original bytes transposed: Bt[e * bt_es + k * N + n];
                                         //   its E8M0 scales sBo[e * ise + (n / 32) * isc + kb * isr]
   const mx_u8* At; const mx_u8* sAt;    // A' transposed: At[k * ldt + R]; its E8M0 scales transposed
-                                        //   sAt[(k / 32) * ldt + R] (uniform over a stage); At null
-                                        //   (forward, dgrad): the gatherers read A' (p.A, p.SA)
+                                        //   sAt[(k / 32) * ldt + R] (uniform over a stage)
   mx_i64 bt_es, ise, isr, isc, ldt;
   int slots;
   int terms;                            // 3: both corrections (0-2: harness diagnostics, wrong results),
@@ -139,7 +138,6 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
   const int gw = gt >> 5, lane = gt & 31;
   const MxtCtx c = mxt_ctx(p, g_start, g_pre, 256, 128);
   const mx_u8* const Bt = (f.terms & MXC_BT_REF) ? *reinterpret_cast<const mx_u8* const*>(f.Bt) : f.Bt;
-  const bool gather = !BAT && f.At == nullptr;   // B entries from A' itself (no transposed copy)
   int rc = 0;   // rounds issued
   for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
     const MxgTile T = mxg_decode(p, t, 256, c.ntn, c.tiles_m, g_start, g_pre, 128);
@@ -218,34 +216,10 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
           const MxRes* row = f.resB + ((BAT ? 0 : (mx_i64)T.e * p.N) + T.n0 + cl) * f.slots;
           const MxRes x = row[(BAT ? mxc_lower(row, f.cntB[T.n0 + cl], m0) : 0) + (g - F.offB[cl])];
           R.idx[i] = (mx_u8)cl; R.v[i] = x.v;
-          if (gather) {
-            R.s4[i] = (mx_u32)x.k;   // (s4 is an A entry's; the gather below reads k here)
-          } else {
-            const mx_i64 w = (mx_i64)(T.row0 & ~15);
-            mbar_expect_tx(&F.full[b], 2 * MXC_UNIT);
-            bulk_load(dst, f.At + (mx_i64)x.k * f.ldt + w, MXC_UNIT, &F.full[b]);
-            bulk_load(dst + MXC_UNIT, f.sAt + (mx_i64)(x.k >> 5) * f.ldt + w, MXC_UNIT, &F.full[b]);
-          }
-        }
-      }
-      if (gather && nB > 0) {
-        // Without A' transposed: the 96 gatherers fill each B entry's two units from A' and its
-        // stage scales as the main loop reads them (p.A, p.SA), a byte per row, at the offsets
-        // the bulk copies put them (row r of the tile at o + r); rows past the tile are zeros.
-        named_bar_sync(3, 96);   // every B entry's k is in s4
-        const int o = T.row0 & 15;
-        for (int x = gt; x < nB * 256; x += 96) {
-          const int j = x >> 8, r = x & 255, k = (int)R.s4[nA + j];
-          mx_u8 a = 0, sc = 0;
-          if (r < T.rows) {
-            const mx_i64 row = (mx_i64)T.row0 + r;
-            a = p.A[row * p.lda + k];
-            // the stage-uniform scale as its E8M0 byte: the exponent bits of the power of two
-            sc = (mx_u8)(__float_as_uint(p.SA[(mx_i64)(k >> 7) * p.ldsa + 4 * row + ((k >> 5) & 3)]) >> 23);
-          }
-          mx_u8* u = R.raw + MXC_UNIT * (nA + 2 * j) + o + r;
-          u[0] = a;
-          u[MXC_UNIT] = sc;
+          const mx_i64 w = (mx_i64)(T.row0 & ~15);
+          mbar_expect_tx(&F.full[b], 2 * MXC_UNIT);
+          bulk_load(dst, f.At + (mx_i64)x.k * f.ldt + w, MXC_UNIT, &F.full[b]);
+          bulk_load(dst + MXC_UNIT, f.sAt + (mx_i64)(x.k >> 5) * f.ldt + w, MXC_UNIT, &F.full[b]);
         }
       }
       mbar_arrive(&F.full[b]);   // 96 arrivals, each after the thread's own writes and copies' expect-tx
