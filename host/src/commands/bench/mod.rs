@@ -33,6 +33,19 @@ use timing::Timing;
 /// 10–18 % slow while its kernels were as fast as the rows before it (docs/perf.md runs
 /// 159–161). 1500 ms times every row past it.
 pub const GPU_SETTLE_MS: u64 = 1500;
+const _: () = assert!(
+    GPU_SETTLE_MS >= 1500,
+    "runs 159-161: 300 ms timed rows inside the clamp"
+);
+
+/// How long each row runs before it is timed: `--warmup-ms` when given, else
+/// [`GPU_SETTLE_MS`] on a GPU and nothing on the CPU (no power limiter to wait for).
+fn settle_ms(warmup_ms: Option<u64>, device: Device) -> u64 {
+    warmup_ms.unwrap_or(match device {
+        Device::Cpu => 0,
+        Device::Cuda(_) => GPU_SETTLE_MS,
+    })
+}
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -178,10 +191,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
     for spec in &args.extra {
         shapes.push(parse_shape(spec)?);
     }
-    let settle_ms = args.warmup_ms.unwrap_or(match device {
-        Device::Cpu => 0,
-        Device::Cuda(_) => GPU_SETTLE_MS,
-    });
+    let settle_ms = settle_ms(args.warmup_ms, device);
     eprintln!(
         "mxhost bench: plugin `{}` on {device}, {} reps per row ({}), each row run {settle_ms} ms before it is timed",
         plugin.name,
@@ -256,4 +266,20 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
         eprintln!("mxhost bench: wrote {}", path.display());
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GPU row settles past the power limiter's clamp unless told otherwise; the CPU
+    /// has nothing to wait for; an explicit `--warmup-ms` wins on both.
+    #[test]
+    fn rows_settle_on_a_gpu_only_unless_told() {
+        assert_eq!(settle_ms(None, Device::Cuda(0)), GPU_SETTLE_MS);
+        assert_eq!(settle_ms(None, Device::Cpu), 0);
+        assert_eq!(settle_ms(Some(300), Device::Cuda(0)), 300);
+        assert_eq!(settle_ms(Some(0), Device::Cuda(1)), 0);
+        assert_eq!(settle_ms(Some(20), Device::Cpu), 20);
+    }
 }

@@ -363,8 +363,8 @@ pub(super) fn bench_shape(
         // serving forward and dgrad (with its transposed copy instead where the plugin reports
         // a chained GEMM and the GEMM is large enough); X and dY each quantized with their
         // wgrad values.
-        let chained = plugin.has(caps::CHAINED_GEMM)
-            && (rows * s.k * s.n) as u64 >= GROUPED_LINEAR_CHAINED_MIN_MACS;
+        let chained =
+            plugin.has(caps::CHAINED_GEMM) && rows * s.k * s.n >= GROUPED_LINEAR_CHAINED_MIN_MACS;
         let linear = StepRecipe {
             wgrad_values: true,
             keep_w: !chained,
