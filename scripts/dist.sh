@@ -4,7 +4,7 @@
 # The GPU machine has no Rust toolchain: build here, copy dist/ there, run
 #   dist/mxhost selftest --device cuda
 #   dist/mxhost run dist/hello-gemm.wasm --device cuda
-#   python3 dist/bench_peers.py --shapes a,b,c,d && \
+#   python3 dist/bench_peers.py --shapes a,b,c,d --warmup 1500 --rep 500 && \
 #     dist/mxhost bench --device cuda --peers $OUT/peer_bench.csv --json $OUT/bench.json
 # cudarc loads libcuda/libnvrtc at run time, so nothing CUDA is needed to build.
 source "$(dirname "$0")/common.sh"

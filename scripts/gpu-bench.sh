@@ -91,31 +91,31 @@ for k in ${FAMILIES:-tgemm}; do
 done
 if [ -n "${BACK_TO_BACK_TOO:-}" ]; then
     echo "== mxhost bench (tgemm), timed as the mean of back-to-back calls (--back-to-back) for comparison"
-    timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" --back-to-back \
-        --peers "$out/peer_bench.csv" 2>&1
+    timeout 300 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" --back-to-back \
+        --warmup-ms "$WARMUP_MS" --peers "$out/peer_bench.csv" 2>&1
 fi
 if [ -n "${FWD_FP8_TOO:-}" ]; then
     echo "== mxhost bench (tgemm), forward/dgrad always on the FP8 kernel (MXHOST_MX_FWD_DGRAD=fp8) for comparison"
-    MXHOST_MX_FWD_DGRAD=fp8 timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
-        --peers "$out/peer_bench.csv" 2>&1 | grep -E "shape|forward|dgrad|step"
+    MXHOST_MX_FWD_DGRAD=fp8 timeout 300 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        --warmup-ms "$WARMUP_MS" --peers "$out/peer_bench.csv" 2>&1 | grep -E "shape|forward|dgrad|step"
 fi
 if [ -n "${CHAIN_TOO:-}" ]; then
     echo "== mxhost bench (tgemm), forward/dgrad on the chained GEMM where it applies (MXHOST_MX_CHAIN=on) for comparison"
     # The gate's decisions on the bench's operands (the trace synchronizes: one rep, untimed).
     MXHOST_MX_CHAIN=on MXHOST_MX_GEMM_TRACE=1 timeout 200 dist/mxhost bench --device cuda --shapes "$shapes" --reps 1 \
         --warmup-ms 0 2>&1 >/dev/null | grep -E 'chained gate' | sed 's/^mxhost-plugin-mxfp8: //' | sort | uniq -c | head -12
-    MXHOST_MX_CHAIN=on timeout 200 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+    MXHOST_MX_CHAIN=on timeout 300 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
         --warmup-ms "$WARMUP_MS" --peers "$out/peer_bench.csv" --json "$out/bench_chain.json" 2>&1 | grep -E "shape|forward|dgrad|step"
 fi
 if [ -n "${WGRAD_FP8_TOO:-}" ]; then
     echo "== mxhost bench (tgemm), wgrad on the FP8 kernel (MXHOST_MX_WGRAD=fp8) for comparison"
-    MXHOST_MX_WGRAD=fp8 timeout 120 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
-        --peers "$out/peer_bench.csv" 2>&1 | grep -E "shape|wgrad|step"
+    MXHOST_MX_WGRAD=fp8 timeout 300 dist/mxhost bench --device cuda --shapes "$shapes" --reps "${REPS:-10}" \
+        --warmup-ms "$WARMUP_MS" --peers "$out/peer_bench.csv" 2>&1 | grep -E "shape|wgrad|step"
 fi
 if [ -n "${PORTABLE_BENCH:-}" ]; then
     echo "== mxhost bench, portable build (MXHOST_MX_PORTABLE=${PORTABLE_ARCH:-1})"
-    MXHOST_MX_PORTABLE=${PORTABLE_ARCH:-1} timeout 150 dist/mxhost bench --device cuda --shapes "$shapes" \
-        --reps "${REPS:-10}" --peers "$out/peer_bench.csv" 2>&1
+    MXHOST_MX_PORTABLE=${PORTABLE_ARCH:-1} timeout 300 dist/mxhost bench --device cuda --shapes "$shapes" \
+        --reps "${REPS:-10}" --warmup-ms "$WARMUP_MS" --peers "$out/peer_bench.csv" 2>&1
 fi
 echo "== mxhost bench, plugin bf16 (cuBLAS, in process)"
 timeout 150 dist/mxhost bench --device cuda --plugin bf16 --shapes "$shapes" --reps "${REPS:-10}" --warmup-ms "$WARMUP_MS" \
