@@ -9,8 +9,22 @@ use crate::device::Device;
 use crate::error::OpResult;
 use crate::ops::{self, GemmConfig, GemmOperand};
 use crate::plugin::LoadedPlugin;
-use crate::tensor::Tensor;
+use crate::tensor::{MxTensor, Tensor};
 use mxhost_plugin_abi::{BlockLayout, GemmPass, MxFormat, ScaleMode};
+
+/// `t` quantized as every bench row quantizes (E4M3, rceil) in `block`, with its values kept
+/// (ABI 1.2).
+pub(super) fn quantize_kept(
+    plugin: &LoadedPlugin,
+    t: &Tensor,
+    block: BlockLayout,
+) -> OpResult<MxTensor> {
+    let keep = ops::QuantizeExtras {
+        transposed: false,
+        keep_values: true,
+    };
+    ops::quantize_with(plugin, t, MxFormat::E4m3, ScaleMode::Rceil, block, keep).map(|r| r.0)
+}
 
 /// Rows with the quantizers keeping the exact MX values in bf16 beside the bytes (ABI
 /// 1.2, `ops::QuantizeExtras::keep_values`): the quantize passes that write them, the
@@ -29,13 +43,7 @@ pub(super) fn bench_kept_values(
     use GemmOperand::{Dense, Mx};
     let rows = s.e * s.m;
     let offs: Vec<i32> = (1..=s.e).map(|i| (i * s.m) as i32).collect();
-    let keep = ops::QuantizeExtras {
-        transposed: false,
-        keep_values: true,
-    };
-    let qv = |t: &Tensor, block: BlockLayout| {
-        ops::quantize_with(plugin, t, MxFormat::E4m3, ScaleMode::Rceil, block, keep).map(|r| r.0)
-    };
+    let qv = |t: &Tensor, block: BlockLayout| quantize_kept(plugin, t, block);
     // The weight needs no transposed copy here: dgrad reads its values ([E, N, K]) as
     // cuBLAS's transposed operand.
     let qwv = |w: &Tensor| qv(w, BlockLayout::tile());

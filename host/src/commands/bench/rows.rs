@@ -2,7 +2,7 @@
 //! three GEMM passes and training steps; `dense` and `kept_values` add the other rows.
 
 use super::dense::bench_dense;
-use super::kept_values::bench_kept_values;
+use super::kept_values::{bench_kept_values, quantize_kept};
 use super::peers::Peers;
 use super::timing::{push_gemm_row, push_timed_row, Timing};
 use super::{Row, Shape};
@@ -206,23 +206,11 @@ pub(super) fn bench_shape(
             Ok((ops::quantize_with(plugin, t, f, m, b, extras)?.0, None))
         }
     };
-    let keep_w = ops::QuantizeExtras {
-        transposed: false,
-        keep_values: true,
-    };
     let step_with = |x: &Tensor, recipe: StepRecipe| -> OpResult<()> {
         let (qx, xv) = qv(x, recipe.wgrad_values, recipe.keep_x)?;
         // (the weight for forward, and for dgrad with that dgrad's layout)
         let (qw, qw_dgrad, cfg_dgrad) = if recipe.keep_w {
-            let (qw, _) = ops::quantize_with(
-                plugin,
-                &w,
-                MxFormat::E4m3,
-                ScaleMode::Rceil,
-                BlockLayout::tile(),
-                keep_w,
-            )?;
-            (qw, None, &cfg)
+            (quantize_kept(plugin, &w, BlockLayout::tile())?, None, &cfg)
         } else {
             let (qw, qw_t) = qwt(&w)?;
             (qw, Some(qw_t), &cfg_kn)
