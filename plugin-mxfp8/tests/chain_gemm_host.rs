@@ -37,6 +37,10 @@ struct Case {
     /// Also run without the corrections and require that to fail (f32 output: bf16's rounding
     /// can hide the residuals' share).
     without: bool,
+    /// W's residuals in one column of 32 only, at stages 1-3 by column: few enough B entries per
+    /// tile (≤ 24) that the `_s3` build without A' transposed captures their columns of A' from
+    /// the main loop's stages (`mxc_capture`) instead of reading A' from global memory.
+    sparse_b: bool,
 }
 
 const CASES: &[Case] = &[
@@ -51,6 +55,7 @@ const CASES: &[Case] = &[
         build: 0,
         grid: 2,
         without: false,
+        sparse_b: false,
     },
     Case {
         name: "_s3 (B corrections on the tensor cores), e4m3, f32 out, K tail",
@@ -63,6 +68,7 @@ const CASES: &[Case] = &[
         build: 1,
         grid: 2,
         without: true,
+        sparse_b: false,
     },
     Case {
         name: "4 stages, e5m2 A (dgrad), bf16 out",
@@ -75,6 +81,7 @@ const CASES: &[Case] = &[
         build: 0,
         grid: 1,
         without: false,
+        sparse_b: false,
     },
     Case {
         name: "_s3, e4m3, bf16 out",
@@ -87,6 +94,20 @@ const CASES: &[Case] = &[
         build: 1,
         grid: 3,
         without: false,
+        sparse_b: false,
+    },
+    Case {
+        name: "_s3 with few B residuals per tile (captured from the stages), K tail, an empty expert",
+        experts: &[300, 0, 90],
+        pad: 10,
+        n: 256,
+        k: 1040,
+        fa: E4m3,
+        out_bf16: false,
+        build: 1,
+        grid: 2,
+        without: true,
+        sparse_b: true,
     },
 ];
 
@@ -124,21 +145,31 @@ fn operands(rng: &mut Rng, c: &Case) -> Operands {
         sx.extend(s);
     }
     let mut w = Vec::with_capacity(e * c.n * c.k);
-    for _ in 0..e * c.n {
+    // sparse_b: stages 1-3 (tile scales raised on each) zero but in columns n % 32 == 5, each
+    // built as X's first stage at stage 1 + (n / 32) % 3 (two columns of a tile share one)
+    let stages: &[usize] = if c.sparse_b { &[1, 2, 3] } else { &[1] };
+    assert!(c.k >= 128 * (stages.len() + 1), "the structured stages are whole");
+    for i in 0..e * c.n {
+        let n = i % c.n;
         let mut row = row_bytes(rng, E4m3, Bytes::Few, c.k);
         row[..32].fill(0);
         // the second stage: as X's first, so that W's residuals carry weight too
-        row[128..256].fill(0);
-        row[128] = large_byte(rng, E4m3);
-        for _ in 0..6 {
-            row[160 + rng.below(96)] = finite_byte(rng, E4m3, false);
+        row[128..128 * (stages.len() + 1)].fill(0);
+        if !c.sparse_b || n % 32 == 5 {
+            let st = if c.sparse_b { 1 + (n / 32) % 3 } else { 1 };
+            row[128 * st] = large_byte(rng, E4m3);
+            for _ in 0..6 {
+                row[128 * st + 32 + rng.below(96)] = finite_byte(rng, E4m3, false);
+            }
         }
         w.extend(row);
     }
     let sw = (0..e * nb)
         .flat_map(|_| {
             let mut s = group_scales(rng, 1, kb);
-            s[4] += 10;
+            for st in stages {
+                s[4 * st] += 10;
+            }
             s
         })
         .collect();
@@ -194,7 +225,10 @@ fn offsets_le(sizes: &[usize]) -> Vec<u8> {
         .collect()
 }
 
-/// `terms`: 3 both corrections, 0 none (`MxChainFix::terms`).
+/// The driver's TERMS bit for an `MxChainFix` without A' transposed (`At` null).
+const GATHER: usize = 8;
+
+/// `terms`: 3 both corrections, 0 none (`MxChainFix::terms`), `| GATHER`.
 fn run(exe: &std::path::Path, o: &Operands, c: &Case, terms: usize) -> (i32, i32, Vec<f64>) {
     let e = c.experts.len();
     let header = [
@@ -288,6 +322,28 @@ fn chained_forward_matches_float64_and_needs_its_corrections() {
         );
         if let Some(miss) = first_miss((c.out_bf16, c.n), &got, &want, &mag) {
             panic!("{} (seed {seed}): {miss}", c.name);
+        }
+        // The backend's default: no A' transposed. A tile with few B entries (sparse_b, `_s3`)
+        // has the consumers capture their columns of A' from the main loop's stages, and its
+        // round order changes (every B entry in the tile's first round): the same float64
+        // check, and B's corrections must matter there. Others have the gatherers read those
+        // columns from A' itself into the same units: the same outputs, bit for bit.
+        let (_, _, gathered) = run(&exe, &o, c, 3 | GATHER);
+        if c.sparse_b {
+            if let Some(miss) = first_miss((c.out_bf16, c.n), &gathered, &want, &mag) {
+                panic!("{} (seed {seed}), captured: {miss}", c.name);
+            }
+            let (_, _, a_only) = run(&exe, &o, c, 1 | GATHER);
+            assert!(
+                first_miss((c.out_bf16, c.n), &a_only, &want, &mag).is_some(),
+                "{} (seed {seed}): within tolerance without B's corrections: the case does not test their capture",
+                c.name
+            );
+        } else if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != gathered[i].to_bits()) {
+            panic!(
+                "{} (seed {seed}): output {i} is {} with A' transposed, {} gathered from A'",
+                c.name, got[i], gathered[i]
+            );
         }
         if !c.without {
             continue;

@@ -296,6 +296,22 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
             }
         }
     }
+    // B's residuals carrying the product in one column of 32: few per tile, which the chained
+    // GEMM takes from A' in its main loop's shared memory (f32 outputs: the other columns
+    // would hide a missing correction under bf16's gate).
+    for pass in [GemmPass::Forward, GemmPass::Dgrad] {
+        for (layout, on_gpu) in [
+            (WeightLayout::Nk, pass == GemmPass::Dgrad),
+            (WeightLayout::Kn, pass == GemmPass::Forward),
+        ] {
+            let mut g = GemmCase::new(pass, vec![512, 0, 384, 640], 2880, 256);
+            (g.mx, g.layout, g.b_residual_carried) = (true, layout, true);
+            if on_gpu {
+                (g.quantized_on_gpu, g.keep_values) = (true, None);
+            }
+            ctx.gemm_case("B residual-carried", &g);
+        }
+    }
     // The residual-carried forward quantized on the GPU and multiplied 18 times from the same
     // buffers: under MXHOST_MX_CHAIN=on (with its gate memory, chain_memory.rs) the
     // first call closes the gate, the next 15 run without annexes on the default path, the
