@@ -57,6 +57,10 @@ struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 // order, then the B entries, by column and list order, so each output adds its terms in one
 // fixed order. The consumers add a round's terms to their FP32 accumulators after the main
 // loop (POLL: after any stage at which it is ready, waiting for the rest after the loop).
+// Without At (the backend's default since run 164, `MXHOST_MX_CHAIN_AT=1` or VERIFY keep it) the
+// `_s3` build's consumers fill B entries' windows themselves from the main loop's stages
+// (mxc_capture: A' at k is in shared memory once anyway), for tiles whose B entries fit one
+// round; the gatherers read A' from global memory for the others (run 163: slow, rare).
 // The products are exact in FP32 (MX values of at most 4 significant bits times a residual).
 // Requires N % 16 == 0 and At / sAt rows of ldt bytes, ldt % 16 == 0, with 272 bytes of
 // slack after each array (the launcher checks N; the host allocates the transposes).
