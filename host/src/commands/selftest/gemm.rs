@@ -606,3 +606,59 @@ fn residual_carried(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::b_residual_carried;
+
+    /// B's second stage after `b_residual_carried`: in each output column c % 32 == 5 the 2^12
+    /// value at 128 and six of its own values in 160..256, zeros in every other column (so at
+    /// most 4 × 6 = 24 of B's residuals per 128-column tile), A zero on 128..160; both stored
+    /// layouts of the weight.
+    #[test]
+    fn b_residual_carried_leaves_six_values_in_one_column_of_32() {
+        let (e, cols, red) = (2usize, 96usize, 320usize);
+        for red_last in [true, false] {
+            let wshape = if red_last {
+                [e, cols, red]
+            } else {
+                [e, red, cols]
+            };
+            let mut b: Vec<f32> = (0..e * cols * red)
+                .map(|i| 0.01 + (i % 7) as f32 * 0.01)
+                .collect();
+            let mut a = vec![1f32; 4 * red];
+            b_residual_carried(&mut a, red, &mut b, wshape, red_last);
+            assert!(a
+                .chunks(red)
+                .all(|r| r[128..160].iter().all(|&x| x == 0.0) && r[160] == 1.0));
+            let at = |ei: usize, c: usize, r: usize| {
+                if red_last {
+                    b[(ei * cols + c) * red + r]
+                } else {
+                    b[(ei * red + r) * cols + c]
+                }
+            };
+            for ei in 0..e {
+                for c in 0..cols {
+                    let nonzero = (160..256).filter(|&r| at(ei, c, r) != 0.0).count();
+                    let big = at(ei, c, 128);
+                    if c % 32 == 5 {
+                        assert_eq!(
+                            (nonzero, big),
+                            (6, 4096.0 * 0.05),
+                            "column {c}, red_last {red_last}"
+                        );
+                    } else {
+                        assert_eq!((nonzero, big), (0, 0.0), "column {c}, red_last {red_last}");
+                    }
+                    assert!((129..160).all(|r| at(ei, c, r) == 0.0));
+                    assert!(
+                        at(ei, c, 127) != 0.0 && at(ei, c, 256) != 0.0,
+                        "outside the stage untouched"
+                    );
+                }
+            }
+        }
+    }
+}
