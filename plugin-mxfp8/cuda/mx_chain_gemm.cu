@@ -40,7 +40,7 @@
 // The launchers (bench/launch.cu and bench/chain.py's ctypes structures; the backend's, when it
 // is wired) hard-code these sizes.
 static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 112, "RP / FIX in bench/chain.py, src/backend/cuda/params.rs");
-static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 228976 && mxc_smem_bytes<3, true, true>() == 228992,
+static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 228944 && mxc_smem_bytes<3, true, true>() == 228736,
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 104 && sizeof(MxQuantPairParams) == 136,
               "ReencodePairParams, ChainListParams, QuantPairParams in src/backend/cuda/params.rs");
@@ -55,7 +55,7 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
   extern "C" __global__ void __launch_bounds__(256) NAME(const __grid_constant__ MxReencodeParams p) { mx_reencode_rows<F>(p); }
 // STAGES 4 (rounds of 15 units; GEMMs with no residual) or 3 (`_s3`: rounds of 82 units and the
 // A' B_res corrections on the tensor cores, MXC_INST_TC; `_s3_cc` and the other harness 3-stage
-// builds: 110 units, every correction on the CUDA cores); the launcher's dynamic shared memory
+// builds: 112 units, every correction on the CUDA cores); the launcher's dynamic shared memory
 // is mxc_smem_bytes<STAGES, true, TCB>().
 // VEPI 1: the epilogue's 16-byte stores (mxc_epilogue_v4); 0: the 4-byte ones (harness A/B, run 110).
 #define MXC_INST_E(NAME, FA, FB, OBF, STAGES, POLL, VEPI) \

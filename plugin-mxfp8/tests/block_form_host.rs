@@ -66,11 +66,9 @@ fn run_kernel(
     x: &[bf16],
     (r, c): (usize, usize),
     (fmt, mode, bpc, wv): (usize, usize, usize, bool),
-    no_at: bool,
 ) -> Form {
     let x: Vec<u8> = x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
-    let flags = wv as usize | (no_at as usize) << 1;
-    let o = host::run_driver(exe, &[r, c, fmt, mode, bpc, flags], &[&x]);
+    let o = host::run_driver(exe, &[r, c, fmt, mode, bpc, wv as usize], &[&x]);
     let (n, kb, ns) = (r * c, c / 32, c.div_ceil(STAGE));
     let sizes = [n, r * kb, n, r * kb, n, r * kb, ns * r, ns * 4 * r * 4];
     let mut at = 0;
@@ -132,10 +130,9 @@ fn the_form_kernel_equals_the_cpu_references() {
             .unwrap();
             let want = reencode_rows(&q, &s, r, c, format).unwrap();
             residuals += want.residuals.len();
-            // no_at: at and sat null (the backend's default): not written at all
-            for (bpc, wv, no_at) in [(1, false, false), (1, true, true), (1, true, false), (4, false, false)] {
-                let ctx = format!("{ctx}, {bpc} blocks per CTA, wv {wv}, no at {no_at}");
-                let got = run_kernel(&exe, &x, (r, c), (fmt, mode, bpc, wv), no_at);
+            for (bpc, wv) in [(1, false), (1, true), (4, false)] {
+                let ctx = format!("{ctx}, {bpc} blocks per CTA, wv {wv}");
+                let got = run_kernel(&exe, &x, (r, c), (fmt, mode, bpc, wv));
                 if wv {
                     let want = host::wgrad_values(&x, (r, c), format, modes[mode]);
                     host::same_bf16_values(&format!("{ctx}: wv"), &got.wv, &want, c);
@@ -144,21 +141,14 @@ fn the_form_kernel_equals_the_cpu_references() {
                 host::first_difference(&format!("{ctx}: s"), &got.s, &s, kb);
                 host::first_difference(&format!("{ctx}: q2"), &got.q2, &want.bytes, c);
                 host::first_difference(&format!("{ctx}: s2"), &got.s2, &want.scales, kb);
-                if no_at {
-                    assert!(
-                        got.at.iter().chain(&got.sat).all(|&b| b == 0xA5),
-                        "{ctx}: at or sat written"
-                    );
-                } else {
-                    host::first_difference(
-                        &format!("{ctx}: at"),
-                        &got.at,
-                        &host::transpose(&want.bytes, r, c),
-                        r,
-                    );
-                    let sat = host::transpose(&want.scales, r, kb);
-                    host::first_difference(&format!("{ctx}: sat"), &got.sat, &sat, r);
-                }
+                host::first_difference(
+                    &format!("{ctx}: at"),
+                    &got.at,
+                    &host::transpose(&want.bytes, r, c),
+                    r,
+                );
+                let sat = host::transpose(&want.scales, r, kb);
+                host::first_difference(&format!("{ctx}: sat"), &got.sat, &sat, r);
                 let mut mc = vec![0u8; c.div_ceil(STAGE) * r];
                 for x in &want.residuals {
                     mc[(x.k / STAGE) * r + x.row] += 1;
@@ -188,7 +178,7 @@ fn the_form_kernel_equals_the_cpu_references() {
     // an Inf: its block gets scale byte 0xFF, so its stage has no stage-uniform form
     let mut x = input(&mut rng, 16, 256);
     x[3 * 256 + 200] = bf16::INFINITY;
-    let got = run_kernel(&exe, &x, (16, 256), (0, 0, 4, false), false);
+    let got = run_kernel(&exe, &x, (16, 256), (0, 0, 4, false));
     assert!(got.status & NONFINITE != 0, "an Inf: status {}", got.status);
 }
 
@@ -206,13 +196,13 @@ fn the_wv_build_writes_the_wgrad_values_beside_the_same_outputs() {
         for (fmt, format) in [MxFormat::E4m3, MxFormat::E5m2].into_iter().enumerate() {
             for (m, mode) in modes.into_iter().enumerate() {
                 let ctx = format!("{r} x {c} {format:?} {mode:?}, seed {seed}");
-                let got = run_kernel(&exe, &x, (r, c), (fmt, m, 1, true), false);
+                let got = run_kernel(&exe, &x, (r, c), (fmt, m, 1, true));
                 let want = host::wgrad_values(&x, (r, c), format, mode);
                 host::same_bf16_values(&format!("{ctx}: wv"), &got.wv, &want, c);
                 let (q, s) = host::rows_reference(&x, (r, c), format, mode);
                 host::first_difference(&format!("{ctx}: q"), &got.q, &q, c);
                 host::first_difference(&format!("{ctx}: s"), &got.s, &s, c / 32);
-                let plain = run_kernel(&exe, &x, (r, c), (fmt, m, 1, false), false);
+                let plain = run_kernel(&exe, &x, (r, c), (fmt, m, 1, false));
                 let pairs = [
                     ("q2", &got.q2, &plain.q2, c),
                     ("s2", &got.s2, &plain.s2, c / 32),

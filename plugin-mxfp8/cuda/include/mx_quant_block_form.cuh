@@ -39,7 +39,7 @@ struct MxQuantBlockFormParams {
   const mx_u16* in;        // [R][C] bf16
   mx_u8* q; mx_u8* s;      // the MX tensor: [R][C], [R][C / 32]
   mx_u8* q2; mx_u8* s2;    // the stage-uniform copy, same layouts
-  mx_u8* at; mx_u8* sat;   // q2 and s2 transposed: [C][R], [C / 32][R] (null: not written)
+  mx_u8* at; mx_u8* sat;   // q2 and s2 transposed: [C][R], [C / 32][R]
   mx_u8* mc;               // residuals per row and stage: mc[(c / 128) * R + r]
   int* status;             // this kernel ORs MX_RES_NONFINITE into status[0]
   float* sa;               // s2 as FP32, stage-major: sa[(c / 128) * 4 R + 4 r + (c / 32) % 4]
@@ -170,12 +170,10 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
         if (nm) atomicAdd(&rowc[rb + i], nm);
       }
     }
-    // 8 x 8 bytes -> 8 columns of 8 rows (two 4-row words each) -> shared tile (at null: no
-    // transposed copy wanted, the chained GEMM's gatherers read q2 itself)
-    const bool tr = p.at != nullptr;
+    // 8 x 8 bytes -> 8 columns of 8 rows (two 4-row words each) -> shared tile
     const int g = 2 * (4 * warp + 2 * hb);   // word of rows rb .. rb + 3 in a column's 32
 #pragma unroll
-    for (int cc = 0; cc < 8 && tr; ++cc) {
+    for (int cc = 0; cc < 8; ++cc) {
       const int h = cc >> 2, q = cc & 3;
       const mx_u32 lo = mxqb_col(q2[0][h], q2[1][h], q2[2][h], q2[3][h], q);
       const mx_u32 hi = mxqb_col(q2[4][h], q2[5][h], q2[6][h], q2[7][h], q);
@@ -186,7 +184,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
     // transposed rows: thread t writes column c of 4 (t / 8 + 32 k), block rows 16 m .. 16 m + 15
     const int m = t & 7;
 #pragma unroll
-    for (int k = 0; k < 4 && tr; ++k) {
+    for (int k = 0; k < 4; ++k) {
       const int c = (t >> 3) + 32 * k;
       const int f = 2 * ((c >> 3) & 15);
       uint4 v = *reinterpret_cast<const uint4*>(&sm[c * 32 + 4 * (m ^ (f >> 2))]);
@@ -196,7 +194,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
     // sat from shared memory, a block's rows on consecutive threads (run 120's ncu: this kernel
     // is L2-bound, 88 %, and a byte store per thread and row put 8 sectors per warp store)
 #pragma unroll
-    for (int k = 0; k < 2 && tr; ++k) {
+    for (int k = 0; k < 2; ++k) {
       const int i = t + 256 * k, rr = i & 127, b = i >> 7;
       if (r0 + rr < R && (c0 >> 5) + b < KB) p.sat[(mx_i64)((c0 >> 5) + b) * R + r0 + rr] = ssat[b][rr];
     }

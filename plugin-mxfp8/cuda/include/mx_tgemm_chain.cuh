@@ -33,8 +33,7 @@ struct MxChainFix {
   const mx_u8* Bt; const mx_u8* sBo;    // B's original bytes transposed: Bt[e * bt_es + k * N + n];
                                         //   its E8M0 scales sBo[e * ise + (n / 32) * isc + kb * isr]
   const mx_u8* At; const mx_u8* sAt;    // A' transposed: At[k * ldt + R]; its E8M0 scales transposed
-                                        //   sAt[(k / 32) * ldt + R] (uniform over a stage); At null
-                                        //   (forward, dgrad): the gatherers read A' (p.A, p.SA)
+                                        //   sAt[(k / 32) * ldt + R] (uniform over a stage)
   mx_i64 bt_es, ise, isr, isc, ldt;
   int slots;
   int terms;                            // 3: both corrections (0-2: harness diagnostics, wrong results),
@@ -57,23 +56,15 @@ struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 // order, then the B entries, by column and list order, so each output adds its terms in one
 // fixed order. The consumers add a round's terms to their FP32 accumulators after the main
 // loop (POLL: after any stage at which it is ready, waiting for the rest after the loop).
-// Without At (the backend's default since run 164, `MXHOST_MX_CHAIN_AT=1` or VERIFY keep it) the
-// `_s3` build's consumers fill B entries' windows themselves from the main loop's stages
-// (mxc_capture: A' at k is in shared memory once anyway), for tiles whose B entries fit one
-// round; the gatherers read A' from global memory for the others (run 163: slow, rare).
 // The products are exact in FP32 (MX values of at most 4 significant bits times a residual).
 // Requires N % 16 == 0 and At / sAt rows of ldt bytes, ldt % 16 == 0, with 272 bytes of
 // slack after each array (the launcher checks N; the host allocates the transposes).
 #define MXC_UNIT 272
 template <int U> struct MxcRound {
   int nA, nB, last, o;          // o: the tile's row0 % 16 (B entries' window offset)
-  int cap;                      // 1: the consumers capture the B entries' windows from the main
-                                //   loop's stages (CAPT, below); every B entry of the tile is here
   mx_u8 idx[U];                 // entry i: A: tile row; B (i >= nA): tile column
-  mx_u8 kord[U];                // cap: the B entries (0 .. nB - 1) in k order
   float v[U];                   // the residual value
-  mx_u32 s4[U];                 // A entry: the E8M0 scales of its 4 column blocks; B entry
-                                //   without a transposed copy: its k
+  mx_u32 s4[U];                 // A entry: the E8M0 scales of its 4 column blocks
   mx_u8 oa[257], ob[129];       // this round's entries of tile row r: oa[r] .. oa[r + 1] - 1;
                                 //   of column c: nA + ob[c] .. nA + ob[c + 1] - 1
   __align__(16) mx_u8 raw[U * MXC_UNIT];   // A entry i: unit i; B entry j: units nA + 2 j (A'), + 1 (scales)
@@ -92,9 +83,9 @@ template <int U_> struct MxcFixSmemTc : MxcFixSmem<U_> {
 };
 template <int U, bool TCB> struct MxcFixPick { typedef MxcFixSmem<U> T; };
 template <int U> struct MxcFixPick<U, true> { typedef MxcFixSmemTc<U> T; };
-// Units per round: what the shared memory leaves beside the stages (4 stages: 15; 3: 110, or
+// Units per round: what the shared memory leaves beside the stages (4 stages: 15; 3: 112, or
 // 82 beside the TCB slabs).
-template <int STAGES, bool TCB = false> struct MxcUnits { static constexpr int U = STAGES >= 4 ? 15 : (TCB ? 82 : 110); };
+template <int STAGES, bool TCB = false> struct MxcUnits { static constexpr int U = STAGES >= 4 ? 15 : (TCB ? 82 : 112); };
 template <int STAGES, bool TCB = false> using MxcFix = typename MxcFixPick<MxcUnits<STAGES, TCB>::U, TCB>::T;
 template <int STAGES, bool FIX, bool TCB = false> constexpr int mxc_smem_bytes() {
   return STAGES * MxtLay256<1>::STAGE + 1024 + (FIX ? (int)sizeof(MxcFix<STAGES, TCB>) : 0);
@@ -140,20 +131,13 @@ MX_DEV int mxc_lower(const MxRes* row, int n, int key) {
 // tile counts and takes only the entries with m in its expert's segment [g_pre[e], g_pre[e+1]),
 // B lists are indexed by column alone (no expert), and an A entry's unit holds B's 128 bytes at
 // m and their 128 column scales (sBo[(m / 32) * isr + n], isc = 1) instead of s4's four.
-// CAPT (the TCB build of forward/dgrad, At null): a tile with at most U / 2 B entries puts them
-// all in its first round (cap = 1, with their k and kord, the k order) and copies nothing for
-// them: the consumers fill those windows from the main loop's stages (mxc_capture), so A' is
-// read once, from shared memory. A tile with more (or any tile of the other builds) without
-// At has the gatherers read A' and its scales from global memory, a byte per row (slow, for
-// heavy residual counts only: docs/perf.md run 163).
-template <bool BAT, class FS, bool CAPT = false>
+template <bool BAT, class FS>
 MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const int* g_start,
                        const int* g_pre, int gt) {
   constexpr int U = FS::U;
   const int gw = gt >> 5, lane = gt & 31;
   const MxtCtx c = mxt_ctx(p, g_start, g_pre, 256, 128);
   const mx_u8* const Bt = (f.terms & MXC_BT_REF) ? *reinterpret_cast<const mx_u8* const*>(f.Bt) : f.Bt;
-  const bool gather = !BAT && f.At == nullptr;   // B entries from A' itself (no transposed copy)
   int rc = 0;   // rounds issued
   for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
     const MxgTile T = mxg_decode(p, t, 256, c.ntn, c.tiles_m, g_start, g_pre, 128);
@@ -187,7 +171,6 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
     }
     named_bar_sync(3, 96);
     const int nAt = F.offA[256], nBt = F.offB[128];
-    const bool capt = CAPT && gather && nBt <= (U >> 1);
     int a0 = 0, b0 = 0;
     bool last;
     do {
@@ -195,16 +178,9 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
       if (rc >= 2) mbar_wait_parked(&F.empty[b], ((rc >> 1) - 1) & 1);   // (parked: no spinning
                                                                           //  beside the consumers)
       MxcRound<U>& R = F.buf[b];
-      int nA, nB;
-      if (capt) {   // every B entry in the tile's first round, A entries in what is left
-        nB = b0 == 0 ? nBt : 0;
-        nA = min(nAt - a0, U - 2 * nB);
-      } else {
-        nA = min(nAt - a0, U);
-        nB = min(nBt - b0, (U - nA) >> 1);
-      }
+      const int nA = min(nAt - a0, U), nB = min(nBt - b0, (U - nA) >> 1);
       last = a0 + nA == nAt && b0 + nB == nBt;
-      if (gt == 0) { R.nA = nA; R.nB = nB; R.last = last; R.o = T.row0 & 15; R.cap = capt && nB > 0; }
+      if (gt == 0) { R.nA = nA; R.nB = nB; R.last = last; R.o = T.row0 & 15; }
       for (int r = gt; r < 257 + 129; r += 96) {
         if (r < 257) R.oa[r] = (mx_u8)min(max(F.offA[r] - a0, 0), nA);
         else R.ob[r - 257] = (mx_u8)min(max(F.offB[r - 257] - b0, 0), nB);
@@ -240,48 +216,11 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
           const MxRes* row = f.resB + ((BAT ? 0 : (mx_i64)T.e * p.N) + T.n0 + cl) * f.slots;
           const MxRes x = row[(BAT ? mxc_lower(row, f.cntB[T.n0 + cl], m0) : 0) + (g - F.offB[cl])];
           R.idx[i] = (mx_u8)cl; R.v[i] = x.v;
-          if (gather) {
-            R.s4[i] = (mx_u32)x.k;   // (s4 is an A entry's; the gather below reads k here)
-          } else {
-            const mx_i64 w = (mx_i64)(T.row0 & ~15);
-            mbar_expect_tx(&F.full[b], 2 * MXC_UNIT);
-            bulk_load(dst, f.At + (mx_i64)x.k * f.ldt + w, MXC_UNIT, &F.full[b]);
-            bulk_load(dst + MXC_UNIT, f.sAt + (mx_i64)(x.k >> 5) * f.ldt + w, MXC_UNIT, &F.full[b]);
-          }
+          const mx_i64 w = (mx_i64)(T.row0 & ~15);
+          mbar_expect_tx(&F.full[b], 2 * MXC_UNIT);
+          bulk_load(dst, f.At + (mx_i64)x.k * f.ldt + w, MXC_UNIT, &F.full[b]);
+          bulk_load(dst + MXC_UNIT, f.sAt + (mx_i64)(x.k >> 5) * f.ldt + w, MXC_UNIT, &F.full[b]);
         }
-      }
-      if (capt && nB > 0) {
-        // the B entries in k order (ties by entry: a column's entries are in k order already)
-        named_bar_sync(3, 96);   // every B entry's k is in s4
-        for (int j = gt; j < nB; j += 96) {
-          const int kj = (int)R.s4[nA + j];
-          int rank = 0;
-          for (int i = 0; i < nB; ++i) {
-            const int ki = (int)R.s4[nA + i];
-            rank += ki < kj || (ki == kj && i < j);
-          }
-          R.kord[rank] = (mx_u8)j;
-        }
-      } else if (gather && nB > 0) {
-        // Without A' transposed: the 96 gatherers fill each B entry's two units from A' and its
-        // stage scales as the main loop reads them (p.A, p.SA), a byte per row, at the offsets
-        // the bulk copies put them (row r of the tile at o + r); rows past the tile are zeros.
-        named_bar_sync(3, 96);   // every B entry's k is in s4
-        const int o = T.row0 & 15;
-        for (int x = gt; x < nB * 256; x += 96) {
-          const int j = x >> 8, r = x & 255, k = (int)R.s4[nA + j];
-          mx_u8 a = 0, sc = 0;
-          if (r < T.rows) {
-            const mx_i64 row = (mx_i64)T.row0 + r;
-            a = p.A[row * p.lda + k];
-            // the stage-uniform scale as its E8M0 byte: the exponent bits of the power of two
-            sc = (mx_u8)(__float_as_uint(p.SA[(mx_i64)(k >> 7) * p.ldsa + 4 * row + ((k >> 5) & 3)]) >> 23);
-          }
-          mx_u8* u = R.raw + MXC_UNIT * (nA + 2 * j) + o + r;
-          u[0] = a;
-          u[MXC_UNIT] = sc;
-        }
-        fence_proxy_async_smem();   // (these windows' next contents come from bulk copies)
       }
       mbar_arrive(&F.full[b]);   // 96 arrivals, each after the thread's own writes and copies' expect-tx
       a0 += nA; b0 += nB; ++rc;
@@ -405,31 +344,6 @@ MX_DEV void mxc_apply_b_tc(const MxcRound<U>& R, mx_u8* slab, float* acc, int wg
   }
 }
 
-// CAPT: the captured B entries (the first round's, in k order from `cur`) whose k lies in the
-// stage now in shared memory (k0 .. k0 + 127): this thread's tile row tr of A' and its stage
-// scale, as the gatherers' bulk copies would have put them in the entry's two units (row r at
-// o + r; the scale as its E8M0 byte, the exponent bits of the power of two). mxc_apply_b_tc
-// reads them back on the same thread (P's row tr). Returns the next entry.
-// Stage layout (MxtLay256, one 256-row TMA box, 128-byte swizzle from a 1024-byte aligned
-// base): row r's byte kk at r * 128 + ((kk / 16) ^ (r % 8)) * 16 + kk % 16; its four k32 scales
-// as floats at SA_OFF + 16 r.
-template <class LAY, int U>
-MX_DEV int mxc_capture(MxcRound<U>& R, const mx_u8* sg, int cur, int n, int k0, int tr) {
-  const int nA = R.nA;
-  mx_u8* const base = R.raw + R.o + tr;
-  for (; cur < n; ++cur) {
-    const int e = R.kord[cur];
-    const int kk = (int)R.s4[nA + e] - k0;   // >= 0: the entries before cur had smaller k
-    if (kk >= 128) break;
-    const mx_u8 a = sg[tr * 128 + ((((kk >> 4) ^ (tr & 7)) << 4) | (kk & 15))];
-    const float s = *reinterpret_cast<const float*>(sg + LAY::SA_OFF + 16 * tr + 4 * ((kk >> 5) & 3));
-    mx_u8* u = base + MXC_UNIT * (nA + 2 * e);
-    u[0] = a;
-    u[MXC_UNIT] = (mx_u8)(__float_as_uint(s) >> 23);
-  }
-  return cur;
-}
-
 // Waits for the next round (the consumers' sequence of rounds follows their tiles: while a
 // tile's last round is not taken, the next one is this tile's), adds it, releases it; returns
 // whether it was the tile's last. TCB: the B entries on the tensor cores (mxc_apply_b_tc).
@@ -532,7 +446,6 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
   typedef MxtLay256<SB2D> LAY;
   typedef MxcFix<STAGES, TCB> FS;
   static_assert(!TCB || (STAGES == 3 && !POLL), "the TCB slabs fit beside 3 stages; POLL would add them mid-loop");
-  constexpr bool CAPT = TCB && SB2D == 1;   // B's windows from the stages when At is null
   if (P.gate != nullptr && !mxt_chain_open(P)) return;   // the per-k32 kernel takes it
   const MxGemmParams& p = P.g;
   MX_DYN_SMEM(mxt_smem, 1024);
@@ -551,7 +464,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
     if (tid == 256)
       mxt_produce<SB2D, STAGES, 0, LAY>(P, g_start, g_pre, sbase, blockIdx.x, gridDim.x, full, empty);
     else if (fix != nullptr && tid >= 288)
-      mxc_gather<!SB2D, FS, CAPT>(p, *fix, F, g_start, g_pre, tid - 288);
+      mxc_gather<!SB2D>(p, *fix, F, g_start, g_pre, tid - 288);
     return;
   }
   setmaxnreg_inc<224>();
@@ -572,13 +485,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.f;
     bool tdone = fix == nullptr;   // this tile's last correction round added
-    // CAPT: the tile's first round, once ready, says whether its B entries are captured here
-    int ncap = 0, cur = 0;
-    if (CAPT && fix != nullptr && fix->At == nullptr) {
-      mbar_wait(&F.full[fb], fph);
-      if (F.buf[fb].cap) ncap = F.buf[fb].nB;
-    }
-    for (int k0 = 0; nst > 0; --nst, k0 += 128) {
+    for (; nst > 0; --nst) {
       const mx_u32 bst = sbase + stage * LAY::STAGE;
       const mx_u8* sg = sgen + stage * LAY::STAGE;
       mbar_wait(&full[stage], phase);
@@ -588,7 +495,6 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
       mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg + 1);
       wgmma_wait<0>();
       mxt_chain_promote<SB2D, LAY, 0>(acc + 64, t0, bst, sg, nullptr, wrow + 64, lane);
-      if (CAPT && cur < ncap) cur = mxc_capture<LAY>(F.buf[fb], sg, cur, ncap, k0, 128 * wg + lt);
       mbar_arrive_warp(&empty[stage], lane);
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
       // POLL: a round of this tile that is ready is added now (its partial is dead here), so

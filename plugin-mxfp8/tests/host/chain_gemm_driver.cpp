@@ -5,7 +5,7 @@
 // (mx_tgemm_chain_impl: the 4-stage build, or the 3-stage one with the A' B_res corrections on
 // the tensor cores, `_s3`) with both corrections.
 // Usage: driver IN OUT. IN: 9 little-endian i64 (E, M, N, K, FA, OUT_BF16, BUILD (0: 4 stages,
-// 1: _s3), GRID, TERMS (MxChainFix::terms: 3 both corrections, 0 none; | 8: At null)), then offs (E x i32), X (M x K bytes), its scales (M x KB), W (E x N x K bytes,
+// 1: _s3), GRID, TERMS (MxChainFix::terms: 3 both corrections, 0 none)), then offs (E x i32), X (M x K bytes), its scales (M x KB), W (E x N x K bytes,
 // E4M3), its tile scales (E x NB x KB), W transposed (E x K x N). OUT: status (2 x i32: flags,
 // residuals listed), then the output (M x N, bf16 or f32; poisoned first; untouched when the
 // status has flags: the backend runs the per-k32 kernel then).
@@ -174,9 +174,7 @@ int main(int argc, char** argv) {
     f.resA = rx.res.data(); f.cntA = rx.cnt.data(); f.resB = rw.res.data(); f.cntB = rw.cnt.data();
     f.Bt = wt.data(); f.sBo = sw.data(); f.At = at.data(); f.sAt = sat.data();
     f.bt_es = (mx_i64)K * N; f.ise = (mx_i64)NB * KB; f.isr = 1; f.isc = KB; f.ldt = ldt;
-    f.slots = slots; f.terms = (int)h[8] & 7;
-    // TERMS | 8: no A' transposed (the backend's default): the gatherers read A' and SA
-    if (h[8] & 8) { f.At = nullptr; f.sAt = nullptr; }
+    f.slots = slots; f.terms = (int)h[8];
     const simt_dim3 g3{(unsigned)grid, 1, 1};
     const MxGemmTmaParams& pb = P.b;
     const MxChainFix* pf = &P.f;

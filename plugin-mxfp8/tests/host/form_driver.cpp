@@ -30,11 +30,11 @@ int main(int argc, char** argv) {
                      at = poisoned(C * R), sat = poisoned(KB * R), mc = poisoned(NS * R),
                      sa = poisoned(NS * 4 * R * 4);
   std::vector<int> status(2, 0);
-  const bool wv = (h[5] & 1) != 0, no_at = (h[5] & 2) != 0;   // WV: 1 the wgrad values, | 2 at and sat null
+  const bool wv = h[5] != 0;
   std::vector<mx_u8> wvb = poisoned(wv ? 2 * R * C : 0);   // (not a NaN: a NaN poison would pass as a NaN value)
   MxQuantBlockFormParams p{};
   p.in = x.data(); p.q = q.data(); p.s = s.data(); p.q2 = q2.data(); p.s2 = s2.data();
-  p.at = no_at ? nullptr : at.data(); p.sat = no_at ? nullptr : sat.data(); p.mc = mc.data(); p.status = status.data();
+  p.at = at.data(); p.sat = sat.data(); p.mc = mc.data(); p.status = status.data();
   p.sa = reinterpret_cast<float*>(sa.data());
   p.R = (int)R; p.C = (int)C; p.mode = (int)h[3];
   p.wv = wv ? reinterpret_cast<mx_u16*>(wvb.data()) : nullptr;

@@ -425,8 +425,8 @@ pub(super) struct GemmCase {
     /// chained GEMM (`MXHOST_MX_CHAIN`) gets it right only through its corrections.
     pub(super) residual_carried: bool,
     /// Forward/dgrad: the same for B, in one output column of 32 ([`b_residual_carried`]):
-    /// few of B's residuals per 128-column tile, which the chained GEMM without A'
-    /// transposed adds from A' as its main loop holds it in shared memory.
+    /// a few of B's residuals per 128-column tile, which the chained GEMM adds back as its
+    /// A'·B_res corrections.
     pub(super) b_residual_carried: bool,
     /// With `mx`: the GPU operands quantized on the GPU (not uploaded from the CPU's
     /// quantization; the same bytes), the weight as the transposed result of a transposing

@@ -296,9 +296,9 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
             }
         }
     }
-    // B's residuals carrying the product in one column of 32: few per tile, which the chained
-    // GEMM takes from A' in its main loop's shared memory (f32 outputs: the other columns
-    // would hide a missing correction under bf16's gate).
+    // B's residuals carrying the product in one column of 32 (the chained GEMM's A'·B_res
+    // corrections, a few per tile; f32 outputs: the other columns would hide a missing
+    // correction under bf16's gate).
     for pass in [GemmPass::Forward, GemmPass::Dgrad] {
         for (layout, on_gpu) in [
             (WeightLayout::Nk, pass == GemmPass::Dgrad),

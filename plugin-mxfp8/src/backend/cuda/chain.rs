@@ -434,9 +434,8 @@ pub(super) fn launch_chained(
             cnt_b: pb(lb.cnt),
             bt,
             sbo: b.s,
-            // (0: the gatherers read A' itself; an annex filled without the copy has none)
-            at: if chain_block::a_transposed_copy() { pa(la.at) } else { 0 },
-            sat: if chain_block::a_transposed_copy() { pa(la.sat) } else { 0 },
+            at: pa(la.at),
+            sat: pa(la.sat),
             bt_es: (red * cols) as i64,
             ise: b.ise,
             isr: b.isr,

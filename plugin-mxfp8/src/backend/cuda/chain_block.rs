@@ -25,17 +25,6 @@ pub(super) fn block_enabled() -> bool {
     *B.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_BLOCK", true))
 }
 
-/// Whether A's chain form carries its transposed copy (`at`, `sat`): only with
-/// `MXHOST_MX_CHAIN_AT=1` (A/B timing) or `MXHOST_MX_CHAIN_VERIFY` (which compares it). Without
-/// it the one-block form kernel writes 3 bytes per element instead of 4 (5 instead of 6 with the
-/// wgrad values), and the chained forward/dgrad's gatherers read the columns of A' that B's
-/// residuals need from A' itself, a byte per row (mx_tgemm_chain.cuh, `gather`): a few per
-/// tile on the anchors' data, where the copy costs a full pass of stores.
-pub(super) fn a_transposed_copy() -> bool {
-    static T: OnceLock<bool> = OnceLock::new();
-    *T.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_AT", false) || super::chain_verify::enabled())
-}
-
 /// Whether the one-pass kernel takes an A of `rows × red` at `q`: whole 16-row groups (a warp's
 /// rows, and 16-byte transposed stores), whole 4-byte words, word-aligned bytes.
 fn takes(q: u64, (rows, red): (usize, usize)) -> bool {

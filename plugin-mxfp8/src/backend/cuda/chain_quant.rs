@@ -214,9 +214,8 @@ fn fused(
             s,
             q2: at(l.q2),
             s2: at(l.s2),
-            // (0: no transposed copy; the chained GEMM reads q2, chain_block::a_transposed_copy)
-            at: if chain_block::a_transposed_copy() { at(l.at) } else { 0 },
-            sat: if chain_block::a_transposed_copy() { at(l.sat) } else { 0 },
+            at: at(l.at),
+            sat: at(l.sat),
             mc,
             status: at(l.status),
             sa: at(l.sa),

@@ -138,7 +138,7 @@ impl Dev {
                 .result()
                 .map_err(drv("cuFuncSetAttribute(max dynamic shared memory)"))?;
             }
-            // 212992 / 216064 / 222208 B (mx_tgemm_*) or 228976 / 228992 B (mx_cgemm_*)
+            // 212992 / 216064 / 222208 B (mx_tgemm_*) or 228944 / 229200 B (mx_cgemm_*)
             // dynamic + a few KB static: fits Hopper's 227 KB opt-in; a device that cannot
             // give it leaves the kernel unusable (→ mx_gemm_*, or no chained GEMM).
             let big_smem = match unit {
@@ -202,9 +202,9 @@ pub(super) fn tgemm_smem(w2d: bool, tma_store: bool) -> u32 {
 /// slabs (run 111).
 pub(super) fn chain_smem(name: &str) -> u32 {
     if name.contains("_s3") {
-        228992
+        228736
     } else {
-        228976
+        228944
     }
 }
 
