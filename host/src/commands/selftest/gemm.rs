@@ -525,9 +525,10 @@ impl GemmCase {
 
 /// B's counterpart of [`residual_carried`], sparse: B's second 128-deep stage (reduction
 /// 128..256) is zero but in output columns c % 32 == 5, where it holds 2^12 at 128 and six of
-/// B's own values in 160..256; A is zero on 128..160. Re-encoded to one scale per stage, those
-/// six leave (12 binades below E4M3's subnormals) and carry ~-27 dB of the output, 24 of B's
-/// residuals at most per 128-column tile.
+/// B's own values in 160..256; A is zero on 128..160. Re-encoded to one scale per stage (~12
+/// binades above their blocks'), those six lose all or most of their bits to B's residual
+/// lists: at most 24 of B's residuals per 128-column tile, carrying (by estimate, not
+/// measured) ~-27 dB of those columns' output.
 fn b_residual_carried(
     a: &mut [f32],
     red: usize,
