@@ -67,16 +67,15 @@ impl Ctx {
         let mut b_vals = if g.pass == GemmPass::Wgrad {
             gen(rows, k, g.seed + 1, 1.0, false)
         } else {
-            gen(e * wshape[1], wshape[2], g.seed + 1, 0.05, false)
+            gen(e * wshape[1], wshape[2], g.seed + 1, WEIGHT_STD, false)
         };
+        // The reduction is the weight's stored axis 2 when forward reads [E, N, K] or dgrad
+        // reads [E, K, N], else its axis 1.
+        let red_last = (g.pass == GemmPass::Forward) != kn;
         if g.residual_carried {
-            // The reduction is the weight's stored axis 2 when forward reads [E, N, K] or
-            // dgrad reads [E, K, N], else its axis 1.
-            let red_last = (g.pass == GemmPass::Forward) != kn;
             residual_carried(&mut a, a_cols, &mut b_vals, wshape, red_last, g.seed);
         }
         if g.b_residual_carried {
-            let red_last = (g.pass == GemmPass::Forward) != kn;
             b_residual_carried(&mut a, a_cols, &mut b_vals, wshape, red_last);
         }
         let b_shape: Vec<u64> = if g.pass == GemmPass::Wgrad {
@@ -523,6 +522,9 @@ impl GemmCase {
     }
 }
 
+/// The standard deviation of the forward/dgrad weights' N(0, σ²) values.
+const WEIGHT_STD: f32 = 0.05;
+
 /// B's counterpart of [`residual_carried`], sparse: B's second 128-deep stage (reduction
 /// 128..256) is zero but in output columns c % 32 == 5, where it holds 2^12 at 128 and six of
 /// B's own values in 160..256; A is zero on 128..160. Re-encoded to one scale per stage (~12
@@ -556,7 +558,11 @@ fn b_residual_carried(
                 // six of the column's own values kept past the first block (c-dependent spots)
                 let kept = keep && r >= 160 && (r + 7 * c) % 16 == 0;
                 if !kept {
-                    b[i] = if keep && r == 128 { 4096.0 * 0.05 } else { 0.0 };
+                    b[i] = if keep && r == 128 {
+                        4096.0 * WEIGHT_STD
+                    } else {
+                        0.0
+                    };
                 }
             }
         }
@@ -610,7 +616,7 @@ fn residual_carried(
 
 #[cfg(test)]
 mod tests {
-    use super::b_residual_carried;
+    use super::{b_residual_carried, WEIGHT_STD};
 
     /// B's second stage after `b_residual_carried`: in each output column c % 32 == 5 the 2^12
     /// value at 128 and six of its own values in 160..256, zeros in every other column (so at
@@ -647,7 +653,7 @@ mod tests {
                     if c % 32 == 5 {
                         assert_eq!(
                             (nonzero, big),
-                            (6, 4096.0 * 0.05),
+                            (6, 4096.0 * WEIGHT_STD),
                             "column {c}, red_last {red_last}"
                         );
                     } else {
