@@ -22,6 +22,7 @@
 //! anything else as one `cublasGemmEx` per expert (the bf16 plugin has the full
 //! grouped/batched issuing logic; wgrad here has few experts or equal ones).
 
+use super::cublas_tune::{self, StridedGemm};
 use cudarc::cublas::sys as cb;
 use cudarc::driver::sys as cu;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
@@ -186,36 +187,53 @@ unsafe fn issue(stream: cu::CUstream, sh: &GemmShape, calls: &[GemmCall]) -> Plu
     let algo = cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
     with_cublas_handle(stream, |h| {
         if let Some((sa, sb, sc)) = strided_batch(calls, sh.out_bf16) {
+            let g = StridedGemm {
+                trans_a: sh.op_a == cb::cublasOperation_t::CUBLAS_OP_T,
+                trans_b: sh.op_b == cb::cublasOperation_t::CUBLAS_OP_T,
+                m: dim(c0.m)?,
+                n: dim(c0.n)?,
+                k: dim(c0.k)?,
+                lda,
+                ldb,
+                ldc,
+                strides: (sa, sb, sc),
+                batch: dim(calls.len())?,
+                out_bf16: sh.out_bf16,
+            };
             // SAFETY: call i reads A/B and writes C at the first call's pointers plus i
             // strides, i.e. exactly the pointers of `calls[i]` (the caller's contract).
-            let st = unsafe {
-                cb::cublasGemmStridedBatchedEx(
-                    h,
-                    sh.op_a,
-                    sh.op_b,
-                    dim(c0.m)?,
-                    dim(c0.n)?,
-                    dim(c0.k)?,
-                    scal(&alpha),
-                    c0.a as *const c_void,
-                    bf16,
-                    lda,
-                    sa,
-                    c0.b as *const c_void,
-                    bf16,
-                    ldb,
-                    sb,
-                    scal(&beta),
-                    c0.c as *mut c_void,
-                    ctype,
-                    ldc,
-                    sc,
-                    dim(calls.len())?,
-                    compute,
-                    algo,
-                )
+            let mut run_default = || {
+                let st = unsafe {
+                    cb::cublasGemmStridedBatchedEx(
+                        h,
+                        sh.op_a,
+                        sh.op_b,
+                        dim(c0.m)?,
+                        dim(c0.n)?,
+                        dim(c0.k)?,
+                        scal(&alpha),
+                        c0.a as *const c_void,
+                        bf16,
+                        lda,
+                        sa,
+                        c0.b as *const c_void,
+                        bf16,
+                        ldb,
+                        sb,
+                        scal(&beta),
+                        c0.c as *mut c_void,
+                        ctype,
+                        ldc,
+                        sc,
+                        g.batch,
+                        compute,
+                        algo,
+                    )
+                };
+                check("cublasGemmStridedBatchedEx", st)
             };
-            return check("cublasGemmStridedBatchedEx", st);
+            // SAFETY: as above; `run_default` issues exactly `g` on these pointers.
+            return unsafe { cublas_tune::run(stream, &g, (c0.a, c0.b, c0.c), &mut run_default) };
         }
         for c in calls {
             // SAFETY: this call's operands and output, by the caller's contract.

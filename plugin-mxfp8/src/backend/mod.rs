@@ -7,6 +7,8 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cublas;
 #[cfg(feature = "cuda")]
+pub mod cublas_tune;
+#[cfg(feature = "cuda")]
 pub mod cuda;
 
 use mxhost_plugin_abi::plugin_support::PluginResult;
