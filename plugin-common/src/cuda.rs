@@ -109,6 +109,15 @@ struct Handle(cb::cublasHandle_t);
 // SAFETY: a cuBLAS handle may be used from any thread, one at a time (the mutex).
 unsafe impl Send for Handle {}
 
+/// The current CUDA context as a map key (0 when none is current): libraries' handles
+/// belong to one context.
+pub fn current_context() -> usize {
+    let mut ctx: cu::CUcontext = std::ptr::null_mut();
+    // SAFETY: out-parameter.
+    unsafe { cu::cuCtxGetCurrent(&mut ctx) };
+    ctx as usize
+}
+
 /// Runs `f` with the cuBLAS handle bound to `stream` in the current context, under a
 /// process-wide lock (a handle is used by one thread at a time). Handles are created on
 /// first use (stream bound, FP32-only reductions: `CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`)
@@ -119,14 +128,12 @@ pub fn with_cublas_handle<T>(
     f: impl FnOnce(cb::cublasHandle_t) -> PluginResult<T>,
 ) -> PluginResult<T> {
     static HANDLES: OnceLock<Mutex<HashMap<(usize, usize), Handle>>> = OnceLock::new();
-    let mut ctx: cu::CUcontext = std::ptr::null_mut();
-    // SAFETY: out-parameter.
-    unsafe { cu::cuCtxGetCurrent(&mut ctx) };
+    let ctx = current_context();
     let mut map = HANDLES
         .get_or_init(|| Mutex::new(HashMap::new()))
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let h = match map.entry((ctx as usize, stream as usize)) {
+    let h = match map.entry((ctx, stream as usize)) {
         Entry::Occupied(o) => o.get().0,
         Entry::Vacant(v) => v.insert(create_handle(stream)?).0,
     };

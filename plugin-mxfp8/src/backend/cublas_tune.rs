@@ -2,8 +2,10 @@
 //! wgrad on every path; forward/dgrad on kept values): cuBLAS's own pick
 //! (`cublasGemmStridedBatchedEx`, `CUBLAS_GEMM_DEFAULT`) or one of the candidates cuBLASLt's
 //! heuristic offers for the same problem, whichever ran fastest when the problem was first
-//! seen. Why: on an H100 (docs/perf.md, run 165) a candidate ran a's wgrad 4–6 % and b's and c's
-//! kept-value forward 4–7 % faster than the default, while on other problems none beat it.
+//! seen. Why: cuBLAS's pick is not always its fastest on these problems at the power cap. On
+//! an H100 (docs/perf.md, runs 165–167) the chosen candidates ran the anchors' kept-value
+//! forwards 1.5–5.5 % and the wgrads on a and b 1–3.6 % faster; where none beat cuBLAS by 2 %
+//! (the dgrads on W of b and c, c's wgrad) the default stays.
 //!
 //! The choice is timed once per problem (shape, operations, leading dimensions, strides,
 //! batch, output type), on the call's own stream and buffers (the data matters: at the power
@@ -289,20 +291,18 @@ fn lt_handle() -> PluginResult<lt::cublasLtHandle_t> {
     // SAFETY: a cuBLASLt handle may be used from any thread; it holds no per-call state.
     unsafe impl Send for H {}
     static HANDLES: OnceLock<Mutex<HashMap<usize, H>>> = OnceLock::new();
-    let mut ctx: cu::CUcontext = std::ptr::null_mut();
-    // SAFETY: out-parameter.
-    unsafe { cu::cuCtxGetCurrent(&mut ctx) };
+    let ctx = mxhost_plugin_common::cuda::current_context();
     let mut map = HANDLES
         .get_or_init(|| Mutex::new(HashMap::new()))
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    if let Some(h) = map.get(&(ctx as usize)) {
+    if let Some(h) = map.get(&ctx) {
         return Ok(h.0);
     }
     let mut h: lt::cublasLtHandle_t = std::ptr::null_mut();
     // SAFETY: out-parameter.
     lt_check("cublasLtCreate", unsafe { lt::cublasLtCreate(&mut h) })?;
-    map.insert(ctx as usize, H(h));
+    map.insert(ctx, H(h));
     Ok(h)
 }
 
