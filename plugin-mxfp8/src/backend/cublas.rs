@@ -18,9 +18,11 @@
 //! `MXHOST_MX_FWD_DGRAD=auto|fp8|bf16`).
 //!
 //! Handles: one per (context, stream), created lazily with the stream bound, kept for the
-//! process. Equal, evenly spaced experts go out as one `cublasGemmStridedBatchedEx`,
-//! anything else as one `cublasGemmEx` per expert (the bf16 plugin has the full
-//! grouped/batched issuing logic; wgrad here has few experts or equal ones).
+//! process. Equal, evenly spaced experts go out as one strided batch, run by the algorithm
+//! [`super::cublas_tune`] measured fastest for that problem (`cublasGemmStridedBatchedEx`'s
+//! own or a cuBLASLt candidate), anything else as one `cublasGemmEx` per expert (the bf16
+//! plugin has the full grouped/batched issuing logic; wgrad here has few experts or equal
+//! ones).
 
 use super::cublas_tune::{self, StridedGemm};
 use cudarc::cublas::sys as cb;
