@@ -79,6 +79,7 @@ mod wgrad_values;
 use bf16_path::dequantize_into;
 use device::Call;
 use gemm::gemm;
+pub(crate) use gemm::gemm_trace;
 use quantize::{FlatOut, QuantJob};
 
 const ROWS: i32 = 1;
@@ -102,7 +103,7 @@ pub fn chained_gemm_requested() -> bool {
 /// A boolean environment switch of this backend (the `MXHOST_MX_*` A/B and diagnostic
 /// switches): unset or empty gives `default`; `0`, `off` and `false` are off; anything else
 /// is on. One rule for all of them, so `=1`, `=on` and `=true` mean the same everywhere.
-fn env_flag(name: &str, default: bool) -> bool {
+pub(crate) fn env_flag(name: &str, default: bool) -> bool {
     flag_value(std::env::var(name).ok().as_deref(), default)
 }
 

@@ -6,6 +6,7 @@ use cudarc::cublaslt::sys as lt;
 use cudarc::driver::result as cr;
 use cudarc::driver::sys as cu;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
+use mxhost_plugin_common::cuda::drv;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
@@ -18,10 +19,6 @@ fn lt_check(what: &str, st: lt::cublasStatus_t) -> PluginResult<()> {
             "cuBLASLt {what} failed: {st:?}"
         )))
     }
-}
-
-pub(super) fn drv<T>(what: &str, r: Result<T, cr::DriverError>) -> PluginResult<T> {
-    r.map_err(|e| PluginError::backend(format!("{what} failed: {e}")))
 }
 
 /// cuBLASLt's handle for the current context (created once, kept for the process).
@@ -238,9 +235,7 @@ impl LtProblem {
         let (alpha, beta) = (1.0f32, 0.0f32);
         // SAFETY: stream-ordered allocation on the caller's stream.
         let ws = if ws_bytes > 0 {
-            drv("cuMemAllocAsync", unsafe {
-                cr::malloc_async(stream, ws_bytes)
-            })?
+            unsafe { cr::malloc_async(stream, ws_bytes) }.map_err(drv("cuMemAllocAsync"))?
         } else {
             0
         };
@@ -268,7 +263,7 @@ impl LtProblem {
         };
         if ws != 0 {
             // SAFETY: allocated above on this stream.
-            drv("cuMemFreeAsync", unsafe { cr::free_async(ws, stream) })?;
+            (unsafe { cr::free_async(ws, stream) }).map_err(drv("cuMemFreeAsync"))?;
         }
         lt_check("cublasLtMatmul", st)
     }

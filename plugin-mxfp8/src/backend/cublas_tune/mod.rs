@@ -28,12 +28,14 @@
 mod choices;
 mod lt;
 
+use super::cuda::{env_flag, gemm_trace};
 pub use choices::Choice;
 use choices::{choices, device_tag, save};
 use cudarc::driver::result as cr;
 use cudarc::driver::sys as cu;
-use lt::{drv, LtProblem};
+use lt::LtProblem;
 use mxhost_plugin_abi::plugin_support::PluginResult;
+use mxhost_plugin_common::cuda::drv;
 use std::sync::OnceLock;
 
 /// One strided-batch GEMM in cuBLAS's column-major terms: `C_i[m×n] = op_a(A_i) · op_b(B_i)`,
@@ -75,35 +77,16 @@ impl StridedGemm {
         )
     }
 }
-/// Whether the choice is made at all (`MXHOST_CUBLAS_TUNE`, on by default) and cuBLASLt loads.
+/// Whether the choice is made at all (`MXHOST_CUBLAS_TUNE`, on by default, the backend's
+/// switch rule) and cuBLASLt loads.
 pub fn enabled() -> bool {
     static E: OnceLock<bool> = OnceLock::new();
     *E.get_or_init(|| {
-        let on = !matches!(
-            std::env::var("MXHOST_CUBLAS_TUNE")
-                .ok()
-                .as_deref()
-                .map(str::trim),
-            Some("0") | Some("off") | Some("false")
-        );
         // SAFETY: only tries to dlopen the library candidates.
-        on && unsafe { cudarc::cublaslt::sys::is_culib_present() }
+        env_flag("MXHOST_CUBLAS_TUNE", true) && unsafe { cudarc::cublaslt::sys::is_culib_present() }
     })
 }
 
-/// `MXHOST_MX_GEMM_TRACE=1` (the backend's GEMM trace): one line per tuned problem.
-fn trace() -> bool {
-    static T: OnceLock<bool> = OnceLock::new();
-    *T.get_or_init(|| {
-        !matches!(
-            std::env::var("MXHOST_MX_GEMM_TRACE")
-                .ok()
-                .as_deref()
-                .map(str::trim),
-            None | Some("") | Some("0") | Some("off") | Some("false")
-        )
-    })
-}
 /// Runs `g` on `(a, b, c)`: with the problem's choice, timed first if it has none.
 /// `run_default` issues the default algorithm for the same problem and pointers.
 ///
@@ -202,18 +185,14 @@ unsafe fn tune(
     if cands.is_empty() {
         return Ok(Choice::Default);
     }
-    let e0 = drv(
-        "cuEventCreate",
-        cr::event::create(cu::CUevent_flags::CU_EVENT_DEFAULT),
-    )?;
-    let e1 = drv(
-        "cuEventCreate",
-        cr::event::create(cu::CUevent_flags::CU_EVENT_DEFAULT),
-    )?;
+    let e0 =
+        cr::event::create(cu::CUevent_flags::CU_EVENT_DEFAULT).map_err(drv("cuEventCreate"))?;
+    let e1 =
+        cr::event::create(cu::CUevent_flags::CU_EVENT_DEFAULT).map_err(drv("cuEventCreate"))?;
     // µs per run of candidate i (0: the default) over `reps` runs
     let mut time_runs = |i: usize, reps: usize| -> PluginResult<f32> {
         // SAFETY: events created above; the caller's stream.
-        drv("cuEventRecord", unsafe { cr::event::record(e0, stream) })?;
+        (unsafe { cr::event::record(e0, stream) }).map_err(drv("cuEventRecord"))?;
         for _ in 0..reps {
             if i == 0 {
                 run_default()?;
@@ -224,9 +203,9 @@ unsafe fn tune(
             }
         }
         // SAFETY: as above.
-        drv("cuEventRecord", unsafe { cr::event::record(e1, stream) })?;
-        drv("cuEventSynchronize", unsafe { cr::event::synchronize(e1) })?;
-        let ms = drv("cuEventElapsedTime", unsafe { cr::event::elapsed(e0, e1) })?;
+        (unsafe { cr::event::record(e1, stream) }).map_err(drv("cuEventRecord"))?;
+        (unsafe { cr::event::synchronize(e1) }).map_err(drv("cuEventSynchronize"))?;
+        let ms = unsafe { cr::event::elapsed(e0, e1) }.map_err(drv("cuEventElapsedTime"))?;
         Ok(ms * 1000.0 / reps as f32)
     };
     // per candidate (0: the default), the fastest round's µs per run
@@ -262,7 +241,7 @@ unsafe fn tune(
         Some(i) => Choice::Lt(cands[i].algo.data, cands[i].workspaceSize),
         None => Choice::Default,
     };
-    if trace() {
+    if gemm_trace() {
         let all: Vec<String> = best.iter().map(|t| format!("{t:.0}")).collect();
         eprintln!(
             "mxhost-plugin-mxfp8: cuBLAS tuning {}: default {:.0} µs, cuBLASLt candidates [{}] µs → {}",

@@ -690,7 +690,7 @@ fn gemm_family() -> PluginResult<GemmFamily> {
 }
 
 /// `MXHOST_MX_GEMM_TRACE=1`: one stderr line per GEMM launch (kernel, shape, fallback).
-pub(super) fn gemm_trace() -> bool {
+pub(crate) fn gemm_trace() -> bool {
     static T: OnceLock<bool> = OnceLock::new();
     *T.get_or_init(|| super::env_flag("MXHOST_MX_GEMM_TRACE", false))
 }
