@@ -1,8 +1,10 @@
 //! The choices of [`super`]: their text form, the process's map and the file
 //! `cublas-choices.txt` in the kernel cache directory that keeps them for later processes.
 
+use super::StridedGemm;
 use cudarc::cublaslt::sys as lt;
 use cudarc::driver::sys as cu;
+use mxhost_plugin_common::cuda::current_context;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -39,11 +41,46 @@ impl Choice {
         Some(Choice::Lt(v.try_into().ok()?, ws.parse().ok()?))
     }
 }
-/// The process's choices, keyed by the line a problem has in the choices file (GPU, library
-/// version and problem).
-pub(super) fn choices() -> &'static Mutex<HashMap<String, Choice>> {
-    static C: OnceLock<Mutex<HashMap<String, Choice>>> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(load_file()))
+/// The problem's choice: this process's for the current context, else the choices file's
+/// for this GPU and library (then kept for the process). The file and the GPU's name are
+/// only read when the process has none, so a known problem costs one map lookup.
+pub(super) fn known(g: &StridedGemm) -> Option<Choice> {
+    let key = (current_context(), *g);
+    let mut map = process_map().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = map.get(&key) {
+        return Some(*c);
+    }
+    let c = *file_choices().get(&file_key(g))?;
+    map.insert(key, c);
+    Some(c)
+}
+
+/// Keeps `c` as the problem's choice for the current context and, with `persist`, in the
+/// choices file.
+pub(super) fn keep(g: &StridedGemm, c: Choice, persist: bool) {
+    process_map()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert((current_context(), *g), c);
+    if persist {
+        save(&file_key(g), c);
+    }
+}
+
+fn process_map() -> &'static Mutex<HashMap<(usize, StridedGemm), Choice>> {
+    static M: OnceLock<Mutex<HashMap<(usize, StridedGemm), Choice>>> = OnceLock::new();
+    M.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The choices file as read once per process, keyed by its lines' keys ([`file_key`]).
+fn file_choices() -> &'static HashMap<String, Choice> {
+    static F: OnceLock<HashMap<String, Choice>> = OnceLock::new();
+    F.get_or_init(load_file)
+}
+
+/// A problem's key in the file: the GPU, the library version and the problem.
+fn file_key(g: &StridedGemm) -> String {
+    format!("{}|{}", device_tag(), g.key_text())
 }
 
 fn file_path() -> Option<std::path::PathBuf> {
@@ -68,7 +105,7 @@ fn parse_choices(text: &str) -> HashMap<String, Choice> {
 }
 
 /// Appends one choice (best effort: a read-only cache only costs the timing again).
-pub(super) fn save(key: &str, c: Choice) {
+fn save(key: &str, c: Choice) {
     let Some(path) = file_path() else { return };
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
@@ -85,7 +122,7 @@ pub(super) fn save(key: &str, c: Choice) {
 
 /// The current context's GPU name and cuBLASLt's version, the part of a key that makes a
 /// choice valid only where it was made.
-pub(super) fn device_tag() -> String {
+fn device_tag() -> String {
     let mut dev: cu::CUdevice = 0;
     let mut name = [0 as std::ffi::c_char; 128];
     // SAFETY: out-parameters; a context is current (the caller's call).
@@ -108,7 +145,6 @@ pub(super) fn device_tag() -> String {
 }
 #[cfg(test)]
 mod tests {
-    use super::super::StridedGemm;
     use super::*;
 
     #[test]

@@ -30,7 +30,7 @@ mod lt;
 
 use super::cuda::{env_flag, gemm_trace};
 pub use choices::Choice;
-use choices::{choices, device_tag, save};
+use choices::{keep, known};
 use cudarc::driver::result as cr;
 use cudarc::driver::sys as cu;
 use lt::LtProblem;
@@ -103,13 +103,7 @@ pub unsafe fn run(
     if !enabled() {
         return run_default();
     }
-    let key = format!("{}|{}", device_tag(), g.key_text());
-    let known = choices()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&key)
-        .copied();
-    let choice = match known {
+    let choice = match known(g) {
         Some(ch) => ch,
         None => {
             // SAFETY: the caller's contract.
@@ -123,11 +117,7 @@ pub unsafe fn run(
                     Choice::Default
                 }
             };
-            choices()
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key.clone(), ch);
-            save(&key, ch);
+            keep(g, ch, true);
             ch
         }
     };
@@ -149,10 +139,7 @@ pub unsafe fn run(
                     "mxhost-plugin-mxfp8: cuBLASLt algorithm for {} failed ({e}); back to cuBLAS's own",
                     g.key_text()
                 );
-                choices()
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(key, Choice::Default);
+                keep(g, Choice::Default, false);
                 run_default()
             }
         },
