@@ -19,3 +19,11 @@ for p in 1 2; do
 done
 cp ~/.cache/mxhost/kernels/cublas-choices.txt "$OUT/" 2>/dev/null; echo "choices file: $(wc -l < "$OUT/cublas-choices.txt") lines"
 pack
+# Then where one `on` step with X and dY quantized with their wgrad values goes, kernel by kernel
+# (ncu, scripts/gpu-breakdown.sh; the step row in the default step's place through
+# MXHOST_BENCH_STEP_WGRAD_VALUES=1). cuBLAS's own algorithm (MXHOST_CUBLAS_TUNE=0): under ncu
+# the tuning's timing loops would be profiled launch by launch.
+MXHOST_BENCH_STEP_WGRAD_VALUES=1 MXHOST_CUBLAS_TUNE=0 ONLY="(bf16 in)" TAG=stepwv OUT="$OUT/breakdown" \
+    timeout 420 bash scripts/gpu-breakdown.sh > "$OUT/breakdown.txt" 2>&1
+echo "breakdown rc=$?"; grep -E "bench row|^ +[0-9.]+ +[0-9.]+  " "$OUT/breakdown.txt" | tail -80
+pack
