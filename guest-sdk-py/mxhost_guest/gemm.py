@@ -72,10 +72,14 @@ def quantize(x, spec):
     return _mx.quantize(x, spec)
 
 
-def quantize_with_transpose(x, spec):
+def quantize_with_transpose(x, spec, for_gemm=False):
     """x quantized, plus the same MX tensor with its last two axes swapped (the
     quantization of x transposed) from one pass: for a weight [E, N, K], the forward copy
-    and the dgrad copy [E, K, N] (pass it with weight layout kn)."""
+    and the dgrad copy [E, K, N] (pass it with weight layout kn). With `for_gemm` the plugin
+    may also write its GEMM form of both (quantize-options.for-gemm)."""
+    if for_gemm:
+        o = _mx.QuantizeOptions(transposed=True, keep_values=False, for_gemm=True)
+        return _mx.quantize_ext(x, spec, o)
     return _mx.quantize_with_transpose(x, spec)
 
 
@@ -84,18 +88,20 @@ def quantize_keep_values(x, spec):
     device memory per element): GEMMs on the BF16 tensor cores read them instead of
     expanding the bytes; on CUDA, forward and dgrad with both operands kept run on cuBLAS
     alone. The products are the same MX values."""
-    q, _ = _mx.quantize_ext(x, spec, _mx.QuantizeOptions(transposed=False, keep_values=True))
+    o = _mx.QuantizeOptions(transposed=False, keep_values=True, for_gemm=False)
+    q, _ = _mx.quantize_ext(x, spec, o)
     return q
 
 
-def quantize_with_wgrad_values(x, spec, offs, transposed=False, keep_values=False):
+def quantize_with_wgrad_values(x, spec, offs, transposed=False, keep_values=False,
+                               for_gemm=False):
     """x quantized (as `quantize`, or with the options of quantize-ext), plus x's wgrad
     values from the same pass where the plugin can: x [rows, C] quantized as wgrad
     quantizes a dense operand with these offsets, dequantized, in bf16. Returns
     (mx_tensor, transposed copy or None, values). Pass the values to `wgrad` with the same
     offsets and the spec's format and mode: they are multiplied as they are, so a training
     step reads X and dY once each."""
-    o = _mx.QuantizeOptions(transposed=transposed, keep_values=keep_values)
+    o = _mx.QuantizeOptions(transposed=transposed, keep_values=keep_values, for_gemm=for_gemm)
     return _mx.quantize_with_wgrad_values(x, spec, o, offs)
 
 

@@ -119,7 +119,8 @@ class GroupedLinear:
         if (o.weight_blocks_2d and "chained-gemm" in info.capabilities
                 and rows * n * k >= CHAINED_MIN_MACS):
             q, t = gemm.quantize_with_transpose(self.weight,
-                                                MxSpec(o.format, o.mode, BlockLayout_Tile32x32()))
+                                                MxSpec(o.format, o.mode, BlockLayout_Tile32x32()),
+                                                for_gemm=True)
             return q, t, gemm.WeightLayout.KN
 
         def kept(block):
@@ -135,14 +136,16 @@ class GroupedLinear:
                 return None
             raise
 
-    def _with_values(self, t, offs, keep):
-        """t quantized along its rows with its wgrad values from the same pass (and with
-        `keep` its own values kept, beside a weight's kept values), or None when the plugin
-        cannot write them (an older ABI)."""
+    def _with_values(self, t, offs, layout):
+        """t quantized along its rows with its wgrad values from the same pass (beside a
+        weight's kept values, layout nk, with its own values kept; beside a transposed copy,
+        layout kn, for a chained GEMM), or None when the plugin cannot write them (an older
+        ABI)."""
         o = self.options
         try:
             q, _, v = gemm.quantize_with_wgrad_values(t, MxSpec(o.format, o.mode, Along(1)), offs,
-                                                      keep_values=keep)
+                                                      keep_values=layout == gemm.WeightLayout.NK,
+                                                      for_gemm=layout == gemm.WeightLayout.KN)
             return q, v
         except Err as e:
             if e.value.kind == ErrorKind.UNSUPPORTED:
@@ -154,8 +157,9 @@ class GroupedLinear:
         the backward pass."""
         kept = self._weight_kept(x.shape()[0])
         w = gemm._Dense(self.weight) if kept is None else gemm._Quantized(kept[0])
-        # beside the weight's kept values (layout nk) x keeps its own too, and so will dy
-        xq = None if kept is None else self._with_values(x, offs, kept[2] == gemm.WeightLayout.NK)
+        # beside the weight's kept values (layout nk) x keeps its own too, and so will dy;
+        # beside its transposed copy (kn) both are quantized for the chained GEMM
+        xq = None if kept is None else self._with_values(x, offs, kept[2])
         if xq is None:
             y = gemm.forward(gemm._Dense(x), w, offs, self.options)
             self._saved = (x, False, list(offs), None if kept is None else kept[1:])
@@ -182,8 +186,7 @@ class GroupedLinear:
         x, x_values, offs, w_dgrad = self._saved
         self._saved = None
         # dy's wgrad values from the pass that quantizes it for dgrad (as forward's x)
-        keep = w_dgrad is not None and w_dgrad[1] == gemm.WeightLayout.NK
-        dyq = self._with_values(dy, offs, keep) if x_values and want_dx else None
+        dyq = self._with_values(dy, offs, w_dgrad[1]) if x_values and want_dx else None
         dy_wgrad = dy if dyq is None else dyq[1]
         self.grad = gemm.wgrad(gemm._Dense(dy_wgrad), gemm._Dense(x), offs, self.options)
         del x

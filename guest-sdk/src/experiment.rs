@@ -126,6 +126,7 @@ pub mod gemm {
         let options = QuantizeOptions {
             transposed: false,
             keep_values: true,
+            for_gemm: false,
         };
         mx::quantize_ext(x, spec, options).map(|(q, _)| q)
     }

@@ -18,13 +18,12 @@
 //! same 2 bytes per element). Otherwise activations and gradients stay dense (quantized in
 //! the call).
 //!
-//! With 32×32 weight blocks, a plugin that reports `chained-gemm` (mxfp8 under
-//! `MXHOST_MX_CHAIN=on`) and a GEMM of at least [`CHAINED_MIN_MACS`] multiply-adds, the
-//! weight is quantized with its transposed copy instead of its values
-//! (`gemm::quantize_with_transpose`: forward reads `[E, N, K]`, dgrad `[E, K, N]`), which is
-//! what the chained GEMM reads; kept values would send both GEMMs to cuBLAS and leave the
-//! annexes of X's and dY's quantizations unread (docs/perf.md run 154: that step 8–11 %
-//! slower).
+//! With 32×32 weight blocks, a plugin that reports `chained-gemm` (mxfp8 on a Hopper GPU,
+//! unless `MXHOST_MX_CHAIN=off`) and a GEMM of at least [`CHAINED_MIN_MACS`] multiply-adds,
+//! the weight is quantized with its transposed copy instead of its values (forward reads
+//! `[E, N, K]`, dgrad `[E, K, N]`), and the weight, X and dY are quantized `for_gemm`: the
+//! plugin writes the chained GEMM's forms beside them; kept values would send both GEMMs to
+//! cuBLAS and leave those forms unread (docs/perf.md run 154: that step 8–11 % slower).
 //!
 //! ```ignore
 //! let mut moe = MoeLayer::new(MoeConfig { experts: 8, hidden: 256, ffn: 512, top_k: 2, ..Default::default() }, seed)?;
@@ -83,6 +82,8 @@ struct LinearSaved {
     x_values: bool,
     /// X was quantized with its values kept (beside the weight's): dY is too.
     keep: bool,
+    /// X was quantized for a chained GEMM (beside the weight's transposed copy): dY is too.
+    for_gemm: bool,
     offs: Vec<i32>,
     w_dgrad: Option<DgradWeight>,
 }
@@ -208,16 +209,18 @@ impl GroupedLinear {
     /// `None` when the plugin cannot write them (an older ABI): the caller passes `t`
     /// dense instead.
     /// With `keep`, the MX tensor keeps its values too (for a GEMM on cuBLAS beside the
-    /// weight's kept values, which then expands nothing).
+    /// weight's kept values, which then expands nothing); with `for_gemm`, the plugin's GEMM
+    /// form (for a chained GEMM beside the weight's transposed copy).
     fn quantize_with_values(
         &self,
         t: &Tensor,
         offs: &[i32],
-        keep: bool,
+        (keep, for_gemm): (bool, bool),
     ) -> R<Option<(MxTensor, Tensor)>> {
         let options = crate::QuantizeOptions {
             transposed: false,
             keep_values: keep,
+            for_gemm,
         };
         match gemm::quantize_with_wgrad_values(t, self.spec(BlockLayout::Along(1)), options, offs) {
             Ok((q, _, v)) => Ok(Some((q, v))),
@@ -233,7 +236,13 @@ impl GroupedLinear {
         match prep {
             WeightPrep::Dense => Ok(None),
             WeightPrep::WithTranspose => {
-                let (q, t) = gemm::quantize_with_transpose(&self.weight, tiles)?;
+                let options = crate::QuantizeOptions {
+                    transposed: true,
+                    keep_values: false,
+                    for_gemm: true,
+                };
+                let (q, t) = gemm::quantize_ext(&self.weight, tiles, options)?;
+                let t = t.ok_or_else(|| invalid("quantize-ext gave no transposed copy".into()))?;
                 let t = DgradWeight {
                     q: t,
                     layout: WeightLayout::Kn,
@@ -274,7 +283,8 @@ impl GroupedLinear {
             // wgrad); backward keeps the values instead of X. Beside kept weight values X
             // keeps its own too, and so will dY.
             let keep = prep == WeightPrep::KeptValues;
-            let (y, x, x_values) = match self.quantize_with_values(&x, offs, keep)? {
+            let for_gemm = prep == WeightPrep::WithTranspose;
+            let (y, x, x_values) = match self.quantize_with_values(&x, offs, (keep, for_gemm))? {
                 Some((qx, xv)) => {
                     let (a, b) = (Operand::Quantized(&qx), Operand::Quantized(&qw));
                     (gemm::forward(a, b, offs, &self.options)?, xv, true)
@@ -292,6 +302,7 @@ impl GroupedLinear {
                 x,
                 x_values,
                 keep,
+                for_gemm,
                 offs: offs.to_vec(),
                 w_dgrad,
             });
@@ -307,6 +318,7 @@ impl GroupedLinear {
             x,
             x_values: false,
             keep: false,
+            for_gemm: false,
             offs: offs.to_vec(),
             w_dgrad: None,
         });
@@ -335,6 +347,7 @@ impl GroupedLinear {
             x,
             x_values,
             keep,
+            for_gemm,
             offs,
             w_dgrad,
         } = self
@@ -344,7 +357,7 @@ impl GroupedLinear {
         // Where forward kept X's wgrad values, dY gets its own from the pass that quantizes
         // it for dgrad (only when dgrad runs: wgrad alone reads dY once either way).
         let dy_q = if x_values && want_dx {
-            self.quantize_with_values(dy, &offs, keep)?
+            self.quantize_with_values(dy, &offs, (keep, for_gemm))?
         } else {
             None
         };

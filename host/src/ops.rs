@@ -109,6 +109,11 @@ pub struct QuantizeExtras {
     /// same pass, so that GEMMs on the BF16 tensor cores (the dequantize-to-BF16 path)
     /// skip their expansion pass. Needs a plugin of ABI minor ≥ 2.
     pub keep_values: bool,
+    /// The tensor is quantized to be a forward or dgrad operand: the plugin may write its
+    /// GEMM form beside it (an annex; mxfp8 on a Hopper GPU: the chained GEMM's stage
+    /// re-encoding) so those GEMMs run faster. Results are the same. Told to plugins of ABI
+    /// minor ≥ 6; ignored by others and where a plugin has no such form.
+    pub for_gemm: bool,
 }
 
 /// Quantize `x` and, from the same pass, the same MX tensor with its last two axes
@@ -289,7 +294,7 @@ fn quantize_full(
     // The plugin's annexes (ABI 1.3), allocated as it asks; their writable views are taken
     // while they are unshared.
     let annex_for = |q: &mut MxTensor| -> OpResult<TensorView> {
-        let words = annex_words(plugin, q, extras.keep_values, partner_kept)?;
+        let words = annex_words(plugin, q, extras, partner_kept)?;
         if words == 0 {
             return Ok(TensorView::absent());
         }
@@ -364,7 +369,7 @@ fn link_partners(a: &mut MxTensor, b: &mut MxTensor) {
 fn annex_words(
     plugin: &LoadedPlugin,
     q: &MxTensor,
-    keeps_values: bool,
+    extras: QuantizeExtras,
     partner_kept: bool,
 ) -> OpResult<u64> {
     let Some(f) = plugin.annex_words else {
@@ -380,8 +385,9 @@ fn annex_words(
         format: q.format as u32,
         block: q.block,
         device: q.data.device() as u32,
-        keeps_values: keeps_values as u32,
+        keeps_values: extras.keep_values as u32,
         partner_kept: partner_kept as u32,
+        for_gemm: (extras.for_gemm && plugin.abi_minor >= 6) as u32,
     };
     Ok(call::annex_words(plugin, f, &query)?)
 }

@@ -418,10 +418,17 @@ pub struct AnnexQuery {
     /// partner's bytes instead of holding a copy of them. 0 in an older query (which ends
     /// before this field).
     pub partner_kept: u32,
+    /// ABI 1.6: 1 when the caller quantizes the tensor to be a GEMM operand and wants the
+    /// plugin's GEMM form of it if the plugin has one (WIT `quantize-options.for-gemm`). A
+    /// plugin may give an annex without it (a setting of its own) or none with it. 0 in an
+    /// older query (which ends before this field).
+    pub for_gemm: u32,
 }
 
 /// `struct_size` of an [`AnnexQuery`] written by an ABI 1.3 host (no `partner_kept`).
 pub const ANNEX_QUERY_SIZE_1_3: usize = std::mem::offset_of!(AnnexQuery, partner_kept);
+/// `struct_size` of an [`AnnexQuery`] written by an ABI 1.4–1.5 host (no `for_gemm`).
+pub const ANNEX_QUERY_SIZE_1_5: usize = std::mem::offset_of!(AnnexQuery, for_gemm);
 
 impl MxTensorView {
     /// The "absent" view (`struct_size` 0, null buffers).
@@ -523,7 +530,8 @@ mod tests {
             assert!(QUANTIZE_DESC_SIZE_1_1 < QUANTIZE_DESC_SIZE_1_2);
             assert!(QUANTIZE_DESC_SIZE_1_2 < QUANTIZE_DESC_SIZE_1_4);
             assert!(QUANTIZE_DESC_SIZE_1_4 < std::mem::size_of::<QuantizeDesc>());
-            assert!(ANNEX_QUERY_SIZE_1_3 < std::mem::size_of::<AnnexQuery>());
+            assert!(ANNEX_QUERY_SIZE_1_3 < ANNEX_QUERY_SIZE_1_5);
+            assert!(ANNEX_QUERY_SIZE_1_5 < std::mem::size_of::<AnnexQuery>());
         }
     }
 }

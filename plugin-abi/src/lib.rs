@@ -36,7 +36,9 @@
 //! `QuantizeDesc::wgrad_values` / `wgrad_offs` / `wgrad_num_groups` (also write the values
 //! wgrad would quantize the input to, from the same pass) and the operand kind
 //! `DenseMxValues` that hands them to wgrad; a host uses either only with plugins that
-//! report minor ≥ 5.
+//! report minor ≥ 5. 1.6 appended `AnnexQuery::for_gemm` (the caller quantizes the tensor
+//! to be a GEMM operand: a plugin may give it an annex by default and others none); a host
+//! sets it only for plugins that report minor ≥ 6.
 
 use std::ffi::{c_char, c_void};
 
@@ -50,7 +52,7 @@ pub const ENTRY_SYMBOL: &[u8] = b"mxhost_plugin_entry\0";
 /// `"MXHOSTPL"` in ASCII: the first field of every [`PluginApi`].
 pub const PLUGIN_MAGIC: u64 = 0x4D58_484F_5354_504C;
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 5;
+pub const ABI_MINOR: u32 = 6;
 
 /// ABI 1.3: the size, in i32 words, of the annex a plugin wants beside the MX tensor that
 /// `query` describes (0: none); written to `words`.

@@ -546,6 +546,8 @@ pub struct AnnexSpec {
     /// ABI 1.4: the host keeps the partner result of a transposing quantize alive as long
     /// as this annex (false in a 1.3 query).
     pub partner_kept: bool,
+    /// ABI 1.6: the tensor is quantized to be a GEMM operand (false in an older query).
+    pub for_gemm: bool,
 }
 
 impl AnnexSpec {
@@ -581,6 +583,7 @@ impl AnnexSpec {
             device,
             keeps_values: q.keeps_values != 0,
             partner_kept: q.partner_kept != 0,
+            for_gemm: q.for_gemm != 0,
         })
     }
 }

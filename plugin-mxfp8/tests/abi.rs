@@ -650,6 +650,7 @@ fn annex_query(shape: &[u64], block: BlockLayout, device: DeviceKind) -> AnnexQu
         device: device as u32,
         keeps_values: 0,
         partner_kept: 0,
+        for_gemm: 0,
     }
 }
 
@@ -691,6 +692,15 @@ fn annex_sizes_are_answered_and_bad_queries_refused() {
     let mut kept = q;
     kept.partner_kept = 1;
     assert_eq!(annex_words_of(&kept), (Status::Ok, String::new(), 0));
+    // ABI 1.6 hosts say whether the tensor is quantized for a GEMM; a 1.4-1.5 query ends
+    // before that field and is still answered (a CPU tensor gets no annex either way).
+    let mut older = q;
+    older.struct_size = ANNEX_QUERY_SIZE_1_5;
+    older.for_gemm = 1;
+    assert_eq!(annex_words_of(&older), (Status::Ok, String::new(), 0));
+    let mut for_gemm = q;
+    for_gemm.for_gemm = 1;
+    assert_eq!(annex_words_of(&for_gemm), (Status::Ok, String::new(), 0));
     let f = api().annex_words.unwrap();
     // SAFETY: null output pointer: refused before anything is written.
     let (st, _) = call(|e| unsafe { f(&q, std::ptr::null_mut(), e) });

@@ -285,6 +285,7 @@ fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
     let plain = QuantizeOptions {
         transposed: false,
         keep_values: false,
+        for_gemm: false,
     };
     let (vx, _, xv) = quantize_with_wgrad_values(&p.x.0, along(1), plain, &p.offs)?;
     let (vdy, _, dyv) = quantize_with_wgrad_values(&p.dy.0, along(1), plain, &p.offs)?;

@@ -255,6 +255,7 @@ impl mx::Host for HostState {
         let extras = ops::QuantizeExtras {
             transposed: options.transposed,
             keep_values: options.keep_values,
+            for_gemm: options.for_gemm,
         };
         let block = block_from_wit(spec.block);
         let (q, t) = ops::quantize_with(&plugin, &x, format, mode, block, extras)?;
@@ -283,6 +284,7 @@ impl mx::Host for HostState {
         let extras = ops::QuantizeExtras {
             transposed: options.transposed,
             keep_values: options.keep_values,
+            for_gemm: options.for_gemm,
         };
         let fmb = (format, mode, block_from_wit(spec.block));
         let (q, t, v) = ops::quantize_with_wgrad_values(&plugin, &x, fmb, extras, &offs)?;

@@ -92,12 +92,15 @@ pub struct CudaBackend;
 
 pub use mxhost_plugin_common::cuda::driver_present;
 
-/// Whether `MXHOST_MX_CHAIN` asks for the chained GEMM (`on` or `always`).
+/// Whether forward and dgrad can take the chained GEMM in this process: `MXHOST_MX_CHAIN=on`
+/// or `always`, or `auto` (the default) on a machine with a device that fills annexes (for
+/// operands quantized for a GEMM).
 pub fn chained_gemm_requested() -> bool {
-    matches!(
-        chain::mode(),
-        Ok(chain::ChainMode::On | chain::ChainMode::Always)
-    )
+    match chain::mode() {
+        Ok(chain::ChainMode::On | chain::ChainMode::Always) => true,
+        Ok(chain::ChainMode::Auto) => chain_annex::some_device_fills_annexes(),
+        Ok(chain::ChainMode::Off) | Err(_) => false,
+    }
 }
 
 /// A boolean environment switch of this backend (the `MXHOST_MX_*` A/B and diagnostic

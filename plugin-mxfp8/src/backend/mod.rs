@@ -38,9 +38,10 @@ pub fn cuda_driver_present() -> bool {
     }
 }
 
-/// Whether forward and dgrad take the chained GEMM on a GPU in this process
-/// (`MXHOST_MX_CHAIN=on` or `always`; false without the `cuda` feature, or when the variable
-/// holds something else, which the GEMM calls themselves report).
+/// Whether forward and dgrad can take the chained GEMM on a GPU in this process
+/// (`MXHOST_MX_CHAIN=on` or `always`, or the default `auto` where a device fills annexes;
+/// false without the `cuda` feature, under `off`, or when the variable holds something
+/// else, which the GEMM calls themselves report).
 pub fn chained_gemm_requested() -> bool {
     #[cfg(feature = "cuda")]
     {

@@ -22,6 +22,7 @@ pub(super) fn quantize_kept(
     let keep = ops::QuantizeExtras {
         transposed: false,
         keep_values: true,
+        for_gemm: false,
     };
     ops::quantize_with(plugin, t, MxFormat::E4m3, ScaleMode::Rceil, block, keep).map(|r| r.0)
 }

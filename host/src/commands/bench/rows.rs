@@ -83,10 +83,32 @@ pub(super) fn bench_shape(
             BlockLayout::tile(),
         )
     };
+    // The GEMM rows' operands are quantized as a guest quantizes them for forward and dgrad
+    // (guest-sdk's GroupedLinear): `for_gemm` where the plugin reports a chained GEMM, so
+    // mxfp8 on a Hopper GPU writes the chained GEMM's forms by default (`MXHOST_MX_CHAIN`
+    // unset). The quantize rows above time the plain calls.
+    let for_gemm = plugin.has(caps::CHAINED_GEMM);
+    let q_gemm = |t: &Tensor, transposed: bool| {
+        let extras = ops::QuantizeExtras {
+            transposed,
+            keep_values: false,
+            for_gemm,
+        };
+        // (a weight with its copy in 32×32 tiles; X and dY 1×32 along their rows)
+        let block = match transposed {
+            true => BlockLayout::tile(),
+            false => BlockLayout::vector(1),
+        };
+        ops::quantize_with(plugin, t, MxFormat::E4m3, ScaleMode::Rceil, block, extras)
+    };
+    let qwt_gemm = |w: &Tensor| -> OpResult<(MxTensor, MxTensor)> {
+        let (q, t) = q_gemm(w, true)?;
+        Ok((q, t.expect("requested")))
+    };
     // The weight in both layouts from one pass: [E, N, K] for forward, [E, K, N] for dgrad.
     let ((qx, (qw, qw_t)), qdy) = (
-        (q(&x, BlockLayout::vector(1))?, qwt(&w)?),
-        q(&dy, BlockLayout::vector(1))?,
+        (q_gemm(&x, false)?.0, qwt_gemm(&w)?),
+        q_gemm(&dy, false)?.0,
     );
     let cfg_kn = GemmConfig {
         weight_layout: WeightLayout::Kn,
@@ -197,6 +219,7 @@ pub(super) fn bench_shape(
         let extras = ops::QuantizeExtras {
             transposed: false,
             keep_values: keep,
+            for_gemm: for_gemm && !keep,
         };
         if with_values {
             let (q, _, v) = ops::quantize_with_wgrad_values(plugin, t, fmb, extras, &offs)?;
@@ -212,7 +235,7 @@ pub(super) fn bench_shape(
         let (qw, qw_dgrad, cfg_dgrad) = if recipe.keep_w {
             (quantize_kept(plugin, &w, BlockLayout::tile())?, None, &cfg)
         } else {
-            let (qw, qw_t) = qwt(&w)?;
+            let (qw, qw_t) = qwt_gemm(&w)?;
             (qw, Some(qw_t), &cfg_kn)
         };
         let (qdy, dyv) = qv(&dy, recipe.wgrad_values, recipe.keep_x)?;

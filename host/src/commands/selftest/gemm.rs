@@ -162,8 +162,9 @@ impl Ctx {
         // Values kept (ABI 1.2): the GPU operands quantized on the GPU with their bf16
         // values (the same bytes: the quantizer checks above are bit-exact), the weight
         // with swapped values by quantizing its transpose with a transposed copy.
-        // Quantized on the GPU without values (`quantized_on_gpu`): the same path, so that
-        // the plugin's annexes (ABI 1.3, under MXHOST_MX_CHAIN) come along.
+        // Quantized on the GPU without values (`quantized_on_gpu`): the same path, for a GEMM
+        // (ABI 1.6 `for_gemm`), so that the plugin's annexes (ABI 1.3) come along as they
+        // come for guest-sdk's GroupedLinear: the chained GEMM by default on a Hopper GPU.
         let on_gpu = g
             .keep_values
             .or(g.quantized_on_gpu.then_some(g.layout == WeightLayout::Kn))
@@ -199,6 +200,7 @@ impl Ctx {
                 let keep = ops::QuantizeExtras {
                     transposed: false,
                     keep_values: g.keep_values.is_some(),
+                    for_gemm: g.keep_values.is_none(),
                 };
                 let q = |t: &Tensor, blk, extras| {
                     ops::quantize_with(&self.plugin, t, g.format, ScaleMode::Rceil, blk, extras)

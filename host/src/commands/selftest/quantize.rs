@@ -97,6 +97,7 @@ impl Ctx {
                 let extras = ops::QuantizeExtras {
                     transposed: rank >= 2,
                     keep_values: true,
+                    for_gemm: false,
                 };
                 let (vq_c, _) = ops::quantize_with(&self.plugin, &xc, format, mode, block, extras)?;
                 let (vq_g, vt_g) =

@@ -58,6 +58,7 @@ impl Ctx {
             let extras = ops::QuantizeExtras {
                 transposed: false,
                 keep_values: keep,
+                for_gemm: false,
             };
             let with_values = |t: &Tensor| {
                 ops::quantize_with_wgrad_values(&self.plugin, t, fmb, extras, &offs)

@@ -1,5 +1,6 @@
-//! The chained forward/dgrad (`mx_chain_gemm.cu`; docs/perf.md runs 89–115), opt-in with
-//! `MXHOST_MX_CHAIN=on`. Both operands come re-encoded to one scale per 128-deep stage: from
+//! The chained forward/dgrad (`mx_chain_gemm.cu`; docs/perf.md runs 89–115): by default
+//! (`MXHOST_MX_CHAIN` unset or `auto`) for operands quantized for a GEMM (WIT
+//! `quantize-options.for-gemm`), with `MXHOST_MX_CHAIN=on` wherever it applies. Both operands come re-encoded to one scale per 128-deep stage: from
 //! the annexes their quantize calls filled ([`super::chain_annex`]), or re-encoded in the call
 //! when an operand has none. This is exact: the elements that do not survive the shift go to
 //! per-row residual lists. Then the 256 × 128 chained GEMM runs: it promotes once per stage
@@ -15,7 +16,7 @@
 //! with outlier channels give X's form 3–6e-4 residuals per element and weights with
 //! lognormal(0, 0.5) input channels 1.2e-4, against the gate's 1e-4 (docs/perf.md, "Residuals
 //! on structured activations", `examples/wgrad_stage_residuals.rs`). The gate memory
-//! ([`chain_memory`], on under `on`) stops paying for the annexes after an operand's first
+//! ([`chain_memory`], on under `on` and `auto`) stops paying for the annexes after an operand's first
 //! closed gate, re-trying every 16th call (runs 141–143).
 //!
 //! `on` is not the default for the annexes' memory (at least 2 bytes per element of X and dY,
@@ -73,8 +74,14 @@ const MAX_RESIDUALS_PER_ELEMENT: f64 = 1e-4;
 /// What `MXHOST_MX_CHAIN` asks for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum ChainMode {
-    /// The per-k32 kernels only (the default).
+    /// The per-k32 kernels only.
     Off,
+    /// The default: as `On`, for the tensors whose quantize call asked for a GEMM form
+    /// (ABI 1.6 `AnnexQuery::for_gemm`, WIT `quantize-options.for-gemm`): only they get an
+    /// annex, and only a forward or dgrad whose two operands carry one takes the chained
+    /// GEMM (no chain form is made inside a GEMM call, and wgrad stays off it). A plain
+    /// quantize call writes what it writes with the chain off.
+    Auto,
     /// The chained GEMM where it applies, unless the operands have more than
     /// [`MAX_RESIDUALS_PER_ELEMENT`] residuals.
     On,
@@ -85,11 +92,12 @@ pub(super) enum ChainMode {
 
 fn parse_mode(v: Option<&str>) -> PluginResult<ChainMode> {
     match v.map(str::trim) {
-        None | Some("") | Some("off") | Some("0") => Ok(ChainMode::Off),
+        None | Some("") | Some("auto") => Ok(ChainMode::Auto),
+        Some("off") | Some("0") => Ok(ChainMode::Off),
         Some("on") | Some("1") => Ok(ChainMode::On),
         Some("always") => Ok(ChainMode::Always),
         Some(other) => Err(PluginError::invalid(format!(
-            "MXHOST_MX_CHAIN={other:?}: expected off (the default), on, or always (no residual limit)"
+            "MXHOST_MX_CHAIN={other:?}: expected auto (the default: for tensors quantized for a GEMM), off, on, or always (no residual limit)"
         ))),
     }
 }
@@ -520,7 +528,10 @@ mod tests {
 
     #[test]
     fn the_mode_variable_parses_and_rejects_typos() {
-        assert_eq!(parse_mode(None).unwrap(), ChainMode::Off);
+        assert_eq!(parse_mode(None).unwrap(), ChainMode::Auto);
+        assert_eq!(parse_mode(Some("")).unwrap(), ChainMode::Auto);
+        assert_eq!(parse_mode(Some("auto")).unwrap(), ChainMode::Auto);
+        assert_eq!(parse_mode(Some("0")).unwrap(), ChainMode::Off);
         assert_eq!(parse_mode(Some(" on ")).unwrap(), ChainMode::On);
         assert_eq!(parse_mode(Some("always")).unwrap(), ChainMode::Always);
         assert_eq!(parse_mode(Some("off")).unwrap(), ChainMode::Off);

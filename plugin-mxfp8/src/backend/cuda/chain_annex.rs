@@ -94,10 +94,11 @@ fn b_annex_bt(partner_kept: bool) -> BtAt {
 }
 
 /// ABI 1.3: the annex, in i32 words, that a quantize call fills with the tensor's chain form.
-/// It is 0 when `MXHOST_MX_CHAIN` is off, when the call keeps the values (such a weight stays
-/// on cuBLAS), and when no chained GEMM could read the tensor.
+/// It is 0 when `MXHOST_MX_CHAIN` is off, under `auto` (the default) when the call did not
+/// ask for a GEMM form (ABI 1.6 `for_gemm`), when the call keeps the values (such a weight
+/// stays on cuBLAS), and when no chained GEMM could read the tensor.
 pub(super) fn annex_words(spec: &AnnexSpec) -> PluginResult<u64> {
-    if mode()? == ChainMode::Off
+    if !mode_wants_annex(mode()?, spec.for_gemm)
         || spec.keeps_values
         || spec.device != DeviceKind::Cuda
         || !some_device_fills_annexes()
@@ -109,13 +110,23 @@ pub(super) fn annex_words(spec: &AnnexSpec) -> PluginResult<u64> {
         .map_or(0, |r| chain_form::annex_words(role_bytes(r, bt)) as u64))
 }
 
+/// Whether a quantize call under `mode` gets an annex as far as the mode goes: always under
+/// `on` and `always`, under `auto` when the call asked for a GEMM form.
+fn mode_wants_annex(mode: ChainMode, for_gemm: bool) -> bool {
+    match mode {
+        ChainMode::Off => false,
+        ChainMode::Auto => for_gemm,
+        ChainMode::On | ChainMode::Always => true,
+    }
+}
+
 /// Whether any CUDA device of this machine gets the sm_90a build ([`kernels::select_arch`],
 /// as the backend chooses it, `MXHOST_MX_PORTABLE` included) with a driver that has tensor
 /// maps, i.e. could fill annexes and run the chained GEMM. Without one an annex would be
 /// allocated and never written, so `annex_words` asks for none. (The query names no device:
 /// on a machine that mixes Hopper with other GPUs the others' tensors still get annexes,
 /// unused.) Asked of the driver without creating a context.
-fn some_device_fills_annexes() -> bool {
+pub(super) fn some_device_fills_annexes() -> bool {
     static S: OnceLock<bool> = OnceLock::new();
     *S.get_or_init(|| {
         if !driver_present() || cr::init().is_err() {
@@ -288,6 +299,22 @@ impl Annexes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_fills_annexes_only_for_tensors_quantized_for_a_gemm() {
+        use ChainMode::*;
+        for (mode, for_gemm, wanted) in [
+            (Off, false, false),
+            (Off, true, false),
+            (Auto, false, false),
+            (Auto, true, true),
+            (On, false, true),
+            (On, true, true),
+            (Always, false, true),
+        ] {
+            assert_eq!(mode_wants_annex(mode, for_gemm), wanted, "{mode:?} {for_gemm}");
+        }
+    }
 
     #[test]
     fn annexes_go_to_tensors_a_chained_gemm_reads() {

@@ -217,10 +217,10 @@ pub(super) fn active(mode: ChainMode) -> bool {
 
 const MEMORY_VAR: &str = "MXHOST_MX_CHAIN_MEMORY";
 
-/// [`active`]'s rule: under `on` unless the variable turns it off or VERIFY checks the annexes
-/// (it needs them all filled); never under `off` or `always`.
+/// [`active`]'s rule: under `on` and `auto` unless the variable turns it off or VERIFY checks
+/// the annexes (it needs them all filled); never under `off` or `always`.
 fn wanted(mode: ChainMode, var: Option<&str>, verify: bool) -> bool {
-    mode == ChainMode::On && super::flag_value(var, true) && !verify
+    matches!(mode, ChainMode::On | ChainMode::Auto) && super::flag_value(var, true) && !verify
 }
 
 /// The mapped pinned slots: `SLOTS` pairs of i32 the status merges write.
@@ -444,6 +444,7 @@ mod tests {
             "VERIFY needs every annex filled"
         );
         assert!(!wanted(ChainMode::Always, None, false));
+        assert!(wanted(ChainMode::Auto, None, false));
         assert!(!wanted(ChainMode::Off, Some("1"), false));
     }
 

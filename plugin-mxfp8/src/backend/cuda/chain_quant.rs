@@ -161,7 +161,8 @@ pub(super) fn quantize_dense_a(
     let Some(kernel) = one_pass(rows) else {
         return Ok(None);
     };
-    if chain::mode()? == ChainMode::Off
+    // (`auto` makes no chain form inside a GEMM call: only annexes from quantize calls)
+    if !matches!(chain::mode()?, ChainMode::On | ChainMode::Always)
         || !red.is_multiple_of(32)
         || !x.is_multiple_of(16)
         || !chain::would_take(call, fmt, b, out_bf16, (e, rows, cols))?

@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 pub(super) fn enabled() -> PluginResult<bool> {
     static W: OnceLock<bool> = OnceLock::new();
     let on = *W.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_WGRAD", false));
-    Ok(on && chain::mode()? != ChainMode::Off)
+    Ok(on && matches!(chain::mode()?, ChainMode::On | ChainMode::Always))
 }
 
 /// Why the chained wgrad cannot take `e` experts with GEMM rows `pr` (the A operand's rows)

@@ -196,10 +196,14 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             // the FP8 kernel's 1.02-1.12x, A's pass costing at most 3 B per element).
             // MXHOST_MX_CHAIN=on|always keeps a GEMM the chained kernel can take on the FP8
             // path (the auto rule would send a and b to cuBLAS), unless the weight's values
-            // are kept: cuBLAS on them beat the chained pipeline by 1.3-1.9x (run 105).
+            // are kept: cuBLAS on them beat the chained pipeline by 1.3-1.9x (run 105). Under
+            // `auto` (the default) only operands quantized for a GEMM, both with annexes, do.
             let chain_mode = chain::mode()?;
-            let chain_fits =
-                chain_mode != ChainMode::Off && chain::shape_refusal(e, rows, cols).is_none();
+            let chain_fits = match chain_mode {
+                ChainMode::Off => false,
+                ChainMode::Auto => annex_of(&args.a).is_some() && annex_of(&args.b).is_some(),
+                ChainMode::On | ChainMode::Always => true,
+            } && chain::shape_refusal(e, rows, cols).is_none();
             // The gate memory (`on`): an operand whose last chained GEMM closed its gate has
             // no annex filled (an MX operand) or no form made (a dense bf16 A): the default
             // path takes the GEMM, as with the chain off.
