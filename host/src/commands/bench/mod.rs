@@ -200,10 +200,11 @@ pub fn main(args: BenchArgs) -> anyhow::Result<i32> {
     );
     if let Some(chain) = std::env::var("MXHOST_MX_CHAIN")
         .ok()
-        .filter(|v| !matches!(v.trim(), "" | "off" | "0"))
+        .filter(|v| !matches!(v.trim(), "" | "off" | "0" | "auto"))
     {
-        // The plugin then fills annexes (ABI 1.3) in its quantize calls: their GB/s count
-        // only the MX tensor's bytes, and GEMMs on those operands skip the re-encoding.
+        // The plugin then fills annexes (ABI 1.3) in every quantize call, plain ones too:
+        // their GB/s count only the MX tensor's bytes. (Under the default `auto` only the
+        // GEMM rows' operands, quantized for a GEMM, get them.)
         eprintln!(
             "mxhost bench: MXHOST_MX_CHAIN={chain}: quantize rows also write the plugin's chain-form annexes (not counted in GB/s); GEMMs on pre-quantized operands read them"
         );
