@@ -303,6 +303,43 @@ fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
         return Err("wgrad on the wgrad values differs from wgrad on the dense tensors".into());
     }
     row(Pass::Wgrad, "wgrad values (one pass)", &out, None)?;
+    // The operands quantized for a GEMM (quantize-options.for-gemm): the plugin may write its
+    // GEMM form beside them (mxfp8 on a Hopper GPU: the chained GEMM's, which forward and
+    // dgrad then run), but the MX tensors are the plain quantize's and the products their
+    // exact values'.
+    let for_gemm = |t: &Tensor, spec: MxSpec, transposed: bool| {
+        let o = QuantizeOptions {
+            transposed,
+            keep_values: false,
+            for_gemm: true,
+        };
+        quantize_ext(t, spec, o)
+    };
+    let (gx, gdy) = (
+        for_gemm(&p.x.0, along(1), false)?.0,
+        for_gemm(&p.dy.0, along(1), false)?.0,
+    );
+    let (gw, gw_t) = for_gemm(&p.w.0, tile, true)?;
+    let gw_t = gw_t.ok_or("quantize-ext gave no transposed copy")?;
+    if deq(&gx)? != deq(&qx)? || deq(&gdy)? != deq(&qdy)? || deq(&gw)? != w_exact {
+        return Err("quantize-ext's for-gemm changed the MX tensor".into());
+    }
+    let out = Pass::Forward.call(
+        Operand::Quantized(&gx),
+        Operand::Quantized(&gw),
+        &p.offs,
+        &opts,
+    )?;
+    let exact = Pass::Forward.reference(&deq(&gx)?, &w_exact, p);
+    row(Pass::Forward, "for a GEMM, W 32x32", &out, Some(exact))?;
+    let out = Pass::Dgrad.call(
+        Operand::Quantized(&gdy),
+        Operand::Quantized(&gw_t),
+        &p.offs,
+        &opts_kn,
+    )?;
+    let exact = Pass::Dgrad.reference(&deq(&gdy)?, &w_exact, p);
+    row(Pass::Dgrad, "for a GEMM, W^T copy kn", &out, Some(exact))?;
     // Same tensors, other precision: switching moves no data.
     plugin::select("bf16")?;
     for pass in PASSES {
