@@ -77,10 +77,11 @@ class GroupedLinear:
     SDK's GroupedLinear; the same MX values, so the same model). There x and dy are
     quantized here too, each with its wgrad values from the same pass (plugin ABI 1.5):
     forward (dgrad) reads the MX tensor and wgrad the values, and backward keeps x's values
-    instead of x. With 32×32 weight blocks, a plugin that reports "chained-gemm" (mxfp8
-    under MXHOST_MX_CHAIN=on) and a GEMM of at least CHAINED_MIN_MACS multiply-adds, the
-    weight is quantized with its transposed copy instead of its values (dgrad reads
-    [E, K, N] with weight layout kn), as the chained GEMM wants.
+    instead of x. With 32×32 weight blocks, a plugin that reports "chained-gemm" (mxfp8 on
+    a Hopper GPU, unless MXHOST_MX_CHAIN=off) and a GEMM of at least CHAINED_MIN_MACS
+    multiply-adds, the weight is quantized with its transposed copy instead of its values
+    (dgrad reads [E, K, N] with weight layout kn), and weight, x and dy for a GEMM
+    (for_gemm), as the chained GEMM wants.
     """
 
     def __init__(self, experts, in_features, out_features, seed, weight=None):

@@ -28,7 +28,8 @@ pub const CAPABILITIES: u64 = caps::QUANTIZE
     };
 
 /// [`CAPABILITIES`] plus what this process's settings add: [`caps::CHAINED_GEMM`] where
-/// `MXHOST_MX_CHAIN` asks for the chained GEMM.
+/// forward and dgrad can take the chained GEMM (`MXHOST_MX_CHAIN`, `auto` by default: on a
+/// machine whose GPU fills annexes).
 pub fn capabilities() -> u64 {
     CAPABILITIES
         | if backend::chained_gemm_requested() {

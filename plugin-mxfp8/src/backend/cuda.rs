@@ -31,8 +31,9 @@
 //!   ([`cublas::bf16_rows_faster`]) and wgrad ([`cublas::wgrad_path`]) run as
 //!   dequantize-to-BF16 + cuBLAS instead, which measured faster there
 //!   (`MXHOST_MX_FWD_DGRAD` / `MXHOST_MX_WGRAD` = `fp8` force the FP8 kernel).
-//!   `MXHOST_MX_CHAIN=on|always` (off by default) offers forward/dgrad to the chained GEMM
-//!   first ([`chain`]: operands re-encoded per call, gated on the device).
+//!   Forward/dgrad on two operands quantized for a GEMM (their annexes filled) go to the
+//!   chained GEMM first ([`chain`], gated on the device; `MXHOST_MX_CHAIN`: `auto` by
+//!   default, `off`, or `on`/`always`, which also re-encode operands without one per call).
 //!   Requests the kernels cannot run exactly
 //!   (reduction length not a multiple of 16, pre-quantized layouts with scales along the
 //!   wrong axis, more than 1024 experts, ...) return Unsupported with the reason, never a

@@ -1,5 +1,5 @@
-//! Gate memory for `MXHOST_MX_CHAIN=on`: annexes are not filled for an operand whose last
-//! chained GEMM had its gate closed.
+//! Gate memory for the chained GEMM (`MXHOST_MX_CHAIN` `auto` or `on`): annexes are not
+//! filled for an operand whose last chained GEMM had its gate closed.
 //!
 //! The chained GEMM's gate is decided on the device after the quantizers have paid for the
 //! annexes (about twice a plain quantizer's time). On data whose residuals close it (outlier
@@ -19,7 +19,8 @@
 //! buffers step after step. A buffer at a new address starts with no verdict (the annex is
 //! filled). Results never depend on this: both paths compute the same exact product.
 //!
-//! On by default under `on` since docs/perf.md runs 141–142 (H200, H100): it made the `on` step
+//! On by default under `on` since docs/perf.md runs 141–142 (H200, H100), and under `auto` since
+//! run 170: it made the `on` step
 //! with outlier channels 4–6 % faster than without it on a, b and c, and changed nothing
 //! measurable where the gates stay open. `MXHOST_MX_CHAIN_MEMORY=0` turns it off (A/B timing).
 //! Off under `always` (tests want the chained GEMM wherever it can run) and under
