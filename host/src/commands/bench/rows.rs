@@ -214,12 +214,13 @@ pub(super) fn bench_shape(
         keep_x: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_X"),
     };
     let fmb = (MxFormat::E4m3, ScaleMode::Rceil, BlockLayout::vector(1));
-    // (X or dY along rows: with its wgrad values, and with its own values kept)
-    let qv = |t: &Tensor, with_values: bool, keep: bool| -> OpResult<(MxTensor, Option<Tensor>)> {
+    // (X or dY along rows: with its wgrad values, with its own values kept, or for a GEMM
+    // where the plugin chains: `gemm`, a step's operand, not a quantize row's)
+    let qv = |t: &Tensor, with_values: bool, keep: bool, gemm: bool| {
         let extras = ops::QuantizeExtras {
             transposed: false,
             keep_values: keep,
-            for_gemm: for_gemm && !keep,
+            for_gemm: gemm && for_gemm && !keep,
         };
         if with_values {
             let (q, _, v) = ops::quantize_with_wgrad_values(plugin, t, fmb, extras, &offs)?;
@@ -230,7 +231,7 @@ pub(super) fn bench_shape(
         }
     };
     let step_with = |x: &Tensor, recipe: StepRecipe| -> OpResult<()> {
-        let (qx, xv) = qv(x, recipe.wgrad_values, recipe.keep_x)?;
+        let (qx, xv) = qv(x, recipe.wgrad_values, recipe.keep_x, true)?;
         // (the weight for forward, and for dgrad with that dgrad's layout)
         let (qw, qw_dgrad, cfg_dgrad) = if recipe.keep_w {
             (quantize_kept(plugin, &w, BlockLayout::tile())?, None, &cfg)
@@ -238,7 +239,7 @@ pub(super) fn bench_shape(
             let (qw, qw_t) = qwt_gemm(&w)?;
             (qw, Some(qw_t), &cfg_kn)
         };
-        let (qdy, dyv) = qv(&dy, recipe.wgrad_values, recipe.keep_x)?;
+        let (qdy, dyv) = qv(&dy, recipe.wgrad_values, recipe.keep_x, true)?;
         let (dy_w, x_w) = (dyv.as_ref().unwrap_or(&dy), xv.as_ref().unwrap_or(x));
         for (pass, a, b, c) in [
             (GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
@@ -336,10 +337,10 @@ pub(super) fn bench_shape(
             (device, timing),
             &mut push,
             ("quantize X 1x32 + wgrad values (bf16→e4m3, bf16)", "-"),
-            &mut || qv(&x, true, false).map(drop),
+            &mut || qv(&x, true, false, false).map(drop),
             (None, xb * 2.0 + xb + xb / 32.0 + xb * 2.0),
         )?;
-        let ((_, xv), (_, dyv)) = (qv(&x, true, false)?, qv(&dy, true, false)?);
+        let ((_, xv), (_, dyv)) = (qv(&x, true, false, false)?, qv(&dy, true, false, false)?);
         let (xv, dyv) = (xv.expect("requested"), dyv.expect("requested"));
         push_gemm_row(
             (device, timing),

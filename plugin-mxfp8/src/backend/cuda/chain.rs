@@ -1,6 +1,7 @@
 //! The chained forward/dgrad (`mx_chain_gemm.cu`; docs/perf.md runs 89–115): by default
 //! (`MXHOST_MX_CHAIN` unset or `auto`) for operands quantized for a GEMM (WIT
-//! `quantize-options.for-gemm`), with `MXHOST_MX_CHAIN=on` wherever it applies. Both operands come re-encoded to one scale per 128-deep stage: from
+//! `quantize-options.for-gemm`), with `MXHOST_MX_CHAIN=on` wherever it applies. Both operands
+//! come re-encoded to one scale per 128-deep stage: from
 //! the annexes their quantize calls filled ([`super::chain_annex`]), or re-encoded in the call
 //! when an operand has none. This is exact: the elements that do not survive the shift go to
 //! per-row residual lists. Then the 256 × 128 chained GEMM runs: it promotes once per stage
@@ -16,12 +17,13 @@
 //! with outlier channels give X's form 3–6e-4 residuals per element and weights with
 //! lognormal(0, 0.5) input channels 1.2e-4, against the gate's 1e-4 (docs/perf.md, "Residuals
 //! on structured activations", `examples/wgrad_stage_residuals.rs`). The gate memory
-//! ([`chain_memory`], on under `on` and `auto`) stops paying for the annexes after an operand's first
-//! closed gate, re-trying every 16th call (runs 141–143).
+//! ([`chain_memory`], on under `on` and `auto`) stops paying for the annexes after an
+//! operand's first closed gate, re-trying every 16th call (runs 141–143).
 //!
 //! `on` is not the default for the annexes' memory (at least 2 bytes per element of X and dY,
-//! held as long as the tensor) and because even with it the training step on shape c stays
-//! under 1.0× torch BF16 (docs/perf.md, "Byte budget of shape c's training step").
+//! held as long as the tensor): `auto` gives annexes only to the tensors a guest quantizes for
+//! a GEMM, so a plain quantize call costs what it cost without the chain (docs/perf.md run
+//! 170: forward and dgrad 1.24–1.35× torch BF16 with nothing set).
 
 use super::chain_annex::{b_annex_layout, Annexes};
 use super::chain_form::BtAt;
