@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run 172 (docs/perf.md): hello-gemm's new rows on operands quantized for a GEMM, on the GPU with
-# nothing set (GEMM trace: which kernel computed them), and the default selftest once more at
-# this commit (poisoned outputs).
+# nothing set (GEMM trace: which kernel computed them). (The selftest is run 170's: device time
+# was short after refused starts.)
 set -u
 dev_out="${OUT:-}"
 export OUT=out/run172
@@ -11,7 +11,4 @@ nvidia-smi --query-gpu=name,power.limit,driver_version --format=csv > "$OUT/card
 unset MXHOST_MX_CHAIN
 MXHOST_MX_GEMM_TRACE=1 timeout 120 dist/mxhost run dist/hello-gemm.wasm --device cuda > "$OUT/hello-gemm.txt" 2>&1
 echo "hello-gemm rc=$?"; grep -E "for a GEMM|SNR gates|gate (open|closed)" "$OUT/hello-gemm.txt" | cut -c1-160
-pack
-MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 200 dist/mxhost selftest --device cuda --quick > "$OUT/selftest.txt" 2>&1
-echo "selftest rc=$?"; grep -E "^mxhost selftest: [0-9]" "$OUT/selftest.txt"; grep -E "FAIL" "$OUT/selftest.txt" | head -5
 pack
