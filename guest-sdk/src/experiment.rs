@@ -130,6 +130,37 @@ pub mod gemm {
         };
         mx::quantize_ext(x, spec, options).map(|(q, _)| q)
     }
+    /// `x` quantized to be a forward or dgrad operand (X, dY): the plugin may write its GEMM
+    /// form beside it in the same pass (`for_gemm`; mxfp8 on a Hopper GPU: the chained
+    /// GEMM's, about 2 more bytes of device memory per element), and forward and dgrad on two
+    /// such operands run faster. The MX tensor is `quantize`'s. Worth it for large GEMMs
+    /// (guest-sdk's `GroupedLinear` asks from `nn::CHAINED_MIN_MACS` multiply-adds).
+    pub fn quantize_for_gemm(x: &Tensor, spec: MxSpec) -> Result<MxTensor, Error> {
+        let options = QuantizeOptions {
+            transposed: false,
+            keep_values: false,
+            for_gemm: true,
+        };
+        mx::quantize_ext(x, spec, options).map(|(q, _)| q)
+    }
+    /// `quantize_with_transpose` for a GEMM (see [`quantize_for_gemm`]): a weight's forward
+    /// copy and dgrad copy, each with the plugin's GEMM form.
+    pub fn quantize_with_transpose_for_gemm(
+        x: &Tensor,
+        spec: MxSpec,
+    ) -> Result<(MxTensor, MxTensor), Error> {
+        let options = QuantizeOptions {
+            transposed: true,
+            keep_values: false,
+            for_gemm: true,
+        };
+        let (q, t) = mx::quantize_ext(x, spec, options)?;
+        let t = t.ok_or_else(|| Error {
+            kind: ErrorKind::BackendFailure,
+            message: "quantize-ext gave no transposed copy".into(),
+        })?;
+        Ok((q, t))
+    }
     /// `quantize`/`quantize_with_transpose` with explicit options; the second result is
     /// the transposed copy when `options.transposed`.
     pub fn quantize_ext(

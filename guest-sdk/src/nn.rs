@@ -236,13 +236,7 @@ impl GroupedLinear {
         match prep {
             WeightPrep::Dense => Ok(None),
             WeightPrep::WithTranspose => {
-                let options = crate::QuantizeOptions {
-                    transposed: true,
-                    keep_values: false,
-                    for_gemm: true,
-                };
-                let (q, t) = gemm::quantize_ext(&self.weight, tiles, options)?;
-                let t = t.ok_or_else(|| invalid("quantize-ext gave no transposed copy".into()))?;
+                let (q, t) = gemm::quantize_with_transpose_for_gemm(&self.weight, tiles)?;
                 let t = DgradWeight {
                     q: t,
                     layout: WeightLayout::Kn,

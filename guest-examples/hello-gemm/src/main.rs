@@ -307,20 +307,11 @@ fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
     // GEMM form beside them (mxfp8 on a Hopper GPU: the chained GEMM's, which forward and
     // dgrad then run), but the MX tensors are the plain quantize's and the products their
     // exact values'.
-    let for_gemm = |t: &Tensor, spec: MxSpec, transposed: bool| {
-        let o = QuantizeOptions {
-            transposed,
-            keep_values: false,
-            for_gemm: true,
-        };
-        quantize_ext(t, spec, o)
-    };
     let (gx, gdy) = (
-        for_gemm(&p.x.0, along(1), false)?.0,
-        for_gemm(&p.dy.0, along(1), false)?.0,
+        quantize_for_gemm(&p.x.0, along(1))?,
+        quantize_for_gemm(&p.dy.0, along(1))?,
     );
-    let (gw, gw_t) = for_gemm(&p.w.0, tile, true)?;
-    let gw_t = gw_t.ok_or("quantize-ext gave no transposed copy")?;
+    let (gw, gw_t) = quantize_with_transpose_for_gemm(&p.w.0, tile)?;
     if deq(&gx)? != deq(&qx)? || deq(&gdy)? != deq(&qdy)? || deq(&gw)? != w_exact {
         return Err("quantize-ext's for-gemm changed the MX tensor".into());
     }
