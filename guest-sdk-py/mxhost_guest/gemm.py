@@ -93,6 +93,16 @@ def quantize_keep_values(x, spec):
     return q
 
 
+def quantize_for_gemm(x, spec):
+    """x quantized to be a forward or dgrad operand: the plugin may write its GEMM form
+    beside it in the same pass (quantize-options.for-gemm; mxfp8 on a Hopper GPU: the
+    chained GEMM's, about 2 more bytes of device memory per element), and forward and dgrad
+    on two such operands run faster. The MX tensor is quantize's."""
+    o = _mx.QuantizeOptions(transposed=False, keep_values=False, for_gemm=True)
+    q, _ = _mx.quantize_ext(x, spec, o)
+    return q
+
+
 def quantize_with_wgrad_values(x, spec, offs, transposed=False, keep_values=False,
                                for_gemm=False):
     """x quantized (as `quantize`, or with the options of quantize-ext), plus x's wgrad
