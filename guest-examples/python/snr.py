@@ -5,7 +5,8 @@ The Python twin of guest-examples/snr (same table, metrics and gates).
 
 Three numbers per row, all against FP64 references (plain Python, `reference`):
 - in-call vs unq.: dense operands quantized inside the call against the unquantized data;
-- pre-q. vs unq.: pre-quantized operands (`gemm.quantize`) against the unquantized data;
+- pre-q. vs unq.: pre-quantized operands (`gemm.quantize`; with 32×32 weight tiles
+  `gemm.quantize_for_gemm`, as GroupedLinear) against the unquantized data;
 - pre-q. vs deq.: the same output against an FP64 GEMM of the dequantized operands.
 
 Gates: forward vs dequantized ≥ 40 dB; forward, dgrad and wgrad vs unquantized ≥ 20,
@@ -82,9 +83,12 @@ def run(args):
                 def wspec(axis):
                     return spec(Tile32x32 if blocks_2d else Along(axis))
 
-                # forward: x along K, w along K (or tiles).
+                # forward: x along K, w along K (or tiles). With tiles the operands are
+                # quantized for a GEMM, as GroupedLinear quantizes them (the same MX tensors;
+                # on a Hopper GPU the chained GEMM multiplies them).
                 y_in = gemm.forward(Dense(x), Dense(w), offs, ob).to_f32()
-                qx, qw = gemm.quantize(x, spec(Along(1))), gemm.quantize(w, wspec(2))
+                quant = gemm.quantize_for_gemm if blocks_2d else gemm.quantize
+                qx, qw = quant(x, spec(Along(1))), quant(w, wspec(2))
                 y = gemm.forward(Quantized(qx), Quantized(qw), offs, ob).to_f32()
                 exact = reference.forward(deq(qx), deq(qw), offs, r, n, k)
                 table.append(("forward", fname, mname, bname, reference.snr_db(ref_y, y_in),
@@ -92,9 +96,9 @@ def run(args):
                 # dgrad: dy along N, w along N (or tiles: the [E, K, N] copy from
                 # quantize_with_transpose, passed with weight layout kn).
                 dx_in = gemm.dgrad(Dense(dy), Dense(w), offs, ob).to_f32()
-                qdy = gemm.quantize(dy, spec(Along(1)))
+                qdy = quant(dy, spec(Along(1)))
                 if blocks_2d:
-                    qw_n, qw_t = gemm.quantize_with_transpose(w, wspec(1))
+                    qw_n, qw_t = gemm.quantize_with_transpose(w, wspec(1), for_gemm=True)
                     if list(qw_t.shape()) != [e, k, n]:
                         raise Failure(f"transposed weight copy has shape {qw_t.shape()}")
                     ob_d = gemm.with_options(ob, weight_layout=WeightLayout.KN)

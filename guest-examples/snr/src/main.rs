@@ -5,7 +5,8 @@
 //! Three numbers per row, all against FP64 references:
 //! - `in-call vs unq.`: dense operands quantized inside the call (what training sees)
 //!   against the unquantized data;
-//! - `pre-q. vs unq.`: pre-quantized operands (`mx.quantize`) against the unquantized data;
+//! - `pre-q. vs unq.`: pre-quantized operands (`mx.quantize`; forward with 32×32 weight
+//!   tiles: `gemm::quantize_for_gemm`, as GroupedLinear) against the unquantized data;
 //! - `pre-q. vs deq.`: the same output against an FP64 GEMM of the dequantized operands
 //!   (what the kernel itself loses; FP32 accumulation gives > 100 dB on the CPU).
 //!
@@ -119,12 +120,18 @@ impl Experiment for Snr {
                             BlockLayout::Along(axis)
                         })
                     };
-                    // forward: x along K, w along K (or tiles).
+                    // forward: x along K, w along K (or tiles: then both quantized for a GEMM,
+                    // as GroupedLinear quantizes them; the same MX tensors, on a Hopper GPU
+                    // multiplied by the chained GEMM).
                     let y_in =
                         forward(Operand::Dense(&x), Operand::Dense(&w), &offs, &o)?.to_f32()?;
+                    let quant = |t: &Tensor, s: MxSpec| match blocks_2d {
+                        true => quantize_for_gemm(t, s),
+                        false => quantize(t, s),
+                    };
                     let (qx, qw) = (
-                        quantize(&x, spec(BlockLayout::Along(1)))?,
-                        quantize(&w, wspec(2))?,
+                        quant(&x, spec(BlockLayout::Along(1)))?,
+                        quant(&w, wspec(2))?,
                     );
                     let y = forward(Operand::Quantized(&qx), Operand::Quantized(&qw), &offs, &o)?
                         .to_f32()?;
