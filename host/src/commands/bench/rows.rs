@@ -106,10 +106,7 @@ pub(super) fn bench_shape(
         Ok((q, t.expect("requested")))
     };
     // The weight in both layouts from one pass: [E, N, K] for forward, [E, K, N] for dgrad.
-    let ((qx, (qw, qw_t)), qdy) = (
-        (q_gemm(&x, false)?.0, qwt_gemm(&w)?),
-        q_gemm(&dy, false)?.0,
-    );
+    let ((qx, (qw, qw_t)), qdy) = ((q_gemm(&x, false)?.0, qwt_gemm(&w)?), q_gemm(&dy, false)?.0);
     let cfg_kn = GemmConfig {
         weight_layout: WeightLayout::Kn,
         ..cfg

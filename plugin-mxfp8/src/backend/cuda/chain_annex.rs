@@ -312,7 +312,11 @@ mod tests {
             (On, true, true),
             (Always, false, true),
         ] {
-            assert_eq!(mode_wants_annex(mode, for_gemm), wanted, "{mode:?} {for_gemm}");
+            assert_eq!(
+                mode_wants_annex(mode, for_gemm),
+                wanted,
+                "{mode:?} {for_gemm}"
+            );
         }
     }
 

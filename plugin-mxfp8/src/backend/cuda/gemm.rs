@@ -200,8 +200,8 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             // `auto` (the default) only operands quantized for a GEMM, both with annexes, do.
             let chain_mode = chain::mode()?;
             let annexed = (annex_of(&args.a).is_some(), annex_of(&args.b).is_some());
-            let chain_fits = chain_offered(chain_mode, annexed)
-                && chain::shape_refusal(e, rows, cols).is_none();
+            let chain_fits =
+                chain_offered(chain_mode, annexed) && chain::shape_refusal(e, rows, cols).is_none();
             // The gate memory (`on`): an operand whose last chained GEMM closed its gate has
             // no annex filled (an MX operand) or no form made (a dense bf16 A): the default
             // path takes the GEMM, as with the chain off.
@@ -823,7 +823,11 @@ mod tests {
             (On, (false, false), true),
             (Always, (false, true), true),
         ] {
-            assert_eq!(chain_offered(mode, annexed), offered, "{mode:?} {annexed:?}");
+            assert_eq!(
+                chain_offered(mode, annexed),
+                offered,
+                "{mode:?} {annexed:?}"
+            );
         }
     }
 }
