@@ -97,11 +97,9 @@ pub use mxhost_plugin_common::cuda::driver_present;
 /// or `always`, or `auto` (the default) on a machine with a device that fills annexes (for
 /// operands quantized for a GEMM).
 pub fn chained_gemm_requested() -> bool {
-    match chain::mode() {
-        Ok(chain::ChainMode::On | chain::ChainMode::Always) => true,
-        Ok(chain::ChainMode::Auto) => chain_annex::some_device_fills_annexes(),
-        Ok(chain::ChainMode::Off) | Err(_) => false,
-    }
+    chain::mode().is_ok_and(|m| {
+        m.forced() || (m == chain::ChainMode::Auto && chain_annex::some_device_fills_annexes())
+    })
 }
 
 /// A boolean environment switch of this backend (the `MXHOST_MX_*` A/B and diagnostic

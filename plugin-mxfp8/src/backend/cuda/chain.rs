@@ -92,6 +92,21 @@ pub(super) enum ChainMode {
     Always,
 }
 
+impl ChainMode {
+    /// `on` or `always`: the chain wherever it applies, asked for or not (every eligible
+    /// quantize call gets an annex, a GEMM call makes a missing form itself).
+    pub(super) fn forced(self) -> bool {
+        matches!(self, ChainMode::On | ChainMode::Always)
+    }
+
+    /// Whether the chain applies to a call that `requested` it: forced, or under `auto` when
+    /// requested. A quantize call requests an annex with `for_gemm`; a forward or dgrad
+    /// requests the chained GEMM by bringing two annexed operands.
+    pub(super) fn applies(self, requested: bool) -> bool {
+        self.forced() || (self == ChainMode::Auto && requested)
+    }
+}
+
 fn parse_mode(v: Option<&str>) -> PluginResult<ChainMode> {
     match v.map(str::trim) {
         None | Some("") | Some("auto") => Ok(ChainMode::Auto),
@@ -527,6 +542,36 @@ pub(super) fn launch_kernel(call: &Call, name: &str, p: &ChainParams) -> PluginR
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_applies_the_chain_only_where_requested() {
+        use ChainMode::*;
+        // (annexes: quantize calls, `requested` = for_gemm)
+        for (mode, for_gemm, wanted) in [
+            (Off, false, false),
+            (Off, true, false),
+            (Auto, false, false),
+            (Auto, true, true),
+            (On, false, true),
+            (On, true, true),
+            (Always, false, true),
+        ] {
+            assert_eq!(mode.applies(for_gemm), wanted, "{mode:?} {for_gemm}");
+        }
+        // (GEMMs: `requested` = both operands annexed)
+        for (mode, (a, b), offered) in [
+            (Off, (true, true), false),
+            (Auto, (true, true), true),
+            (Auto, (true, false), false),
+            (Auto, (false, true), false),
+            (Auto, (false, false), false),
+            (On, (false, false), true),
+            (Always, (false, true), true),
+        ] {
+            assert_eq!(mode.applies(a && b), offered, "{mode:?} {:?}", (a, b));
+        }
+        assert!(On.forced() && Always.forced() && !Auto.forced() && !Off.forced());
+    }
 
     #[test]
     fn the_mode_variable_parses_and_rejects_typos() {

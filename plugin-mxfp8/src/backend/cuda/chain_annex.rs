@@ -5,7 +5,7 @@
 //! call), checks an annex a call hands over, fills it after the quantizer, and picks the
 //! annexes a GEMM can read.
 
-use super::chain::{mode, ChainMode, MAX_E, STATUS_UNALIGNED};
+use super::chain::{mode, MAX_E, STATUS_UNALIGNED};
 use super::chain_block;
 use super::chain_form::{self, BtAt};
 use super::chain_memory::OperandKey;
@@ -98,7 +98,7 @@ fn b_annex_bt(partner_kept: bool) -> BtAt {
 /// ask for a GEMM form (ABI 1.6 `for_gemm`), when the call keeps the values (such a weight
 /// stays on cuBLAS), and when no chained GEMM could read the tensor.
 pub(super) fn annex_words(spec: &AnnexSpec) -> PluginResult<u64> {
-    if !mode_wants_annex(mode()?, spec.for_gemm)
+    if !mode()?.applies(spec.for_gemm)
         || spec.keeps_values
         || spec.device != DeviceKind::Cuda
         || !some_device_fills_annexes()
@@ -108,16 +108,6 @@ pub(super) fn annex_words(spec: &AnnexSpec) -> PluginResult<u64> {
     let bt = b_annex_bt(spec.partner_kept);
     Ok(annex_role(&spec.shape, spec.block, spec.format)
         .map_or(0, |r| chain_form::annex_words(role_bytes(r, bt)) as u64))
-}
-
-/// Whether a quantize call under `mode` gets an annex as far as the mode goes: always under
-/// `on` and `always`, under `auto` when the call asked for a GEMM form.
-fn mode_wants_annex(mode: ChainMode, for_gemm: bool) -> bool {
-    match mode {
-        ChainMode::Off => false,
-        ChainMode::Auto => for_gemm,
-        ChainMode::On | ChainMode::Always => true,
-    }
 }
 
 /// Whether any CUDA device of this machine gets the sm_90a build ([`kernels::select_arch`],
@@ -299,26 +289,6 @@ impl Annexes {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn auto_fills_annexes_only_for_tensors_quantized_for_a_gemm() {
-        use ChainMode::*;
-        for (mode, for_gemm, wanted) in [
-            (Off, false, false),
-            (Off, true, false),
-            (Auto, false, false),
-            (Auto, true, true),
-            (On, false, true),
-            (On, true, true),
-            (Always, false, true),
-        ] {
-            assert_eq!(
-                mode_wants_annex(mode, for_gemm),
-                wanted,
-                "{mode:?} {for_gemm}"
-            );
-        }
-    }
 
     #[test]
     fn annexes_go_to_tensors_a_chained_gemm_reads() {

@@ -22,7 +22,7 @@
 //! for byte (the residual lists up to each row's count) and fails the call on any difference.
 //! It synchronizes: for tests (`scripts/gpu-chain.sh` runs the selftests with it).
 
-use super::chain::{self, ChainMode};
+use super::chain;
 use super::chain_annex::{annex_filled_here, checked_annex, AnnexRole};
 use super::chain_block;
 use super::chain_form::{self, a_layout, ALayout};
@@ -162,7 +162,7 @@ pub(super) fn quantize_dense_a(
         return Ok(None);
     };
     // (`auto` makes no chain form inside a GEMM call: only annexes from quantize calls)
-    if !matches!(chain::mode()?, ChainMode::On | ChainMode::Always)
+    if !chain::mode()?.forced()
         || !red.is_multiple_of(32)
         || !x.is_multiple_of(16)
         || !chain::would_take(call, fmt, b, out_bf16, (e, rows, cols))?

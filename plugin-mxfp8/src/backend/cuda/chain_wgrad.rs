@@ -8,7 +8,7 @@
 //! segment; `tests/chain_wgrad.rs` pins that arithmetic on the CPU. The per-k32 kernel follows,
 //! gated as for forward/dgrad: exactly one of the two computes the output.
 
-use super::chain::{self, ChainMode, Gate};
+use super::chain::{self, Gate};
 use super::chain_block;
 use super::chain_form::{self, a_layout};
 use super::device::Call;
@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 pub(super) fn enabled() -> PluginResult<bool> {
     static W: OnceLock<bool> = OnceLock::new();
     let on = *W.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_WGRAD", false));
-    Ok(on && matches!(chain::mode()?, ChainMode::On | ChainMode::Always))
+    Ok(on && chain::mode()?.forced())
 }
 
 /// Why the chained wgrad cannot take `e` experts with GEMM rows `pr` (the A operand's rows)

@@ -4,7 +4,7 @@
 //! `mx_tgemm_*` or `mx_gemm_*`). Wgrad is in [`super::wgrad`].
 
 use super::bf16_path::{dequantize_into, gemm_rows_bf16, Bf16Weight};
-use super::chain::{self, ChainMode, Gate};
+use super::chain::{self, Gate};
 use super::chain_annex::{AnnexRole, Annexes};
 use super::chain_form;
 use super::chain_memory;
@@ -199,9 +199,9 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             // are kept: cuBLAS on them beat the chained pipeline by 1.3-1.9x (run 105). Under
             // `auto` (the default) only operands quantized for a GEMM, both with annexes, do.
             let chain_mode = chain::mode()?;
-            let annexed = (annex_of(&args.a).is_some(), annex_of(&args.b).is_some());
+            let annexed = annex_of(&args.a).is_some() && annex_of(&args.b).is_some();
             let chain_fits =
-                chain_offered(chain_mode, annexed) && chain::shape_refusal(e, rows, cols).is_none();
+                chain_mode.applies(annexed) && chain::shape_refusal(e, rows, cols).is_none();
             // The gate memory (`on`): an operand whose last chained GEMM closed its gate has
             // no annex filled (an MX operand) or no form made (a dense bf16 A): the default
             // path takes the GEMM, as with the chain off.
@@ -366,17 +366,6 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
 }
 
 /// An MX operand's annex (ABI 1.3), if the host passed one.
-/// Whether `mode` offers a forward/dgrad to the chained GEMM, given which of its operands
-/// (A, B) carry an annex: `on` and `always` whatever they carry (a missing form is made in the
-/// call), the default `auto` only when both do (their quantize calls asked for a GEMM form).
-fn chain_offered(mode: ChainMode, (a_annexed, b_annexed): (bool, bool)) -> bool {
-    match mode {
-        ChainMode::Off => false,
-        ChainMode::Auto => a_annexed && b_annexed,
-        ChainMode::On | ChainMode::Always => true,
-    }
-}
-
 fn annex_of(o: &OperandArg) -> Option<&TensorArg> {
     match o {
         OperandArg::Mx(m) => m.annex.as_ref(),
@@ -805,29 +794,4 @@ fn launch_chosen(
         gemm_smem(w2d),
         &mut [arg(p)],
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn auto_offers_the_chained_gemm_only_to_two_annexed_operands() {
-        use ChainMode::*;
-        for (mode, annexed, offered) in [
-            (Off, (true, true), false),
-            (Auto, (true, true), true),
-            (Auto, (true, false), false),
-            (Auto, (false, true), false),
-            (Auto, (false, false), false),
-            (On, (false, false), true),
-            (Always, (false, true), true),
-        ] {
-            assert_eq!(
-                chain_offered(mode, annexed),
-                offered,
-                "{mode:?} {annexed:?}"
-            );
-        }
-    }
 }
