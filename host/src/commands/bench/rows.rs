@@ -74,39 +74,44 @@ pub(super) fn bench_shape(
         out_dtype: DType::Bf16,
         ..GemmConfig::default()
     };
-    let qwt = |w: &Tensor| {
-        ops::quantize_with_transpose(
-            plugin,
-            w,
-            MxFormat::E4m3,
-            ScaleMode::Rceil,
-            BlockLayout::tile(),
-        )
-    };
     // The GEMM rows' operands are quantized as a guest quantizes them for forward and dgrad
     // (guest-sdk's GroupedLinear): `for_gemm` where the plugin reports a chained GEMM, so
     // mxfp8 on a Hopper GPU writes the chained GEMM's forms by default (`MXHOST_MX_CHAIN`
-    // unset). The quantize rows above time the plain calls.
+    // unset). The quantize rows time the plain calls (`gemm` false).
     let for_gemm = plugin.has(caps::CHAINED_GEMM);
-    let q_gemm = |t: &Tensor, transposed: bool| {
+    // (the weight in 32×32 tiles with its transposed copy, from one pass)
+    let qwt = |w: &Tensor, gemm: bool| -> OpResult<(MxTensor, MxTensor)> {
         let extras = ops::QuantizeExtras {
-            transposed,
+            transposed: true,
             keep_values: false,
-            for_gemm,
+            for_gemm: gemm && for_gemm,
         };
-        // (a weight with its copy in 32×32 tiles; X and dY 1×32 along their rows)
-        let block = match transposed {
-            true => BlockLayout::tile(),
-            false => BlockLayout::vector(1),
-        };
-        ops::quantize_with(plugin, t, MxFormat::E4m3, ScaleMode::Rceil, block, extras)
-    };
-    let qwt_gemm = |w: &Tensor| -> OpResult<(MxTensor, MxTensor)> {
-        let (q, t) = q_gemm(w, true)?;
+        let (f, m, b) = (MxFormat::E4m3, ScaleMode::Rceil, BlockLayout::tile());
+        let (q, t) = ops::quantize_with(plugin, w, f, m, b, extras)?;
         Ok((q, t.expect("requested")))
     };
+    let fmb = (MxFormat::E4m3, ScaleMode::Rceil, BlockLayout::vector(1));
+    // (X or dY along rows: with its wgrad values, with its own values kept, or for a GEMM
+    // where the plugin chains: `gemm`, a GEMM row's operand, not a quantize row's)
+    let qv = |t: &Tensor, with_values: bool, keep: bool, gemm: bool| {
+        let extras = ops::QuantizeExtras {
+            transposed: false,
+            keep_values: keep,
+            for_gemm: gemm && for_gemm && !keep,
+        };
+        if with_values {
+            let (q, _, v) = ops::quantize_with_wgrad_values(plugin, t, fmb, extras, &offs)?;
+            Ok((q, Some(v)))
+        } else {
+            let (f, m, b) = fmb;
+            Ok((ops::quantize_with(plugin, t, f, m, b, extras)?.0, None))
+        }
+    };
     // The weight in both layouts from one pass: [E, N, K] for forward, [E, K, N] for dgrad.
-    let ((qx, (qw, qw_t)), qdy) = ((q_gemm(&x, false)?.0, qwt_gemm(&w)?), q_gemm(&dy, false)?.0);
+    let ((qx, (qw, qw_t)), qdy) = (
+        (qv(&x, false, false, true)?.0, qwt(&w, true)?),
+        qv(&dy, false, false, true)?.0,
+    );
     let cfg_kn = GemmConfig {
         weight_layout: WeightLayout::Kn,
         ..cfg
@@ -143,7 +148,7 @@ pub(super) fn bench_shape(
         (device, timing),
         &mut push,
         ("quantize W 32x32 + transposed copy (bf16→e4m3)", "-"),
-        &mut || qwt(&w).map(drop),
+        &mut || qwt(&w, false).map(drop),
         (None, wb * 2.0 + 2.0 * (wb + wb / 1024.0)),
     )?;
     let gemm_bytes = |a: u64, b: u64, o: u64| (a + b) as f64 + 2.0 * o as f64;
@@ -210,30 +215,13 @@ pub(super) fn bench_shape(
         keep_w: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_W"),
         keep_x: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_X"),
     };
-    let fmb = (MxFormat::E4m3, ScaleMode::Rceil, BlockLayout::vector(1));
-    // (X or dY along rows: with its wgrad values, with its own values kept, or for a GEMM
-    // where the plugin chains: `gemm`, a step's operand, not a quantize row's)
-    let qv = |t: &Tensor, with_values: bool, keep: bool, gemm: bool| {
-        let extras = ops::QuantizeExtras {
-            transposed: false,
-            keep_values: keep,
-            for_gemm: gemm && for_gemm && !keep,
-        };
-        if with_values {
-            let (q, _, v) = ops::quantize_with_wgrad_values(plugin, t, fmb, extras, &offs)?;
-            Ok((q, Some(v)))
-        } else {
-            let (f, m, b) = fmb;
-            Ok((ops::quantize_with(plugin, t, f, m, b, extras)?.0, None))
-        }
-    };
     let step_with = |x: &Tensor, recipe: StepRecipe| -> OpResult<()> {
         let (qx, xv) = qv(x, recipe.wgrad_values, recipe.keep_x, true)?;
         // (the weight for forward, and for dgrad with that dgrad's layout)
         let (qw, qw_dgrad, cfg_dgrad) = if recipe.keep_w {
             (quantize_kept(plugin, &w, BlockLayout::tile())?, None, &cfg)
         } else {
-            let (qw, qw_t) = qwt_gemm(&w)?;
+            let (qw, qw_t) = qwt(&w, true)?;
             (qw, Some(qw_t), &cfg_kn)
         };
         let (qdy, dyv) = qv(&dy, recipe.wgrad_values, recipe.keep_x, true)?;
@@ -285,7 +273,7 @@ pub(super) fn bench_shape(
     // GEMMs that read it (forward + wgrad, dgrad + wgrad); coarser scales, less work.
     let step_tiles = || -> OpResult<()> {
         let qx = q(&x, BlockLayout::tile())?;
-        let (qw, qw_t) = qwt(&w)?;
+        let (qw, qw_t) = qwt(&w, false)?;
         let qdy = q(&dy, BlockLayout::tile())?;
         for (pass, a, b, c) in [
             (GemmPass::Forward, &qx, &qw, &cfg),
