@@ -82,8 +82,6 @@ struct LinearSaved {
     x_values: bool,
     /// X was quantized with its values kept (beside the weight's): dY is too.
     keep: bool,
-    /// X was quantized for a chained GEMM (beside the weight's transposed copy): dY is too.
-    for_gemm: bool,
     offs: Vec<i32>,
     w_dgrad: Option<DgradWeight>,
 }
@@ -296,7 +294,6 @@ impl GroupedLinear {
                 x,
                 x_values,
                 keep,
-                for_gemm,
                 offs: offs.to_vec(),
                 w_dgrad,
             });
@@ -312,7 +309,6 @@ impl GroupedLinear {
             x,
             x_values: false,
             keep: false,
-            for_gemm: false,
             offs: offs.to_vec(),
             w_dgrad: None,
         });
@@ -341,7 +337,6 @@ impl GroupedLinear {
             x,
             x_values,
             keep,
-            for_gemm,
             offs,
             w_dgrad,
         } = self
@@ -349,7 +344,11 @@ impl GroupedLinear {
             .take()
             .ok_or_else(|| invalid("GroupedLinear::backward before forward".into()))?;
         // Where forward kept X's wgrad values, dY gets its own from the pass that quantizes
-        // it for dgrad (only when dgrad runs: wgrad alone reads dY once either way).
+        // it for dgrad (only when dgrad runs: wgrad alone reads dY once either way); beside
+        // the weight's transposed copy, for a chained GEMM as X was.
+        let for_gemm = w_dgrad
+            .as_ref()
+            .is_some_and(|d| d.layout == WeightLayout::Kn);
         let dy_q = if x_values && want_dx {
             self.quantize_with_values(dy, &offs, (keep, for_gemm))?
         } else {
