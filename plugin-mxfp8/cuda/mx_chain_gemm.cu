@@ -34,6 +34,7 @@
 #include "mx_quant_values.cuh"
 #include "mx_fakequant.cuh"
 #include "mx_quant_block_form.cuh"
+#include "mx_plain_from_form.cuh"
 #include "mx_tgemm_chain.cuh"
 #include "mx_chain_status.cuh"
 
@@ -122,6 +123,26 @@ extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_e4m3(
 }
 extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
   mx_quant_block_form<1, 1, 1>(p);
+}
+// Both without the MX bytes the chain form gives back (mx_quant_block_form.cuh NOQ), and the
+// kernel that writes those bytes when someone reads them (mx_plain_from_form.cuh).
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_noq_e4m3(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<0, 1, 0, 1>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_noq_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<1, 1, 0, 1>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_noq_e4m3(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<0, 1, 1, 1>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_noq_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<1, 1, 1, 1>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_plain_from_form_e4m3(const __grid_constant__ MxPlainFromFormParams p) {
+  mx_plain_from_form<0>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) mx_plain_from_form_e5m2(const __grid_constant__ MxPlainFromFormParams p) {
+  mx_plain_from_form<1>(p);
 }
 // The same, four 128-column blocks per CTA (MXHOST_MX_CHAIN_FORM4=1, mx_quant_block_form.cuh BPC).
 extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form4_e4m3(const __grid_constant__ MxQuantBlockFormParams p) {

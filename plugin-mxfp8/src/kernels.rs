@@ -36,7 +36,7 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 26] = [
+pub const HEADERS: [(&str, &str); 27] = [
     header!("mx_types.cuh"),
     header!("mx_ptx.cuh"),
     header!("mx_warp.cuh"),
@@ -62,6 +62,7 @@ pub const HEADERS: [(&str, &str); 26] = [
     header!("mx_chain_status.cuh"),
     header!("mx_quant_chain.cuh"),
     header!("mx_quant_block_form.cuh"),
+    header!("mx_plain_from_form.cuh"),
     header!("mx_quant_rows_wv.cuh"),
 ];
 pub const QUANTIZE_CU: &str = include_str!("../cuda/mx_quantize.cu");
@@ -239,6 +240,12 @@ impl Unit {
                 "mx_quantize_rows_form4_e5m2",
                 "mx_quantize_rows_form_wv_e4m3",
                 "mx_quantize_rows_form_wv_e5m2",
+                "mx_quantize_rows_form_noq_e4m3",
+                "mx_quantize_rows_form_noq_e5m2",
+                "mx_quantize_rows_form_wv_noq_e4m3",
+                "mx_quantize_rows_form_wv_noq_e5m2",
+                "mx_plain_from_form_e4m3",
+                "mx_plain_from_form_e5m2",
                 "mx_quantize_rows_chain_e4m3",
                 "mx_quantize_rows_chain_e5m2",
                 "mx_bytes_diff",

@@ -67,8 +67,35 @@ fn run_kernel(
     (r, c): (usize, usize),
     (fmt, mode, bpc, wv): (usize, usize, usize, bool),
 ) -> Form {
+    run_kernel_noq(exe, x, (r, c), (fmt, mode, bpc, wv), Noq::Writes)
+}
+
+/// Which build writes q, and what runs after it (form_driver.cpp's `noq` argument).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Noq {
+    /// The build that writes every byte of q.
+    Writes = 0,
+    /// The NOQ build alone.
+    Omits = 1,
+    /// The NOQ build, then `mx_plain_from_form`.
+    ThenPlainFromForm = 2,
+    /// The same, gated on a gate the chained GEMM took (so it writes nothing).
+    ThenGatedPlainFromForm = 3,
+}
+
+fn run_kernel_noq(
+    exe: &std::path::Path,
+    x: &[bf16],
+    (r, c): (usize, usize),
+    (fmt, mode, bpc, wv): (usize, usize, usize, bool),
+    noq: Noq,
+) -> Form {
     let x: Vec<u8> = x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
-    let o = host::run_driver(exe, &[r, c, fmt, mode, bpc, wv as usize], &[&x]);
+    let o = host::run_driver(
+        exe,
+        &[r, c, fmt, mode, bpc, wv as usize, noq as usize],
+        &[&x],
+    );
     let (n, kb, ns) = (r * c, c / 32, c.div_ceil(STAGE));
     let sizes = [n, r * kb, n, r * kb, n, r * kb, ns * r, ns * 4 * r * 4];
     let mut at = 0;
@@ -227,4 +254,82 @@ fn the_wv_build_writes_the_wgrad_values_beside_the_same_outputs() {
             }
         }
     }
+}
+
+/// The NOQ builds (`mx_quantize_rows_form_noq_*`, `mx_quantize_rows_form_wv_noq_*`) store q only
+/// in the row-stages with a residual or a non-finite stage scale, and write every other output
+/// as the builds that write q do; `mx_plain_from_form` then writes the rest of q back from the
+/// chain form, equal byte for byte to the plain quantizer's, and with a gate the chained GEMM
+/// took it writes nothing. On inputs with residuals, signed zeros, tiny values, an Inf and a NaN,
+/// both formats and every scale mode.
+#[test]
+fn the_noq_build_leaves_out_only_bytes_the_form_gives_back() {
+    let Some((exe, mut rng, seed)) = host::setup("block_form_host_noq", "form_driver.cpp") else {
+        return;
+    };
+    let modes = [ScaleMode::Rceil, ScaleMode::Floor, ScaleMode::Even];
+    let (mut stored, mut left_out) = (0usize, 0usize);
+    for (i, (r, c)) in [(16, 2880), (144, 96), (32, 512)].into_iter().enumerate() {
+        let mut x = input(&mut rng, r, c);
+        for (j, v) in x.iter_mut().enumerate() {
+            if j % 97 == 5 {
+                *v = bf16::from_f32(-0.0);
+            }
+        }
+        if i == 2 {
+            x[3 * c + 200] = bf16::INFINITY;
+            x[20 * c + 7] = bf16::NAN;
+        }
+        for (fmt, format) in [MxFormat::E4m3, MxFormat::E5m2].into_iter().enumerate() {
+            for wv in [false, true] {
+                let mode = (i + fmt + wv as usize) % 3;
+                let ctx = format!("{r} x {c} {format:?} {:?} wv {wv}, seed {seed}", modes[mode]);
+                let cfg = (fmt, mode, 1, wv);
+                let plain = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::Writes);
+                let omits = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::Omits);
+                let pairs = [
+                    ("s", &omits.s, &plain.s, c / 32),
+                    ("q2", &omits.q2, &plain.q2, c),
+                    ("s2", &omits.s2, &plain.s2, c / 32),
+                    ("at", &omits.at, &plain.at, r),
+                    ("sat", &omits.sat, &plain.sat, r),
+                    ("mc", &omits.mc, &plain.mc, r),
+                    ("wv", &omits.wv, &plain.wv, 2 * c),
+                ];
+                for (what, a, b, width) in pairs {
+                    host::first_difference(&format!("{ctx}: {what} (NOQ against plain)"), a, b, width);
+                }
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert!(bits(&omits.sa) == bits(&plain.sa), "{ctx}: sa (NOQ against plain)");
+                assert_eq!(omits.status, plain.status, "{ctx}: status (NOQ against plain)");
+                if i == 2 {
+                    assert!(plain.status & NONFINITE != 0, "{ctx}: the Inf and NaN set no flag");
+                }
+                // q: the plain bytes where the row-stage has a residual or a non-finite stage
+                // scale, the driver's poison (untouched) everywhere else
+                for row in 0..r {
+                    for k in 0..c {
+                        let stage = k / STAGE;
+                        let keep = plain.mc[stage * r + row] != 0 || plain.s2[row * (c / 32) + k / 32] == 0xFF;
+                        let (got, want) = (omits.q[row * c + k], plain.q[row * c + k]);
+                        if keep {
+                            assert_eq!(got, want, "{ctx}: q[{row}][{k}] of a row-stage the form cannot give back");
+                            stored += 1;
+                        } else {
+                            assert_eq!(got, 0xA5, "{ctx}: q[{row}][{k}] was written (the form gives it back)");
+                            left_out += 1;
+                        }
+                    }
+                }
+                let back = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::ThenPlainFromForm);
+                host::first_difference(&format!("{ctx}: q written back from the form"), &back.q, &plain.q, c);
+                let gated = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::ThenGatedPlainFromForm);
+                host::first_difference(&format!("{ctx}: q with a gate the chained GEMM took"), &gated.q, &omits.q, c);
+            }
+        }
+    }
+    assert!(
+        stored > 1000 && left_out > 50_000,
+        "seed {seed}: {stored} bytes stored, {left_out} left out: too few of either to test"
+    );
 }

@@ -34,6 +34,19 @@ template <int FMT> MX_DEV mx_u32 mx_fp8_shift_exact(mx_u32 b, mx_u32 d, bool& ok
   return (b & 0x80u) | ((mx_u32)(h - MB + 1) << MB) | ((J >> (h - MB)) - (1u << MB));
 }
 
+// b * 2^d for a byte b that mx_fp8_shift_exact(orig, d) returned with ok: orig, exactly (units
+// are an FP8 byte's canonical integer, so the re-encoding of orig's units gives orig's byte; a
+// signed zero keeps its sign). What mx_plain_from_form.cuh writes back from a chain form.
+template <int FMT> MX_DEV mx_u32 mx_fp8_unshift(mx_u32 b, mx_u32 d) {
+  constexpr int MB = MxFmt<FMT>::mbits;
+  const mx_u32 I = mx_fp8_units<FMT>(b);
+  if (I == 0u || d >= 32u) return b & 0x80u;   // (ok with d >= 32 only for a zero)
+  const mx_u32 J = I << d;                      // < 2^32: orig's own units
+  if (J < (1u << MB)) return (b & 0x80u) | J;   // subnormal
+  const int h = 31 - __clz((int)J);
+  return (b & 0x80u) | ((mx_u32)(h - MB + 1) << MB) | ((J >> (h - MB)) - (1u << MB));
+}
+
 // The rare bytes of mx_fp8_shift4 (bit 8 j of `rest` set: E <= d), byte by byte: `out` (the
 // fast path's word) with those bytes replaced by their shifted bytes (low word), and their miss
 // bits (high word; one 64-bit value, so that nothing goes through the stack, and nothing but

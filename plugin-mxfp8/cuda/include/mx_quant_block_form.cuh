@@ -32,6 +32,12 @@
 // each then fake-quantizes its rows beside their 1x32 quantization, from the same registers.
 // Rows past R are zeros for the amax and not written. 80 registers (3 CTAs per SM) against the
 // plain build's 64: at 64, ptxas spills ~280 bytes (raw, q2 and the 16 fast-path factors live).
+// NOQ (mx_quantize_rows_form_noq_*, mx_quantize_rows_form_wv_noq_*): the MX tensor's bytes q are
+// stored only for the row-stages the chain form cannot give back, those with a residual (a byte
+// the shift to the stage scale loses: mc > 0) or a non-finite stage scale (S = 0xFF); every
+// other byte is q2 shifted back by S - s exactly (mx_plain_from_form.cuh writes them when
+// someone reads them). mx_chain_lists reads q only in row-stages with mc > 0, so the lists are
+// the same. One byte per element less written (of 5; 7 with WV).
 // Requires mx_quant_blocks.cuh, mx_reencode.cuh and (WV) mx_fakequant.cuh. NVRTC-clean.
 #pragma once
 
@@ -82,7 +88,7 @@ MX_DEV bool mxqb_wv_scales(const MxQuantBlockFormParams& p, const uint4* part, m
   return fast;
 }
 
-template <int FMT, int BPC = 1, int WV = 0>
+template <int FMT, int BPC = 1, int WV = 0, int NOQ = 0>
 MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   static_assert(!WV || BPC == 1, "wv: one block per CTA");
   __shared__ __align__(16) mx_u32 sm[128 * 32];   // q2 transposed: word (column, 4-row group)
@@ -148,12 +154,22 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       }
       mx_u32 S = max(sb, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)sb, 4));
       S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
-      mx_u32 m0, m1;
+      mx_u32 m0 = 0u, m1 = 0u;
       q2[i][0] = ok ? mx_fp8_shift4<FMT>(q[0], S - sb, m0) : 0u;
       q2[i][1] = ok ? mx_fp8_shift4<FMT>(q[1], S - sb, m1) : 0u;
+      bool store_q = true;
+      if constexpr (NOQ != 0) {
+        // the row-stage's 16 lanes (a half warp: xor distances below 16 stay in it)
+        mx_u32 lost = m0 | m1;
+        lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 1);
+        lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 2);
+        lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 4);
+        lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 8);
+        store_q = lost != 0u || S == 0xFFu;
+      }
       if (ok) {
         const mx_i64 o = (mx_i64)r * C + col;
-        *reinterpret_cast<uint2*>(p.q + o) = make_uint2(q[0], q[1]);
+        if (store_q) *reinterpret_cast<uint2*>(p.q + o) = make_uint2(q[0], q[1]);
         *reinterpret_cast<uint2*>(p.q2 + o) = make_uint2(q2[i][0], q2[i][1]);
         if ((j & 3) == 0) {
           if constexpr (BPC > 1) {

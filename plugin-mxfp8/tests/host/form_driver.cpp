@@ -2,8 +2,11 @@
 // through simt.hpp, for tests/block_form_host.rs. FP8 conversion takes mx_numerics.cuh's
 // software path here (bit-identical to the GPU's cvt.rn.satfinite over all 2^32 inputs:
 // cuda/bench/fp8_encode_check.cu); the rest is the kernel's own code.
-// Usage: driver IN OUT. IN: 6 little-endian i64 (R, C, fmt, mode, blocks per CTA: 1 or 4, wv: 0
-// or 1, the WV build mx_quantize_rows_form_wv_*, one block per CTA), then the bf16 input [R][C].
+// Usage: driver IN OUT. IN: 7 little-endian i64 (R, C, fmt, mode, blocks per CTA: 1 or 4, wv: 0
+// or 1, the WV build mx_quantize_rows_form_wv_*, one block per CTA; noq: 0 the build that writes
+// q, 1 the NOQ build (one block per CTA), 2 the NOQ build then mx_plain_from_form
+// (mx_plain_from_form.cuh), 3 the same with a gate the chained GEMM took (so it writes nothing)),
+// then the bf16 input [R][C].
 // OUT, every buffer poisoned with 0xA5 before the launch: q, s, q2, s2, at, sat, mc, sa (f32),
 // then status[2] (i32), then with wv = 1 wv ([R][C] bf16).
 #include "simt.hpp"
@@ -15,12 +18,14 @@
 #include "mx_quant_values.cuh"
 #include "mx_fakequant.cuh"
 #include "mx_quant_block_form.cuh"
+#include "mx_warp.cuh"
+#include "mx_plain_from_form.cuh"
 
 int main(int argc, char** argv) {
   if (argc != 3) { fprintf(stderr, "usage: driver IN OUT\n"); return 2; }
   FILE* in = fopen(argv[1], "rb");
-  mx_i64 h[6];
-  if (!in || fread(h, 8, 6, in) != 6) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
+  mx_i64 h[7];
+  if (!in || fread(h, 8, 7, in) != 7) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
   const mx_i64 R = h[0], C = h[1], KB = C / 32, NS = (C + 127) / 128;
   std::vector<mx_u16> x(R * C);
   if (fread(x.data(), 2, x.size(), in) != x.size()) { fprintf(stderr, "short input\n"); return 2; }
@@ -41,10 +46,26 @@ int main(int argc, char** argv) {
   const int bpc = (int)h[4];
   const simt_dim3 grid{(unsigned)((NS + bpc - 1) / bpc), (unsigned)((R + 127) / 128), 1};
   if ((bpc != 1 && bpc != 4) || (wv && bpc != 1)) { fprintf(stderr, "blocks per CTA: 1 or 4 (wv: 1)\n"); return 2; }
-  if (wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1>(p); });
-  if (wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1>(p); });
-  if (!wv && bpc == 1 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1>(p); });
-  if (!wv && bpc == 1 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1>(p); });
+  const int noq = (int)h[6];
+  if (noq < 0 || noq > 3 || (noq && bpc != 1)) { fprintf(stderr, "noq: 0..3, one block per CTA\n"); return 2; }
+  if (noq == 0 && wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1>(p); });
+  if (noq == 0 && wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1>(p); });
+  if (noq == 0 && !wv && bpc == 1 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1>(p); });
+  if (noq == 0 && !wv && bpc == 1 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1>(p); });
+  if (noq && wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1, 1>(p); });
+  if (noq && wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1, 1>(p); });
+  if (noq && !wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 0, 1>(p); });
+  if (noq && !wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 0, 1>(p); });
+  if (noq >= 2) {
+    const int took[2] = {0, 5};   // a gate the chained GEMM took (flags 0, 5 residuals <= 10)
+    MxPlainFromFormParams d{};
+    d.q = q.data(); d.s = s.data(); d.q2 = q2.data(); d.s2 = s2.data(); d.mc = mc.data();
+    d.gate = noq == 3 ? took : nullptr; d.limit = 10;
+    d.R = (int)R; d.C = (int)C;
+    // (a grid smaller than the blocks, so that the grid-stride loop goes round)
+    if (h[2] == 0) simt_launch(simt_dim3{3, 1, 1}, 256, [&] { mx_plain_from_form<0>(d); });
+    if (h[2] == 1) simt_launch(simt_dim3{3, 1, 1}, 256, [&] { mx_plain_from_form<1>(d); });
+  }
   if (bpc == 4 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 4>(p); });
   if (bpc == 4 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 4>(p); });
   FILE* out = fopen(argv[2], "wb");

@@ -75,6 +75,15 @@ fn form_blocks_per_cta() -> usize {
     }
 }
 
+/// `MXHOST_MX_CHAIN_NOQ=1` (a measurement switch, not a mode: the MX tensor's bytes are then
+/// left partly unwritten, and whoever reads them reads garbage): the one-block form kernels
+/// store q only in the row-stages the chain form cannot give back (`*_noq_*` builds), to time
+/// what writing the bytes nobody reads in a chained step costs (docs/perf.md run 173).
+fn noq_for_timing() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_NOQ", false))
+}
+
 /// The one-pass kernel for an A of `rows` rows: `None` when neither is enabled or takes it.
 fn one_pass(rows: usize) -> Option<OnePass> {
     if fused_enabled() {
@@ -226,6 +235,10 @@ fn fused(
             wv: wv_at.unwrap_or(0),
         };
         let name = match (bpc, fmt, wv_at.is_some()) {
+            (1, 0, true) if noq_for_timing() => "mx_quantize_rows_form_wv_noq_e4m3",
+            (1, _, true) if noq_for_timing() => "mx_quantize_rows_form_wv_noq_e5m2",
+            (1, 0, _) if noq_for_timing() => "mx_quantize_rows_form_noq_e4m3",
+            (1, _, _) if noq_for_timing() => "mx_quantize_rows_form_noq_e5m2",
             (1, 0, true) => "mx_quantize_rows_form_wv_e4m3",
             (1, _, true) => "mx_quantize_rows_form_wv_e5m2",
             (1, 0, _) => "mx_quantize_rows_form_e4m3",

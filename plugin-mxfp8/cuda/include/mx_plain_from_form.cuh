@@ -1,0 +1,47 @@
+// mx_plain_from_form.cuh — an A operand's MX bytes (X or dY, 1x32 blocks along rows) written back
+// from its chain form, for a tensor whose quantize call left them out (mx_quant_block_form.cuh
+// NOQ: it stored q only in the row-stages with a residual or a non-finite stage scale). Every
+// other row-stage's bytes are q2 shifted back by s2 - s, exactly (mx_fp8_unshift); the row-stages
+// the quantizer stored are left alone. So after this kernel q is what the plain quantizer writes.
+// gate (optional): run only when the chained GEMM did not take the output (mx_chain_took over
+// [0, limit]), i.e. when the per-k32 kernel enqueued after it will read q; null: always.
+// One thread per 32-byte block, grid-stride. Requires mx_ptx.cuh, mx_numerics.cuh,
+// mx_fp8_shift.cuh and mx_warp.cuh (mx_chain_took). NVRTC-clean.
+#pragma once
+
+struct MxPlainFromFormParams {
+  mx_u8* q; const mx_u8* s;          // the MX tensor: [R][C], [R][C / 32]
+  const mx_u8* q2; const mx_u8* s2;  // its stage-uniform copy, same layouts
+  const mx_u8* mc;                   // residuals per row and stage: mc[(c / 128) * R + r]
+  const int* gate; int limit;
+  int R, C;
+};
+
+template <int FMT>
+MX_DEV void mx_plain_from_form(const MxPlainFromFormParams& p) {
+  if (p.gate != nullptr && mx_chain_took(p.gate, p.limit, 0)) return;
+  const int KB = p.C >> 5;
+  const mx_i64 n = (mx_i64)p.R * KB;
+  for (mx_i64 i = (mx_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (mx_i64)gridDim.x * blockDim.x) {
+    const mx_i64 r = i / KB;
+    const int kb = (int)(i - r * KB);
+    const mx_u32 S = p.s2[i];
+    if (S == 0xFFu || p.mc[(mx_i64)(kb >> 2) * p.R + r] != 0) continue;   // stored by the quantizer
+    const mx_u32 d = S - p.s[i];
+    const uint4* src = reinterpret_cast<const uint4*>(p.q2 + i * 32);
+    uint4* dst = reinterpret_cast<uint4*>(p.q + i * 32);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint4 v = src[h];
+      mx_u32* w = reinterpret_cast<mx_u32*>(&v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        mx_u32 o = 0u;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) o |= mx_fp8_unshift<FMT>((w[j] >> (8 * b)) & 0xFFu, d) << (8 * b);
+        w[j] = o;
+      }
+      dst[h] = v;
+    }
+  }
+}
