@@ -8,10 +8,10 @@ use crate::device::Device;
 use crate::error::{OpError, OpResult};
 use crate::plugin::call::{self, KeepAlive};
 use crate::plugin::LoadedPlugin;
-use crate::tensor::{MxAnnex, MxTensor, MxValues, Storage, Tensor, WgradGrid};
+use crate::tensor::{BytesOnDemand, MxAnnex, MxTensor, MxValues, Storage, Tensor, WgradGrid};
 use crate::validate::{self, MxDesc, OperandDesc};
 use mxhost_plugin_abi::{
-    caps, BlockLayout, DType, DequantizeDesc, GemmOptions, GemmPass, GroupedGemmDesc, MxFormat,
+    caps, BlockLayout, DType, DequantizeDesc, FillBytesDesc, GemmOptions, GemmPass, GroupedGemmDesc, MxFormat,
     Operand, OperandKind, QuantizeDesc, ScaleMode, TensorView, WeightLayout,
 };
 use std::sync::Arc;
@@ -304,6 +304,7 @@ fn quantize_full(
             tensor: t,
             plugin: plugin.path.clone(),
             partner: None,
+            bytes_on_demand: None,
         });
         Ok(view)
     };
@@ -312,6 +313,20 @@ fn quantize_full(
         Some(t) => annex_for(t)?,
         None => TensorView::absent(),
     };
+    // ABI 1.7: this host asks for the bytes before it reads them (`ensure_bytes`), so a
+    // plugin with `fill_bytes` may leave out those its annex gives back.
+    let on_demand = plugin.fill_bytes.filter(|_| plugin.abi_minor >= 7);
+    if let Some(fill) = on_demand {
+        for q in std::iter::once(&mut out).chain(out_t.iter_mut()) {
+            if let Some(a) = &mut q.annex {
+                a.bytes_on_demand = Some(Arc::new(BytesOnDemand {
+                    plugin: plugin.name.clone(),
+                    fill,
+                    pending: std::sync::Mutex::new(true),
+                }));
+            }
+        }
+    }
     let desc = QuantizeDesc {
         struct_size: std::mem::size_of::<QuantizeDesc>(),
         input: x.view(),
@@ -329,6 +344,7 @@ fn quantize_full(
             .as_ref()
             .map_or(std::ptr::null(), |o| o.as_ptr()),
         wgrad_num_groups: wgrad_offs_owned.as_ref().map_or(0, |o| o.len() as u32),
+        bytes_on_demand: on_demand.is_some() as u32,
     };
     let mut keep: Vec<Box<dyn std::any::Any>> = vec![Box::new(x.clone()), Box::new(out.clone())];
     if let Some(t) = &out_t {
@@ -392,6 +408,34 @@ fn annex_words(
     Ok(call::annex_words(plugin, f, &query)?)
 }
 
+/// Has the plugin that quantized `q` write the bytes it left out, if it may have (ABI 1.7):
+/// before anything but that plugin's GEMMs reads them. Once per tensor; the work is enqueued
+/// on the device's stream, ahead of any read.
+pub fn ensure_bytes(q: &MxTensor) -> OpResult<()> {
+    let Some((annex, b)) = q
+        .annex
+        .as_ref()
+        .and_then(|a| a.bytes_on_demand.as_ref().map(|b| (a, b)))
+    else {
+        return Ok(());
+    };
+    let mut pending = b.pending.lock().unwrap_or_else(|e| e.into_inner());
+    if !*pending {
+        return Ok(());
+    }
+    let dev = q.data.location();
+    let desc = FillBytesDesc {
+        struct_size: std::mem::size_of::<FillBytesDesc>(),
+        tensor: q.view(),
+        annex: annex.tensor.view(),
+        stream: stream_for(dev)?,
+    };
+    let keep = KeepAlive(vec![Box::new(q.clone())]);
+    call::fill_bytes(&b.plugin, b.fill, &desc, keep, dev == Device::Cpu)?;
+    *pending = false;
+    Ok(())
+}
+
 /// Expand an MX tensor to f32.
 pub fn dequantize(plugin: &LoadedPlugin, q: &MxTensor) -> OpResult<Tensor> {
     if !plugin.has(caps::QUANTIZE) {
@@ -400,6 +444,7 @@ pub fn dequantize(plugin: &LoadedPlugin, q: &MxTensor) -> OpResult<Tensor> {
             plugin.name
         )));
     }
+    ensure_bytes(q)?;
     let dev = q.data.location();
     if needs_staging(plugin, dev) {
         return dequantize(plugin, &q.to_device(Device::Cpu)?)?.to_device(dev);
@@ -459,11 +504,7 @@ impl GemmOperand<'_> {
                 mx: empty_mx,
             },
             GemmOperand::Mx(q) => {
-                let own_annex = q
-                    .annex
-                    .as_ref()
-                    .filter(|a| minor >= 3 && a.plugin == plugin.path);
-                let (kind, dense) = match (&q.values, own_annex) {
+                let (kind, dense) = match (&q.values, self.own_annex(plugin)) {
                     (_, Some(a)) => (OperandKind::MxWithAnnex, a.tensor.view()),
                     (Some(v), None) if minor >= 2 => (
                         if v.swapped {
@@ -482,6 +523,17 @@ impl GemmOperand<'_> {
                     mx: q.view(),
                 }
             }
+        }
+    }
+
+    /// The annex `plugin` wrote for this operand, which goes with it to that plugin (ABI 1.3).
+    fn own_annex(&self, plugin: &LoadedPlugin) -> Option<&MxAnnex> {
+        match self {
+            GemmOperand::Mx(q) => q
+                .annex
+                .as_ref()
+                .filter(|a| plugin.abi_minor >= 3 && a.plugin == plugin.path),
+            GemmOperand::Dense(_) => None,
         }
     }
 
@@ -594,6 +646,15 @@ pub fn grouped_gemm(
         let (sa, sb) = (stage(&a, Device::Cpu)?, stage(&b, Device::Cpu)?);
         return grouped_gemm(plugin, pass, sa.op(), sb.op(), offs, cfg)?.to_device(dev);
     }
+    // Bytes a plugin left out (ABI 1.7) are written before another plugin reads them; the
+    // plugin that wrote an operand's annex gets the annex and writes them itself if it must.
+    for op in [&a, &b] {
+        if let GemmOperand::Mx(q) = op {
+            if op.own_annex(plugin).is_none() {
+                ensure_bytes(q)?;
+            }
+        }
+    }
     let mut out = output_on(dev, &plan.out_shape, cfg.out_dtype)?;
     // Owned, so that a call the watchdog abandons still reads valid offsets.
     let offs_owned: Vec<i32> = offs.to_vec();
@@ -678,8 +739,58 @@ mod tests {
                 tensor: t(vec![64], DType::I32),
                 plugin: "p".into(),
                 partner: None,
+                bytes_on_demand: None,
             }),
         }
+    }
+
+    static FILLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    /// A plugin's `fill_bytes` that counts its calls and checks what it gets: the tensor's
+    /// data and its annex. `struct_size` 0 in the annex view makes it fail.
+    unsafe extern "C" fn counting_fill(
+        desc: *const FillBytesDesc,
+        _err: *mut mxhost_plugin_abi::ErrorBuf,
+    ) -> u32 {
+        // SAFETY: ensure_bytes passes a live descriptor.
+        let d = unsafe { &*desc };
+        assert_eq!(d.struct_size, std::mem::size_of::<FillBytesDesc>());
+        assert_eq!(d.annex.shape[0], 64, "the annex goes with the tensor");
+        if d.tensor.data.shape[0] == 7 {
+            return mxhost_plugin_abi::Status::BackendError as u32;
+        }
+        FILLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        mxhost_plugin_abi::Status::Ok as u32
+    }
+
+    fn on_demand(shape: Vec<u64>) -> MxTensor {
+        let mut q = annexed(shape);
+        q.annex.as_mut().unwrap().bytes_on_demand = Some(Arc::new(BytesOnDemand {
+            plugin: "p".into(),
+            fill: counting_fill,
+            pending: std::sync::Mutex::new(true),
+        }));
+        q
+    }
+
+    /// ABI 1.7: the plugin is asked for the bytes of a tensor it may have left out once,
+    /// whichever clone asks; never for a tensor without the mark; and again after a failed ask.
+    #[test]
+    fn bytes_on_demand_are_asked_for_once_per_tensor() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let before = FILLS.load(SeqCst);
+        let q = on_demand(vec![32, 64]);
+        let c = q.clone();
+        ensure_bytes(&q).unwrap();
+        ensure_bytes(&c).unwrap();
+        ensure_bytes(&q).unwrap();
+        assert_eq!(FILLS.load(SeqCst) - before, 1, "one ask for the tensor and its clone");
+        ensure_bytes(&annexed(vec![32, 64])).unwrap();
+        assert_eq!(FILLS.load(SeqCst) - before, 1, "no ask without the mark");
+        let bad = on_demand(vec![7, 64]);
+        assert!(ensure_bytes(&bad).is_err(), "a failed ask is an error");
+        let b = bad.annex.as_ref().unwrap().bytes_on_demand.as_ref().unwrap();
+        assert!(*b.pending.lock().unwrap(), "and leaves the bytes pending");
     }
 
     /// ABI 1.4: each result of a transposing quantize keeps the other's data alive (and so

@@ -330,6 +330,20 @@ pub struct MxAnnex {
     /// annex, kept alive (and, being shared, never written again) because the annex may
     /// refer to its bytes (`AnnexQuery::partner_kept`).
     pub partner: Option<Box<Tensor>>,
+    /// ABI 1.7: set when the quantize call was told the host would ask for the tensor's
+    /// bytes (`QuantizeDesc::bytes_on_demand`), so the plugin may have left some out; shared
+    /// by every clone of the tensor. [`crate::ops::ensure_bytes`] asks once before anything
+    /// but the plugin's own GEMMs reads them.
+    pub bytes_on_demand: Option<Arc<BytesOnDemand>>,
+}
+
+/// Bytes of an MX tensor that its plugin writes when asked (ABI 1.7, `fill_bytes`).
+pub struct BytesOnDemand {
+    /// The plugin's name (for errors) and entry.
+    pub plugin: String,
+    pub fill: mxhost_plugin_abi::EntryFn<mxhost_plugin_abi::FillBytesDesc>,
+    /// Whether the plugin has not been asked yet.
+    pub pending: std::sync::Mutex<bool>,
 }
 
 /// The bf16 values kept beside an [`MxTensor`]'s bytes.
@@ -363,9 +377,12 @@ impl MxTensor {
         }
     }
 
-    /// The same quantized tensor on `device` (data and scales copied; see
-    /// [`Tensor::to_device`]).
+    /// The same quantized tensor on `device` (data and scales copied, bytes the plugin left
+    /// out written first; see [`Tensor::to_device`]).
     pub fn to_device(&self, device: Device) -> OpResult<MxTensor> {
+        if self.data.location() != device {
+            crate::ops::ensure_bytes(self)?;
+        }
         Ok(MxTensor {
             data: self.data.to_device(device)?,
             scales: self.scales.to_device(device)?,

@@ -385,6 +385,11 @@ pub struct QuantizeDesc {
     /// one are padding, written with blocks from the last offset on.
     pub wgrad_offs: *const i32,
     pub wgrad_num_groups: u32,
+    /// ABI 1.7: 1 when the host will call `PluginApi::fill_bytes` with `output` (and with
+    /// `transposed`) and its annex before anything but this plugin's GEMMs reads its bytes:
+    /// the plugin may then leave out the bytes its annex gives back, and its GEMMs must
+    /// write them first wherever they read them. 0 in an older descriptor.
+    pub bytes_on_demand: u32,
 }
 
 /// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.0 host (no `transposed`).
@@ -395,6 +400,8 @@ pub const QUANTIZE_DESC_SIZE_1_1: usize = std::mem::offset_of!(QuantizeDesc, val
 pub const QUANTIZE_DESC_SIZE_1_2: usize = std::mem::offset_of!(QuantizeDesc, annex);
 /// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.3–1.4 host (no wgrad values).
 pub const QUANTIZE_DESC_SIZE_1_4: usize = std::mem::offset_of!(QuantizeDesc, wgrad_values);
+/// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.5–1.6 host (no `bytes_on_demand`).
+pub const QUANTIZE_DESC_SIZE_1_6: usize = std::mem::offset_of!(QuantizeDesc, bytes_on_demand);
 
 /// ABI 1.3: which annex a plugin wants beside one MX tensor a quantize call will write
 /// ([`crate::PluginApi::annex_words`]). The host asks before it allocates the outputs.
@@ -481,6 +488,18 @@ pub struct DequantizeDesc {
     pub struct_size: usize,
     pub input: MxTensorView,
     pub output: TensorView,
+    pub stream: *mut c_void,
+}
+
+/// ABI 1.7: the MX tensor a quantize call with `QuantizeDesc::bytes_on_demand` wrote and the
+/// annex it wrote with it; `PluginApi::fill_bytes` writes the tensor's bytes that the call
+/// left out (the tensor's data is written in place: its values do not change).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct FillBytesDesc {
+    pub struct_size: usize,
+    pub tensor: MxTensorView,
+    pub annex: TensorView,
     pub stream: *mut c_void,
 }
 

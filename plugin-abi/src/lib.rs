@@ -38,7 +38,11 @@
 //! `DenseMxValues` that hands them to wgrad; a host uses either only with plugins that
 //! report minor ≥ 5. 1.6 appended `AnnexQuery::for_gemm` (the caller quantizes the tensor
 //! to be a GEMM operand: a plugin may give it an annex by default and others none); a host
-//! sets it only for plugins that report minor ≥ 6.
+//! sets it only for plugins that report minor ≥ 6. 1.7 appended
+//! `QuantizeDesc::bytes_on_demand` (the host will call `PluginApi::fill_bytes` before anything
+//! but the plugin's own GEMMs reads the MX tensor's bytes, so the plugin may leave out bytes
+//! its annex gives back) and `PluginApi::fill_bytes` (may be null); a host sets the first
+//! only for plugins that report minor ≥ 7 and have the second.
 
 use std::ffi::{c_char, c_void};
 
@@ -52,7 +56,7 @@ pub const ENTRY_SYMBOL: &[u8] = b"mxhost_plugin_entry\0";
 /// `"MXHOSTPL"` in ASCII: the first field of every [`PluginApi`].
 pub const PLUGIN_MAGIC: u64 = 0x4D58_484F_5354_504C;
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 6;
+pub const ABI_MINOR: u32 = 7;
 
 /// ABI 1.3: the size, in i32 words, of the annex a plugin wants beside the MX tensor that
 /// `query` describes (0: none); written to `words`.
@@ -152,11 +156,18 @@ pub struct PluginApi {
     /// ABI 1.3: how large an annex the plugin wants beside an MX tensor (see
     /// [`OperandKind::MxWithAnnex`]); null when it keeps none.
     pub annex_words: Option<AnnexWordsFn>,
+    /// ABI 1.7: write the bytes of an MX tensor that a quantize call with
+    /// `QuantizeDesc::bytes_on_demand` may have left out, from its annex ([`FillBytesDesc`]);
+    /// a no-op for a tensor whose bytes are all there. Null when the plugin never leaves
+    /// bytes out.
+    pub fill_bytes: Option<EntryFn<FillBytesDesc>>,
 }
 
 /// `struct_size` of a table from a plugin of ABI 1.0–1.2 (no `annex_words`): the smallest
 /// a host accepts.
 pub const PLUGIN_API_SIZE_1_0: usize = std::mem::offset_of!(PluginApi, annex_words);
+/// `struct_size` of a table from a plugin of ABI 1.3–1.6 (no `fill_bytes`).
+pub const PLUGIN_API_SIZE_1_6: usize = std::mem::offset_of!(PluginApi, fill_bytes);
 
 /// A `&CStr` from a NUL-terminated literal, checked at compile time, e.g.
 /// `static_cstr(concat!(env!("CARGO_PKG_VERSION"), "\0"))` for a plugin's version.
@@ -197,12 +208,19 @@ impl PluginApi {
             grouped_gemm,
             user_data: std::ptr::null_mut(),
             annex_words: None,
+            fill_bytes: None,
         }
     }
 
     /// This table with an annex-size entry (ABI 1.3).
     pub const fn with_annex(mut self, annex_words: AnnexWordsFn) -> PluginApi {
         self.annex_words = Some(annex_words);
+        self
+    }
+
+    /// This table with a `fill_bytes` entry (ABI 1.7).
+    pub const fn with_fill_bytes(mut self, fill_bytes: EntryFn<FillBytesDesc>) -> PluginApi {
+        self.fill_bytes = Some(fill_bytes);
         self
     }
 }

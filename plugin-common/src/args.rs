@@ -13,7 +13,7 @@
 
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{
-    scale_shape, AnnexQuery, BlockKind, BlockLayout, DType, DequantizeDesc, DeviceKind, GemmPass,
+    scale_shape, AnnexQuery, BlockKind, BlockLayout, DType, DequantizeDesc, DeviceKind, FillBytesDesc, GemmPass,
     GroupedGemmDesc, MxFormat, MxTensorView, Operand, OperandKind, QuantizeDesc, ScaleMode,
     TensorView, WeightLayout, ANNEX_QUERY_SIZE_1_3, MAX_RANK,
 };
@@ -399,9 +399,39 @@ pub struct QuantizeArgs {
     pub transposed_annex: Option<TensorArg>,
     /// ABI 1.5: also write the input's values as wgrad quantizes a dense operand.
     pub wgrad_values: Option<WgradValues>,
+    /// ABI 1.7: the host calls `fill_bytes` before anything but this plugin's GEMMs reads
+    /// the output's bytes, so a backend may leave out the bytes its annex gives back.
+    pub bytes_on_demand: bool,
     pub device: DeviceKind,
     pub ordinal: i32,
     pub stream: *mut c_void,
+}
+
+/// ABI 1.7 (`PluginApi::fill_bytes`): an MX tensor and the annex its quantize call wrote,
+/// whose left-out bytes the backend writes now.
+#[derive(Debug, Clone)]
+pub struct FillBytesArgs {
+    pub tensor: MxArg,
+    pub annex: TensorArg,
+    pub device: DeviceKind,
+    pub ordinal: i32,
+    pub stream: *mut c_void,
+}
+
+impl FillBytesArgs {
+    pub fn parse(desc: &FillBytesDesc) -> PluginResult<Self> {
+        let tensor = MxArg::parse(&desc.tensor, "fill_bytes.tensor")?;
+        let annex = parse_annex(&desc.annex, "fill_bytes.annex")?;
+        let (device, ordinal) = common_device(&[&tensor.data, &tensor.scales, &annex])?;
+        check_disjoint(&[&tensor.data], &[&tensor.scales, &annex])?;
+        Ok(FillBytesArgs {
+            tensor,
+            annex,
+            device,
+            ordinal,
+            stream: desc.stream,
+        })
+    }
 }
 
 /// ABI 1.5 (`QuantizeDesc::wgrad_values`): where to write a rank-2 input's values quantized
@@ -528,6 +558,7 @@ impl QuantizeArgs {
             annex,
             transposed_annex,
             wgrad_values,
+            bytes_on_demand: flag("bytes_on_demand", desc.bytes_on_demand)?,
             device,
             ordinal,
             stream: desc.stream,

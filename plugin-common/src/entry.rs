@@ -7,13 +7,13 @@
 //! the CPU one. Everything runs inside `guard_entry`, so a panic (including one in a
 //! rayon worker, which rayon re-raises on the calling thread) becomes `Status::Panic`.
 
-use crate::args::{AnnexSpec, DequantizeArgs, GemmArgs, QuantizeArgs};
+use crate::args::{AnnexSpec, DequantizeArgs, FillBytesArgs, GemmArgs, QuantizeArgs};
 use mxhost_plugin_abi::plugin_support::{
     guard_entry, read_desc, read_desc_grown, PluginError, PluginResult,
 };
 use mxhost_plugin_abi::{
-    AnnexQuery, DequantizeDesc, DeviceKind, ErrorBuf, GroupedGemmDesc, QuantizeDesc,
-    ANNEX_QUERY_SIZE_1_3, QUANTIZE_DESC_SIZE_1_0,
+    AnnexQuery, DequantizeDesc, DeviceKind, ErrorBuf, FillBytesDesc, GroupedGemmDesc,
+    QuantizeDesc, ANNEX_QUERY_SIZE_1_3, QUANTIZE_DESC_SIZE_1_0,
 };
 
 /// One compute backend (CPU today; CUDA and HIP later). Receives validated requests;
@@ -27,6 +27,13 @@ pub trait Backend: Sync {
     fn annex_words(&self, spec: &AnnexSpec) -> PluginResult<u64> {
         let _ = spec;
         Ok(0)
+    }
+    /// ABI 1.7: write the bytes of `args.tensor` that a quantize call with
+    /// `bytes_on_demand` left out. The default, for a backend that never leaves any out,
+    /// does nothing.
+    fn fill_bytes(&self, args: &FillBytesArgs) -> PluginResult<()> {
+        let _ = args;
+        Ok(())
     }
 }
 
@@ -93,6 +100,23 @@ pub unsafe fn grouped_gemm(
         // SAFETY: offs_host is valid for num_groups reads (ABI contract).
         let args = unsafe { GemmArgs::parse(&desc)? };
         select(args.device)?.grouped_gemm(&args)
+    })
+}
+
+/// Body of a plugin's `fill_bytes` entry (ABI 1.7).
+///
+/// # Safety
+/// As for [`quantize`].
+pub unsafe fn fill_bytes(
+    desc: *const FillBytesDesc,
+    err: *mut ErrorBuf,
+    select: SelectBackend,
+) -> u32 {
+    guard_entry(err, || {
+        // SAFETY: the host passes null or a readable descriptor (ABI contract).
+        let desc = unsafe { read_desc(desc)? };
+        let args = FillBytesArgs::parse(&desc)?;
+        select(args.device)?.fill_bytes(&args)
     })
 }
 

@@ -1,12 +1,12 @@
 //! The exported C ABI: the static function table and its entries (quantize, dequantize,
-//! grouped GEMM, and ABI 1.3's annex size). Each entry
+//! grouped GEMM, ABI 1.3's annex size and ABI 1.7's bytes on demand). Each entry
 //! delegates to `mxhost_plugin_common::entry`, which catches panics, reads and
 //! validates the descriptor and dispatches to [`crate::backend::select`].
 
 use crate::backend;
 use mxhost_plugin_abi::{
-    caps, static_cstr, AnnexQuery, DequantizeDesc, ErrorBuf, GroupedGemmDesc, PluginApi,
-    QuantizeDesc,
+    caps, static_cstr, AnnexQuery, DequantizeDesc, ErrorBuf, FillBytesDesc, GroupedGemmDesc,
+    PluginApi, QuantizeDesc,
 };
 use mxhost_plugin_common::entry;
 use std::sync::OnceLock;
@@ -67,6 +67,11 @@ unsafe extern "C" fn annex_words(
     unsafe { entry::annex_words(query, words, err, backend::select) }
 }
 
+unsafe extern "C" fn fill_bytes(desc: *const FillBytesDesc, err: *mut ErrorBuf) -> u32 {
+    // SAFETY: the host passes null or valid pointers (ABI contract).
+    unsafe { entry::fill_bytes(desc, err, backend::select) }
+}
+
 /// The plugin's single exported symbol: the function table, built once and kept for the
 /// process.
 #[no_mangle]
@@ -82,5 +87,6 @@ pub extern "C" fn mxhost_plugin_entry() -> *const PluginApi {
             grouped_gemm,
         )
         .with_annex(annex_words)
+        .with_fill_bytes(fill_bytes)
     })
 }

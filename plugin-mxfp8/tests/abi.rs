@@ -79,6 +79,7 @@ fn quantize_desc(input: TensorView, output: MxTensorView) -> QuantizeDesc {
         wgrad_values: TensorView::absent(),
         wgrad_offs: std::ptr::null(),
         wgrad_num_groups: 0,
+        bytes_on_demand: 0,
     }
 }
 

@@ -9,7 +9,9 @@
 //! GPU calls only enqueue work and return at once, so they are not run on a worker.
 
 use super::loader::LoadedPlugin;
-use mxhost_plugin_abi::{DequantizeDesc, ErrorBuf, GroupedGemmDesc, QuantizeDesc, Status};
+use mxhost_plugin_abi::{
+    DequantizeDesc, ErrorBuf, FillBytesDesc, GroupedGemmDesc, QuantizeDesc, Status,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -72,7 +74,7 @@ fn error_buf(storage: &mut [u8]) -> ErrorBuf {
 /// Call `entry(desc)` and decode the status and message. `on_cpu`: the plugin does the
 /// work inside the call, so the watchdog applies.
 fn call<D: Copy + 'static>(
-    plugin: &LoadedPlugin,
+    plugin: &str,
     entry: Entry<D>,
     desc: &D,
     keep: KeepAlive,
@@ -102,12 +104,12 @@ fn call<D: Copy + 'static>(
                     let _ = tx.send(run(desc, keep));
                 })
                 .map_err(|e| PluginCallError {
-                    plugin: plugin.name.clone(),
+                    plugin: plugin.to_string(),
                     status: Status::BackendError,
                     message: format!("cannot start the plugin-call thread: {e}"),
                 })?;
             rx.recv_timeout(limit).map_err(|_| PluginCallError {
-                plugin: plugin.name.clone(),
+                plugin: plugin.to_string(),
                 status: Status::BackendError,
                 message: format!(
                     "the plugin call exceeded the watchdog limit of {:.1} s (--plugin-timeout-s); \
@@ -120,7 +122,7 @@ fn call<D: Copy + 'static>(
     decode(plugin, raw, &message)
 }
 
-fn decode(plugin: &LoadedPlugin, raw: u32, message: &[u8]) -> Result<(), PluginCallError> {
+fn decode(plugin: &str, raw: u32, message: &[u8]) -> Result<(), PluginCallError> {
     let status = Status::from_raw(raw);
     if status == Some(Status::Ok) {
         return Ok(());
@@ -130,7 +132,7 @@ fn decode(plugin: &LoadedPlugin, raw: u32, message: &[u8]) -> Result<(), PluginC
         message = "no message".into();
     }
     Err(PluginCallError {
-        plugin: plugin.name.clone(),
+        plugin: plugin.to_string(),
         status: status.unwrap_or(Status::BackendError),
         message: if status.is_none() {
             format!("unknown status {raw}: {message}")
@@ -153,7 +155,7 @@ pub fn annex_words(
     // SAFETY: the query is a live local, `words` a writable u64, `buf` a live buffer.
     let raw = unsafe { entry(query, &mut words, &mut buf) };
     storage.truncate(buf.len.min(ERROR_CAPACITY));
-    decode(plugin, raw, &storage)?;
+    decode(&plugin.name, raw, &storage)?;
     Ok(words)
 }
 
@@ -163,7 +165,7 @@ pub fn quantize(
     keep: KeepAlive,
     on_cpu: bool,
 ) -> Result<(), PluginCallError> {
-    call(plugin, plugin.api().quantize, desc, keep, on_cpu)
+    call(&plugin.name, plugin.api().quantize, desc, keep, on_cpu)
 }
 
 pub fn dequantize(
@@ -172,7 +174,7 @@ pub fn dequantize(
     keep: KeepAlive,
     on_cpu: bool,
 ) -> Result<(), PluginCallError> {
-    call(plugin, plugin.api().dequantize, desc, keep, on_cpu)
+    call(&plugin.name, plugin.api().dequantize, desc, keep, on_cpu)
 }
 
 pub fn grouped_gemm(
@@ -181,5 +183,17 @@ pub fn grouped_gemm(
     keep: KeepAlive,
     on_cpu: bool,
 ) -> Result<(), PluginCallError> {
-    call(plugin, plugin.api().grouped_gemm, desc, keep, on_cpu)
+    call(&plugin.name, plugin.api().grouped_gemm, desc, keep, on_cpu)
+}
+
+/// ABI 1.7: `entry` (the `fill_bytes` of the plugin named `plugin`) writes the bytes of an MX
+/// tensor its quantize call left out.
+pub fn fill_bytes(
+    plugin: &str,
+    entry: Entry<FillBytesDesc>,
+    desc: &FillBytesDesc,
+    keep: KeepAlive,
+    on_cpu: bool,
+) -> Result<(), PluginCallError> {
+    call(plugin, entry, desc, keep, on_cpu)
 }

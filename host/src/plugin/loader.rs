@@ -59,6 +59,8 @@ pub struct LoadedPlugin {
     pub abi_minor: u32,
     /// ABI 1.3's `annex_words`, when the table has it and it is set.
     pub annex_words: Option<mxhost_plugin_abi::AnnexWordsFn>,
+    /// ABI 1.7's `fill_bytes`, when the table has it and it is set.
+    pub fill_bytes: Option<mxhost_plugin_abi::EntryFn<mxhost_plugin_abi::FillBytesDesc>>,
     api: &'static PluginApi,
 }
 
@@ -162,7 +164,7 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
             found: size,
         });
     }
-    // A 1.0-1.2 table ends before `annex_words`: copy what the table has into a zeroed
+    // A 1.0-1.2 table ends before `annex_words` (1.3-1.6 before `fill_bytes`): copy what the table has into a zeroed
     // one of today's layout (a missing function pointer reads as None) and keep that.
     let n = size.min(std::mem::size_of::<PluginApi>());
     let mut grown = std::mem::MaybeUninit::<PluginApi>::zeroed();
@@ -175,6 +177,7 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
         Box::leak(Box::new(grown.assume_init()))
     };
     let annex_words = if minor >= 3 { api.annex_words } else { None };
+    let fill_bytes = if minor >= 7 { api.fill_bytes } else { None };
     let name = c_string(api.name)
         .filter(|n| !n.is_empty())
         .ok_or(LoadError::BadName {
@@ -188,6 +191,7 @@ pub fn load_plugin(path: &Path) -> Result<LoadedPlugin, LoadError> {
         path: path_buf,
         abi_minor: minor,
         annex_words,
+        fill_bytes,
         api,
     })
 }

@@ -322,7 +322,10 @@ impl mx::HostMxTensor for HostState {
     }
 
     fn data(&mut self, this: Resource<MxTensor>) -> wasmtime::Result<Resource<Tensor>> {
-        let t = self.table.get(&this)?.data.clone();
+        let q = self.table.get(&this)?;
+        // (bytes its plugin left out, ABI 1.7, are written before the guest holds them)
+        crate::ops::ensure_bytes(q).map_err(|e| wasmtime::Error::msg(e.message))?;
+        let t = q.data.clone();
         self.push_tensor(t)
             .map_err(|e| wasmtime::Error::msg(e.message))
     }

@@ -54,12 +54,14 @@ use super::cublas;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{DType, MxFormat, ScaleMode};
 use mxhost_plugin_common::args::{
-    AnnexSpec, Blocking, DequantizeArgs, GemmArgs, MxArg, QuantizeArgs, TensorArg,
+    AnnexSpec, Blocking, DequantizeArgs, FillBytesArgs, GemmArgs, MxArg, QuantizeArgs,
+    TensorArg,
 };
 use mxhost_plugin_common::entry::Backend;
 use std::ffi::c_void;
 
 mod bf16_path;
+mod bytes_on_demand;
 mod chain;
 mod chain_annex;
 mod chain_block;
@@ -354,6 +356,10 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let mut call = Call::new(args.ordinal, args.stream)?;
+        // (an annex's address may have been another tensor's: its bytes start complete)
+        for (annex, ..) in annexed_results(args) {
+            bytes_on_demand::forget(ptr(annex));
+        }
         // ABI 1.5: the wgrad values, from the quantizer's own pass where a kernel writes
         // both (it takes `wv`), else by a pass of their own after it.
         let mut wv = wgrad_values::fusable(args);
@@ -368,6 +374,10 @@ impl Backend for CudaBackend {
 
     fn annex_words(&self, spec: &AnnexSpec) -> PluginResult<u64> {
         chain_annex::annex_words(spec)
+    }
+
+    fn fill_bytes(&self, args: &FillBytesArgs) -> PluginResult<()> {
+        bytes_on_demand::fill(args)
     }
 
     fn dequantize(&self, args: &DequantizeArgs) -> PluginResult<()> {

@@ -65,6 +65,10 @@ impl Ctx {
             };
             let (qc, tc) = both(&xc)?;
             let (qg, tg) = both(&xg)?;
+            // (bytes a plugin left out, ABI 1.7, written before they are compared)
+            for q in [Some(&qc), Some(&qg), tc.as_ref(), tg.as_ref()].into_iter().flatten() {
+                ops::ensure_bytes(q)?;
+            }
             let (mut dc, mut dg) = (
                 qc.data.host_bytes()?.to_vec(),
                 qg.data.host_bytes()?.to_vec(),
@@ -86,6 +90,7 @@ impl Ctx {
             // qg's data / scales (the transposed copy is appended after them).
             if rank >= 2 {
                 let qp = ops::quantize(&self.plugin, &xg, format, mode, block)?;
+                ops::ensure_bytes(&qp)?;
                 let (pd, ps) = (qp.data.host_bytes()?, qp.scales.host_bytes()?);
                 bad_d += pd.iter().zip(dg.iter()).filter(|(a, b)| a != b).count();
                 bad_s += ps.iter().zip(sg.iter()).filter(|(a, b)| a != b).count();
@@ -102,6 +107,9 @@ impl Ctx {
                 let (vq_c, _) = ops::quantize_with(&self.plugin, &xc, format, mode, block, extras)?;
                 let (vq_g, vt_g) =
                     ops::quantize_with(&self.plugin, &xg, format, mode, block, extras)?;
+                for q in std::iter::once(&vq_g).chain(vt_g.iter()) {
+                    ops::ensure_bytes(q)?;
+                }
                 let mut bytes_g = vq_g.data.host_bytes()?.to_vec();
                 let mut scales_g = vq_g.scales.host_bytes()?.to_vec();
                 if let Some(t) = &vt_g {

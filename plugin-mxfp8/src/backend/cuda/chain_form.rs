@@ -60,6 +60,10 @@ pub(super) struct ALayout {
     pub sa: usize,
     /// The re-encoding's two status words (flags, residual count).
     pub status: usize,
+    /// Residuals per row and stage, `mc[(k / 128) * rows + r]` (one byte each): written by
+    /// the one-block form kernels, read by their lists and by `mx_plain_from_form`, which
+    /// writes back the bytes a NOQ build left out ([`super::bytes_on_demand`]).
+    pub mc: usize,
     pub bytes: usize,
 }
 
@@ -76,6 +80,7 @@ pub(super) fn a_layout(rows: usize, red: usize) -> ALayout {
         sat: b.take(kb * rows + WINDOW_SLACK),
         sa: b.take(Call::scales_f32_bytes(rows, rup(kb, 4), 1)),
         status: b.take(8),
+        mc: b.take(cdiv(red, 128) * rows),
         bytes: b.0,
     }
 }
@@ -345,12 +350,12 @@ mod tests {
     #[test]
     fn regions_are_aligned_disjoint_and_in_order() {
         let l = a_layout(4096, 2880);
-        let starts = [l.q2, l.s2, l.res, l.cnt, l.at, l.sat, l.sa, l.status];
+        let starts = [l.q2, l.s2, l.res, l.cnt, l.at, l.sat, l.sa, l.status, l.mc];
         assert_eq!(l.q2, 0);
         assert!(starts.windows(2).all(|w| w[0] < w[1]), "{l:?}");
         assert!(starts.iter().all(|s| s.is_multiple_of(ALIGN)), "{l:?}");
         assert_eq!(l.s2 - l.q2, 4096 * 2880);
-        assert!(l.bytes >= l.status + 8 && l.bytes.is_multiple_of(ALIGN));
+        assert!(l.bytes >= l.mc + 23 * 4096 && l.bytes.is_multiple_of(ALIGN));
         let (e, cols, red) = (8, 4096, 4096);
         let sb = e * (cdiv(cols, 32) * cdiv(red, 32));
         let with = b_layout((e, cols, red), sb, BtAt::Held);

@@ -22,6 +22,7 @@
 //! for byte (the residual lists up to each row's count) and fails the call on any difference.
 //! It synchronizes: for tests (`scripts/gpu-chain.sh` runs the selftests with it).
 
+use super::bytes_on_demand;
 use super::chain;
 use super::chain_annex::{annex_filled_here, checked_annex, AnnexRole};
 use super::chain_block;
@@ -75,15 +76,6 @@ fn form_blocks_per_cta() -> usize {
     }
 }
 
-/// `MXHOST_MX_CHAIN_NOQ=1` (a measurement switch, not a mode: the MX tensor's bytes are then
-/// left partly unwritten, and whoever reads them reads garbage): the one-block form kernels
-/// store q only in the row-stages the chain form cannot give back (`*_noq_*` builds), to time
-/// what writing the bytes nobody reads in a chained step costs (docs/perf.md run 173).
-fn noq_for_timing() -> bool {
-    static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_NOQ", false))
-}
-
 /// The one-pass kernel for an A of `rows` rows: `None` when neither is enabled or takes it.
 fn one_pass(rows: usize) -> Option<OnePass> {
     if fused_enabled() {
@@ -133,14 +125,19 @@ pub(super) fn quantize_a_with_annex(
     if chain_verify::enabled() {
         call.zero(base, a_layout(rows, red).bytes)?;
     }
+    // ABI 1.7: the bytes the form gives back are left out where the host fills them on demand
+    let noq = args.bytes_on_demand && bytes_on_demand::enabled() && kernel == OnePass::Block;
     let l = fused(
         call,
         kernel,
         ptr(x),
         (q, s, fmt, mode),
         (rows, red),
-        (base, wv),
+        (base, wv, noq),
     )?;
+    if noq && form_blocks_per_cta() == 1 {
+        bytes_on_demand::note_left_out(base);
+    }
     if chain_verify::enabled() {
         verify(call, ptr(x), (q, s, fmt, mode), (rows, red), (&l, base))?;
     }
@@ -191,7 +188,7 @@ pub(super) fn quantize_dense_a(
         x,
         (q, s, fmt, mode),
         (rows, red),
-        (base, &mut None),
+        (base, &mut None, false),
     )?;
     if chain_verify::enabled() {
         verify(call, x, (q, s, fmt, mode), (rows, red), (&l, base))?;
@@ -208,13 +205,13 @@ fn fused(
     x: u64,
     (q, s, fmt, mode): (u64, u64, u8, i32),
     (rows, red): (usize, usize),
-    (base, wv): (u64, &mut Option<u64>),
+    (base, wv, noq): (u64, &mut Option<u64>, bool),
 ) -> PluginResult<ALayout> {
     let l = a_layout(rows, red);
     let at = |o: usize| base + o as u64;
     call.zero(at(l.status), 8)?;
     if kernel == OnePass::Block {
-        let mc = call.alloc(cdiv(red, 128) * rows)?;
+        let mc = at(l.mc);
         let bpc = form_blocks_per_cta();
         // (the values ride only on the one-block build; 0 tells the kernel there are none)
         let wv_at = if bpc == 1 { wv.take() } else { None };
@@ -235,10 +232,10 @@ fn fused(
             wv: wv_at.unwrap_or(0),
         };
         let name = match (bpc, fmt, wv_at.is_some()) {
-            (1, 0, true) if noq_for_timing() => "mx_quantize_rows_form_wv_noq_e4m3",
-            (1, _, true) if noq_for_timing() => "mx_quantize_rows_form_wv_noq_e5m2",
-            (1, 0, _) if noq_for_timing() => "mx_quantize_rows_form_noq_e4m3",
-            (1, _, _) if noq_for_timing() => "mx_quantize_rows_form_noq_e5m2",
+            (1, 0, true) if noq => "mx_quantize_rows_form_wv_noq_e4m3",
+            (1, _, true) if noq => "mx_quantize_rows_form_wv_noq_e5m2",
+            (1, 0, _) if noq => "mx_quantize_rows_form_noq_e4m3",
+            (1, _, _) if noq => "mx_quantize_rows_form_noq_e5m2",
             (1, 0, true) => "mx_quantize_rows_form_wv_e4m3",
             (1, _, true) => "mx_quantize_rows_form_wv_e5m2",
             (1, 0, _) => "mx_quantize_rows_form_e4m3",

@@ -4,6 +4,7 @@
 //! `mx_tgemm_*` or `mx_gemm_*`). Wgrad is in [`super::wgrad`].
 
 use super::bf16_path::{dequantize_into, gemm_rows_bf16, Bf16Weight};
+use super::bytes_on_demand::{self, LeftOut};
 use super::chain::{self, Gate};
 use super::chain_annex::{AnnexRole, Annexes};
 use super::chain_form;
@@ -222,6 +223,13 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                 eprintln!("mxhost-plugin-mxfp8: chained GEMM not taken (M {rows} N {cols} K {red} E {e}): an operand's last chained GEMM closed its gate, so its annex was not filled (gate memory; tried again every {}th call)", chain_memory::REPROBE_EVERY);
             }
             let chain_wanted = chain_fits && !remembered_closed;
+            // A's bytes, if its quantize call left them out (ABI 1.7): written before any
+            // kernel here reads them, gated like the per-k32 kernel where it is gated.
+            let a_left_out = bytes_on_demand::left_out_of(&args.a);
+            if let Some(l) = bytes_on_demand::left_out_of(&args.b) {
+                // (a weight is never quantized so; an A-shaped tensor passed as one is read whole)
+                l.write_before_read(call, None)?;
+            }
             let via_bf16 = call.dev.portable
                 || match cublas::rows_path()? {
                     cublas::GemmPath::Fp8 => false,
@@ -233,6 +241,9 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     }
                 };
             if via_bf16 {
+                if let (Some(l), None) = (a_left_out, a_vals) {
+                    l.write_before_read(call, None)?;
+                }
                 // A pre-quantized weight whose stored last axis is not the reduction:
                 // expanded where it is (cuBLAS reads it transposed) instead of transposed
                 // to K-major first. Everything else goes through `weights` (quantizing
@@ -315,6 +326,10 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     annexes.a = annexes.a.or(a_form);
                     annexes.dense_a = dense_a_key;
                 }
+                // (an A without a form it can read is re-encoded from its bytes)
+                if let (Some(l), None) = (a_left_out, annexes.a) {
+                    l.write_before_read(call, None)?;
+                }
                 match chain::launch_chained(
                     call,
                     chain_mode,
@@ -354,14 +369,28 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                 }
             };
             gemm_rows(
-                call, &a, &b, out, offs_dev, e, rows, cols, red, out_bf16, gate,
+                call,
+                (&a, a_left_out),
+                &b,
+                out,
+                offs_dev,
+                (e, rows, cols, red),
+                out_bf16,
+                gate,
             )?;
             if let (Some(g), true) = (gate, gemm_trace()) {
                 eprintln!("mxhost-plugin-mxfp8: {}", g.report(call)?);
             }
             Ok(())
         }
-        GemmPass::Wgrad => wgrad(call, args, out_bf16),
+        GemmPass::Wgrad => {
+            for o in [&args.a, &args.b] {
+                if let Some(l) = bytes_on_demand::left_out_of(o) {
+                    l.write_before_read(call, None)?;
+                }
+            }
+            wgrad(call, args, out_bf16)
+        }
     }
 }
 
@@ -564,17 +593,15 @@ pub(super) fn weights(
 /// forward/dgrad launch: out[rows][cols] = Σ A[rows][red] · B_e[cols][red]. With `gate`
 /// (the chained kernel was enqueued before) the TMA kernels return at once when the chained
 /// kernel took the GEMM; `mx_gemm_*` does not look, so it recomputes the same result.
-#[allow(clippy::too_many_arguments)]
+/// `a_left_out`: A's bytes where its quantize call left some out, written before the
+/// per-k32 kernel reads them, behind the same gate as its tables.
 fn gemm_rows(
     call: &mut Call,
-    a: &AMat,
+    (a, a_left_out): (&AMat, Option<LeftOut>),
     b: &BMat,
     out: &TensorArg,
     offs: u64,
-    e: usize,
-    rows: usize,
-    cols: usize,
-    red: usize,
+    (e, rows, cols, red): (usize, usize, usize, usize),
     out_bf16: bool,
     gate: Option<Gate>,
 ) -> PluginResult<()> {
@@ -640,6 +667,9 @@ fn gemm_rows(
         false,
         table_gate,
     )?;
+    if let Some(l) = a_left_out {
+        l.write_before_read(call, table_gate)?;
+    }
     launch_chosen(call, (a.fmt, b.fmt, b.w2d, out_bf16), choice, &p, gate)
 }
 

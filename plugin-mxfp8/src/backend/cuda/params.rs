@@ -270,6 +270,23 @@ pub(super) struct QuantBlockFormParams {
     pub(super) wv: u64,
 }
 
+/// `MxPlainFromFormParams` of mx_plain_from_form.cuh (`mx_plain_from_form_*`): an A operand's
+/// MX bytes `q` written back from its chain form where the NOQ form kernels left them out.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct PlainFromFormParams {
+    pub(super) q: u64,
+    pub(super) s: u64,
+    pub(super) q2: u64,
+    pub(super) s2: u64,
+    pub(super) mc: u64,
+    /// The GEMM's gate (run only when the chained kernel did not take it), or 0: always.
+    pub(super) gate: u64,
+    pub(super) limit: i32,
+    pub(super) r: i32,
+    pub(super) c: i32,
+}
+
 /// `MxQuantChainParams` of mx_quant_chain.cuh (`mx_quantize_rows_chain_*`): bf16 rows
 /// `[r][c]` to the MX tensor (`q`, `s`) and the A-side chain form (`q2`, `s2`, `res`, `cnt`,
 /// `status`, `at`, `sat`: the regions of `chain_form::a_layout`).
@@ -359,6 +376,7 @@ const _: () = {
     assert!(std::mem::size_of::<ChainListParams>() == 104);
     assert!(std::mem::size_of::<ReencodeBlockParams>() == 72);
     assert!(std::mem::size_of::<QuantBlockFormParams>() == 104);
+    assert!(std::mem::size_of::<PlainFromFormParams>() == 64);
     assert!(std::mem::size_of::<ChainFix>() == 112);
     assert!(std::mem::size_of::<ChainParams>() == 576);
     assert!(std::mem::offset_of!(ChainParams, f) == 448);
