@@ -11,8 +11,9 @@ use crate::plugin::LoadedPlugin;
 use crate::tensor::{BytesOnDemand, MxAnnex, MxTensor, MxValues, Storage, Tensor, WgradGrid};
 use crate::validate::{self, MxDesc, OperandDesc};
 use mxhost_plugin_abi::{
-    caps, BlockLayout, DType, DequantizeDesc, FillBytesDesc, GemmOptions, GemmPass, GroupedGemmDesc, MxFormat,
-    Operand, OperandKind, QuantizeDesc, ScaleMode, TensorView, WeightLayout,
+    caps, BlockLayout, DType, DequantizeDesc, FillBytesDesc, GemmOptions, GemmPass,
+    GroupedGemmDesc, MxFormat, Operand, OperandKind, QuantizeDesc, ScaleMode, TensorView,
+    WeightLayout,
 };
 use std::sync::Arc;
 
@@ -784,12 +785,22 @@ mod tests {
         ensure_bytes(&q).unwrap();
         ensure_bytes(&c).unwrap();
         ensure_bytes(&q).unwrap();
-        assert_eq!(FILLS.load(SeqCst) - before, 1, "one ask for the tensor and its clone");
+        assert_eq!(
+            FILLS.load(SeqCst) - before,
+            1,
+            "one ask for the tensor and its clone"
+        );
         ensure_bytes(&annexed(vec![32, 64])).unwrap();
         assert_eq!(FILLS.load(SeqCst) - before, 1, "no ask without the mark");
         let bad = on_demand(vec![7, 64]);
         assert!(ensure_bytes(&bad).is_err(), "a failed ask is an error");
-        let b = bad.annex.as_ref().unwrap().bytes_on_demand.as_ref().unwrap();
+        let b = bad
+            .annex
+            .as_ref()
+            .unwrap()
+            .bytes_on_demand
+            .as_ref()
+            .unwrap();
         assert!(*b.pending.lock().unwrap(), "and leaves the bytes pending");
     }
 

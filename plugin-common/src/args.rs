@@ -13,9 +13,9 @@
 
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{
-    scale_shape, AnnexQuery, BlockKind, BlockLayout, DType, DequantizeDesc, DeviceKind, FillBytesDesc, GemmPass,
-    GroupedGemmDesc, MxFormat, MxTensorView, Operand, OperandKind, QuantizeDesc, ScaleMode,
-    TensorView, WeightLayout, ANNEX_QUERY_SIZE_1_3, MAX_RANK,
+    scale_shape, AnnexQuery, BlockKind, BlockLayout, DType, DequantizeDesc, DeviceKind,
+    FillBytesDesc, GemmPass, GroupedGemmDesc, MxFormat, MxTensorView, Operand, OperandKind,
+    QuantizeDesc, ScaleMode, TensorView, WeightLayout, ANNEX_QUERY_SIZE_1_3, MAX_RANK,
 };
 use std::ffi::c_void;
 use std::ops::Range;

@@ -12,8 +12,8 @@ use mxhost_plugin_abi::plugin_support::{
     guard_entry, read_desc, read_desc_grown, PluginError, PluginResult,
 };
 use mxhost_plugin_abi::{
-    AnnexQuery, DequantizeDesc, DeviceKind, ErrorBuf, FillBytesDesc, GroupedGemmDesc,
-    QuantizeDesc, ANNEX_QUERY_SIZE_1_3, QUANTIZE_DESC_SIZE_1_0,
+    AnnexQuery, DequantizeDesc, DeviceKind, ErrorBuf, FillBytesDesc, GroupedGemmDesc, QuantizeDesc,
+    ANNEX_QUERY_SIZE_1_3, QUANTIZE_DESC_SIZE_1_0,
 };
 
 /// One compute backend (CPU today; CUDA and HIP later). Receives validated requests;

@@ -925,3 +925,66 @@ fn wgrad_values_are_each_experts_quantization_along_rows() {
     fwd.a.kind = OperandKind::DenseMxValues as u32;
     assert_eq!(gemm(&fwd).0, Status::InvalidArgument);
 }
+
+/// ABI 1.7: the table has `fill_bytes`; on the CPU a quantize call told the host fills bytes on
+/// demand still writes every byte (nothing is left out there), `fill_bytes` on such a tensor
+/// does nothing, and malformed requests are refused with a reason.
+#[test]
+fn bytes_on_demand_change_nothing_on_the_cpu() {
+    let fill = api().fill_bytes.expect("mxfp8 has fill_bytes (ABI 1.7)");
+    let mut rng = Rng::new(17);
+    let x = rng.normals(32 * 64, 2.0);
+    let quantized = |on_demand: u32| {
+        let mut c = RowCase::filled(0.0);
+        c.x.copy_from_slice(&x);
+        let mut d = c.desc();
+        d.bytes_on_demand = on_demand;
+        // SAFETY: the descriptor's views point at `c`'s live buffers.
+        let r = call(|e| unsafe { (api().quantize)(&d, e) });
+        (r, c.d, c.s)
+    };
+    let (r0, d0, s0) = quantized(0);
+    let (r1, d1, s1) = quantized(1);
+    assert_eq!(
+        (r0.0, r1.0),
+        (Status::Ok, Status::Ok),
+        "{} / {}",
+        r0.1,
+        r1.1
+    );
+    assert!(
+        d0 == d1 && s0 == s1,
+        "bytes on demand changed the CPU's bytes"
+    );
+    let (st, msg) = quantized(2).0;
+    assert_eq!(st, Status::InvalidArgument);
+    assert!(msg.contains("bytes_on_demand"), "{msg}");
+    // fill_bytes on the CPU tensor and an annex: nothing to write
+    let mut c = RowCase::filled(1.0);
+    let mut annex = vec![0i32; 64];
+    let desc = |c: &mut RowCase, annex: &mut [i32], dtype: DType| FillBytesDesc {
+        struct_size: std::mem::size_of::<FillBytesDesc>(),
+        tensor: mx_view(
+            &mut c.d,
+            &mut c.s,
+            &RowCase::SHAPE,
+            MxFormat::E4m3,
+            BlockLayout::vector(1),
+        ),
+        annex: view(annex, dtype, &[64]),
+        stream: std::ptr::null_mut(),
+    };
+    let d = desc(&mut c, &mut annex, DType::I32);
+    // SAFETY: live buffers.
+    let (st, msg) = call(|e| unsafe { fill(&d, e) });
+    assert_eq!(st, Status::Ok, "{msg}");
+    assert!(
+        c.d.iter().all(|&b| b == 0),
+        "fill_bytes wrote bytes on the CPU"
+    );
+    let d = desc(&mut c, &mut annex, DType::F32);
+    // SAFETY: live buffers.
+    let (st, msg) = call(|e| unsafe { fill(&d, e) });
+    assert_eq!(st, Status::InvalidArgument);
+    assert!(msg.contains("fill_bytes.annex"), "{msg}");
+}

@@ -283,7 +283,10 @@ fn the_noq_build_leaves_out_only_bytes_the_form_gives_back() {
         for (fmt, format) in [MxFormat::E4m3, MxFormat::E5m2].into_iter().enumerate() {
             for wv in [false, true] {
                 let mode = (i + fmt + wv as usize) % 3;
-                let ctx = format!("{r} x {c} {format:?} {:?} wv {wv}, seed {seed}", modes[mode]);
+                let ctx = format!(
+                    "{r} x {c} {format:?} {:?} wv {wv}, seed {seed}",
+                    modes[mode]
+                );
                 let cfg = (fmt, mode, 1, wv);
                 let plain = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::Writes);
                 let omits = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::Omits);
@@ -297,34 +300,65 @@ fn the_noq_build_leaves_out_only_bytes_the_form_gives_back() {
                     ("wv", &omits.wv, &plain.wv, 2 * c),
                 ];
                 for (what, a, b, width) in pairs {
-                    host::first_difference(&format!("{ctx}: {what} (NOQ against plain)"), a, b, width);
+                    host::first_difference(
+                        &format!("{ctx}: {what} (NOQ against plain)"),
+                        a,
+                        b,
+                        width,
+                    );
                 }
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert!(bits(&omits.sa) == bits(&plain.sa), "{ctx}: sa (NOQ against plain)");
-                assert_eq!(omits.status, plain.status, "{ctx}: status (NOQ against plain)");
+                assert!(
+                    bits(&omits.sa) == bits(&plain.sa),
+                    "{ctx}: sa (NOQ against plain)"
+                );
+                assert_eq!(
+                    omits.status, plain.status,
+                    "{ctx}: status (NOQ against plain)"
+                );
                 if i == 2 {
-                    assert!(plain.status & NONFINITE != 0, "{ctx}: the Inf and NaN set no flag");
+                    assert!(
+                        plain.status & NONFINITE != 0,
+                        "{ctx}: the Inf and NaN set no flag"
+                    );
                 }
                 // q: the plain bytes where the row-stage has a residual or a non-finite stage
                 // scale, the driver's poison (untouched) everywhere else
                 for row in 0..r {
                     for k in 0..c {
                         let stage = k / STAGE;
-                        let keep = plain.mc[stage * r + row] != 0 || plain.s2[row * (c / 32) + k / 32] == 0xFF;
+                        let keep = plain.mc[stage * r + row] != 0
+                            || plain.s2[row * (c / 32) + k / 32] == 0xFF;
                         let (got, want) = (omits.q[row * c + k], plain.q[row * c + k]);
                         if keep {
-                            assert_eq!(got, want, "{ctx}: q[{row}][{k}] of a row-stage the form cannot give back");
+                            assert_eq!(
+                                got, want,
+                                "{ctx}: q[{row}][{k}] of a row-stage the form cannot give back"
+                            );
                             stored += 1;
                         } else {
-                            assert_eq!(got, 0xA5, "{ctx}: q[{row}][{k}] was written (the form gives it back)");
+                            assert_eq!(
+                                got, 0xA5,
+                                "{ctx}: q[{row}][{k}] was written (the form gives it back)"
+                            );
                             left_out += 1;
                         }
                     }
                 }
                 let back = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::ThenPlainFromForm);
-                host::first_difference(&format!("{ctx}: q written back from the form"), &back.q, &plain.q, c);
+                host::first_difference(
+                    &format!("{ctx}: q written back from the form"),
+                    &back.q,
+                    &plain.q,
+                    c,
+                );
                 let gated = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::ThenGatedPlainFromForm);
-                host::first_difference(&format!("{ctx}: q with a gate the chained GEMM took"), &gated.q, &omits.q, c);
+                host::first_difference(
+                    &format!("{ctx}: q with a gate the chained GEMM took"),
+                    &gated.q,
+                    &omits.q,
+                    c,
+                );
             }
         }
     }

@@ -54,8 +54,7 @@ use super::cublas;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{DType, MxFormat, ScaleMode};
 use mxhost_plugin_common::args::{
-    AnnexSpec, Blocking, DequantizeArgs, FillBytesArgs, GemmArgs, MxArg, QuantizeArgs,
-    TensorArg,
+    AnnexSpec, Blocking, DequantizeArgs, FillBytesArgs, GemmArgs, MxArg, QuantizeArgs, TensorArg,
 };
 use mxhost_plugin_common::entry::Backend;
 use std::ffi::c_void;

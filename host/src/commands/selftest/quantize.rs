@@ -66,7 +66,10 @@ impl Ctx {
             let (qc, tc) = both(&xc)?;
             let (qg, tg) = both(&xg)?;
             // (bytes a plugin left out, ABI 1.7, written before they are compared)
-            for q in [Some(&qc), Some(&qg), tc.as_ref(), tg.as_ref()].into_iter().flatten() {
+            for q in [Some(&qc), Some(&qg), tc.as_ref(), tg.as_ref()]
+                .into_iter()
+                .flatten()
+            {
                 ops::ensure_bytes(q)?;
             }
             let (mut dc, mut dg) = (

@@ -88,7 +88,14 @@ fn launch(
     };
     // (a grid-stride loop over 32-byte blocks: a few waves of 256 threads)
     let blocks = cdiv(rows * (red / 32), 256).clamp(1, 8 * call.dev.sms.max(1) as usize);
-    call.launch(Unit::Chain, name, (blocks, 1, 1), (256, 1, 1), 0, &mut [arg(&p)])
+    call.launch(
+        Unit::Chain,
+        name,
+        (blocks, 1, 1),
+        (256, 1, 1),
+        0,
+        &mut [arg(&p)],
+    )
 }
 
 /// A GEMM operand whose bytes a NOQ build left out: an MX tensor `[rows, red]` in 1×32 blocks
@@ -118,7 +125,11 @@ impl LeftOut {
     /// Before a kernel that reads the operand's bytes: writes the left-out ones, gated on
     /// `gate` (the per-k32 kernel's) when there is one. Once written without a gate the
     /// tensor has all its bytes.
-    pub(super) fn write_before_read(&self, call: &mut Call, gate: Option<Gate>) -> PluginResult<()> {
+    pub(super) fn write_before_read(
+        &self,
+        call: &mut Call,
+        gate: Option<Gate>,
+    ) -> PluginResult<()> {
         launch(call, self.a, self.dims, self.base, gate)?;
         if gate.is_none() {
             forget(self.base);
