@@ -316,7 +316,10 @@ fn quantize_full(
     };
     // ABI 1.7: this host asks for the bytes before it reads them (`ensure_bytes`), so a
     // plugin with `fill_bytes` may leave out those its annex gives back.
-    let on_demand = plugin.fill_bytes.filter(|_| plugin.abi_minor >= 7);
+    let annexed = out.annex.is_some() || out_t.as_ref().is_some_and(|t| t.annex.is_some());
+    let on_demand = plugin
+        .fill_bytes
+        .filter(|_| plugin.abi_minor >= 7 && annexed);
     if let Some(fill) = on_demand {
         for q in std::iter::once(&mut out).chain(out_t.iter_mut()) {
             if let Some(a) = &mut q.annex {
