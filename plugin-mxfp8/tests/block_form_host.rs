@@ -130,6 +130,24 @@ fn run_kernel_noq(
     }
 }
 
+/// Two runs' chain forms (q2, s2, their transposes, the residual counts, the scale table and
+/// the status) byte for byte.
+fn same_form(ctx: &str, got: &Form, want: &Form, (r, c): (usize, usize)) {
+    let pairs = [
+        ("q2", &got.q2, &want.q2, c),
+        ("s2", &got.s2, &want.s2, c / 32),
+        ("at", &got.at, &want.at, r),
+        ("sat", &got.sat, &want.sat, r),
+        ("mc", &got.mc, &want.mc, r),
+    ];
+    for (what, a, b, width) in pairs {
+        host::first_difference(&format!("{ctx}: {what}"), a, b, width);
+    }
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert!(bits(&got.sa) == bits(&want.sa), "{ctx}: sa");
+    assert_eq!(got.status, want.status, "{ctx}: status");
+}
+
 #[test]
 fn the_form_kernel_equals_the_cpu_references() {
     let Some((exe, mut rng, seed)) = host::setup("block_form_host", "form_driver.cpp") else {
@@ -230,27 +248,7 @@ fn the_wv_build_writes_the_wgrad_values_beside_the_same_outputs() {
                 host::first_difference(&format!("{ctx}: q"), &got.q, &q, c);
                 host::first_difference(&format!("{ctx}: s"), &got.s, &s, c / 32);
                 let plain = run_kernel(&exe, &x, (r, c), (fmt, m, 1, false));
-                let pairs = [
-                    ("q2", &got.q2, &plain.q2, c),
-                    ("s2", &got.s2, &plain.s2, c / 32),
-                    ("at", &got.at, &plain.at, r),
-                    ("sat", &got.sat, &plain.sat, r),
-                    ("mc", &got.mc, &plain.mc, r),
-                ];
-                for (what, a, b, width) in pairs {
-                    host::first_difference(
-                        &format!("{ctx}: {what} (WV against plain)"),
-                        a,
-                        b,
-                        width,
-                    );
-                }
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert!(
-                    bits(&got.sa) == bits(&plain.sa),
-                    "{ctx}: sa (WV against plain)"
-                );
-                assert_eq!(got.status, plain.status, "{ctx}: status (WV against plain)");
+                same_form(&format!("{ctx} (WV against plain)"), &got, &plain, (r, c));
             }
         }
     }
@@ -290,32 +288,10 @@ fn the_noq_build_leaves_out_only_bytes_the_form_gives_back() {
                 let cfg = (fmt, mode, 1, wv);
                 let plain = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::Writes);
                 let omits = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::Omits);
-                let pairs = [
-                    ("s", &omits.s, &plain.s, c / 32),
-                    ("q2", &omits.q2, &plain.q2, c),
-                    ("s2", &omits.s2, &plain.s2, c / 32),
-                    ("at", &omits.at, &plain.at, r),
-                    ("sat", &omits.sat, &plain.sat, r),
-                    ("mc", &omits.mc, &plain.mc, r),
-                    ("wv", &omits.wv, &plain.wv, 2 * c),
-                ];
-                for (what, a, b, width) in pairs {
-                    host::first_difference(
-                        &format!("{ctx}: {what} (NOQ against plain)"),
-                        a,
-                        b,
-                        width,
-                    );
-                }
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert!(
-                    bits(&omits.sa) == bits(&plain.sa),
-                    "{ctx}: sa (NOQ against plain)"
-                );
-                assert_eq!(
-                    omits.status, plain.status,
-                    "{ctx}: status (NOQ against plain)"
-                );
+                let vs = format!("{ctx} (NOQ against plain)");
+                same_form(&vs, &omits, &plain, (r, c));
+                host::first_difference(&format!("{vs}: s"), &omits.s, &plain.s, c / 32);
+                host::first_difference(&format!("{vs}: wv"), &omits.wv, &plain.wv, 2 * c);
                 if i == 2 {
                     assert!(
                         plain.status & NONFINITE != 0,
