@@ -423,13 +423,23 @@ pub fn nvrtc_supported_archs() -> Result<Vec<i32>, String> {
     }
 }
 
-/// NVRTC options for `arch` (`sm_90a`: a cubin; `compute_XY`: PTX).
+/// NVRTC options for `arch` (`sm_90a`: a cubin; `compute_XY`: PTX), plus the `-D` words of
+/// `MXHOST_NVRTC_DEFINES` (for timing a kernel variant a header selects by a macro: they enter
+/// the cache key like every option; other words are ignored).
 pub fn options(arch: &str) -> Vec<String> {
-    vec![
+    let mut o = vec![
         format!("--gpu-architecture={arch}"),
         "-std=c++17".into(),
         "-default-device".into(),
-    ]
+    ];
+    if let Ok(d) = std::env::var("MXHOST_NVRTC_DEFINES") {
+        o.extend(
+            d.split_whitespace()
+                .filter(|w| w.starts_with("-D") && w.len() > 2)
+                .map(str::to_owned),
+        );
+    }
+    o
 }
 
 /// Whether `libnvrtc` can be loaded (probe before any NVRTC call: a missing library

@@ -41,6 +41,20 @@
 // Requires mx_quant_blocks.cuh, mx_reencode.cuh and (WV) mx_fakequant.cuh. NVRTC-clean.
 #pragma once
 
+// Cache hints for timing (MXHOST_NVRTC_DEFINES, docs/perf.md run 174): MXQB_STCS stores the
+// written-once outputs (q, q2, wv, at) evict-first (st.global.cs), MXQB_LDCS loads the input
+// so (ld.global.cs) instead of through the read-only path. Off by default.
+#ifdef MXQB_STCS
+#define MXQB_ST(ptr, v) __stcs(ptr, v)
+#else
+#define MXQB_ST(ptr, v) (*(ptr) = (v))
+#endif
+#ifdef MXQB_LDCS
+#define MXQB_LD(ptr) __ldcs(ptr)
+#else
+#define MXQB_LD(ptr) __ldg(ptr)
+#endif
+
 struct MxQuantBlockFormParams {
   const mx_u16* in;        // [R][C] bf16
   mx_u8* q; mx_u8* s;      // the MX tensor: [R][C], [R][C / 32]
@@ -114,7 +128,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int r = r0 + rb + i;
-      const uint4 v = col_ok && r < R ? __ldg(reinterpret_cast<const uint4*>(p.in + (mx_i64)r * C + col))
+      const uint4 v = col_ok && r < R ? MXQB_LD(reinterpret_cast<const uint4*>(p.in + (mx_i64)r * C + col))
                                       : make_uint4(0u, 0u, 0u, 0u);
       raw[i][0] = v.x; raw[i][1] = v.y; raw[i][2] = v.z; raw[i][3] = v.w;
     }
@@ -150,7 +164,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       if constexpr (WV) {
         mx_u32 o[4];
         mxfq_values8<1, FMT>(raw[i], wlo, whi, wfast, inv, sc, o);
-        if (ok) *reinterpret_cast<uint4*>(p.wv + (mx_i64)r * C + col) = make_uint4(o[0], o[1], o[2], o[3]);
+        if (ok) MXQB_ST(reinterpret_cast<uint4*>(p.wv + (mx_i64)r * C + col), make_uint4(o[0], o[1], o[2], o[3]));
       }
       mx_u32 S = max(sb, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)sb, 4));
       S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
@@ -169,8 +183,8 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       }
       if (ok) {
         const mx_i64 o = (mx_i64)r * C + col;
-        if (store_q) *reinterpret_cast<uint2*>(p.q + o) = make_uint2(q[0], q[1]);
-        *reinterpret_cast<uint2*>(p.q2 + o) = make_uint2(q2[i][0], q2[i][1]);
+        if (store_q) MXQB_ST(reinterpret_cast<uint2*>(p.q + o), make_uint2(q[0], q[1]));
+        MXQB_ST(reinterpret_cast<uint2*>(p.q2 + o), make_uint2(q2[i][0], q2[i][1]));
         if ((j & 3) == 0) {
           if constexpr (BPC > 1) {
             ss[0][rb + i][4 * jb + (j >> 2)] = (mx_u8)sb;
@@ -205,7 +219,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       const int f = 2 * ((c >> 3) & 15);
       uint4 v = *reinterpret_cast<const uint4*>(&sm[c * 32 + 4 * (m ^ (f >> 2))]);
       if (f & 2) { mx_u32 x = v.x; v.x = v.z; v.z = x; x = v.y; v.y = v.w; v.w = x; }
-      if (c0 + c < C && r0 + 16 * m < R) *reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + c) * R + r0 + 16 * m) = v;
+      if (c0 + c < C && r0 + 16 * m < R) MXQB_ST(reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + c) * R + r0 + 16 * m), v);
     }
     // sat from shared memory, a block's rows on consecutive threads (run 120's ncu: this kernel
     // is L2-bound, 88 %, and a byte store per thread and row put 8 sectors per warp store)
