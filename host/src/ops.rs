@@ -751,7 +751,7 @@ mod tests {
     static FILLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
     /// A plugin's `fill_bytes` that counts its calls and checks what it gets: the tensor's
-    /// data and its annex. `struct_size` 0 in the annex view makes it fail.
+    /// data and its annex. A tensor of 7 rows makes it fail.
     unsafe extern "C" fn counting_fill(
         desc: *const FillBytesDesc,
         _err: *mut mxhost_plugin_abi::ErrorBuf,
