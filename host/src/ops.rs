@@ -556,7 +556,7 @@ impl GemmOperand<'_> {
 /// An operand copied to host memory for a staged call.
 enum Staged {
     Dense(Tensor),
-    Mx(MxTensor),
+    Mx(Box<MxTensor>),
 }
 
 impl Staged {
@@ -634,7 +634,7 @@ pub fn grouped_gemm(
     let stage = |op: &GemmOperand<'_>, to: Device| -> OpResult<Staged> {
         Ok(match op {
             GemmOperand::Dense(t) => Staged::Dense(t.to_device(to)?),
-            GemmOperand::Mx(q) => Staged::Mx(q.to_device(to)?),
+            GemmOperand::Mx(q) => Staged::Mx(Box::new(q.to_device(to)?)),
         })
     };
     // Operands on two devices (e.g. a CPU-made tensor in a GPU run): bring both to the

@@ -349,7 +349,7 @@ impl mx::HostMxTensor for HostState {
 
 enum HeldOperand {
     Dense(Tensor),
-    Mx(MxTensor),
+    Mx(Box<MxTensor>),
 }
 
 impl HeldOperand {
@@ -383,7 +383,9 @@ impl HostState {
     fn hold(&self, op: &grouped_gemm::Operand) -> OpResult<HeldOperand> {
         Ok(match op {
             grouped_gemm::Operand::Dense(r) => HeldOperand::Dense(self.tensor(r)?.clone()),
-            grouped_gemm::Operand::Quantized(r) => HeldOperand::Mx(self.mx_tensor(r)?.clone()),
+            grouped_gemm::Operand::Quantized(r) => {
+                HeldOperand::Mx(Box::new(self.mx_tensor(r)?.clone()))
+            }
         })
     }
 

@@ -166,3 +166,49 @@ pub(super) fn fill(args: &FillBytesArgs) -> PluginResult<()> {
     forget(base);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
+    use mxhost_plugin_common::args::MxArg;
+
+    fn operand(shape: Vec<u64>, annex: Option<u64>) -> OperandArg {
+        let tensor = super::super::test_tensor;
+        OperandArg::Mx(MxArg {
+            scales: tensor(vec![shape[0], 2], 0x2000),
+            data: tensor(shape, 0x1000),
+            format: MxFormat::E5m2,
+            mode: ScaleMode::Rceil,
+            block: BlockLayout::vector(1),
+            values: None,
+            annex: annex.map(|a| tensor(vec![4096], a as usize)),
+        })
+    }
+
+    /// A GEMM operand is left out exactly while its annex's address is noted: the mark is
+    /// the address's (a quantize call forgets its annexes first), an operand without an annex
+    /// or of another rank never is, and what it carries is the tensor's bytes, scales, format
+    /// and shape.
+    #[test]
+    fn an_operand_is_left_out_while_its_annex_is_noted() {
+        let (annex, other) = (0x7000_0100u64, 0x7000_0200u64);
+        forget(annex);
+        let o = operand(vec![32, 64], Some(annex));
+        assert!(left_out_of(&o).is_none(), "not noted");
+        note_left_out(annex);
+        let l = left_out_of(&o).expect("noted");
+        assert_eq!(
+            (l.a, l.dims, l.base),
+            ((0x1000, 0x2000, 1), (32, 64), annex)
+        );
+        assert!(left_out_of(&operand(vec![32, 64], Some(other))).is_none());
+        assert!(left_out_of(&operand(vec![32, 64], None)).is_none());
+        assert!(
+            left_out_of(&operand(vec![2, 32, 64], Some(annex))).is_none(),
+            "rank 3"
+        );
+        forget(annex);
+        assert!(left_out_of(&o).is_none(), "forgotten");
+    }
+}

@@ -595,6 +595,7 @@ pub(super) fn weights(
 /// kernel took the GEMM; `mx_gemm_*` does not look, so it recomputes the same result.
 /// `a_left_out`: A's bytes where its quantize call left some out, written before the
 /// per-k32 kernel reads them, behind the same gate as its tables.
+#[allow(clippy::too_many_arguments)]
 fn gemm_rows(
     call: &mut Call,
     (a, a_left_out): (&AMat, Option<LeftOut>),
