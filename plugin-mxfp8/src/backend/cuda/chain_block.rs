@@ -49,7 +49,7 @@ pub(super) fn form_a(
         call.zero(base, l.bytes)?;
     }
     call.zero(at(l.status), 8)?;
-    let mc = call.alloc(cdiv(red, 128) * rows)?;
+    let mc = at(l.mc);
     let fmt = if a.fmt == 0 { "e4m3" } else { "e5m2" };
     let p = ReencodeBlockParams {
         q: a.q,

@@ -126,7 +126,11 @@ pub(super) fn quantize_a_with_annex(
         call.zero(base, a_layout(rows, red).bytes)?;
     }
     // ABI 1.7: the bytes the form gives back are left out where the host fills them on demand
-    let noq = args.bytes_on_demand && bytes_on_demand::enabled() && kernel == OnePass::Block;
+    // (the one-block form kernel's NOQ builds)
+    let noq = args.bytes_on_demand
+        && bytes_on_demand::enabled()
+        && kernel == OnePass::Block
+        && form_blocks_per_cta() == 1;
     let l = fused(
         call,
         kernel,
@@ -135,7 +139,7 @@ pub(super) fn quantize_a_with_annex(
         (rows, red),
         (base, wv, noq),
     )?;
-    if noq && form_blocks_per_cta() == 1 {
+    if noq {
         bytes_on_demand::note_left_out(base);
     }
     if chain_verify::enabled() {
