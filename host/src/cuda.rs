@@ -194,6 +194,19 @@ impl CudaDevice {
         Ok(ms as f64 / 1e3)
     }
 
+    /// A point in the host stream's work: an event recorded there now, with the host's
+    /// clock beside it (`mxhost bench`'s step trace: where a step's GPU time goes, and
+    /// whether the host enqueues it faster than the GPU runs it).
+    pub fn mark(&'static self) -> crate::error::OpResult<StreamMark> {
+        self.make_current()?;
+        let event = Event::new()?;
+        event.record(self.stream)?;
+        Ok(StreamMark {
+            event,
+            host: std::time::Instant::now(),
+        })
+    }
+
     /// A zero-filled device buffer of `len` bytes.
     pub fn zeros(&'static self, len: usize) -> crate::error::OpResult<DeviceBuffer> {
         self.filled(len, 0)
@@ -293,6 +306,28 @@ impl Drop for DeviceBuffer {
 
 /// A CUDA event that is destroyed when dropped, so that every exit path of
 /// [`CudaDevice::time_on_stream`] releases it.
+/// An event on the host stream and the host time it was recorded at ([`CudaDevice::mark`]).
+pub struct StreamMark {
+    event: Event,
+    host: std::time::Instant,
+}
+
+impl StreamMark {
+    /// Seconds from `earlier` to `self` on the GPU (waits for `self` to complete) and on
+    /// the host.
+    pub fn since(&self, earlier: &StreamMark) -> crate::error::OpResult<(f64, f64)> {
+        // SAFETY: both events are live and were recorded; synchronizing on the later one
+        // completes both (one stream), as cuEventElapsedTime requires.
+        let ms = unsafe {
+            cr::event::synchronize(self.event.0).map_err(op_err("cuEventSynchronize"))?;
+            cr::event::elapsed(earlier.event.0, self.event.0)
+        }
+        .map_err(op_err("cuEventElapsedTime"))?;
+        let host = self.host.saturating_duration_since(earlier.host);
+        Ok((ms as f64 / 1e3, host.as_secs_f64()))
+    }
+}
+
 struct Event(cu::CUevent);
 
 impl Event {

@@ -16,6 +16,7 @@ mod dense;
 mod kept_values;
 mod peers;
 mod rows;
+mod step_trace;
 mod timing;
 
 use crate::device::{self, Device, DeviceChoice};

@@ -4,6 +4,7 @@
 use super::dense::bench_dense;
 use super::kept_values::{bench_kept_values, quantize_kept};
 use super::peers::Peers;
+use super::step_trace::StepTrace;
 use super::timing::{push_gemm_row, push_timed_row, Timing};
 use super::{Row, Shape};
 use crate::device::Device;
@@ -215,8 +216,11 @@ pub(super) fn bench_shape(
         keep_w: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_W"),
         keep_x: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_X"),
     };
+    let trace = StepTrace::from_env(device);
     let step_with = |x: &Tensor, recipe: StepRecipe| -> OpResult<()> {
+        trace.begin()?;
         let (qx, xv) = qv(x, recipe.wgrad_values, recipe.keep_x, true)?;
+        trace.mark("quantize X")?;
         // (the weight for forward, and for dgrad with that dgrad's layout)
         let (qw, qw_dgrad, cfg_dgrad) = if recipe.keep_w {
             (quantize_kept(plugin, &w, BlockLayout::tile())?, None, &cfg)
@@ -224,7 +228,9 @@ pub(super) fn bench_shape(
             let (qw, qw_t) = qwt(&w, true)?;
             (qw, Some(qw_t), &cfg_kn)
         };
+        trace.mark("quantize W")?;
         let (qdy, dyv) = qv(&dy, recipe.wgrad_values, recipe.keep_x, true)?;
+        trace.mark("quantize dY")?;
         let (dy_w, x_w) = (dyv.as_ref().unwrap_or(&dy), xv.as_ref().unwrap_or(x));
         for (pass, a, b, c) in [
             (GemmPass::Forward, Mx(&qx), Mx(&qw), &cfg),
@@ -237,6 +243,11 @@ pub(super) fn bench_shape(
             (GemmPass::Wgrad, Dense(dy_w), Dense(x_w), &cfg),
         ] {
             gemm(pass, a, b, c)?;
+            trace.mark(match pass {
+                GemmPass::Forward => "forward",
+                GemmPass::Dgrad => "dgrad",
+                _ => "wgrad",
+            })?;
         }
         Ok(())
     };
@@ -247,6 +258,7 @@ pub(super) fn bench_shape(
         &mut || step(&x),
         (3.0 * flops, 0.0),
     )?;
+    trace.report("step (bf16 in)")?;
     // Rows added in runs 53–54 come after the default step: rows measured later in a
     // shape's sequence read slower (docs/perf.md run 54), so new rows go last and leave the
     // positions of the rows earlier runs compare unchanged.
@@ -312,6 +324,7 @@ pub(super) fn bench_shape(
             &mut || step(&x_out),
             (3.0 * flops, 0.0),
         )?;
+        trace.report("step, X with outlier channels")?;
     }
     // The rows of ABI 1.5's wgrad values, after every other row so that those keep their
     // positions: X quantized with them, wgrad on them, and the default step written with
@@ -355,6 +368,7 @@ pub(super) fn bench_shape(
             },
             (3.0 * flops, 0.0),
         )?;
+        trace.report("step, X and dY with wgrad values")?;
         // guest-sdk's GroupedLinear with 32×32 weights on a GPU (keep_values on, the
         // default): the weight quantized once per forward in 32×32 tiles with its values kept,
         // serving forward and dgrad (with its transposed copy instead where the plugin reports
@@ -377,6 +391,7 @@ pub(super) fn bench_shape(
             &mut || step_with(&x, linear),
             (3.0 * flops, 0.0),
         )?;
+        trace.report("step as GroupedLinear")?;
     }
     Ok(out)
 }
