@@ -40,7 +40,7 @@
 
 // The launchers (bench/launch.cu and bench/chain.py's ctypes structures; the backend's, when it
 // is wired) hard-code these sizes.
-static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 112, "RP / FIX in bench/chain.py, src/backend/cuda/params.rs");
+static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 128, "RP / FIX in bench/chain.py, src/backend/cuda/params.rs");
 static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 228944 && mxc_smem_bytes<3, true, true>() == 228736,
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 104 && sizeof(MxQuantPairParams) == 136,
@@ -94,6 +94,11 @@ extern "C" __global__ void __launch_bounds__(256) mx_reencode_pair_ref_e4m3(cons
 // (MXHOST_MX_CHAIN_QPAIR=1, src/backend/cuda/chain_pair.rs).
 extern "C" __global__ void __launch_bounds__(256) mx_quantize_pair_bf16_e4m3(const __grid_constant__ MxQuantPairParams p) {
   mx_reencode_pair<0, true, 1>(p.f, &p.src);
+}
+// The same, leaving W's and Wᵀ's bytes out where their forms give them back (NOQ: plugin ABI 1.7's
+// bytes on demand, src/backend/cuda/bytes_on_demand.rs).
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_pair_bf16_noq_e4m3(const __grid_constant__ MxQuantPairParams p) {
+  mx_reencode_pair<0, true, 1, 1>(p.f, &p.src);
 }
 extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e4m3(const __grid_constant__ MxChainListParams p) {
   mx_chain_lists<0>(p);

@@ -36,10 +36,11 @@ class RP(ctypes.Structure):
 
 class FIX(ctypes.Structure):
     _fields_ = [("resA", c_vp), ("cntA", c_vp), ("resB", c_vp), ("cntB", c_vp), ("Bt", c_vp), ("sBo", c_vp), ("At", c_vp),
-                ("sAt", c_vp), ("bt_es", c_i64), ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("ldt", c_i64), ("slots", c_int), ("terms", c_int)]
+                ("sAt", c_vp), ("bt_es", c_i64), ("ise", c_i64), ("isr", c_i64), ("isc", c_i64), ("ldt", c_i64), ("slots", c_int), ("terms", c_int),
+                ("mc_ss", c_i64), ("mc_es", c_i64)]
 
 
-assert ctypes.sizeof(RP) == 104 and ctypes.sizeof(FIX) == 112
+assert ctypes.sizeof(RP) == 104 and ctypes.sizeof(FIX) == 128
 lib.mx_launch_reencode.argtypes = [c_int, ctypes.POINTER(RP), c_vp]
 lib.mx_launch_cgemm.argtypes = [ctypes.c_char_p, ctypes.POINTER(bench.GP), ctypes.POINTER(FIX), c_int, c_vp]
 lib.mx_launch_transpose_u8.argtypes = [c_vp, c_vp, c_int, c_int, c_int, c_vp]

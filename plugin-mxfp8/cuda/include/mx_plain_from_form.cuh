@@ -5,6 +5,8 @@
 // the quantizer stored are left alone. So after this kernel q is what the plain quantizer writes.
 // gate (optional): run only when the chained GEMM did not take the output (mx_chain_took over
 // [0, limit]), i.e. when the per-k32 kernel enqueued after it will read q; null: always.
+// rpe > 0: a weight's bytes instead (W or Wᵀ of mx_reencode_pair.cuh's NOQ, 32x32 tiles): R = E rpe
+// rows of C bytes, scales s[e][ceil(rpe / 32)][C / 32] (s2 likewise), mc[(c / 128) * R + e rpe + r].
 // One thread per 32-byte block, grid-stride. Requires mx_ptx.cuh, mx_numerics.cuh,
 // mx_fp8_shift.cuh and mx_warp.cuh (mx_chain_took). NVRTC-clean.
 #pragma once
@@ -14,7 +16,8 @@ struct MxPlainFromFormParams {
   const mx_u8* q2; const mx_u8* s2;  // its stage-uniform copy, same layouts
   const mx_u8* mc;                   // residuals per row and stage: mc[(c / 128) * R + r]
   const int* gate; int limit;
-  int R, C;
+  int R, C;                          // C % 32 == 0
+  int rpe;                           // 0: 1x32 blocks along rows; else rows per expert of 32x32 tiles
 };
 
 template <int FMT>
@@ -25,9 +28,14 @@ MX_DEV void mx_plain_from_form(const MxPlainFromFormParams& p) {
   for (mx_i64 i = (mx_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (mx_i64)gridDim.x * blockDim.x) {
     const mx_i64 r = i / KB;
     const int kb = (int)(i - r * KB);
-    const mx_u32 S = p.s2[i];
+    mx_i64 si = i;   // the block's scale byte
+    if (p.rpe > 0) {
+      const mx_i64 e = r / p.rpe;
+      si = (e * ((p.rpe + 31) >> 5) + ((r - e * p.rpe) >> 5)) * KB + kb;
+    }
+    const mx_u32 S = p.s2[si];
     if (S == 0xFFu || p.mc[(mx_i64)(kb >> 2) * p.R + r] != 0) continue;   // stored by the quantizer
-    const mx_u32 d = S - p.s[i];
+    const mx_u32 d = S - p.s[si];
     const uint4* src = reinterpret_cast<const uint4*>(p.q2 + i * 32);
     uint4* dst = reinterpret_cast<uint4*>(p.q + i * 32);
 #pragma unroll

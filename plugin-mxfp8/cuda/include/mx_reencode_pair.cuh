@@ -18,6 +18,13 @@
 // (COPIES = false, mx_reencode_pair_ref_*: annexes of ABI 1.4 that refer to their partner's
 // bytes instead of copying them; bt and btt unused). Two instantiations, not a runtime test:
 // with the stores predicated at run time ptxas kept 98 registers instead of 48 (run 127).
+// NOQ (mx_quantize_pair_bf16_noq_e4m3, SRC = 1 only): W's and Wᵀ's own bytes (btt, bt: the two
+// output tensors) are stored only in the row-stages their forms cannot give back, those with a
+// residual (mc, mct > 0) or a non-finite stage scale, as mx_quant_block_form.cuh's NOQ does for
+// X and dY: every other byte is its form's byte shifted back (mx_plain_from_form.cuh writes them
+// when someone reads them), and the chained GEMM's corrections read the partner's form there
+// instead (MXC_BT_FORM, mx_tgemm_chain.cuh). W's stores wait for the barrier after the counts.
+// 4 bytes written per element instead of 6 (2 read + 4: both forms, the scales and counts).
 // Requires mx_ptx.cuh, mx_numerics.cuh, mx_reencode.cuh and mx_quant_blocks.cuh. NVRTC-clean.
 #pragma once
 
@@ -51,9 +58,10 @@ struct MxQuantPairParams { MxReencodePairParams f; MxQuantPairSrc src; };
 // of rows 16 w + i (i < 16) at bytes 4 l .. 4 l + 3 of the block: all in tile (w / 2, l / 8).
 // The transposes go through shared memory as mx_transpose_u8 does (4x4 byte transposes in
 // registers, swizzled words, 16-byte stores along the transposed rows: mx_t128_put/get).
-template <int FMT, bool COPIES, int SRC = 0>
+template <int FMT, bool COPIES, int SRC = 0, int NOQ = 0>
 MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc* src = nullptr) {
   static_assert(!SRC || COPIES, "SRC = 1 writes W's and Wᵀ's bytes through btt and bt");
+  static_assert(!NOQ || SRC, "NOQ leaves out the output tensors' bytes (SRC = 1)");
   constexpr int T1 = COPIES ? 1 : 0;                  // Wᵀ's copy's tile
   __shared__ __align__(16) mx_u32 sm[T1 + 1][128 * 32];   // (COPIES: W transposed;) Wᵀ's copy
   __shared__ mx_u32 tile_s[4][4];                     // the block's tile scales [r tile][c tile]
@@ -170,7 +178,7 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
       wt[q] = mx_fp8_shift4<FMT>(w[i], st - sc, mt);
       if (word_ok) {
         *reinterpret_cast<mx_u32*>(p.q2 + (row0 + i) * C + c0 + 4 * lane) = q2;
-        if (COPIES) *reinterpret_cast<mx_u32*>(p.btt + (row0 + i) * C + c0 + 4 * lane) = w[i];
+        if (COPIES && !NOQ) *reinterpret_cast<mx_u32*>(p.btt + (row0 + i) * C + c0 + 4 * lane) = w[i];
       }
       if (mw) atomicAdd(&rowc[16 * warp + i], __popc(mw));
       if (mt) {
@@ -184,16 +192,28 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
     mx_t128_put(sm[T1], warp, lane, blk, wt[0], wt[1], wt[2], wt[3]);
   }
   __syncthreads();
+  if constexpr (NOQ != 0) {
+    // W's bytes, now that the counts are whole: only the row-stages its form cannot give back
+    // (a row's stage here is its 128 columns of this block; sw is its stage scale)
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if (word_ok && (rowc[16 * warp + i] != 0 || sw == 0xFFu))
+        *reinterpret_cast<mx_u32*>(p.btt + (row0 + i) * C + c0 + 4 * lane) = w[i];
+  }
   const int j = t & 7;   // 16-byte chunk of a transposed row: block rows 16 j .. 16 j + 15
   const bool chunk_ok = r0 + 16 * j < R;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int c = (t >> 3) + 32 * k;
     const mx_i64 o = ((mx_i64)e * C + c0 + c) * R + r0 + 16 * j;
+    // NOQ: Wᵀ's row c (this block's column c) only if its stage has a residual or a
+    // non-finite scale (the stage scale of column tile k: the max down its four tiles)
+    const bool keep_t = !NOQ || colc[c] != 0 ||
+                        max(max(tile_s[0][k], tile_s[1][k]), max(tile_s[2][k], tile_s[3][k])) == 0xFFu;
 #pragma unroll
     for (int m = COPIES ? 0 : 1; m < 2; ++m) {
       const uint4 v = mx_t128_get(sm[COPIES ? m : 0], c, j);
-      if (chunk_ok && c0 + c < C) *reinterpret_cast<uint4*>((m ? p.qt2 : p.bt) + o) = v;
+      if (chunk_ok && c0 + c < C && (m || keep_t)) *reinterpret_cast<uint4*>((m ? p.qt2 : p.bt) + o) = v;
     }
   }
   // ---- residual counts per row and stage (every row of the block, zeros included) ----

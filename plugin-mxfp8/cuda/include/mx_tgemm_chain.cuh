@@ -37,11 +37,21 @@ struct MxChainFix {
   mx_i64 bt_es, ise, isr, isc, ldt;
   int slots;
   int terms;                            // 3: both corrections (0-2: harness diagnostics, wrong results),
-                                        //   | MXC_BT_REF
+                                        //   | MXC_BT_REF | MXC_BT_FORM
+  mx_i64 mc_ss, mc_es;                  // MXC_BT_FORM: the partner's residual counts per row k and
+                                        //   stage j of 128 columns at mc[j * mc_ss + e * mc_es + k]
 };
 // terms | MXC_BT_REF: Bt is the address of an 8-byte word that holds the transposed bytes'
 // address (a B annex of ABI 1.4 that refers to its partner tensor's bytes instead of a copy).
 #define MXC_BT_REF 4
+// terms | MXC_BT_FORM (with MXC_BT_REF): Bt addresses four words, the partner's bytes, then its own
+// chain form's bytes (the same layout), their scale bytes ([E][K / 32][ceil(N / 32)] tiles, one
+// value per stage of 128 columns) and its residual counts (mc_ss, mc_es), or three nulls (the
+// annexes were filled one at a time: the bytes are all there). A row-stage of the
+// partner without residuals and with a finite stage scale is its form exactly (same values), so
+// the corrections read the form there: its own bytes may have been left out (plugin ABI 1.7's
+// bytes on demand for a weight, mx_reencode_pair.cuh's NOQ), and are stored everywhere else.
+#define MXC_BT_FORM 8
 struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
 
 // ---- the corrections, gathered into shared memory (runs 100-104) ----
@@ -202,15 +212,38 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
         } else if (i < nA) {
           const int g = a0 + i, r = mxc_find(F.offA, 256, g);
           const MxRes x = f.resA[(mx_i64)(T.row0 + r) * f.slots + (g - F.offA[r])];
-          const mx_u8* sk = f.sBo + (mx_i64)T.e * f.ise + (mx_i64)(x.k >> 5) * f.isr + (mx_i64)(T.n0 >> 5) * f.isc;
           const int nb = min(4, (p.N - T.n0 + 31) >> 5);
+          const mx_i64 off = (mx_i64)T.e * f.bt_es + (mx_i64)x.k * p.N + T.n0;   // B's 128 bytes at k
+          const mx_u8* src = nullptr;
           mx_u32 s4 = 0;
+          if ((f.terms & (MXC_BT_REF | MXC_BT_FORM)) == (MXC_BT_REF | MXC_BT_FORM)) {
+            // (the words are re-read per entry, not held: the gatherers run in 56 registers)
+            const mx_u8* const* refs = reinterpret_cast<const mx_u8* const*>(f.Bt);
+            const mx_u8* const mcf = refs[3];   // (null: the annexes were not filled together)
+            // (32-bit offsets: a weight's counts and tile scales are 1/128 and 1/1024 of its
+            // elements, which the host keeps under 2^31 for this path)
+            if (mcf != nullptr && mcf[(T.n0 >> 7) * (int)f.mc_ss + T.e * (int)f.mc_es + x.k] == 0) {
+              // the partner's row-stage (k, n0 / 128): its form's scale is one value for the stage
+              const mx_u32 S = refs[2][T.e * (int)f.ise + (x.k >> 5) * ((p.N + 31) >> 5) + (T.n0 >> 5)];
+              if (S != 0xFFu) {
+                // (all four bytes, also past nb: the columns past N are never stored, and the
+                // plain path's scale bytes there multiply stale bytes too; masking them to nb
+                // made ptxas spill)
+                src = refs[1] + off;
+                s4 = S * 0x01010101u;
+              }
+            }
+          }
+          if (src == nullptr) {
+            src = Bt + off;
+            const mx_u8* sk = f.sBo + (mx_i64)T.e * f.ise + (mx_i64)(x.k >> 5) * f.isr + (mx_i64)(T.n0 >> 5) * f.isc;
 #pragma unroll 1
-          for (int q = 0; q < nb; ++q) s4 |= (mx_u32)sk[(mx_i64)q * f.isc] << (8 * q);
+            for (int q = 0; q < nb; ++q) s4 |= (mx_u32)sk[q * (int)f.isc] << (8 * q);
+          }
           R.idx[i] = (mx_u8)r; R.v[i] = x.v; R.s4[i] = s4;
           const mx_u32 bytes = (mx_u32)min(128, p.N - T.n0);   // (N % 16 == 0)
           mbar_expect_tx(&F.full[b], bytes);
-          bulk_load(dst, Bt + (mx_i64)T.e * f.bt_es + (mx_i64)x.k * p.N + T.n0, bytes, &F.full[b]);
+          bulk_load(dst, src, bytes, &F.full[b]);
         } else {
           const int g = b0 + i - nA, cl = mxc_find(F.offB, 128, g);
           const MxRes* row = f.resB + ((BAT ? 0 : (mx_i64)T.e * p.N) + T.n0 + cl) * f.slots;

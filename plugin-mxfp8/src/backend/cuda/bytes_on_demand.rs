@@ -18,6 +18,7 @@
 //! `MXHOST_MX_CHAIN_VERIFY=1`, which compares them.
 
 use super::chain::Gate;
+use super::chain_annex::{b_annex_layout, checked_annex, AnnexRole};
 use super::chain_form::a_layout;
 use super::chain_verify;
 use super::device::Call;
@@ -25,7 +26,7 @@ use super::params::PlainFromFormParams;
 use super::{arg, cdiv, i32_of, ptr};
 use crate::kernels::Unit;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
-use mxhost_plugin_common::args::{Blocking, FillBytesArgs, OperandArg};
+use mxhost_plugin_common::args::{Blocking, FillBytesArgs, MxArg, OperandArg, TensorArg};
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
@@ -58,70 +59,116 @@ pub(super) fn is_left_out(annex: u64) -> bool {
     left_out().contains(&annex)
 }
 
-/// Writes the left-out bytes of the A operand `(q, s)` (`[rows][red]`, 1×32 along `red`, format
-/// `fmt`) from its annex at `base`; with `gate`, only if the chained GEMM behind it does not
-/// take the output.
-fn launch(
-    call: &mut Call,
-    (q, s, fmt): (u64, u64, u8),
-    (rows, red): (usize, usize),
-    base: u64,
-    gate: Option<Gate>,
-) -> PluginResult<()> {
-    let l = a_layout(rows, red);
-    let at = |o: usize| base + o as u64;
-    let p = PlainFromFormParams {
-        q,
-        s,
-        q2: at(l.q2),
-        s2: at(l.s2),
-        mc: at(l.mc),
-        gate: gate.map_or(0, |g| g.status),
-        limit: gate.map_or(0, |g| g.limit),
-        r: i32_of("rows", rows)?,
-        c: i32_of("reduction", red)?,
-    };
-    let name = if fmt == 0 {
-        "mx_plain_from_form_e4m3"
-    } else {
-        "mx_plain_from_form_e5m2"
-    };
-    // (a grid-stride loop over 32-byte blocks: a few waves of 256 threads)
-    let blocks = cdiv(rows * (red / 32), 256).clamp(1, 8 * call.dev.sms.max(1) as usize);
-    call.launch(
-        Unit::Chain,
-        name,
-        (blocks, 1, 1),
-        (256, 1, 1),
-        0,
-        &mut [arg(&p)],
-    )
-}
-
-/// A GEMM operand whose bytes a NOQ build left out: an MX tensor `[rows, red]` in 1×32 blocks
-/// along `red` with its annex at `base`.
-#[derive(Clone, Copy, Debug)]
+/// What `mx_plain_from_form` reads and writes for one tensor whose bytes a NOQ build left out:
+/// its bytes and scales, its own chain form's bytes, scales and residual counts, its shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct LeftOut {
-    a: (u64, u64, u8),
-    dims: (usize, usize),
+    q: u64,
+    s: u64,
+    fmt: u8,
+    q2: u64,
+    s2: u64,
+    mc: u64,
+    /// Rows (`E * cols` for a weight) of `red` bytes.
+    rows: usize,
+    red: usize,
+    /// 0: X or dY (1×32 blocks along rows); else a weight's rows per expert (32×32 tiles).
+    rpe: usize,
     base: u64,
-}
-
-/// The operand `o`, if its bytes are partly left out.
-pub(super) fn left_out_of(o: &OperandArg) -> Option<LeftOut> {
-    let OperandArg::Mx(m) = o else { return None };
-    let base = ptr(m.annex.as_ref()?);
-    match (m.data.shape.as_slice(), is_left_out(base)) {
-        (&[rows, red], true) => Some(LeftOut {
-            a: (ptr(&m.data), ptr(&m.scales), super::fmt_code(m.format)),
-            dims: (rows as usize, red as usize),
-            base,
-        }),
-        _ => None,
-    }
 }
 
 impl LeftOut {
+    /// The tensor `m` with its annex `annex` (noted by a NOQ build): X or dY `[rows, red]` in
+    /// 1×32 blocks along `red` (mx_quant_block_form.cuh), or a weight `[E][cols][red]` in
+    /// 32×32 tiles (mx_reencode_pair.cuh), with an annex of that role's size.
+    fn of(m: &MxArg, annex: &TensorArg) -> PluginResult<LeftOut> {
+        let base = ptr(annex);
+        let at = |o: usize| base + o as u64;
+        let (q, s, fmt) = (ptr(&m.data), ptr(&m.scales), super::fmt_code(m.format));
+        let shape: Vec<usize> = m.data.shape.iter().map(|&d| d as usize).collect();
+        match (shape.as_slice(), Blocking::from_abi(m.block)) {
+            (&[rows, red], Some(Blocking::Vector { axis: 1 })) if red.is_multiple_of(32) => {
+                let l = a_layout(rows, red);
+                if annex.numel * 4 < l.bytes {
+                    return Err(PluginError::invalid(format!(
+                        "fill_bytes: the annex ({} words) is smaller than this tensor's form",
+                        annex.numel
+                    )));
+                }
+                Ok(LeftOut {
+                    q,
+                    s,
+                    fmt,
+                    q2: at(l.q2),
+                    s2: at(l.s2),
+                    mc: at(l.mc),
+                    rows,
+                    red,
+                    rpe: 0,
+                    base,
+                })
+            }
+            (&[_, cols, red], Some(Blocking::Tile))
+                if cols.is_multiple_of(32) && red.is_multiple_of(32) =>
+            {
+                let (role, _, bt) = checked_annex(m, annex, true)?;
+                let AnnexRole::B { e, cols, red } = role else {
+                    unreachable!("a rank-3 tile tensor's annex is a B form")
+                };
+                let l = b_annex_layout((e, cols, red), bt);
+                Ok(LeftOut {
+                    q,
+                    s,
+                    fmt,
+                    q2: at(l.q2),
+                    s2: at(l.s2),
+                    mc: at(l.mc),
+                    rows: e * cols,
+                    red,
+                    rpe: cols,
+                    base,
+                })
+            }
+            _ => Err(PluginError::invalid(format!(
+                "fill_bytes: an annex noted for a tensor [rows, red] in 1×32 blocks along its last axis or [E, cols, red] in 32×32 tiles (axes multiples of 32), got shape {:?}",
+                m.data.shape
+            ))),
+        }
+    }
+
+    /// Writes the left-out bytes; with `gate`, only if the chained GEMM behind it does not
+    /// take the output.
+    fn launch(&self, call: &mut Call, gate: Option<Gate>) -> PluginResult<()> {
+        let p = PlainFromFormParams {
+            q: self.q,
+            s: self.s,
+            q2: self.q2,
+            s2: self.s2,
+            mc: self.mc,
+            gate: gate.map_or(0, |g| g.status),
+            limit: gate.map_or(0, |g| g.limit),
+            r: i32_of("rows", self.rows)?,
+            c: i32_of("reduction", self.red)?,
+            rpe: i32_of("rows per expert", self.rpe)?,
+        };
+        let name = if self.fmt == 0 {
+            "mx_plain_from_form_e4m3"
+        } else {
+            "mx_plain_from_form_e5m2"
+        };
+        // (a grid-stride loop over 32-byte blocks: a few waves of 256 threads)
+        let blocks =
+            cdiv(self.rows * (self.red / 32), 256).clamp(1, 8 * call.dev.sms.max(1) as usize);
+        call.launch(
+            Unit::Chain,
+            name,
+            (blocks, 1, 1),
+            (256, 1, 1),
+            0,
+            &mut [arg(&p)],
+        )
+    }
+
     /// Before a kernel that reads the operand's bytes: writes the left-out ones, gated on
     /// `gate` (the per-k32 kernel's) when there is one. Once written without a gate the
     /// tensor has all its bytes.
@@ -130,7 +177,7 @@ impl LeftOut {
         call: &mut Call,
         gate: Option<Gate>,
     ) -> PluginResult<()> {
-        launch(call, self.a, self.dims, self.base, gate)?;
+        self.launch(call, gate)?;
         if gate.is_none() {
             forget(self.base);
         }
@@ -138,40 +185,31 @@ impl LeftOut {
     }
 }
 
+/// The operand `o`, if its bytes are partly left out.
+pub(super) fn left_out_of(o: &OperandArg) -> PluginResult<Option<LeftOut>> {
+    let OperandArg::Mx(m) = o else {
+        return Ok(None);
+    };
+    match &m.annex {
+        Some(annex) if is_left_out(ptr(annex)) => LeftOut::of(m, annex).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// The ABI entry (`PluginApi::fill_bytes`): the tensor's left-out bytes, if any.
 pub(super) fn fill(args: &FillBytesArgs) -> PluginResult<()> {
-    let base = ptr(&args.annex);
-    if !is_left_out(base) {
+    if !is_left_out(ptr(&args.annex)) {
         return Ok(());
     }
-    let m = &args.tensor;
-    let (&[rows, red], Some(Blocking::Vector { axis: 1 })) =
-        (m.data.shape.as_slice(), Blocking::from_abi(m.block))
-    else {
-        return Err(PluginError::invalid(format!(
-            "fill_bytes: an annex noted for a tensor [rows, red] in 1×32 blocks along its last axis, got shape {:?}",
-            m.data.shape
-        )));
-    };
-    let (rows, red) = (rows as usize, red as usize);
-    if args.annex.numel * 4 < a_layout(rows, red).bytes {
-        return Err(PluginError::invalid(format!(
-            "fill_bytes: the annex ({} words) is smaller than this tensor's form",
-            args.annex.numel
-        )));
-    }
+    let l = LeftOut::of(&args.tensor, &args.annex)?;
     let mut call = Call::new(args.ordinal, args.stream)?;
-    let a = (ptr(&m.data), ptr(&m.scales), super::fmt_code(m.format));
-    launch(&mut call, a, (rows, red), base, None)?;
-    forget(base);
-    Ok(())
+    l.write_before_read(&mut call, None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
-    use mxhost_plugin_common::args::MxArg;
 
     fn operand(shape: Vec<u64>, annex: Option<u64>) -> OperandArg {
         let tensor = super::super::test_tensor;
@@ -182,33 +220,48 @@ mod tests {
             mode: ScaleMode::Rceil,
             block: BlockLayout::vector(1),
             values: None,
-            annex: annex.map(|a| tensor(vec![4096], a as usize)),
+            annex: annex.map(|a| tensor(vec![1 << 16], a as usize)),
         })
     }
 
     /// A GEMM operand is left out exactly while its annex's address is noted: the mark is
     /// the address's (a quantize call forgets its annexes first), an operand without an annex
-    /// or of another rank never is, and what it carries is the tensor's bytes, scales, format
-    /// and shape.
+    /// never is, one noted for a tensor of neither NOQ layout is refused, and what it carries
+    /// is the tensor's bytes, scales, format, shape and its form's regions.
     #[test]
     fn an_operand_is_left_out_while_its_annex_is_noted() {
         let (annex, other) = (0x7000_0100u64, 0x7000_0200u64);
         forget(annex);
         let o = operand(vec![32, 64], Some(annex));
-        assert!(left_out_of(&o).is_none(), "not noted");
+        assert!(left_out_of(&o).unwrap().is_none(), "not noted");
         note_left_out(annex);
-        let l = left_out_of(&o).expect("noted");
+        let l = left_out_of(&o).unwrap().expect("noted");
+        let form = a_layout(32, 64);
         assert_eq!(
-            (l.a, l.dims, l.base),
-            ((0x1000, 0x2000, 1), (32, 64), annex)
+            l,
+            LeftOut {
+                q: 0x1000,
+                s: 0x2000,
+                fmt: 1,
+                q2: annex + form.q2 as u64,
+                s2: annex + form.s2 as u64,
+                mc: annex + form.mc as u64,
+                rows: 32,
+                red: 64,
+                rpe: 0,
+                base: annex
+            }
         );
-        assert!(left_out_of(&operand(vec![32, 64], Some(other))).is_none());
-        assert!(left_out_of(&operand(vec![32, 64], None)).is_none());
+        assert!(left_out_of(&operand(vec![32, 64], Some(other)))
+            .unwrap()
+            .is_none());
+        assert!(left_out_of(&operand(vec![32, 64], None)).unwrap().is_none());
+        // (noted, but neither X/dY's layout nor a weight's: refused, not read as complete)
         assert!(
-            left_out_of(&operand(vec![2, 32, 64], Some(annex))).is_none(),
-            "rank 3"
+            left_out_of(&operand(vec![2, 32, 64], Some(annex))).is_err(),
+            "rank 3, 1×32"
         );
         forget(annex);
-        assert!(left_out_of(&o).is_none(), "forgotten");
+        assert!(left_out_of(&o).unwrap().is_none(), "forgotten");
     }
 }

@@ -47,6 +47,11 @@ pub(super) const MAX_E: usize = 256;
 /// address (a B annex referring to its partner's bytes), not Bᵀ itself.
 const MXC_BT_REF: i32 = 4;
 
+/// `MXC_BT_FORM` of mx_tgemm_chain.cuh (with [`MXC_BT_REF`]): the annex's words also address
+/// the partner's form, which the corrections read where it equals the partner's bytes (the
+/// words are zero, and the kernel reads the bytes, where the annexes were not filled together).
+const MXC_BT_FORM: i32 = 8;
+
 /// `MX_RES_UNALIGNED` of mx_reencode.cuh, as the status words' first i32 (the residual count,
 /// the second, 0): a B annex whose partner's bytes the chained GEMM cannot copy.
 pub(super) const STATUS_UNALIGNED: u64 = 4;
@@ -467,7 +472,14 @@ pub(super) fn launch_chained(
             isc: b.isc,
             ldt: rows as i64,
             slots: slots as i32,
-            terms: if bt_ref { 3 | MXC_BT_REF } else { 3 },
+            terms: if bt_ref {
+                3 | MXC_BT_REF | MXC_BT_FORM
+            } else {
+                3
+            },
+            // (the partner `[E][red][cols]`: its rows are this GEMM's reduction)
+            mc_ss: (e * red) as i64,
+            mc_es: red as i64,
         },
     };
     // Both builds are enqueued when there are two; the gate lets at most one of them run.

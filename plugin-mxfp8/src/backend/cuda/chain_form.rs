@@ -95,14 +95,27 @@ pub(super) struct BLayout {
     /// The original bytes transposed, `[E][red][cols]`, when the layout holds them
     /// ([`BtAt::Held`]).
     pub bt: Option<usize>,
-    /// [`BtAt::Partner`]: an 8-byte word holding the device address of the partner tensor's
-    /// bytes, which are this tensor's bytes transposed (the chained GEMM reads it on the
-    /// device: `MXC_BT_REF` in mx_tgemm_chain.cuh).
+    /// [`BtAt::Partner`]: four 8-byte words ([`PARTNER_WORDS`]): the device address of the
+    /// partner tensor's bytes, which are this tensor's bytes transposed (the chained GEMM
+    /// reads it on the device: `MXC_BT_REF` in mx_tgemm_chain.cuh), then those of the
+    /// partner's own form, its scale bytes and its residual counts per row and stage, or
+    /// zeros where the annexes were not filled together (`MXC_BT_FORM`: where the partner's
+    /// form is its bytes exactly, the corrections read the form, so the partner may leave
+    /// its bytes out there).
     pub bt_ref: Option<usize>,
     pub sb: usize,
     pub status: usize,
+    /// Residuals per row and stage, `mc[(k / 128) * E cols + e cols + c]` (one byte each):
+    /// written by the pair kernel (chain_pair), read by the partner's chained GEMMs
+    /// (`MXC_BT_FORM`) and by `mx_plain_from_form`, which writes back the bytes a NOQ build
+    /// left out ([`super::bytes_on_demand`]).
+    pub mc: usize,
     pub bytes: usize,
 }
+
+/// The words of [`BLayout::bt_ref`]: the partner's bytes, its form's bytes, scale bytes and
+/// residual counts.
+pub(super) const PARTNER_WORDS: usize = 4;
 
 /// Where the chained GEMM's A_res corrections find B's original bytes transposed
 /// (`[E][red][cols]`, one 128-byte row per k).
@@ -132,9 +145,10 @@ pub(super) fn b_layout(
         res: b.take(e * cols * sl * 8),
         cnt: b.take(e * cols * 4),
         bt: (bt == BtAt::Held).then(|| b.take(e * cols * red)),
-        bt_ref: (bt == BtAt::Partner).then(|| b.take(8)),
+        bt_ref: (bt == BtAt::Partner).then(|| b.take(8 * PARTNER_WORDS)),
         sb: b.take(Call::scales_f32_bytes(rup(kb, 4), b_table_cols(nb), e)),
         status: b.take(8),
+        mc: b.take(cdiv(red, 128) * e * cols),
         bytes: b.0,
     }
 }
@@ -322,7 +336,10 @@ pub(super) fn prepare_b(
         call.transpose(b.q, at(bt), e, cols, red)?;
     }
     if let Some(slot) = l.bt_ref {
-        call.put_u64(at(slot), partner)?;
+        // (no partner form: this annex is filled alone, and its counts are not written)
+        let mut words = [0u64; PARTNER_WORDS];
+        words[0] = partner;
+        call.put_u64s(at(slot), &words)?;
     }
     b_scale_table(call, &l, b, (e, cols, red), base)?;
     Ok(l)

@@ -19,8 +19,9 @@
 //! the call is one launch instead of the tile quantizer's and this one ([`quantize_b_pair`]);
 //! `MXHOST_MX_CHAIN_QPAIR=0` goes back to the two launches.
 
+use super::bytes_on_demand;
 use super::chain_annex::{annex_filled_here, checked_annex, AnnexRole};
-use super::chain_form::{self, b_layout, tile_strides, BLayout, BtAt};
+use super::chain_form::{self, b_layout, tile_strides, BLayout, BtAt, PARTNER_WORDS};
 use super::chain_verify::{self, Lists, Region};
 use super::device::Call;
 use super::gemm::BMat;
@@ -112,7 +113,7 @@ impl PairPlan {
     /// The pair kernel's parameters for the forms (status words zeroed, count buffers
     /// allocated), with `bt`/`btt` where it writes W transposed and W's bytes (0: nowhere).
     fn forms(&self, call: &mut Call, (bt, btt): (u64, u64)) -> PluginResult<ReencodePairParams> {
-        let (e, r, c) = self.dims;
+        let (_, r, c) = self.dims;
         let (l, lt, base, base_t) = (&self.lw, &self.lt, self.base, self.base_t);
         let at = |b: u64, o: usize| b + o as u64;
         call.zero(at(base, l.status), 8)?;
@@ -126,8 +127,8 @@ impl PairPlan {
             st2: at(base_t, lt.s2),
             bt,
             btt,
-            mc: call.alloc(cdiv(c, 128) * e * r)?,
-            mct: call.alloc(cdiv(r, 128) * e * c)?,
+            mc: at(base, l.mc),
+            mct: at(base_t, lt.mc),
             status: at(base, l.status),
             status_t: at(base_t, lt.status),
             r: i32_of("rows", r)?,
@@ -135,11 +136,23 @@ impl PairPlan {
         })
     }
 
-    /// ABI 1.4 annexes: each annex's word (at `slot`, `slot_t`) takes the address of the other
-    /// copy's bytes, which the annex then reads instead of holding a copy.
+    /// ABI 1.4 annexes: each annex's words (at `slot`, `slot_t`) take the addresses of the
+    /// other copy's bytes, which the annex then reads instead of holding a copy, and of the
+    /// other copy's form, scale bytes and residual counts (`MXC_BT_FORM`: the corrections read
+    /// the form where it equals the bytes, which may then be left out).
     fn link_partners(&self, call: &Call, (slot, slot_t): (usize, usize)) -> PluginResult<()> {
-        call.put_u64(self.base + slot as u64, self.bwt.q)?;
-        call.put_u64(self.base_t + slot_t as u64, self.bw.q)
+        let words = |m: &BMat, l: &BLayout, base: u64| -> [u64; PARTNER_WORDS] {
+            let at = |o: usize| base + o as u64;
+            [m.q, at(l.q2), at(l.s2), at(l.mc)]
+        };
+        call.put_u64s(
+            self.base + slot as u64,
+            &words(&self.bwt, &self.lt, self.base_t),
+        )?;
+        call.put_u64s(
+            self.base_t + slot_t as u64,
+            &words(&self.bw, &self.lw, self.base),
+        )
     }
 
     /// Launches `kernel` (one of the pair kernels) with `param` over the weight's 128 × 128
@@ -242,8 +255,32 @@ pub(super) fn quantize_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginRes
         mode: mode_code(args.output.mode),
         pad: 0,
     };
-    plan.run(call, "mx_quantize_pair_bf16_e4m3", arg(&p), &f)?;
+    // ABI 1.7: with the host's promise to ask before it reads them, W's and Wᵀ's bytes only
+    // where their forms cannot give them back (mx_plain_from_form writes the rest, whose
+    // tile rows it takes whole: both axes multiples of 32).
+    let (_, r, c) = plan.dims;
+    let noq = args.bytes_on_demand
+        && bytes_on_demand::enabled()
+        && weight_noq_enabled()
+        && r.is_multiple_of(32)
+        && c.is_multiple_of(32);
+    let kernel = match noq {
+        true => "mx_quantize_pair_bf16_noq_e4m3",
+        false => "mx_quantize_pair_bf16_e4m3",
+    };
+    plan.run(call, kernel, arg(&p), &f)?;
+    if noq {
+        bytes_on_demand::note_left_out(plan.base);
+        bytes_on_demand::note_left_out(plan.base_t);
+    }
     Ok(true)
+}
+
+/// Whether a weight's pair call may leave bytes out (with [`bytes_on_demand::enabled`]);
+/// `MXHOST_MX_CHAIN_NOQ_W=0` writes them all, for A/B timing against X's and dY's alone.
+fn weight_noq_enabled() -> bool {
+    static P: OnceLock<bool> = OnceLock::new();
+    *P.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_NOQ_W", true))
 }
 
 fn layout(b: &BMat, (e, cols, red): (usize, usize, usize), bt: BtAt) -> BLayout {

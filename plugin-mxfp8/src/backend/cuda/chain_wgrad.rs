@@ -144,6 +144,8 @@ pub(super) fn launch(
             ldt: pr as i64,
             slots: chain_form::slots(mpad) as i32,
             terms: 3,
+            mc_ss: 0,
+            mc_es: 0,
         },
     };
     chain::launch_kernel(call, name, &p)?;

@@ -238,9 +238,14 @@ impl Call {
 
     /// Writes `value` to the 8 device bytes at `p`, in stream order.
     pub(super) fn put_u64(&self, p: u64, value: u64) -> PluginResult<()> {
-        // SAFETY: `p` addresses 8 writable device bytes (an annex word); the pageable
+        self.put_u64s(p, &[value])
+    }
+
+    /// Writes `values` to the `8 * values.len()` device bytes at `p`, in stream order.
+    pub(super) fn put_u64s(&self, p: u64, values: &[u64]) -> PluginResult<()> {
+        // SAFETY: `p` addresses that many writable device bytes (annex words); the pageable
         // source is staged before the call returns.
-        unsafe { cr::memcpy_htod_async(p, &[value], self.stream) }.map_err(drv("cuMemcpyHtoDAsync"))
+        unsafe { cr::memcpy_htod_async(p, values, self.stream) }.map_err(drv("cuMemcpyHtoDAsync"))
     }
 
     pub(super) fn launch(

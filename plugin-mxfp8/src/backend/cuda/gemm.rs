@@ -225,10 +225,16 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             let chain_wanted = chain_fits && !remembered_closed;
             // A's bytes, if its quantize call left them out (ABI 1.7): written before any
             // kernel here reads them, gated like the per-k32 kernel where it is gated.
-            let a_left_out = bytes_on_demand::left_out_of(&args.a);
-            if let Some(l) = bytes_on_demand::left_out_of(&args.b) {
-                // (a weight is never quantized so; an A-shaped tensor passed as one is read whole)
+            let a_left_out = bytes_on_demand::left_out_of(&args.a)?;
+            // B's bytes (a weight quantized with its transposed copy): read by the kernels here
+            // only where `weights` re-lays them out, on the BF16 path, where the chained GEMM
+            // re-encodes them, and by the per-k32 kernel; written before the first of those,
+            // gated like the last. (The chained GEMM's corrections read its partner's bytes
+            // where that partner's form cannot stand in for them, and those are stored.)
+            let mut b_left_out = bytes_on_demand::left_out_of(&args.b)?;
+            if let (Some(l), false) = (b_left_out, stored_is_kmajor(args, fwd)) {
                 l.write_before_read(call, None)?;
+                b_left_out = None;
             }
             let via_bf16 = call.dev.portable
                 || match cublas::rows_path()? {
@@ -242,6 +248,9 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                 };
             if via_bf16 {
                 if let (Some(l), None) = (a_left_out, a_vals) {
+                    l.write_before_read(call, None)?;
+                }
+                if let (Some(l), false) = (b_left_out, b_vals.is_some()) {
                     l.write_before_read(call, None)?;
                 }
                 // A pre-quantized weight whose stored last axis is not the reduction:
@@ -326,9 +335,13 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
                     annexes.a = annexes.a.or(a_form);
                     annexes.dense_a = dense_a_key;
                 }
-                // (an A without a form it can read is re-encoded from its bytes)
+                // (an operand without a form it can read is re-encoded from its bytes)
                 if let (Some(l), None) = (a_left_out, annexes.a) {
                     l.write_before_read(call, None)?;
+                }
+                if let (Some(l), None) = (b_left_out, annexes.b) {
+                    l.write_before_read(call, None)?;
+                    b_left_out = None;
                 }
                 match chain::launch_chained(
                     call,
@@ -371,7 +384,7 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
             gemm_rows(
                 call,
                 (&a, a_left_out),
-                &b,
+                (&b, b_left_out),
                 out,
                 offs_dev,
                 (e, rows, cols, red),
@@ -385,7 +398,7 @@ pub(super) fn gemm(call: &mut Call, args: &GemmArgs) -> PluginResult<()> {
         }
         GemmPass::Wgrad => {
             for o in [&args.a, &args.b] {
-                if let Some(l) = bytes_on_demand::left_out_of(o) {
+                if let Some(l) = bytes_on_demand::left_out_of(o)? {
                     l.write_before_read(call, None)?;
                 }
             }
@@ -593,13 +606,13 @@ pub(super) fn weights(
 /// forward/dgrad launch: out[rows][cols] = Σ A[rows][red] · B_e[cols][red]. With `gate`
 /// (the chained kernel was enqueued before) the TMA kernels return at once when the chained
 /// kernel took the GEMM; `mx_gemm_*` does not look, so it recomputes the same result.
-/// `a_left_out`: A's bytes where its quantize call left some out, written before the
-/// per-k32 kernel reads them, behind the same gate as its tables.
+/// `a_left_out`, `b_left_out`: A's and B's bytes where their quantize calls left some out,
+/// written before the per-k32 kernel reads them, behind the same gate as its tables.
 #[allow(clippy::too_many_arguments)]
 fn gemm_rows(
     call: &mut Call,
     (a, a_left_out): (&AMat, Option<LeftOut>),
-    b: &BMat,
+    (b, b_left_out): (&BMat, Option<LeftOut>),
     out: &TensorArg,
     offs: u64,
     (e, rows, cols, red): (usize, usize, usize, usize),
@@ -668,7 +681,7 @@ fn gemm_rows(
         false,
         table_gate,
     )?;
-    if let Some(l) = a_left_out {
+    for l in [a_left_out, b_left_out].into_iter().flatten() {
         l.write_before_read(call, table_gate)?;
     }
     launch_chosen(call, (a.fmt, b.fmt, b.w2d, out_bf16), choice, &p, gate)

@@ -271,7 +271,7 @@ pub(super) struct QuantBlockFormParams {
 }
 
 /// `MxPlainFromFormParams` of mx_plain_from_form.cuh (`mx_plain_from_form_*`): an A operand's
-/// MX bytes `q` written back from its chain form where the NOQ form kernels left them out.
+/// or a weight's MX bytes `q` written back from its chain form where a NOQ build left them out.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(super) struct PlainFromFormParams {
@@ -285,6 +285,8 @@ pub(super) struct PlainFromFormParams {
     pub(super) limit: i32,
     pub(super) r: i32,
     pub(super) c: i32,
+    /// 0: 1×32 blocks along rows (X, dY); else the rows per expert of a weight in 32×32 tiles.
+    pub(super) rpe: i32,
 }
 
 /// `MxQuantChainParams` of mx_quant_chain.cuh (`mx_quantize_rows_chain_*`): bf16 rows
@@ -329,8 +331,13 @@ pub(super) struct ChainFix {
     pub(super) isc: i64,
     pub(super) ldt: i64,
     pub(super) slots: i32,
-    /// 3: both corrections (other values are harness diagnostics with wrong results).
+    /// 3: both corrections (other values are harness diagnostics with wrong results), with
+    /// `MXC_BT_REF` and `MXC_BT_FORM` (chain.rs).
     pub(super) terms: i32,
+    /// `MXC_BT_FORM`: the partner's residual counts per row `k` and stage `j` at
+    /// `mc[j * mc_ss + e * mc_es + k]`.
+    pub(super) mc_ss: i64,
+    pub(super) mc_es: i64,
 }
 
 /// `MxGemmChainParams` of mx_tgemm_chain.cuh (the parameter of `mx_cgemm_*`), 576 B.
@@ -377,7 +384,7 @@ const _: () = {
     assert!(std::mem::size_of::<ReencodeBlockParams>() == 72);
     assert!(std::mem::size_of::<QuantBlockFormParams>() == 104);
     assert!(std::mem::size_of::<PlainFromFormParams>() == 64);
-    assert!(std::mem::size_of::<ChainFix>() == 112);
+    assert!(std::mem::size_of::<ChainFix>() == 128);
     assert!(std::mem::size_of::<ChainParams>() == 576);
     assert!(std::mem::offset_of!(ChainParams, f) == 448);
 };
