@@ -14,6 +14,12 @@
 //! its W, Wᵀ and tile scales are compared with `quantize_mx` in 32×32 tiles of W and of Wᵀ
 //! (each quantized on its own), its forms with the references of those bytes, in all three
 //! scale modes.
+//!
+//! The NOQ build (`mx_quantize_pair_bf16_noq_e4m3`) stores W's and Wᵀ's own bytes (btt, bt)
+//! only in the row-stages their forms cannot give back (a residual, or a non-finite stage
+//! scale): every other output must equal the bf16 build's byte for byte, the stored row-stages
+//! too, the others must still hold the poison, and `mx_plain_from_form` (`rpe` > 0: a weight in
+//! 32×32 tiles) must then write both copies back whole.
 
 use half::bf16;
 use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
@@ -107,6 +113,18 @@ struct Pair {
     status_t: i32,
 }
 
+/// Which bf16 build writes W's and Wᵀ's bytes, and what runs after it (pair_driver.cpp's `noq`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Noq {
+    /// The build that writes both copies whole (`mx_quantize_pair_bf16_e4m3`), and the byte
+    /// builds.
+    Writes = 0,
+    /// The NOQ build (`mx_quantize_pair_bf16_noq_e4m3`) alone.
+    Omits = 1,
+    /// The NOQ build, then `mx_plain_from_form` on W (btt) and on Wᵀ (bt).
+    ThenPlainFromForm = 2,
+}
+
 /// The kernel on `w` (its bytes and scales), or with `src` on W in bf16 (the bf16 build; `w`
 /// gives only the dimensions) in scale mode `src.1`.
 fn run_kernel(
@@ -115,8 +133,27 @@ fn run_kernel(
     copies: bool,
     src: Option<(&[bf16], usize)>,
 ) -> Pair {
+    run_kernel_noq(exe, w, copies, src, Noq::Writes)
+}
+
+/// `run_kernel`, with the bf16 build `noq` says (`Noq::Writes` for the byte builds).
+fn run_kernel_noq(
+    exe: &std::path::Path,
+    w: &Weight,
+    copies: bool,
+    src: Option<(&[bf16], usize)>,
+    noq: Noq,
+) -> Pair {
     let mode = src.map_or(0, |s| s.1);
-    let header = [w.e, w.r, w.c, copies as usize, src.is_some() as usize, mode];
+    let header = [
+        w.e,
+        w.r,
+        w.c,
+        copies as usize,
+        src.is_some() as usize,
+        mode,
+        noq as usize,
+    ];
     let x: Vec<u8> = src.map_or(Vec::new(), |(x, _)| {
         x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect()
     });
@@ -374,4 +411,200 @@ fn the_bf16_build_equals_the_tile_quantizer_and_both_forms() {
         (32..64).all(|n| got.btt[n * c + 160..n * c + 192].iter().all(|&b| b == 0x7F)),
         "the Inf's tile bytes"
     );
+}
+
+/// The poison pair_driver.cpp fills every output with before the launch.
+const POISON: u8 = 0xA5;
+
+/// Every output of `got` but W's and Wᵀ's own bytes (btt, bt) equals `plain`'s byte for byte:
+/// both forms, their stage scales and residual counts, the tile scales, the status words.
+fn same_but_the_copies(ctx: &str, got: &Pair, plain: &Pair, (e, r, c): (usize, usize, usize)) {
+    let outputs = [
+        ("q2", &got.q2, &plain.q2, c),
+        ("s2", &got.s2, &plain.s2, c.div_ceil(32)),
+        ("qt2", &got.qt2, &plain.qt2, r),
+        ("st2", &got.st2, &plain.st2, r.div_ceil(32)),
+        ("mc", &got.mc, &plain.mc, e * r),
+        ("mct", &got.mct, &plain.mct, e * c),
+        ("s", &got.s, &plain.s, c.div_ceil(32)),
+        ("st", &got.st, &plain.st, r.div_ceil(32)),
+    ];
+    for (name, g, p, width) in outputs {
+        host::first_difference(&format!("{ctx}: {name}"), g, p, width);
+    }
+    assert_eq!(
+        (got.status, got.status_t),
+        (plain.status, plain.status_t),
+        "{ctx}: status words"
+    );
+}
+
+/// How one copy's row-stages (a row's 128 bytes of one stage) went in the NOQ build.
+#[derive(Default)]
+struct RowStages {
+    /// stored: a residual in the row-stage, or a non-finite stage scale
+    stored: usize,
+    /// of those, stored for the non-finite stage scale alone (no residual)
+    non_finite_only: usize,
+    /// left out (the form gives them back)
+    left_out: usize,
+}
+
+/// One copy's own bytes from the NOQ build (`omits`, `[e][rows][k]`) against the bf16 build's
+/// (`plain`): the plain bytes in the row-stages with a residual (`mc[stage * e rows + row]`) or
+/// a non-finite stage scale (`s2[e][ceil(rows / 32)][k / 32]` = 0xFF), the poison everywhere
+/// else. `mc` and `s2` are the plain build's.
+fn check_left_out(
+    what: &str,
+    (omits, plain): (&[u8], &[u8]),
+    (s2, mc): (&[u8], &[u8]),
+    (e, rows, k): (usize, usize, usize),
+) -> RowStages {
+    let (kb, tiles) = (k.div_ceil(32), rows.div_ceil(32));
+    let mut seen = RowStages::default();
+    for x in 0..e {
+        for n in 0..rows {
+            let row = x * rows + n;
+            for stage in 0..k.div_ceil(STAGE) {
+                let cols = stage * STAGE..k.min((stage + 1) * STAGE);
+                let residuals = mc[stage * e * rows + row];
+                let scale = |col: usize| s2[(x * tiles + n / 32) * kb + col / 32];
+                let non_finite = cols.clone().step_by(32).any(|col| scale(col) == 0xFF);
+                let stored = residuals != 0 || non_finite;
+                if !stored {
+                    seen.left_out += 1;
+                } else {
+                    seen.stored += 1;
+                    seen.non_finite_only += (residuals == 0) as usize;
+                }
+                for col in cols {
+                    let (got, want) = (omits[row * k + col], plain[row * k + col]);
+                    if stored {
+                        assert_eq!(
+                            got,
+                            want,
+                            "{what}: byte ({x}, {n}, {col}) of a row-stage the form cannot give \
+                             back ({residuals} residuals, stage scale {:#04x})",
+                            scale(col)
+                        );
+                    } else {
+                        assert_eq!(
+                            got, POISON,
+                            "{what}: byte ({x}, {n}, {col}) was written (the form gives it back)"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    seen
+}
+
+/// The NOQ build (`mx_reencode_pair<FMT, true, 1, 1>`, `mx_quantize_pair_bf16_noq_e4m3`) leaves
+/// out of W's bytes (btt) and Wᵀ's (bt) exactly the row-stages their forms give back, and writes
+/// every other output as the bf16 build does; `mx_plain_from_form` with `rpe` (W: `rpe` = R,
+/// Wᵀ: `rpe` = C, scales in the tile layout) then writes both copies back equal byte for byte to
+/// the bf16 build's. The chained GEMM and the per-k32 kernels read those bytes, so a byte left
+/// out that the form cannot give back, or one written back wrong, is a wrong product.
+/// On several experts, R and C multiples of 32 but not of 128, all three scale modes, stages
+/// with and without residuals, an Inf in a random weight, and an expert of zeros but for an Inf
+/// tile and a NaN: row-stages stored for their non-finite stage scale alone.
+#[test]
+fn the_noq_pair_build_leaves_out_only_bytes_the_forms_give_back() {
+    let Some((exe, mut rng, seed)) = host::setup("reencode_pair_host_noq", "pair_driver.cpp")
+    else {
+        return;
+    };
+    let modes = [ScaleMode::Rceil, ScaleMode::Floor, ScaleMode::Even];
+    let (mut w_seen, mut wt_seen) = (RowStages::default(), RowStages::default());
+    let shapes = [
+        (2, 160, 2880),
+        (3, 96, 224),
+        (4, 32, 416),
+        (2, 288, 96),
+        (2, 64, 256),
+    ];
+    for (i, dims) in shapes.into_iter().enumerate() {
+        let (e, r, c) = dims;
+        let mut x = bf16_weight(&mut rng, dims);
+        match i {
+            // an Inf in a random weight: its tile's row-stages are stored whatever they hold
+            1 => x[(r + 40) * c + 170] = bf16::INFINITY,
+            // expert 0 zeros but for tile (1, 5), with an Inf; a NaN in expert 1: W's row-stages
+            // of rows 32..63, stage 1, and Wᵀ's of rows 160..191, stage 0, hold no residual
+            // (zeros, and the tile's own NaN bytes, shift by nothing), only the 0xFF scale
+            4 => {
+                for n in 0..r {
+                    for k in 0..c {
+                        if !(32..64).contains(&n) || !(160..192).contains(&k) {
+                            x[n * c + k] = bf16::ZERO;
+                        }
+                    }
+                }
+                x[50 * c + 181] = bf16::NEG_INFINITY;
+                x[(r + 7) * c + 70] = bf16::NAN;
+            }
+            _ => {}
+        }
+        let mode = i % 3;
+        let ctx = format!("W {dims:?} {:?}, seed {seed}", modes[mode]);
+        let w = Weight {
+            e,
+            r,
+            c,
+            q: Vec::new(),
+            s: Vec::new(),
+        };
+        let src = Some((&x[..], mode));
+        let plain = run_kernel_noq(&exe, &w, true, src, Noq::Writes);
+        let omits = run_kernel_noq(&exe, &w, true, src, Noq::Omits);
+        let vs = format!("{ctx} (NOQ against the bf16 build)");
+        same_but_the_copies(&vs, &omits, &plain, dims);
+        if i == 1 || i == 4 {
+            assert!(
+                plain.status & NONFINITE != 0 && plain.status_t & NONFINITE != 0,
+                "{ctx}: the Inf sets no flag"
+            );
+        }
+        let w_here = check_left_out(
+            &format!("{vs}: W's bytes (btt)"),
+            (&omits.btt, &plain.btt),
+            (&plain.s2, &plain.mc),
+            (e, r, c),
+        );
+        let wt_here = check_left_out(
+            &format!("{vs}: Wᵀ's bytes (bt)"),
+            (&omits.bt, &plain.bt),
+            (&plain.st2, &plain.mct),
+            (e, c, r),
+        );
+        if i == 4 {
+            // the Inf tile's 32 rows in W, its 32 columns in Wᵀ (at least: the NaN adds more)
+            assert!(
+                w_here.non_finite_only >= 32 && wt_here.non_finite_only >= 32,
+                "{ctx}: row-stages stored for their non-finite scale alone: W {}, Wᵀ {}",
+                w_here.non_finite_only,
+                wt_here.non_finite_only
+            );
+        }
+        for (all, here) in [(&mut w_seen, w_here), (&mut wt_seen, wt_here)] {
+            all.stored += here.stored;
+            all.non_finite_only += here.non_finite_only;
+            all.left_out += here.left_out;
+        }
+        let back = run_kernel_noq(&exe, &w, true, src, Noq::ThenPlainFromForm);
+        let wb = format!("{ctx} (NOQ, then mx_plain_from_form)");
+        same_but_the_copies(&wb, &back, &plain, dims);
+        host::first_difference(&format!("{wb}: W's bytes (btt)"), &back.btt, &plain.btt, c);
+        host::first_difference(&format!("{wb}: Wᵀ's bytes (bt)"), &back.bt, &plain.bt, r);
+    }
+    for (copy, seen) in [("W", &w_seen), ("Wᵀ", &wt_seen)] {
+        assert!(
+            seen.stored - seen.non_finite_only > 100 && seen.left_out > 100,
+            "seed {seed}: {copy}'s row-stages: {} with residuals, {} left out: too few of either \
+             to test",
+            seen.stored - seen.non_finite_only,
+            seen.left_out
+        );
+    }
 }
