@@ -12,6 +12,13 @@
 //! stage has one block 10 binades above the other three, whose few elements mostly leave E4M3
 //! after the shift (A residuals), and W's second stage is built the same way (B residuals);
 //! one case also runs without the corrections and requires that to fail.
+//!
+//! Two cases leave out the bytes of W's partner Wᵀ (what the A_res·B corrections read) where
+//! Wᵀ's own chain form gives them back (plugin ABI 1.7's bytes on demand, `MXC_BT_FORM`): the
+//! driver builds that form and poisons the partner's bytes there, and the corrections must read
+//! the form instead; without `MXC_BT_FORM`, or with residual counts of zero (the form read where
+//! it lost elements), they must fail; with the form's words null (annexes filled one at a time)
+//! and the partner's bytes whole they must pass.
 
 use half::bf16;
 use mxhost_plugin_abi::MxFormat;
@@ -42,7 +49,23 @@ struct Case {
     /// beside dense A_res ones, and required to matter (the run with A's corrections only
     /// must fail).
     sparse_b: bool,
+    /// Wᵀ's bytes left out (poisoned by the driver) in its row-stages without residuals in its
+    /// own chain form, the A_res corrections reading that form there (`MXC_BT_FORM`); W's tile
+    /// row 4 (e mod ⌊N/128⌋) raised 16 binades on its first stage (uniform along K: no B
+    /// residuals), so that Wᵀ's rows 32-127 (X's A residuals) have many residuals in that stage
+    /// of 128 columns (the partner's bytes read) and few elsewhere (the form read).
+    form: bool,
 }
+
+/// `MxChainFix::terms` beside the corrections: `Bt` addresses words, the partner's bytes
+/// first (`MXC_BT_REF`); then its form's bytes, scales and residual counts (`MXC_BT_FORM`).
+const BT_REF: usize = 4;
+const BT_FORM: usize = 8;
+/// The driver's TERMS bits: build Wᵀ's form and poison Wᵀ's bytes where it gives them back
+/// (`LEFT_OUT`; without it `BT_FORM`'s three words are null: the partner's bytes are whole);
+/// pass that form's residual counts as zeros (`COUNTS_ZERO`, a diagnostic).
+const LEFT_OUT: usize = 16;
+const COUNTS_ZERO: usize = 32;
 
 const CASES: &[Case] = &[
     Case {
@@ -57,6 +80,7 @@ const CASES: &[Case] = &[
         grid: 2,
         without: false,
         sparse_b: false,
+        form: false,
     },
     Case {
         name: "_s3 (B corrections on the tensor cores), e4m3, f32 out, K tail",
@@ -70,6 +94,7 @@ const CASES: &[Case] = &[
         grid: 2,
         without: true,
         sparse_b: false,
+        form: false,
     },
     Case {
         name: "4 stages, e5m2 A (dgrad), bf16 out",
@@ -83,6 +108,7 @@ const CASES: &[Case] = &[
         grid: 1,
         without: false,
         sparse_b: false,
+        form: false,
     },
     Case {
         name: "_s3, e4m3, bf16 out",
@@ -96,6 +122,7 @@ const CASES: &[Case] = &[
         grid: 3,
         without: false,
         sparse_b: false,
+        form: false,
     },
     Case {
         name: "_s3 with few B residuals per tile at several stages, K tail, an empty expert",
@@ -109,6 +136,35 @@ const CASES: &[Case] = &[
         grid: 2,
         without: true,
         sparse_b: true,
+        form: false,
+    },
+    Case {
+        name: "4 stages, Wᵀ's bytes left out where its form gives them back, K tail",
+        experts: &[70, 42, 0],
+        pad: 16,
+        n: 256,
+        k: 272,
+        fa: E4m3,
+        out_bf16: false,
+        build: 0,
+        grid: 2,
+        without: false,
+        sparse_b: false,
+        form: true,
+    },
+    Case {
+        name: "_s3, Wᵀ's bytes left out where its form gives them back, N tail",
+        experts: &[48, 90],
+        pad: 6,
+        n: 144,
+        k: 272,
+        fa: E4m3,
+        out_bf16: false,
+        build: 1,
+        grid: 2,
+        without: false,
+        sparse_b: false,
+        form: true,
     },
 ];
 
@@ -125,7 +181,8 @@ struct Operands {
 /// X `[m][k]` with 1×32 scales `[m][kb]`: stage scales uniform, except that the first stage's
 /// first block is 10 binades above its other three and holds one large element, and those three
 /// hold six elements each row (most of them residuals after the shift); W `[e][n][k]` E4M3 with
-/// tile scales `[e][nb][kb]`, zero on X's first block, its second stage built as X's first.
+/// tile scales `[e][nb][kb]`, zero on X's first block, its second stage built as X's first;
+/// `form`: expert e's tile row 4 (e mod ⌊N/128⌋) 16 binades up on the first stage (`Case::form`).
 fn operands(rng: &mut Rng, c: &Case) -> Operands {
     let e = c.experts.len();
     let m = c.experts.iter().sum::<usize>() + c.pad;
@@ -169,10 +226,14 @@ fn operands(rng: &mut Rng, c: &Case) -> Operands {
         w.extend(row);
     }
     let sw = (0..e * nb)
-        .flat_map(|_| {
+        .flat_map(|i| {
             let mut s = group_scales(rng, 1, kb);
             for st in stages {
                 s[4 * st] += 10;
+            }
+            // form: Wᵀ's residuals in one stage of 128 columns per expert, at rows k < 128
+            if c.form && i % nb == 4 * (i / nb % (c.n / 128)) {
+                s[..4].iter_mut().for_each(|b| *b += 16);
             }
             s
         })
@@ -229,8 +290,11 @@ fn offsets_le(sizes: &[usize]) -> Vec<u8> {
         .collect()
 }
 
-/// `terms`: 3 both corrections, 1 A's only, 0 none (`MxChainFix::terms`).
-fn run(exe: &std::path::Path, o: &Operands, c: &Case, terms: usize) -> (i32, i32, Vec<f64>) {
+/// `terms`: 3 both corrections, 1 A's only, 0 none (`MxChainFix::terms`), with `BT_REF`,
+/// `BT_FORM`, `LEFT_OUT` and `COUNTS_ZERO`. Returns the status words (flags, residuals listed;
+/// with `LEFT_OUT` the A_res entries, times their expert's column stages, at left-out
+/// row-stages and at ones with residuals) and the output.
+fn run(exe: &std::path::Path, o: &Operands, c: &Case, terms: usize) -> (Vec<i32>, Vec<f64>) {
     let e = c.experts.len();
     let header = [
         e,
@@ -254,13 +318,14 @@ fn run(exe: &std::path::Path, o: &Operands, c: &Case, terms: usize) -> (i32, i32
     }
     let payload: [&[u8]; 6] = [&offs, &o.x, &o.sx, &o.w, &o.sw, &wt];
     let got = host::run_driver(exe, &header, &payload);
-    status_and_output(&got, c.out_bf16)
+    let words = if terms & LEFT_OUT != 0 { 4 } else { 2 };
+    status_and_output(&got, words, c.out_bf16)
 }
 
-/// The driver's output: status flags, residuals listed, the values as f64.
-fn status_and_output(got: &[u8], out_bf16: bool) -> (i32, i32, Vec<f64>) {
+/// The driver's output: `words` status words (flags, residuals listed, …), the values as f64.
+fn status_and_output(got: &[u8], words: usize, out_bf16: bool) -> (Vec<i32>, Vec<f64>) {
     let word = |i: usize| i32::from_le_bytes(got[4 * i..4 * i + 4].try_into().unwrap());
-    let body = &got[8..];
+    let body = &got[4 * words..];
     let out = if out_bf16 {
         body.chunks(2)
             .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f64())
@@ -270,7 +335,7 @@ fn status_and_output(got: &[u8], out_bf16: bool) -> (i32, i32, Vec<f64>) {
             .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64)
             .collect()
     };
-    (word(0), word(1), out)
+    ((0..words).map(word).collect(), out)
 }
 
 /// The first output outside the tolerance (`cols` per output row), as a message.
@@ -305,9 +370,23 @@ fn chained_forward_matches_float64_and_needs_its_corrections() {
         let o = operands(&mut rng, c);
         let (want, mag) = reference(&o, c);
         let t = std::time::Instant::now();
-        let (flags, listed, got) = run(&exe, &o, c, 3);
+        let terms = if c.form {
+            3 | BT_REF | BT_FORM | LEFT_OUT
+        } else {
+            3
+        };
+        let (words, got) = run(&exe, &o, c, terms);
+        let (flags, listed) = (words[0], words[1]);
+        let hits = if c.form {
+            format!(
+                ", A_res entries x column stages at left-out row-stages {}, at ones with residuals {}",
+                words[2], words[3]
+            )
+        } else {
+            String::new()
+        };
         eprintln!(
-            "  {} ({:.1} s): {listed} residuals",
+            "  {} ({:.1} s): {listed} residuals{hits}",
             c.name,
             t.elapsed().as_secs_f64()
         );
@@ -324,8 +403,39 @@ fn chained_forward_matches_float64_and_needs_its_corrections() {
         if let Some(miss) = first_miss((c.out_bf16, c.n), &got, &want, &mag) {
             panic!("{} (seed {seed}): {miss}", c.name);
         }
+        if c.form {
+            assert!(
+                words[2] > 0 && words[3] > 0,
+                "{} (seed {seed}): the A residuals meet {} left-out row-stages of Wᵀ and {} with residuals: the case does not test both",
+                c.name,
+                words[2],
+                words[3]
+            );
+            // the form's words null (annexes filled one at a time), the partner's bytes whole
+            let (_, nulls) = run(&exe, &o, c, 3 | BT_REF | BT_FORM);
+            if let Some(miss) = first_miss((c.out_bf16, c.n), &nulls, &want, &mag) {
+                panic!(
+                    "{} (seed {seed}), MXC_BT_FORM without the form: {miss}",
+                    c.name
+                );
+            }
+            // the same poisoned bytes read as the partner's everywhere: the form is what saves it
+            let (_, no_form) = run(&exe, &o, c, 3 | BT_REF | LEFT_OUT);
+            assert!(
+                first_miss((c.out_bf16, c.n), &no_form, &want, &mag).is_some(),
+                "{} (seed {seed}): within tolerance on the left-out bytes without MXC_BT_FORM: the case does not test it",
+                c.name
+            );
+            // the form read where it has residuals too: the counts are what keeps the partner's bytes there
+            let (_, no_counts) = run(&exe, &o, c, 3 | BT_REF | BT_FORM | LEFT_OUT | COUNTS_ZERO);
+            assert!(
+                first_miss((c.out_bf16, c.n), &no_counts, &want, &mag).is_some(),
+                "{} (seed {seed}): within tolerance with the form read at its residuals: the case does not test the counts",
+                c.name
+            );
+        }
         if c.sparse_b {
-            let (_, _, a_only) = run(&exe, &o, c, 1);
+            let (_, a_only) = run(&exe, &o, c, 1);
             assert!(
                 first_miss((c.out_bf16, c.n), &a_only, &want, &mag).is_some(),
                 "{} (seed {seed}): within tolerance without B's corrections: the case does not test them",
@@ -335,7 +445,7 @@ fn chained_forward_matches_float64_and_needs_its_corrections() {
         if !c.without {
             continue;
         }
-        let (_, _, without) = run(&exe, &o, c, 0);
+        let (_, without) = run(&exe, &o, c, 0);
         assert!(
             first_miss((c.out_bf16, c.n), &without, &want, &mag).is_some(),
             "{} (seed {seed}): also within tolerance without the corrections: the case does not test them",
@@ -421,7 +531,8 @@ fn chained_wgrad_matches_float64_and_needs_its_corrections() {
         let header = [e, pr, qc, mpad, 0, out_bf16 as usize, 2, 2, terms];
         let t = std::time::Instant::now();
         let got = host::run_driver(&exe, &header, &[&offs, &a, &sa, &b, &sb]);
-        let (flags, listed, got) = status_and_output(&got, out_bf16);
+        let (words, got) = status_and_output(&got, 2, out_bf16);
+        let (flags, listed) = (words[0], words[1]);
         eprintln!(
             "  wgrad, bf16 out {out_bf16}, corrections {terms} ({:.1} s): {listed} residuals",
             t.elapsed().as_secs_f64()

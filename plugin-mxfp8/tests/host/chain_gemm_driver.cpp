@@ -5,10 +5,25 @@
 // (mx_tgemm_chain_impl: the 4-stage build, or the 3-stage one with the A' B_res corrections on
 // the tensor cores, `_s3`) with both corrections.
 // Usage: driver IN OUT. IN: 9 little-endian i64 (E, M, N, K, FA, OUT_BF16, BUILD (0: 4 stages,
-// 1: _s3), GRID, TERMS (MxChainFix::terms: 3 both corrections, 0 none)), then offs (E x i32), X (M x K bytes), its scales (M x KB), W (E x N x K bytes,
-// E4M3), its tile scales (E x NB x KB), W transposed (E x K x N). OUT: status (2 x i32: flags,
-// residuals listed), then the output (M x N, bf16 or f32; poisoned first; untouched when the
+// 1: _s3), GRID, TERMS (MxChainFix::terms: 3 both corrections, 0 none; | MXC_BT_REF 4,
+// | MXC_BT_FORM 8; and the driver's bits 16 and 32 below)), then offs (E x i32), X (M x K
+// bytes), its scales (M x KB), W (E x N x K bytes, E4M3), its tile scales (E x NB x KB), W
+// transposed (E x K x N). OUT: status (2 x i32: flags, residuals listed; with TERMS & 16 two
+// more i32 below), then the output (M x N, bf16 or f32; poisoned first; untouched when the
 // status has flags: the backend runs the per-k32 kernel then).
+// TERMS & 4: MxChainFix::Bt addresses words, Wᵀ's address first (MXC_BT_REF). TERMS & 16: Wᵀ's
+// bytes left out where its own chain form gives them back (plugin ABI 1.7's bytes on demand,
+// mx_reencode_pair.cuh's NOQ): the driver re-encodes Wᵀ along its rows (N, one scale per stage
+// of 128 columns and 32-row tile row), counts the form's residuals per row k and stage j
+// (mc[j][e][k], bytes), checks that every row-stage without residuals and with a finite stage
+// scale holds the partner's values, and poisons the partner's bytes there (0x7F, E4M3's NaN, which
+// the corrections' decoding of finite bytes reads as 480, past any finite value); the
+// words then hold the partner's, the form's bytes and scales ([E][KB][NB]) and mc (MXC_BT_FORM
+// reads them), and the status two more counts: the A_res entries (times the tile column
+// stages of their row's expert) at poisoned row-stages, and at row-stages with residuals.
+// Without 16 the form's three words are null (the annexes filled one at a time: the partner's
+// bytes are all there). TERMS & 32 (with 16): mc passed as zeros (a diagnostic: the form read
+// where it has lost residuals).
 // BUILD 2 is the chained wgrad (mx_cgemm_w_*: batched K segments, a scale per B column and
 // stage, as chain_wgrad.rs launches it); the header is then (E, PR, QC, MPAD, 0, OUT_BF16, 2,
 // GRID, TERMS), the input offs (E x i32, cumulative segment lengths), A (PR x MPAD bytes, the
@@ -124,8 +139,9 @@ int main(int argc, char** argv) {
   mx_i64 h[9];
   if (!in || fread(h, 8, 9, in) != 9) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
   const int E = (int)h[0], M = (int)h[1], N = (int)h[2], K = (int)h[3], fa = (int)h[4], obf = (int)h[5];
-  const int build = (int)h[6], grid = (int)h[7];
+  const int build = (int)h[6], grid = (int)h[7], terms = (int)h[8];
   if (build == 2) return run_wgrad(h, in, argv[2]);
+  if ((terms & 8) && !(terms & 4)) { fprintf(stderr, "TERMS & 8 (MXC_BT_FORM) needs 4 (MXC_BT_REF)\n"); return 2; }
   const int KB = (K + 31) / 32, KB4 = (KB + 3) / 4 * 4, NB = (N + 31) / 32, NB4 = (NB + 3) / 4 * 4 + 4;
   if (M % 16 || N % 16 || K % 16) { fprintf(stderr, "the chained GEMM needs M, N and K multiples of 16\n"); return 2; }
   std::vector<int> offs;
@@ -143,6 +159,44 @@ int main(int argc, char** argv) {
   const Reenc rx = reencode(x, sx, K, slots, M, 0, 1, KB, M, 1, fa, status.data());
   const Reenc rw = reencode(w, sw, K, slots, (mx_i64)E * N, (mx_i64)NB * KB, 1, KB, N, 32, 0, status.data());
   std::vector<mx_u8> out((size_t)M * N * (obf ? 2 : 4), 0xA5);
+  int hits[2] = {0, 0};   // TERMS & 16: A_res entries x column stages at poisoned row-stages, at ones with residuals
+  Reenc rf;               // TERMS & 16: Wᵀ's own chain form (rows k of N bytes) and its residual counts
+  std::vector<mx_u8> mc;
+  if (status[0] == 0 && (terms & 16)) {
+    const int NS = (N + 127) / 128;
+    std::vector<mx_u8> swt((size_t)E * KB * NB);   // W's tile scales transposed: [e][kb][nb]
+    for (int e = 0; e < E; ++e) transpose_u8(sw.data() + (size_t)e * NB * KB, swt.data() + (size_t)e * KB * NB, NB, KB, NB);
+    std::vector<int> fst(2, 0);
+    // slots = N: a row's list never overflows, so it counts every residual
+    rf = reencode(wt, swt, N, N, (mx_i64)E * K, (mx_i64)KB * NB, 1, NB, K, 32, 0, fst.data());
+    if (fst[0]) { fprintf(stderr, "the partner's form reported status %d\n", fst[0]); return 2; }
+    mc.assign((size_t)NS * E * K, 0);
+    for (mx_i64 r = 0; r < (mx_i64)E * K; ++r)   // r = e K + k
+      for (int i = 0; i < rf.cnt[r]; ++i) ++mc[(size_t)(rf.res[r * N + i].k / 128) * E * K + r];
+    // a row-stage the form gives back: no residuals, a finite stage scale (the kernel's test)
+    auto given = [&](int e, int k, int j) {
+      return mc[((size_t)j * E + e) * K + k] == 0 && rf.s2[((size_t)e * KB + k / 32) * NB + 4 * j] != 0xFFu;
+    };
+    for (int e = 0; e < E; ++e)
+      for (int k = 0; k < K; ++k)
+        for (int j = 0; j < NS; ++j) {
+          if (!given(e, k, j)) continue;
+          mx_u8* row = wt.data() + ((size_t)e * K + k) * N;
+          const mx_u8* frow = rf.q2.data() + ((size_t)e * K + k) * N;
+          for (int n = 128 * j; n < std::min(N, 128 * j + 128); ++n) {
+            // the premise of MXC_BT_FORM: the same values there (q 2^s == q2 2^S)
+            const float v = mx_fp8_value<0>(row[n]) * mx_e8m0_to_f32(swt[((size_t)e * KB + k / 32) * NB + n / 32]);
+            const float v2 = mx_fp8_value<0>(frow[n]) * mx_e8m0_to_f32(rf.s2[((size_t)e * KB + k / 32) * NB + n / 32]);
+            if (v != v2) { fprintf(stderr, "the form differs from the partner at e %d, k %d, n %d\n", e, k, n); return 2; }
+            row[n] = 0x7F;   // left out: whatever the memory held
+          }
+        }
+    for (int e = 0, r0 = 0; e < E; r0 = offs[e++])
+      for (int r = r0; r < offs[e]; ++r)
+        for (int i = 0; i < rx.cnt[r]; ++i)
+          for (int j = 0; j < NS; ++j) ++hits[given(e, rx.res[(size_t)r * slots + i].k, j) ? 0 : 1];
+    if (terms & 32) std::fill(mc.begin(), mc.end(), 0);
+  }
   if (status[0] == 0) {
     // X' and its scales transposed, rows of ldt = M bytes with 272 bytes of slack after
     const mx_i64 ldt = M;
@@ -172,9 +226,14 @@ int main(int argc, char** argv) {
     P.b.gate = nullptr;
     MxChainFix& f = P.f;
     f.resA = rx.res.data(); f.cntA = rx.cnt.data(); f.resB = rw.res.data(); f.cntB = rw.cnt.data();
-    f.Bt = wt.data(); f.sBo = sw.data(); f.At = at.data(); f.sAt = sat.data();
+    // TERMS & 4: the words MXC_BT_REF (and MXC_BT_FORM) read; the form's null without 16
+    const bool lo = (terms & 16) != 0;
+    const mx_u8* refs[4] = {wt.data(), lo ? rf.q2.data() : nullptr, lo ? rf.s2.data() : nullptr, lo ? mc.data() : nullptr};
+    f.Bt = (terms & 4) ? reinterpret_cast<const mx_u8*>(refs) : wt.data();
+    f.sBo = sw.data(); f.At = at.data(); f.sAt = sat.data();
     f.bt_es = (mx_i64)K * N; f.ise = (mx_i64)NB * KB; f.isr = 1; f.isc = KB; f.ldt = ldt;
-    f.slots = slots; f.terms = (int)h[8];
+    f.slots = slots; f.terms = terms & 15;
+    f.mc_ss = (mx_i64)E * K; f.mc_es = K;
     const simt_dim3 g3{(unsigned)grid, 1, 1};
     const MxGemmTmaParams& pb = P.b;
     const MxChainFix* pf = &P.f;
@@ -196,6 +255,7 @@ int main(int argc, char** argv) {
   FILE* o = fopen(argv[2], "wb");
   if (!o) return 2;
   fwrite(status.data(), 4, 2, o);
+  if (terms & 16) fwrite(hits, 4, 2, o);
   fwrite(out.data(), 1, out.size(), o);
   fclose(o);
   return 0;
