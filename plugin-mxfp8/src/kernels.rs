@@ -230,6 +230,7 @@ impl Unit {
                 "mx_reencode_pair_e4m3",
                 "mx_reencode_pair_ref_e4m3",
                 "mx_quantize_pair_bf16_e4m3",
+                "mx_quantize_pair_bf16_noq_e4m3",
                 "mx_chain_lists_e4m3",
                 "mx_chain_lists_e5m2",
                 "mx_reencode_block_e4m3",
