@@ -24,7 +24,8 @@
 // X and dY: every other byte is its form's byte shifted back (mx_plain_from_form.cuh writes them
 // when someone reads them), and the chained GEMM's corrections read the partner's form there
 // instead (MXC_BT_FORM, mx_tgemm_chain.cuh). W's stores wait for the barrier after the counts.
-// 4 bytes written per element instead of 6 (2 read + 4: both forms, the scales and counts).
+// Per element 2 bytes read and 2 written (both forms; beside them the scales and counts) instead
+// of 2 and 4.
 // Requires mx_ptx.cuh, mx_numerics.cuh, mx_reencode.cuh and mx_quant_blocks.cuh. NVRTC-clean.
 #pragma once
 

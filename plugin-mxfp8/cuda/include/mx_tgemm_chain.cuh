@@ -221,7 +221,7 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
             const mx_u8* const* refs = reinterpret_cast<const mx_u8* const*>(f.Bt);
             const mx_u8* const mcf = refs[3];   // (null: the annexes were not filled together)
             // (32-bit offsets: a weight's counts and tile scales are 1/128 and 1/1024 of its
-            // elements, which the host keeps under 2^31 for this path)
+            // elements, under 2^31 for any weight that fits in a GPU's memory)
             if (mcf != nullptr && mcf[(T.n0 >> 7) * (int)f.mc_ss + T.e * (int)f.mc_es + x.k] == 0) {
               // the partner's row-stage (k, n0 / 128): its form's scale is one value for the stage
               const mx_u32 S = refs[2][T.e * (int)f.ise + (x.k >> 5) * ((p.N + 31) >> 5) + (T.n0 >> 5)];
