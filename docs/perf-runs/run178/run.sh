@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run 178 (docs/perf.md): why b's chained forward runs 10 % slower than its dgrad on the same
-# FLOPs (run 175's step trace: 1410 against 1280 µs on an H100). One launch of each in b's
-# GroupedLinear step under ncu (tensor pipe, warp states, memory), and the GEMM trace's residual
+# FLOPs (run 175's step trace: 1410 against 1280 µs on an H100). The first forward and dgrad in b's
+# GroupedLinear step under ncu (both builds of each: the gate lets one run, the other exits at
+# once; tensor pipe, warp states, memory), and the GEMM trace's residual
 # counts (how many correction entries each tile carries).
 set -u
 dev_out="${OUT:-}"
@@ -14,7 +15,7 @@ row="GroupedLinear with 32x32"
 MXHOST_MX_GEMM_TRACE=1 timeout 120 dist/mxhost bench --device cuda --shapes b --reps 1 --warmup-ms 0 --only "$row" > "$OUT/trace.txt" 2>&1
 grep -E "chained|residuals" "$OUT/trace.txt" | sort | uniq -c | head -12
 pack
-timeout 240 ncu --clock-control none --cache-control none --kernel-name "regex:mx_cgemm_e4m3e4m3_w2d_bf16" --launch-skip 2 --launch-count 2 \
+timeout 240 ncu --clock-control none --cache-control none --kernel-name "regex:mx_cgemm_e4m3e4m3_w2d_bf16" --launch-count 4 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \
     dist/mxhost bench --device cuda --shapes b --reps 1 --warmup-ms 0 --only "$row" > "$OUT/ncu.txt" 2>&1
 echo "ncu rc=$?"
