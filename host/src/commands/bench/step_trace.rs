@@ -10,13 +10,16 @@ use crate::device::Device;
 use crate::error::OpResult;
 use std::cell::RefCell;
 
-/// One step call's marks, then each call's (GPU, host) seconds over the row's step calls.
+/// One call's span: GPU and host seconds.
+type Span = (f64, f64);
+
+/// One step call's marks, then each call's spans over the row's step calls.
 #[derive(Default)]
 pub(super) struct StepTrace {
     on: bool,
     #[cfg(feature = "cuda")]
     marks: RefCell<Vec<(&'static str, crate::cuda::StreamMark)>>,
-    spans: RefCell<Vec<(&'static str, Vec<(f64, f64)>)>>,
+    spans: RefCell<Vec<(&'static str, Vec<Span>)>>,
 }
 
 impl StepTrace {
