@@ -216,7 +216,7 @@ pub(super) fn bench_shape(
         keep_w: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_W"),
         keep_x: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_X"),
     };
-    let trace = StepTrace::from_env(device);
+    let trace = StepTrace::from_env(device, s.key);
     let step_with = |x: &Tensor, recipe: StepRecipe| -> OpResult<()> {
         trace.begin()?;
         let (qx, xv) = qv(x, recipe.wgrad_values, recipe.keep_x, true)?;

@@ -17,16 +17,19 @@ type Span = (f64, f64);
 #[derive(Default)]
 pub(super) struct StepTrace {
     on: bool,
+    /// The shape's key, which each printed line names.
+    shape: &'static str,
     #[cfg(feature = "cuda")]
     marks: RefCell<Vec<(&'static str, crate::cuda::StreamMark)>>,
     spans: RefCell<Vec<(&'static str, Vec<Span>)>>,
 }
 
 impl StepTrace {
-    pub(super) fn from_env(device: Device) -> StepTrace {
+    pub(super) fn from_env(device: Device, shape: &'static str) -> StepTrace {
         let set = std::env::var("MXHOST_BENCH_STEP_TRACE").as_deref() == Ok("1");
         StepTrace {
             on: set && matches!(device, Device::Cuda(_)) && cfg!(feature = "cuda"),
+            shape,
             ..StepTrace::default()
         }
     }
@@ -92,7 +95,8 @@ impl StepTrace {
             line += &format!(" | {label} {gpu:.0} ({host:.0}) ×{n}");
         }
         eprintln!(
-            "step trace [{row}]: GPU µs (host enqueue µs){line} | sum {gpu_sum:.0} ({host_sum:.0})"
+            "step trace [{} {row}]: GPU µs (host enqueue µs){line} | sum {gpu_sum:.0} ({host_sum:.0})",
+            self.shape
         );
         Ok(())
     }
