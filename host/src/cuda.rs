@@ -304,8 +304,6 @@ impl Drop for DeviceBuffer {
     }
 }
 
-/// A CUDA event that is destroyed when dropped, so that every exit path of
-/// [`CudaDevice::time_on_stream`] releases it.
 /// An event on the host stream and the host time it was recorded at ([`CudaDevice::mark`]).
 pub struct StreamMark {
     event: Event,
@@ -328,6 +326,8 @@ impl StreamMark {
     }
 }
 
+/// A CUDA event that is destroyed when dropped, so that every exit path of
+/// [`CudaDevice::time_on_stream`] releases it.
 struct Event(cu::CUevent);
 
 impl Event {

@@ -92,7 +92,8 @@ impl LeftOut {
         let at = |o: usize| base + o as u64;
         let (q, s, fmt) = (ptr(&m.data), ptr(&m.scales), super::fmt_code(m.format));
         let shape: Vec<usize> = m.data.shape.iter().map(|&d| d as usize).collect();
-        match (shape.as_slice(), Blocking::from_abi(m.block)) {
+        // (each layout's form regions: bytes, scale bytes, residual counts)
+        let (regions, rows, red, rpe) = match (shape.as_slice(), Blocking::from_abi(m.block)) {
             (&[rows, red], Some(Blocking::Vector { axis: 1 })) if red.is_multiple_of(32) => {
                 let l = a_layout(rows, red);
                 if annex.numel * 4 < l.bytes {
@@ -101,18 +102,7 @@ impl LeftOut {
                         annex.numel
                     )));
                 }
-                Ok(LeftOut {
-                    q,
-                    s,
-                    fmt,
-                    q2: at(l.q2),
-                    s2: at(l.s2),
-                    mc: at(l.mc),
-                    rows,
-                    red,
-                    rpe: 0,
-                    base,
-                })
+                ([l.q2, l.s2, l.mc], rows, red, 0)
             }
             (&[_, cols, red], Some(Blocking::Tile))
                 if cols.is_multiple_of(32) && red.is_multiple_of(32) =>
@@ -122,24 +112,26 @@ impl LeftOut {
                     unreachable!("a rank-3 tile tensor's annex is a B form")
                 };
                 let l = b_annex_layout((e, cols, red), bt);
-                Ok(LeftOut {
-                    q,
-                    s,
-                    fmt,
-                    q2: at(l.q2),
-                    s2: at(l.s2),
-                    mc: at(l.mc),
-                    rows: e * cols,
-                    red,
-                    rpe: cols,
-                    base,
-                })
+                ([l.q2, l.s2, l.mc], e * cols, red, cols)
             }
-            _ => Err(PluginError::invalid(format!(
+            _ => return Err(PluginError::invalid(format!(
                 "fill_bytes: an annex noted for a tensor [rows, red] in 1×32 blocks along its last axis or [E, cols, red] in 32×32 tiles (axes multiples of 32), got shape {:?}",
                 m.data.shape
             ))),
-        }
+        };
+        let [q2, s2, mc] = regions.map(at);
+        Ok(LeftOut {
+            q,
+            s,
+            fmt,
+            q2,
+            s2,
+            mc,
+            rows,
+            red,
+            rpe,
+            base,
+        })
     }
 
     /// Writes the left-out bytes; with `gate`, only if the chained GEMM behind it does not
