@@ -15,7 +15,7 @@ row="GroupedLinear with 32x32"
 MXHOST_MX_GEMM_TRACE=1 timeout 120 dist/mxhost bench --device cuda --shapes b --reps 1 --warmup-ms 0 --only "$row" > "$OUT/trace.txt" 2>&1
 grep -E "chained|residuals" "$OUT/trace.txt" | sort | uniq -c | head -12
 pack
-timeout 240 ncu --clock-control none --cache-control none --kernel-name "regex:mx_cgemm_e4m3e4m3_w2d_bf16" --launch-count 4 \
+timeout "${NCU_TIMEOUT:-240}" ncu --clock-control none --cache-control none --kernel-name "regex:mx_cgemm_e4m3e4m3_w2d_bf16" --launch-count 4 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \
     dist/mxhost bench --device cuda --shapes b --reps 1 --warmup-ms 0 --only "$row" > "$OUT/ncu.txt" 2>&1
 echo "ncu rc=$?"
