@@ -11,9 +11,9 @@
 //!   kernel on the chained GEMM's gate, so it runs only when the chained GEMM did not take the
 //!   output ([`LeftOut::write_before_read`]).
 //!
-//! A weight quantized with its transposed copy may leave bytes out too (opt-in,
-//! `MXHOST_MX_CHAIN_NOQ_W=1`, chain_pair.rs: `mx_quantize_pair_bf16_noq_e4m3`): each copy's
-//! bytes are its partner's A_res corrections' operand at any k, so the chained GEMM reads the
+//! A weight quantized with its transposed copy leaves bytes out too (both axes multiples of
+//! 32; `MXHOST_MX_CHAIN_NOQ_W=0` turns it off; chain_pair.rs: `mx_quantize_pair_bf16_noq_e4m3`):
+//! each copy's bytes are its partner's A_res corrections' operand at any k, so the chained GEMM reads the
 //! partner's form where it equals the bytes (`MXC_BT_FORM`), and everything else that reads a
 //! weight's bytes asks here first, as for X and dY ([`LeftOut`] covers both layouts).
 //!

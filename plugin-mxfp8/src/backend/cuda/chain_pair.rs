@@ -285,14 +285,13 @@ pub(super) fn quantize_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginRes
     Ok(true)
 }
 
-/// Whether a weight's pair call may leave bytes out (with [`bytes_on_demand::enabled`]):
-/// opt-in, `MXHOST_MX_CHAIN_NOQ_W=1`, until a GPU run has checked it (docs/perf.md run 177:
-/// its kernels are checked on the host, tests/reencode_pair_host.rs and
-/// tests/chain_gemm_host.rs, but run 176 found the NOQ kernel missing from the module's list
-/// and no device time was left to run it again).
+/// Whether a weight's pair call may leave bytes out (with [`bytes_on_demand::enabled`]): on
+/// by default since docs/perf.md runs 177 and 179 checked it on a GPU (selftest 202/202 with
+/// nothing set and under `on`, poisoned outputs); `MXHOST_MX_CHAIN_NOQ_W=0` writes the
+/// weight's bytes whole (for A/B timing).
 fn weight_noq_enabled() -> bool {
     static P: OnceLock<bool> = OnceLock::new();
-    *P.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_NOQ_W", false))
+    *P.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_NOQ_W", true))
 }
 
 fn layout(b: &BMat, (e, cols, red): (usize, usize, usize), bt: BtAt) -> BLayout {
