@@ -13,9 +13,10 @@
 //!
 //! A weight quantized with its transposed copy leaves bytes out too (both axes multiples of
 //! 32; `MXHOST_MX_CHAIN_NOQ_W=0` turns it off; chain_pair.rs: `mx_quantize_pair_bf16_noq_e4m3`):
-//! each copy's bytes are its partner's A_res corrections' operand at any k, so the chained GEMM reads the
-//! partner's form where it equals the bytes (`MXC_BT_FORM`), and everything else that reads a
-//! weight's bytes asks here first, as for X and dY ([`LeftOut`] covers both layouts).
+//! each copy's bytes are its partner's A_res corrections' operand at any k, so the chained
+//! GEMM reads the partner's form where it equals the bytes (`MXC_BT_FORM`), and everything
+//! else that reads a weight's bytes asks here first, as for X and dY ([`LeftOut`] covers both
+//! layouts).
 //!
 //! Which annexes belong to a tensor with bytes left out is remembered here by the annex's
 //! device address: every quantize call first forgets its annexes ([`forget`]), then the NOQ
