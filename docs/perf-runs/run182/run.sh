@@ -3,7 +3,11 @@
 # (runs 178 and 181): ncu's source page (SASS, PC-sampled stalls per instruction) of the first
 # 3-stage chained launch of b's GroupedLinear step (the forward), ranked by samples, so that
 # the consumers' tile-end costs (the correction rounds' waits, the TCB slabs' named barriers,
-# the epilogue's stores) separate from the gatherers' and the producer's waiting.
+# the epilogue's stores) separate from the gatherers' and the producer's waiting. Then ncu on
+# c's quantize calls in the same step (the X/dY form kernel with wgrad values, the residual
+# lists after it, the weight's pair kernel): c's X and dY run 2.6–2.8 µs per million elements
+# against b's dY's 2.5 (run 180), and the pair kernel lost bandwidth when it began leaving
+# bytes out (b: 2.4 → 2.1 TB/s, runs 179–180).
 set -u
 dev_out="${OUT:-}"
 export OUT=out/run182
@@ -34,4 +38,10 @@ for i, r in sorted(enumerate(body), key=lambda t: -num(t[1][col]))[:60]:
     acc += num(r[col])
     print(f"{100 * num(r[col]) / tot:5.1f}% {100 * acc / tot:5.1f}% {i:5d} {r[src][:110]}")
 PY
+pack
+timeout 200 ncu --clock-control none --kernel-name "regex:mx_quantize_rows_form_wv|mx_chain_lists|mx_quantize_pair" --launch-count 6 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+    dist/mxhost bench --device cuda --shapes c --reps 1 --warmup-ms 0 --only "GroupedLinear with 32x32" > "$OUT/ncu-c-quant.txt" 2>&1
+echo "ncu (c's quantizers) rc=$?"
+grep -E "^  [a-z_0-9]+ \(|Duration|DRAM Throughput|Memory Throughput  .*Gbyte|Achieved Occupancy|Registers Per|Grid Size|Waves Per SM" "$OUT/ncu-c-quant.txt" | head -70
 pack
