@@ -41,7 +41,7 @@
 // The launchers (bench/launch.cu and bench/chain.py's ctypes structures; the backend's, when it
 // is wired) hard-code these sizes.
 static_assert(sizeof(MxReencodeParams) == 104 && sizeof(MxChainFix) == 128, "RP / FIX in bench/chain.py, src/backend/cuda/params.rs");
-static_assert(sizeof(MxGemmChainParams) == 576 && mxc_smem_bytes<4, true>() == 228944 && mxc_smem_bytes<3, true, true>() == 228736,
+static_assert(sizeof(MxGemmChainParams) == 768 && mxc_smem_bytes<4, true>() == 228944 && mxc_smem_bytes<3, true, true>() == 228736,
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 104 && sizeof(MxQuantPairParams) == 136,
               "ReencodePairParams, ChainListParams, QuantPairParams in src/backend/cuda/params.rs");
@@ -68,7 +68,9 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
 // a scale per column and stage, MXC_INST_W).
 #define MXC_INST_TC_SB(NAME, FA, FB, SB2D, OBF) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, SB2D, OBF, 3, false, true, true>(p.b, &p.f); }
+  NAME(const __grid_constant__ MxGemmChainParams p) { \
+    mx_tgemm_chain_impl<FA, FB, SB2D, OBF, 3, false, true, true>(p.b, &p.f, p.o_tma ? &p.tmO : nullptr); \
+  }
 #define MXC_INST_TC(NAME, FA, FB, OBF) MXC_INST_TC_SB(NAME, FA, FB, 1, OBF)
 #define MXC_INST_W(NAME, FA, FB, OBF) MXC_INST_TC_SB(NAME, FA, FB, 0, OBF)
 

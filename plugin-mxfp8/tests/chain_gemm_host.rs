@@ -55,6 +55,8 @@ struct Case {
     /// residuals), so that Wᵀ's rows 32-127 (X's A residuals) have many residuals in that stage
     /// of 128 columns (the partner's bytes read) and few elsewhere (the form read).
     form: bool,
+    /// The 3-stage build's TMA-store epilogue for full tiles (bf16 output; `TMA_STORE`).
+    tma_store: bool,
 }
 
 /// `MxChainFix::terms` beside the corrections: `Bt` addresses words, the partner's bytes
@@ -66,6 +68,8 @@ const BT_FORM: usize = 8;
 /// pass that form's residual counts as zeros (`COUNTS_ZERO`, a diagnostic).
 const LEFT_OUT: usize = 16;
 const COUNTS_ZERO: usize = 32;
+/// The driver's TERMS bit for the TMA-store epilogue (`MxGemmChainParams::tmO`, `o_tma`).
+const TMA_STORE: usize = 64;
 
 const CASES: &[Case] = &[
     Case {
@@ -81,6 +85,7 @@ const CASES: &[Case] = &[
         without: false,
         sparse_b: false,
         form: false,
+        tma_store: false,
     },
     Case {
         name: "_s3 (B corrections on the tensor cores), e4m3, f32 out, K tail",
@@ -95,6 +100,7 @@ const CASES: &[Case] = &[
         without: true,
         sparse_b: false,
         form: false,
+        tma_store: false,
     },
     Case {
         name: "4 stages, e5m2 A (dgrad), bf16 out",
@@ -109,6 +115,7 @@ const CASES: &[Case] = &[
         without: false,
         sparse_b: false,
         form: false,
+        tma_store: false,
     },
     Case {
         name: "_s3, e4m3, bf16 out",
@@ -123,6 +130,7 @@ const CASES: &[Case] = &[
         without: false,
         sparse_b: false,
         form: false,
+        tma_store: false,
     },
     Case {
         name: "_s3 with few B residuals per tile at several stages, K tail, an empty expert",
@@ -137,6 +145,7 @@ const CASES: &[Case] = &[
         without: true,
         sparse_b: true,
         form: false,
+        tma_store: false,
     },
     Case {
         name: "4 stages, Wᵀ's bytes left out where its form gives them back, K tail",
@@ -151,6 +160,7 @@ const CASES: &[Case] = &[
         without: false,
         sparse_b: false,
         form: true,
+        tma_store: false,
     },
     Case {
         name: "_s3, Wᵀ's bytes left out where its form gives them back, N tail",
@@ -165,6 +175,22 @@ const CASES: &[Case] = &[
         without: false,
         sparse_b: false,
         form: true,
+        tma_store: false,
+    },
+    Case {
+        name: "_s3, bf16 out, TMA-store epilogue: full tiles and an expert's partial one, N tail, K tail of 96",
+        experts: &[256, 0, 300],
+        pad: 4,
+        n: 144,
+        k: 352,
+        fa: E4m3,
+        out_bf16: true,
+        build: 1,
+        grid: 2,
+        without: false,
+        sparse_b: false,
+        form: false,
+        tma_store: true,
     },
 ];
 
@@ -374,7 +400,7 @@ fn chained_forward_matches_float64_and_needs_its_corrections() {
             3 | BT_REF | BT_FORM | LEFT_OUT
         } else {
             3
-        };
+        } | if c.tma_store { TMA_STORE } else { 0 };
         let (words, got) = run(&exe, &o, c, terms);
         let (flags, listed) = (words[0], words[1]);
         let hits = if c.form {

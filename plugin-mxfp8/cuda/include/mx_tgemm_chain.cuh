@@ -52,7 +52,9 @@ struct MxChainFix {
 // the corrections read the form there: its own bytes may have been left out (plugin ABI 1.7's
 // bytes on demand for a weight, mx_reencode_pair.cuh's NOQ), and are stored everywhere else.
 #define MXC_BT_FORM 8
-struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; };
+// tmO, o_tma (MXHOST_MX_CHAIN_TMA_STORE=1): the bf16 output's tensor map (box 64 x 64,
+// 128-byte swizzle, as the per-k32 v2t kernels') and whether to store full tiles through it.
+struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; MxTmap tmO; int o_tma; };
 
 // ---- the corrections, gathered into shared memory (runs 100-104) ----
 // Producer warps 1-3 walk the CTA's tiles with the consumers and, for each, bring what its
@@ -470,12 +472,20 @@ MX_DEV void mxc_epilogue_v4(const MxGemmParams& p, const MxgTile& T, const float
   }
 }
 
+// The TMA-store epilogue (tmO != nullptr; bf16 output, forward and dgrad): a full tile keeps its
+// last stage's buffer instead of releasing it after the stage, and each consumer warpgroup stages
+// its two 64 x 128 blocks, one after the other, in the 16 KB of A' rows it alone read there
+// (mxt_epilogue_tma: two 64 x 64 boxes, 128-byte swizzle), so the stores run under the next
+// tile's main loop instead of holding both warpgroups (and the tensor core) at the tile's end;
+// the stage goes back to the producer once TMA has read the staging (the producer meanwhile
+// fills the other stages with the next tile's). Partial tiles (an expert's last rows) take the
+// register epilogue: a box would write the next expert's rows.
 // fix == nullptr: no corrections (the harness's v8c diagnostic on stage-uniform operands).
 // VEPI: the epilogue with 16-byte stores (mxc_epilogue_v4); false: mxt_epilogue (harness A/B).
 // TCB: the A' B_res corrections on the tensor cores (mxc_apply_b_tc; 3 stages, no POLL).
 template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES, bool POLL = false, bool VEPI = true,
           bool TCB = false>
-MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix) {
+MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix, const MxTmap* tmO = nullptr) {
   typedef MxtLay256<SB2D> LAY;
   typedef MxcFix<STAGES, TCB> FS;
   static_assert(!TCB || (STAGES == 3 && !POLL), "the TCB slabs fit beside 3 stages; POLL would add them mid-loop");
@@ -508,6 +518,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
   const int wrow = 128 * wg + 16 * warp + (lane >> 2);   // block 0's rows; block 1: wrow + 64
   int stage = 0; mx_u32 phase = 0;
   int fb = 0; mx_u32 fph = 0;   // the next correction round's buffer and parity
+  const bool tma_epi = OUT_BF16 && VEPI && SB2D && !p.batched && tmO != nullptr;
   float acc[128], t0[64];
   // A last stage that holds at most 64 of K runs two k32 steps of four (K 2880: 1 of 23 stages;
   // MXHOST_NVRTC_DEFINES=-DMXC_NO_SHORT_LAST runs all four, for timing).
@@ -518,10 +529,13 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
 #endif
   for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
     int nst;
+    bool hold;   // the TMA-store epilogue keeps the last stage's buffer for its staging
     {
       const MxgTile T = mxg_decode(p, t, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
       nst = mxt_tile_stages(p, T, g_pre);
+      hold = tma_epi && T.rows == LAY::BM && nst > 0;
     }
+    int held = 0;
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.f;
     bool tdone = fix == nullptr;   // this tile's last correction round added
@@ -538,7 +552,8 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
       else mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg + 1);
       wgmma_wait<0>();
       mxt_chain_promote<SB2D, LAY, 0>(acc + 64, t0, bst, sg, nullptr, wrow + 64, lane);
-      mbar_arrive_warp(&empty[stage], lane);
+      if (hold && nst == 1) held = stage;
+      else mbar_arrive_warp(&empty[stage], lane);
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
       // POLL: a round of this tile that is ready is added now (its partial is dead here), so
       // that the gatherers stream through the main loop instead of queueing at its end
@@ -549,7 +564,15 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
     int te = t;
     asm volatile("" : "+r"(te));
     const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
-    if (VEPI) {
+    if (hold) {
+      // (this warpgroup's A' rows of the held stage: its own wgmmas read them, and are complete)
+      const mx_u32 sbuf = sbase + held * LAY::STAGE + wg * 2 * LAY::A_WG;
+      mxt_epilogue_tma(p, T, acc, MxtStore{tmO, sbuf, wg, lt, 2 * wg}, lane);
+      mxt_epilogue_tma(p, T, acc + 64, MxtStore{tmO, sbuf, wg, lt, 2 * wg + 1}, lane);   // (waits for the first's reads)
+      if (lt == 0) bulk_wait_read<0>();
+      named_bar_sync(1 + wg, 128);
+      mbar_arrive_warp(&empty[held], lane);
+    } else if (VEPI) {
       mxc_epilogue_v4<OUT_BF16>(p, T, acc, wrow, lane);
       mxc_epilogue_v4<OUT_BF16>(p, T, acc + 64, wrow + 64, lane);
     } else {
@@ -557,5 +580,6 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix)
       mxt_epilogue<OUT_BF16>(p, T, acc + 64, wrow + 64, lane);
     }
   }
+  if (tma_epi && lt == 0) bulk_wait<0>();
   mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
 }

@@ -31,7 +31,7 @@ use super::chain_memory::{self, OperandKey};
 use super::device::{chain_smem, Call};
 use super::gemm::{AMat, BMat};
 use super::params::{ChainFix, ChainParams, GemmParams, TGemmParams};
-use super::tma::{encode_2d, encode_2d_box, tensor_map_available};
+use super::tma::{encode_2d, encode_2d_box, out_map, tensor_map_available};
 use super::{arg, cdiv, i32_of, rup};
 use super::{chain_block, chain_form};
 use crate::kernels::{Unit, TGEMM_THREADS};
@@ -77,6 +77,14 @@ const FOUR_STAGE_ONLY_RESIDUALS_PER_ELEMENT: f64 = 1.5e-5;
 /// harness runs 105–110) and 1841 / 1966 / 991 µs on Student-t(3) at 2.2–2.7e-4, about v2t's
 /// time; the limit sits between, at 1e-4.
 const MAX_RESIDUALS_PER_ELEMENT: f64 = 1e-4;
+
+/// `MXHOST_MX_CHAIN_TMA_STORE=1`: the 3-stage builds store full tiles of a bf16 output through
+/// shared memory and TMA (mx_tgemm_chain.cuh's TMA-store epilogue), so that the stores run
+/// under the next tile's main loop. Off until timed against the register epilogue (run 183).
+fn tma_store_enabled() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_TMA_STORE", false))
+}
 
 /// What `MXHOST_MX_CHAIN` asks for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -452,6 +460,10 @@ pub(super) fn launch_chained(
         // but the per-k32 kernel still computes the GEMM; the re-encoding is wasted.)
         Err(why) => return Ok(Err(why)),
     };
+    // (the 3-stage builds' TMA-store epilogue; a map the driver refuses leaves the register one)
+    let tm_o = (out_bf16 && tma_store_enabled())
+        .then(|| out_map(&g))
+        .flatten();
     let mut b_params = TGemmParams::new(tm_a, tm_b, g);
     b_params.gate = status;
     b_params.limit = split.unwrap_or(limit);
@@ -481,6 +493,9 @@ pub(super) fn launch_chained(
             mc_ss: (e * red) as i64,
             mc_es: red as i64,
         },
+        tm_o: tm_o.unwrap_or([0; 16]),
+        o_tma: tm_o.is_some() as i32,
+        _pad: [0; 60],
     };
     // Both builds are enqueued when there are two; the gate lets at most one of them run.
     launch_kernel(call, name, &p)?;

@@ -147,6 +147,10 @@ pub(super) fn launch(
             mc_ss: 0,
             mc_es: 0,
         },
+        // (the batched wgrad keeps the register epilogue)
+        tm_o: [0; 16],
+        o_tma: 0,
+        _pad: [0; 60],
     };
     chain::launch_kernel(call, name, &p)?;
     Ok(Ok(Gate::three_stage_only(status, limit)))

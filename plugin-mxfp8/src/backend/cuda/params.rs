@@ -340,12 +340,17 @@ pub(super) struct ChainFix {
     pub(super) mc_es: i64,
 }
 
-/// `MxGemmChainParams` of mx_tgemm_chain.cuh (the parameter of `mx_cgemm_*`), 576 B.
+/// `MxGemmChainParams` of mx_tgemm_chain.cuh (the parameter of `mx_cgemm_*`), 768 B: with
+/// the bf16 output's tensor map (box 64 × 64, SWIZZLE_128B) and whether the 3-stage builds
+/// store full tiles through it (`o_tma`, `MXHOST_MX_CHAIN_TMA_STORE`).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 pub(super) struct ChainParams {
     pub(super) b: TGemmParams,
     pub(super) f: ChainFix,
+    pub(super) tm_o: [u64; 16],
+    pub(super) o_tma: i32,
+    pub(super) _pad: [u8; 60],
 }
 
 /// `MxGemmTmaParamsO` of mx_grouped_gemm.cu (the parameter of the TMA-store `v2t`
@@ -385,8 +390,10 @@ const _: () = {
     assert!(std::mem::size_of::<QuantBlockFormParams>() == 104);
     assert!(std::mem::size_of::<PlainFromFormParams>() == 64);
     assert!(std::mem::size_of::<ChainFix>() == 128);
-    assert!(std::mem::size_of::<ChainParams>() == 576);
+    assert!(std::mem::size_of::<ChainParams>() == 768);
     assert!(std::mem::offset_of!(ChainParams, f) == 448);
+    assert!(std::mem::offset_of!(ChainParams, tm_o) == 576);
+    assert!(std::mem::offset_of!(ChainParams, o_tma) == 704);
 };
 
 #[cfg(test)]
