@@ -12,10 +12,10 @@ dev_out="${OUT:-}"
 export OUT=out/run183
 mkdir -p "$OUT"
 pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run183.tgz" -C "$OUT" .; fi; }
-MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SELFTEST_ENV="MXHOST_MX_CHAIN_TMA_STORE=1" SHAPES=b,c PEER_BUDGET_S=45 ROUNDS=2 MODE=auto \
+MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SELFTEST_ENV="MXHOST_MX_CHAIN_TMA_STORE=1" SHAPES=b,c PEER_BUDGET_S=45 ROUNDS=1 MODE=auto \
   VARIANTS="new new+MXHOST_NVRTC_DEFINES=-DMXC_NO_SHORT_LAST new+MXHOST_MX_CHAIN_TMA_STORE=1" \
   ONLY="forward X 1x32 · W 32x32 (pre-quantized),GroupedLinear with 32x32" \
-  OUT="$OUT/ab" timeout 420 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
+  OUT="$OUT/ab" timeout 330 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
 echo "ab rc=$?"; tail -3 "$OUT/ab/selftest.txt" 2>/dev/null; cat "$OUT/ab/summary.txt" 2>/dev/null | head -40
 for f in "$OUT"/ab/ab-*.txt; do echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-220; done
 pack
