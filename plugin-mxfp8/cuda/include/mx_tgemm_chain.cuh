@@ -520,13 +520,6 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix,
   int fb = 0; mx_u32 fph = 0;   // the next correction round's buffer and parity
   const bool tma_epi = OUT_BF16 && VEPI && SB2D && !p.batched && tmO != nullptr;
   float acc[128], t0[64];
-  // A last stage that holds at most 64 of K runs two k32 steps of four (K 2880: 1 of 23 stages;
-  // MXHOST_NVRTC_DEFINES=-DMXC_NO_SHORT_LAST runs all four, for timing).
-#ifdef MXC_NO_SHORT_LAST
-  const bool short_last = false;
-#else
-  const bool short_last = !p.batched && (unsigned)((p.K & 127) - 1) < 64u;
-#endif
   for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
     int nst;
     bool hold;   // the TMA-store epilogue keeps the last stage's buffer for its staging
@@ -543,13 +536,10 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix,
       const mx_u32 bst = sbase + stage * LAY::STAGE;
       const mx_u8* sg = sgen + stage * LAY::STAGE;
       mbar_wait(&full[stage], phase);
-      const bool half = short_last && nst == 1;
-      if (half) mxt_chainq<FA, FB, LAY, 2>(t0, bst, 2 * wg);
-      else mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg);
+      mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg);
       wgmma_wait<0>();
       mxt_chain_promote<SB2D, LAY, 0>(acc, t0, bst, sg, nullptr, wrow, lane);
-      if (half) mxt_chainq<FA, FB, LAY, 2>(t0, bst, 2 * wg + 1);
-      else mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg + 1);
+      mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg + 1);
       wgmma_wait<0>();
       mxt_chain_promote<SB2D, LAY, 0>(acc + 64, t0, bst, sg, nullptr, wrow + 64, lane);
       if (hold && nst == 1) held = stage;

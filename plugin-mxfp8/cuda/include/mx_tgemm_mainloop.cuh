@@ -80,14 +80,12 @@ MX_DEV mx_u64 mxt_desc_from_lo(mx_u32 lo) { return ((mx_u64)((1024 >> 4) | (1u <
 // into the partial buffer t (scale-d 0, 1, 1, 1; one commit group), and the promotion of that
 // sum with the stage's first k32 scales (A rows wrow, wrow + 8; the first weight-scale row),
 // after which the stage is released (and, in a cluster, to the peer CTA too).
-// NQ < 4 (mxt_chainq<.., 2>): only the stage's first NQ k32 steps, for a last stage whose
-// other steps lie wholly past K (their bytes are TMA's zeros: each would add +0 to the sum).
-template <int FA, int FB, class LAY, int NQ>
-MX_DEV void mxt_chainq(float* t, mx_u32 bst, int wg) {
+template <int FA, int FB, class LAY>
+MX_DEV void mxt_chain4(float* t, mx_u32 bst, int wg) {
   reg_pin<64>(t);
   wgmma_fence();
 #pragma unroll
-  for (int q = 0; q < NQ; ++q) {
+  for (int q = 0; q < 4; ++q) {
     const mx_u32 bb = bst + 32 * q;
     const mx_u64 da = make_smem_desc_sw128(bb + wg * LAY::A_WG), db = make_smem_desc_sw128(bb + LAY::B_OFF);
     if (q == 0) wgmma_m64n128k32_inplace<FA, FB>(t, da, db);
@@ -95,8 +93,6 @@ MX_DEV void mxt_chainq(float* t, mx_u32 bst, int wg) {
   }
   wgmma_commit();
 }
-template <int FA, int FB, class LAY>
-MX_DEV void mxt_chain4(float* t, mx_u32 bst, int wg) { mxt_chainq<FA, FB, LAY, 4>(t, bst, wg); }
 template <int SB2D, class LAY, int OPT>
 MX_DEV void mxt_chain_promote(float* acc, float* t, mx_u32 bst, const mx_u8* sgst, mx_u64* empty_st, int wrow, int lane) {
   // (empty_st == nullptr: the caller releases the stage itself, v8c)
