@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Run 184 (docs/perf.md): MXHOST_MX_CHAIN_TCB_MIN (a correction round with fewer B entries than
+# this adds them on the CUDA cores instead of in a tensor-core slab; run 182 found one slab per
+# tile at ~11 % of the consumers' time on b's forward) at 9 and 17 against the default (0: every
+# round on the tensor cores), on b and c (forward, dgrad, GroupedLinear step with its trace), two
+# interleaved rounds, side by side with torch BF16; first the selftest under `always` with
+# TCB_MIN=17 (the CUDA-core path on the GPU), VERIFY and poisoned outputs; then ncu's source page
+# of b's forward under TCB_MIN=17 (the tile end's share against run 182's).
+# To also compare with the plugin before the parameter existed (same kernels, without the
+# branch): build 67b1dd6's plugin into dist/old/ and add "old" to VARIANTS.
+set -u
+dev_out="${OUT:-}"
+export OUT=out/run184
+mkdir -p "$OUT"
+pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run184.tgz" -C "$OUT" .; fi; }
+MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SELFTEST_ENV="MXHOST_MX_CHAIN_TCB_MIN=17" SHAPES=b,c PEER_BUDGET_S=60 ROUNDS=2 MODE=auto \
+  VARIANTS="${VARIANTS:-new new+MXHOST_MX_CHAIN_TCB_MIN=9 new+MXHOST_MX_CHAIN_TCB_MIN=17}" \
+  ONLY="forward X 1x32 · W 32x32 (pre-quantized),[E,K,N] (transposed copy),GroupedLinear with 32x32" \
+  OUT="$OUT/ab" timeout 450 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
+echo "ab rc=$?"; tail -3 "$OUT/ab/selftest.txt" 2>/dev/null; cat "$OUT/ab/summary.txt" 2>/dev/null | head -40
+for f in "$OUT"/ab/ab-*.txt; do echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-220; done
+pack
+MXHOST_MX_CHAIN_TCB_MIN=17 timeout 120 ncu --clock-control none --kernel-name "regex:mx_cgemm_e4m3e4m3_w2d_bf16_s3" --launch-count 1 \
+    --section WarpStateStats --section SourceCounters -o "$OUT/fwd" \
+    dist/mxhost bench --device cuda --shapes b --reps 1 --warmup-ms 0 --only "GroupedLinear with 32x32" > "$OUT/ncu.txt" 2>&1
+echo "ncu rc=$?"
+ncu -i "$OUT/fwd.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip -9 > "$OUT/sass.csv.gz"
+rm -f "$OUT/fwd.ncu-rep"
+pack
