@@ -19,6 +19,10 @@
 //! the form instead; without `MXC_BT_FORM`, or with residual counts of zero (the form read where
 //! it lost elements), they must fail; with the form's words null (annexes filled one at a time)
 //! and the partner's bytes whole they must pass.
+//!
+//! Every 3-stage case also runs with its B entries on the CUDA cores instead of the tensor-core
+//! slabs (`MxGemmChainParams::tcb_min`, `MXHOST_MX_CHAIN_TCB_MIN`), and one case stores its full
+//! tiles through the TMA-store epilogue (`MXHOST_MX_CHAIN_TMA_STORE`) beside a partial tile.
 
 use half::bf16;
 use mxhost_plugin_abi::MxFormat;

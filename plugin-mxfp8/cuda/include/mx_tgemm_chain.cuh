@@ -9,7 +9,7 @@
 // runs, per stage, block 0's chain into its one 64-register partial, promotes it, then block
 // 1's; the other warpgroup's chains keep the tensor core busy meanwhile. Only the chained
 // promotion makes the register budget fit (acc 128 + one partial of 64). Forward and dgrad
-// (grouped rows), 32x32 B scales, register epilogue.
+// (grouped rows), 32x32 B scales, register epilogue (opt-in: a TMA-store one for full tiles).
 // Launch: 384 threads, mxc_smem_bytes<STAGES, corrections?>() of dynamic shared memory
 // (mxt8_smem_bytes(): the harness's v8c), an A tensor map whose box is 128 B x 256 rows (B's
 // stays 128 x 128). Requires the mx_tgemm_* headers. NVRTC-clean.
