@@ -5,7 +5,8 @@
 # round on the tensor cores), on b and c (forward, dgrad, GroupedLinear step with its trace), two
 # interleaved rounds, side by side with torch BF16; first the selftest under `always` with
 # TCB_MIN=17 (the CUDA-core path on the GPU), VERIFY and poisoned outputs; then ncu's source page
-# of b's forward under TCB_MIN=17 (the tile end's share against run 182's).
+# of b's forward under TCB_MIN=17 (the tile end's share against run 182's); then ncu durations of
+# every kernel of c's GroupedLinear step that the weight's call launches, and the first X/dY ones.
 # To also compare with the plugin before the parameter existed (same kernels, without the
 # branch): build 67b1dd6's plugin into dist/old/ and add "old" to VARIANTS.
 set -u
@@ -26,4 +27,9 @@ MXHOST_MX_CHAIN_TCB_MIN=17 timeout 120 ncu --clock-control none --kernel-name "r
 echo "ncu rc=$?"
 ncu -i "$OUT/fwd.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip -9 > "$OUT/sass.csv.gz"
 rm -f "$OUT/fwd.ncu-rep"
+pack
+# c's weight call: every kernel it launches (run 182 left ~55 µs of its in-step ~500 unattributed)
+timeout 90 ncu --clock-control none --kernel-name "regex:mx_scales_to_f32|mx_quantize_pair|mx_chain_lists|mx_chain_status|mx_plain" --launch-count 12 \
+    --section SpeedOfLight dist/mxhost bench --device cuda --shapes c --reps 1 --warmup-ms 0 --only "GroupedLinear with 32x32" > "$OUT/ncu-c-w.txt" 2>&1
+echo "ncu (c's weight call) rc=$?"; grep -E "^  [a-z_0-9]+ \(|Duration" "$OUT/ncu-c-w.txt" | head -30
 pack
