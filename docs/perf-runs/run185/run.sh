@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Run 185 (docs/perf.md): the persistent builds of the X/dY form kernel and of the weight's pair
+# kernel (MXHOST_MX_FORM_PF / MXHOST_MX_PAIR_PF = CTAs per SM: each thread or warp copies its
+# next 128 x 128 block into shared memory under the current one) at 3 and 2 CTAs per SM against
+# the one-block builds, on a, b and c (GroupedLinear step with its trace: each quantize call's
+# time), two interleaved rounds, side by side with torch BF16; first the selftest under `always`
+# with both at 3 (VERIFY compares every region the fused quantizers write, poisoned outputs);
+# then ncu's durations and DRAM throughput of both kernels on c, one-block against 3 CTAs per SM.
+# PARTS=ab or PARTS=ncu runs one part (several device calls).
+set -u
+dev_out="${OUT:-}"
+export OUT=out/run185
+mkdir -p "$OUT"
+PARTS="${PARTS:-ab ncu}"
+has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
+pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run185.tgz" -C "$OUT" .; fi; }
+if has ab; then
+MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SELFTEST_ENV="MXHOST_MX_FORM_PF=3 MXHOST_MX_PAIR_PF=3" SHAPES=a,b,c PEER_BUDGET_S=60 ROUNDS=2 MODE=auto \
+  VARIANTS="${VARIANTS:-new new+MXHOST_MX_FORM_PF=3+MXHOST_MX_PAIR_PF=3 new+MXHOST_MX_FORM_PF=2+MXHOST_MX_PAIR_PF=2}" \
+  ONLY="GroupedLinear with 32x32" OUT="$OUT/ab" timeout 450 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
+echo "ab rc=$?"; tail -3 "$OUT/ab/selftest.txt" 2>/dev/null; grep FAIL "$OUT/ab/selftest.txt" | head -5
+cat "$OUT/ab/summary.txt" 2>/dev/null | head -20
+for f in "$OUT"/ab/ab-*.txt; do echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-200; done
+pack
+fi
+if has ncu; then
+for v in "MXHOST_MX_FORM_PF=0" "MXHOST_MX_FORM_PF=3 MXHOST_MX_PAIR_PF=3"; do
+  echo "== ncu, $v"
+  env $v timeout 60 ncu --clock-control none --kernel-name "regex:mx_quantize_rows_form_wv_noq|mx_quantize_pair_bf16_noq" --launch-count 3 \
+      --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum.per_second,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,launch__grid_size \
+      dist/mxhost bench --device cuda --shapes c --reps 1 --warmup-ms 0 --only "GroupedLinear with 32x32" > "$OUT/ncu-$(echo $v | tr -c 'A-Za-z0-9' _).txt" 2>&1
+  echo "rc=$?"; grep -E "^  mx_|duration|dram__|lts__|sm__thr|registers|grid_size" "$OUT/ncu-$(echo $v | tr -c 'A-Za-z0-9' _).txt" | head -30
+done
+pack
+fi
