@@ -69,7 +69,7 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
 #define MXC_INST_TC_SB(NAME, FA, FB, SB2D, OBF) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmChainParams p) { \
-    mx_tgemm_chain_impl<FA, FB, SB2D, OBF, 3, false, true, true>(p.b, &p.f, p.o_tma ? &p.tmO : nullptr, p.tcb_min); \
+    mx_tgemm_chain_impl<FA, FB, SB2D, OBF, 3, false, true, true>(p.b, &p.f, p.o_tma ? &p.tmO : nullptr); \
   }
 #define MXC_INST_TC(NAME, FA, FB, OBF) MXC_INST_TC_SB(NAME, FA, FB, 1, OBF)
 #define MXC_INST_W(NAME, FA, FB, OBF) MXC_INST_TC_SB(NAME, FA, FB, 0, OBF)

@@ -20,9 +20,8 @@
 //! it lost elements), they must fail; with the form's words null (annexes filled one at a time)
 //! and the partner's bytes whole they must pass.
 //!
-//! Every 3-stage case also runs with its B entries on the CUDA cores instead of the tensor-core
-//! slabs (`MxGemmChainParams::tcb_min`, `MXHOST_MX_CHAIN_TCB_MIN`), and one case stores its full
-//! tiles through the TMA-store epilogue (`MXHOST_MX_CHAIN_TMA_STORE`) beside a partial tile.
+//! One case stores its full tiles through the TMA-store epilogue (`MXHOST_MX_CHAIN_TMA_STORE`)
+//! beside a partial tile.
 
 use half::bf16;
 use mxhost_plugin_abi::MxFormat;
@@ -74,9 +73,6 @@ const LEFT_OUT: usize = 16;
 const COUNTS_ZERO: usize = 32;
 /// The driver's TERMS bit for the TMA-store epilogue (`MxGemmChainParams::tmO`, `o_tma`).
 const TMA_STORE: usize = 64;
-/// The driver's TERMS bit that puts every round's B entries on the CUDA cores in the 3-stage
-/// build (`MxGemmChainParams::tcb_min` past any round's count).
-const B_ON_CUDA_CORES: usize = 128;
 
 const CASES: &[Case] = &[
     Case {
@@ -466,16 +462,6 @@ fn chained_forward_matches_float64_and_needs_its_corrections() {
                 "{} (seed {seed}): within tolerance with the form read at its residuals: the case does not test the counts",
                 c.name
             );
-        }
-        if c.build == 1 {
-            // the B entries on the CUDA cores instead of the tensor-core slabs (tcb_min)
-            let (_, cuda_b) = run(&exe, &o, c, terms | B_ON_CUDA_CORES);
-            if let Some(miss) = first_miss((c.out_bf16, c.n), &cuda_b, &want, &mag) {
-                panic!(
-                    "{} (seed {seed}), B entries on the CUDA cores: {miss}",
-                    c.name
-                );
-            }
         }
         if c.sparse_b {
             let (_, a_only) = run(&exe, &o, c, 1);

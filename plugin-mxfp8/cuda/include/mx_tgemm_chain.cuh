@@ -53,9 +53,8 @@ struct MxChainFix {
 // bytes on demand for a weight, mx_reencode_pair.cuh's NOQ), and are stored everywhere else.
 #define MXC_BT_FORM 8
 // tmO, o_tma (MXHOST_MX_CHAIN_TMA_STORE=1): the bf16 output's tensor map (box 64 x 64,
-// 128-byte swizzle, as the per-k32 v2t kernels') and whether to store full tiles through it;
-// tcb_min (MXHOST_MX_CHAIN_TCB_MIN): the fewest B entries a round puts on the tensor cores (mxc_take).
-struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; MxTmap tmO; int o_tma; int tcb_min; };
+// 128-byte swizzle, as the per-k32 v2t kernels') and whether to store full tiles through it.
+struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; MxTmap tmO; int o_tma; };
 
 // ---- the corrections, gathered into shared memory (runs 100-104) ----
 // Producer warps 1-3 walk the CTA's tiles with the consumers and, for each, bring what its
@@ -382,22 +381,14 @@ MX_DEV void mxc_apply_b_tc(const MxcRound<U>& R, mx_u8* slab, float* acc, int wg
 
 // Waits for the next round (the consumers' sequence of rounds follows their tiles: while a
 // tile's last round is not taken, the next one is this tile's), adds it, releases it; returns
-// whether it was the tile's last. TCB: the B entries on the tensor cores (mxc_apply_b_tc), but
-// for forward and dgrad (!PCS) a round with fewer than tcb_min of them (MxGemmChainParams::
-// tcb_min, MXHOST_MX_CHAIN_TCB_MIN) adds them on the CUDA cores: a slab costs its warpgroup three
-// named barriers and a wgmma round trip whatever it holds, and on Gaussian data a tile's round
-// has ~8 (run 182: the slabs are ~11 % of the consumers' samples, one per tile).
+// whether it was the tile's last. TCB: the B entries on the tensor cores (mxc_apply_b_tc).
 template <int FA, int FB, class FS, bool TCB = false, bool PCS = false>
-MX_DEV bool mxc_take(FS& F, int& fb, mx_u32& fph, float* acc, int wrow, int lane, int wg = 0, int lt = 0,
-                     int tcb_min = 0) {
+MX_DEV bool mxc_take(FS& F, int& fb, mx_u32& fph, float* acc, int wrow, int lane, int wg = 0, int lt = 0) {
   constexpr int U = FS::U;
   mbar_wait(&F.full[fb], fph);
   const bool last = F.buf[fb].last != 0;
-  const bool tc = TCB && (PCS || F.buf[fb].nB >= tcb_min);
-  mxc_apply<FA, FB, U, PCS>(F.buf[fb], acc, wrow, lane, !tc);
-  if constexpr (TCB) {
-    if (tc) mxc_apply_b_tc<FA, U>(F.buf[fb], F.tcb[wg], acc, wg, lt);
-  }
+  mxc_apply<FA, FB, U, PCS>(F.buf[fb], acc, wrow, lane, !TCB);
+  if constexpr (TCB) mxc_apply_b_tc<FA, U>(F.buf[fb], F.tcb[wg], acc, wg, lt);
   mbar_arrive_warp(&F.empty[fb], lane);
   if (++fb == 2) { fb = 0; fph ^= 1; }
   return last;
@@ -494,8 +485,7 @@ MX_DEV void mxc_epilogue_v4(const MxGemmParams& p, const MxgTile& T, const float
 // TCB: the A' B_res corrections on the tensor cores (mxc_apply_b_tc; 3 stages, no POLL).
 template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES, bool POLL = false, bool VEPI = true,
           bool TCB = false>
-MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix, const MxTmap* tmO = nullptr,
-                                int tcb_min = 0) {
+MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix, const MxTmap* tmO = nullptr) {
   typedef MxtLay256<SB2D> LAY;
   typedef MxcFix<STAGES, TCB> FS;
   static_assert(!TCB || (STAGES == 3 && !POLL), "the TCB slabs fit beside 3 stages; POLL would add them mid-loop");
@@ -560,7 +550,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix,
       if (POLL && fix != nullptr && !tdone && __shfl_sync(0xffffffffu, (int)mbar_test(&F.full[fb], fph), 0))
         tdone = mxc_take<FA, FB>(F, fb, fph, acc, wrow, lane);
     }
-    while (!tdone) tdone = mxc_take<FA, FB, FS, TCB, !SB2D>(F, fb, fph, acc, wrow, lane, wg, lt, tcb_min);
+    while (!tdone) tdone = mxc_take<FA, FB, FS, TCB, !SB2D>(F, fb, fph, acc, wrow, lane, wg, lt);
     int te = t;
     asm volatile("" : "+r"(te));
     const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);

@@ -6,7 +6,7 @@
 // the tensor cores, `_s3`) with both corrections.
 // Usage: driver IN OUT. IN: 9 little-endian i64 (E, M, N, K, FA, OUT_BF16, BUILD (0: 4 stages,
 // 1: _s3), GRID, TERMS (MxChainFix::terms: 3 both corrections, 0 none; | MXC_BT_REF 4,
-// | MXC_BT_FORM 8; and the driver's bits 16, 32, 64 and 128 below)), then offs (E x i32), X (M x K
+// | MXC_BT_FORM 8; and the driver's bits 16, 32 and 64 below)), then offs (E x i32), X (M x K
 // bytes), its scales (M x KB), W (E x N x K bytes, E4M3), its tile scales (E x NB x KB), W
 // transposed (E x K x N). OUT: status (2 x i32: flags, residuals listed; with TERMS & 16 two
 // more i32 below), then the output (M x N, bf16 or f32; poisoned first; untouched when the
@@ -25,8 +25,6 @@
 // bytes are all there). TERMS & 32 (with 16): mc passed as zeros (a diagnostic: the form read
 // where it has lost residuals). TERMS & 64 (BUILD 1, bf16 output): the TMA-store epilogue
 // (MxGemmChainParams::tmO over the output, as chain.rs maps it under MXHOST_MX_CHAIN_TMA_STORE).
-// TERMS & 128 (BUILD 1): every round's B entries on the CUDA cores (tcb_min past any round's
-// count, MXHOST_MX_CHAIN_TCB_MIN) instead of the tensor-core slabs.
 // BUILD 2 is the chained wgrad (mx_cgemm_w_*: batched K segments, a scale per B column and
 // stage, as chain_wgrad.rs launches it); the header is then (E, PR, QC, MPAD, 0, OUT_BF16, 2,
 // GRID, TERMS), the input offs (E x i32, cumulative segment lengths), A (PR x MPAD bytes, the
@@ -246,10 +244,9 @@ int main(int argc, char** argv) {
     const MxGemmTmaParams& pb = P.b;
     const MxChainFix* pf = &P.f;
     const MxTmap* pto = P.o_tma ? &P.tmO : nullptr;
-    const int tcbm = (terms & 128) ? 1 << 20 : 0;
 #define CHAIN4(FA, OBF) simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<FA, 0, 1, OBF, 4, false, true, false>(pb, pf); }, \
                                     mxc_smem_bytes<4, true>())
-#define CHAIN3(FA, OBF) simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<FA, 0, 1, OBF, 3, false, true, true>(pb, pf, pto, tcbm); }, \
+#define CHAIN3(FA, OBF) simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<FA, 0, 1, OBF, 3, false, true, true>(pb, pf, pto); }, \
                                     mxc_smem_bytes<3, true, true>())
     // the backend's builds (mx_chain_gemm.cu): 4 stages e4m3/e5m2 A, _s3 e4m3 A
     const int key = build * 100 + fa * 10 + obf;

@@ -86,27 +86,6 @@ fn tma_store_enabled() -> bool {
     *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_TMA_STORE", false))
 }
 
-/// `MXHOST_MX_CHAIN_TCB_MIN=n`: in the 3-stage builds' forward and dgrad, a correction round
-/// with fewer than `n` of B's residuals adds them on the CUDA cores instead of in a tensor-core
-/// slab (three named barriers and a wgmma round trip per slab, whatever it holds: run 182). 0
-/// (the default until timed, run 184): every round on the tensor cores.
-fn tcb_min() -> PluginResult<i32> {
-    static N: OnceLock<PluginResult<i32>> = OnceLock::new();
-    N.get_or_init(|| parse_tcb_min(std::env::var("MXHOST_MX_CHAIN_TCB_MIN").ok().as_deref()))
-        .clone()
-}
-
-fn parse_tcb_min(v: Option<&str>) -> PluginResult<i32> {
-    match v.map(str::trim) {
-        None | Some("") => Ok(0),
-        Some(t) => t.parse::<u16>().map(i32::from).map_err(|_| {
-            PluginError::invalid(format!(
-                "MXHOST_MX_CHAIN_TCB_MIN={t:?}: expected a count of B entries (0 to 65535; 0, the default: every round on the tensor cores)"
-            ))
-        }),
-    }
-}
-
 /// What `MXHOST_MX_CHAIN` asks for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum ChainMode {
@@ -516,8 +495,7 @@ pub(super) fn launch_chained(
         },
         tm_o: tm_o.unwrap_or([0; 16]),
         o_tma: tm_o.is_some() as i32,
-        tcb_min: tcb_min()?,
-        _pad: [0; 56],
+        _pad: [0; 60],
     };
     // Both builds are enqueued when there are two; the gate lets at most one of them run.
     launch_kernel(call, name, &p)?;
@@ -620,20 +598,6 @@ mod tests {
             assert_eq!(mode.applies(a && b), offered, "{mode:?} {:?}", (a, b));
         }
         assert!(On.forced() && Always.forced() && !Auto.forced() && !Off.forced());
-    }
-
-    #[test]
-    fn tcb_min_takes_a_count_and_names_a_bad_value() {
-        assert_eq!(parse_tcb_min(None).unwrap(), 0);
-        assert_eq!(parse_tcb_min(Some(" ")).unwrap(), 0);
-        assert_eq!(parse_tcb_min(Some("9")).unwrap(), 9);
-        for bad in ["-1", "eight", "70000"] {
-            let e = parse_tcb_min(Some(bad)).unwrap_err();
-            assert!(
-                e.to_string().contains("MXHOST_MX_CHAIN_TCB_MIN"),
-                "{bad}: {e}"
-            );
-        }
     }
 
     #[test]

@@ -345,8 +345,8 @@ pub(super) struct ChainFix {
 }
 
 /// `MxGemmChainParams` of mx_tgemm_chain.cuh (the parameter of `mx_cgemm_*`), 768 B: with
-/// the bf16 output's tensor map (box 64 × 64, SWIZZLE_128B), whether the 3-stage builds
-/// store full tiles through it (`o_tma`, `MXHOST_MX_CHAIN_TMA_STORE`) and `tcb_min`.
+/// the bf16 output's tensor map (box 64 × 64, SWIZZLE_128B) and whether the 3-stage builds
+/// store full tiles through it (`o_tma`, `MXHOST_MX_CHAIN_TMA_STORE`).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 pub(super) struct ChainParams {
@@ -354,10 +354,7 @@ pub(super) struct ChainParams {
     pub(super) f: ChainFix,
     pub(super) tm_o: [u64; 16],
     pub(super) o_tma: i32,
-    /// The fewest B entries a correction round of forward or dgrad puts on the tensor cores
-    /// (`MXHOST_MX_CHAIN_TCB_MIN`; 0: all of them).
-    pub(super) tcb_min: i32,
-    pub(super) _pad: [u8; 56],
+    pub(super) _pad: [u8; 60],
 }
 
 /// `MxGemmTmaParamsO` of mx_grouped_gemm.cu (the parameter of the TMA-store `v2t`
@@ -401,7 +398,6 @@ const _: () = {
     assert!(std::mem::offset_of!(ChainParams, f) == 448);
     assert!(std::mem::offset_of!(ChainParams, tm_o) == 576);
     assert!(std::mem::offset_of!(ChainParams, o_tma) == 704);
-    assert!(std::mem::offset_of!(ChainParams, tcb_min) == 708);
 };
 
 #[cfg(test)]
