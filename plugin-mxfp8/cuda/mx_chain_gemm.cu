@@ -107,10 +107,11 @@ extern "C" __global__ void __launch_bounds__(256) mx_quantize_pair_bf16_noq_e4m3
 extern "C" __global__ void __launch_bounds__(256, 3) mx_quantize_pair_bf16_noq_pf_e4m3(const __grid_constant__ MxQuantPairParams p) {
   mx_reencode_pair<0, true, 1, 1, 1>(p.f, &p.src);
 }
-extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e4m3(const __grid_constant__ MxChainListParams p) {
+// (8 CTAs per SM: launch_lists sizes its grid for one wave of 8; the row queue took ptxas to 40 registers)
+extern "C" __global__ void __launch_bounds__(256, 8) mx_chain_lists_e4m3(const __grid_constant__ MxChainListParams p) {
   mx_chain_lists<0>(p);
 }
-extern "C" __global__ void __launch_bounds__(256) mx_chain_lists_e5m2(const __grid_constant__ MxChainListParams p) {
+extern "C" __global__ void __launch_bounds__(256, 8) mx_chain_lists_e5m2(const __grid_constant__ MxChainListParams p) {
   mx_chain_lists<1>(p);
 }
 // An A operand (X, dY) with its transposed copy (mx_reencode_block.cuh; both formats, as the

@@ -5,7 +5,8 @@
 # the one-block builds, on a, b and c (GroupedLinear step with its trace: each quantize call's
 # time), two interleaved rounds, side by side with torch BF16; first the selftest under `always`
 # with both at 3 (VERIFY compares every region the fused quantizers write, poisoned outputs);
-# then ncu's durations and DRAM throughput of both kernels on c, one-block against 3 CTAs per SM.
+# then ncu's durations and DRAM throughput of both kernels on c, one-block against 3 CTAs per SM,
+# and of the residual lists on b and c with their row queue against the old rows per warp.
 # PARTS=ab or PARTS=ncu runs one part (several device calls).
 set -u
 dev_out="${OUT:-}"
@@ -30,6 +31,15 @@ for v in "MXHOST_MX_FORM_PF=0" "MXHOST_MX_FORM_PF=3 MXHOST_MX_PAIR_PF=3"; do
       --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum.per_second,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,launch__grid_size \
       dist/mxhost bench --device cuda --shapes c --reps 1 --warmup-ms 0 --only "GroupedLinear with 32x32" > "$OUT/ncu-$(echo $v | tr -c 'A-Za-z0-9' _).txt" 2>&1
   echo "rc=$?"; grep -E "^  mx_|duration|dram__|lts__|sm__thr|registers|grid_size" "$OUT/ncu-$(echo $v | tr -c 'A-Za-z0-9' _).txt" | head -30
+done
+# the residual lists: the row queue (default) against rows w, w + 8, ... per warp (the old code)
+for v in "MXHOST_NVRTC_DEFINES=-DMXCL_STATIC_ROWS" "MXHOST_NVRTC_DEFINES="; do
+  for sh in b c; do
+    f="$OUT/ncu-lists-$sh-$(echo $v | tr -c 'A-Za-z0-9' _).txt"
+    env $v timeout 180 ncu --clock-control none --kernel-name "regex:mx_chain_lists" --launch-count 8 --metrics gpu__time_duration.sum,launch__grid_size \
+        dist/mxhost bench --device cuda --shapes $sh --reps 1 --warmup-ms 0 --only "GroupedLinear with 32x32" > "$f" 2>&1
+    echo "== lists, $sh, $v: rc=$?"; grep -E "grid_size|duration" "$f" | awk '{printf "%s ", $NF} END {print ""}'
+  done
 done
 pack
 fi

@@ -279,6 +279,11 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
 // Why rpw: with a warp per row (rpw 1) W's lists on shape c (E C = 92160 rows) took 11 waves of
 // short CTAs, 26 us each (run 136), while X's 32768 rows took ~9 us in 4 waves; 4 rows per warp
 // for X on a was no faster (8.3 us, run 122): the time is the waves' latency, not the work.
+// Which warp lists which row: the rows with a list go into a queue in shared memory, and warp w
+// takes entries w, w + 8, ...; so a warp lists at most one row more than another of its CTA.
+// With rows w, w + 8, ... per warp (MXCL_STATIC_ROWS, for timing) a CTA waited for the warp that
+// drew the most rows with residuals (W on c: 16 rows per warp, ~1 in 8 with residuals, and each
+// listed row is two or three dependent global loads), and the wave for the slowest CTA.
 struct MxChainListParams {
   const mx_u8* q; const mx_u8* s; const mx_u8* mc;   // mc[j * R + r]: row r's residuals in stage j
   MxRes* res; int* cnt; int* status;
@@ -337,7 +342,8 @@ MX_DEV void mx_chain_lists(const MxChainListParams& p) {
   const int rc = 1 << lg, nf = 256 >> lg;   // rows, phases
   const mx_i64 r0 = (mx_i64)blockIdx.x * rc;
   __shared__ int part[256];   // part[f rc + i]: phase f's sum for row i
-  __shared__ int listed;
+  __shared__ int listed, queued;
+  __shared__ int queue[128];  // the CTA's rows with a list (rc <= 128)
   {
     const int i = t & (rc - 1), f = t >> lg;
     int sum = 0;
@@ -353,7 +359,7 @@ MX_DEV void mx_chain_lists(const MxChainListParams& p) {
     }
     part[t] = sum;   // t == f rc + i
   }
-  if (t == 0) listed = 0;
+  if (t == 0) { listed = 0; queued = 0; }
   __syncthreads();
   // totals; rows without a list (none, or more residuals than slots) get their count here
   if (t < rc) {
@@ -364,8 +370,24 @@ MX_DEV void mx_chain_lists(const MxChainListParams& p) {
       p.cnt[r] = 0;
       if (total > p.slots) atomicOr(p.status, MX_RES_OVERFLOW);
     }
+#ifndef MXCL_STATIC_ROWS
+    else if (r < p.R) queue[atomicAdd(&queued, 1)] = t;
+#endif
   }
   const bool have_first = nf == 32 && ns <= 32;
+#ifndef MXCL_STATIC_ROWS
+  __syncthreads();
+  for (int q = warp; q < queued; q += 8) {
+    const int i = queue[q];
+    const mx_i64 r = r0 + i;
+    const int mine = lane < nf ? part[(lane << lg) + i] : 0;   // stage `lane`'s count when have_first
+    const int run = mx_chain_list_row<FMT>(p, r, ns, have_first, mine);
+    if (lane == 0) {
+      p.cnt[r] = run;
+      atomicAdd(&listed, run);
+    }
+  }
+#else
   for (int i = warp; i < rc; i += 8) {
     const mx_i64 r = r0 + i;
     const int mine = lane < nf ? part[(lane << lg) + i] : 0;   // stage `lane`'s count when have_first
@@ -378,6 +400,7 @@ MX_DEV void mx_chain_lists(const MxChainListParams& p) {
       }
     }
   }
+#endif
   __syncthreads();
   if (t == 0 && listed) atomicAdd(p.status + 1, listed);
 }
