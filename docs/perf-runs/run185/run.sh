@@ -16,7 +16,7 @@ PARTS="${PARTS:-ab ncu}"
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run185.tgz" -C "$OUT" .; fi; }
 if has ab; then
-MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SELFTEST_ENV="MXHOST_MX_FORM_PF=3 MXHOST_MX_PAIR_PF=3" SHAPES=a,b,c PEER_BUDGET_S=60 ROUNDS=2 MODE=auto \
+MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SELFTEST_ENV="MXHOST_MX_FORM_PF=3 MXHOST_MX_PAIR_PF=3" SHAPES="${SHAPES:-a,b,c}" PEER_BUDGET_S=60 ROUNDS=2 MODE=auto \
   VARIANTS="${VARIANTS:-new new+MXHOST_MX_FORM_PF=3+MXHOST_MX_PAIR_PF=3 new+MXHOST_MX_FORM_PF=2+MXHOST_MX_PAIR_PF=2}" \
   ONLY="GroupedLinear with 32x32" OUT="$OUT/ab" timeout 450 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
 echo "ab rc=$?"; tail -3 "$OUT/ab/selftest.txt" 2>/dev/null; grep FAIL "$OUT/ab/selftest.txt" | head -5
