@@ -45,7 +45,7 @@ static_assert(sizeof(MxGemmChainParams) == 768 && mxc_smem_bytes<4, true>() == 2
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 104 && sizeof(MxQuantPairParams) == 136,
               "ReencodePairParams, ChainListParams, QuantPairParams in src/backend/cuda/params.rs");
-static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72 && sizeof(MxQuantBlockFormParams) == 112,
+static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72 && sizeof(MxQuantBlockFormParams) == 104,
               "QuantChainParams, ReencodeBlockParams, QuantBlockFormParams in src/backend/cuda/params.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 // the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
@@ -102,11 +102,6 @@ extern "C" __global__ void __launch_bounds__(256) mx_quantize_pair_bf16_e4m3(con
 extern "C" __global__ void __launch_bounds__(256) mx_quantize_pair_bf16_noq_e4m3(const __grid_constant__ MxQuantPairParams p) {
   mx_reencode_pair<0, true, 1, 1>(p.f, &p.src);
 }
-// PF: the same, persistent, each warp's next block copied into shared memory under this one
-// (mx_reencode_pair.cuh PF; MXRP_PF_SMEM bytes of dynamic shared memory, opted into)
-extern "C" __global__ void __launch_bounds__(256, 3) mx_quantize_pair_bf16_noq_pf_e4m3(const __grid_constant__ MxQuantPairParams p) {
-  mx_reencode_pair<0, true, 1, 1, 1>(p.f, &p.src);
-}
 // (8 CTAs per SM: launch_lists sizes its grid for one wave of 8; the row queue took ptxas to 40 registers)
 extern "C" __global__ void __launch_bounds__(256, 8) mx_chain_lists_e4m3(const __grid_constant__ MxChainListParams p) {
   mx_chain_lists<0>(p);
@@ -150,14 +145,6 @@ extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_noq_e
 }
 extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_noq_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
   mx_quant_block_form<1, 1, 1, 1>(p);
-}
-// PF: the same, persistent, each thread's next block copied into shared memory under this one
-// (mx_quant_block_form.cuh PF; MXQB_PF_SMEM bytes of dynamic shared memory, opted into)
-extern "C" __global__ void __launch_bounds__(256, 3) mx_quantize_rows_form_wv_noq_pf_e4m3(const __grid_constant__ MxQuantBlockFormParams p) {
-  mx_quant_block_form<0, 1, 1, 1, 1>(p);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) mx_quantize_rows_form_wv_noq_pf_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
-  mx_quant_block_form<1, 1, 1, 1, 1>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) mx_plain_from_form_e4m3(const __grid_constant__ MxPlainFromFormParams p) {
   mx_plain_from_form<0>(p);

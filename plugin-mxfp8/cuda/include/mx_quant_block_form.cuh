@@ -38,15 +38,6 @@
 // other byte is q2 shifted back by S - s exactly (mx_plain_from_form.cuh writes them when
 // someone reads them). mx_chain_lists reads q only in row-stages with mc > 0, so the lists are
 // the same. One byte per element less written (of 5; 7 with WV).
-// PF (mx_quantize_rows_form_wv_noq_pf_*, WV and NOQ only, opt-in MXHOST_MX_FORM_PF=n): a
-// persistent grid (n CTAs per SM) walks the blocks in order, and each thread copies its next
-// block's 8 x 16 bytes into its own slots of 32 KB of dynamic shared memory (cp.async) as soon
-// as it has this block's words in registers, so the loads run under the block's arithmetic and
-// stores. Without it a CTA's loads are all issued at its start and the kernel moves ~2.4 TB/s on
-// an H100 and an H200 alike (run 182: DRAM 72.6 % of the H100's; run 184: the same time on an
-// H200 with 43 % more bandwidth), so it waits on latency, not on DRAM. The slots are the
-// thread's own (it alone writes and reads them), so the copy needs no barrier: it is issued after
-// the barrier that follows the WV amax, whose inputs are every word the thread read.
 // Requires mx_quant_blocks.cuh, mx_reencode.cuh and (WV) mx_fakequant.cuh. NVRTC-clean.
 #pragma once
 
@@ -75,7 +66,6 @@ struct MxQuantBlockFormParams {
                            //   (0 for the blocks past C / 32 of the last stage); 16-byte aligned
   int R, C, mode;
   mx_u16* wv;              // WV builds: X fake-quantized in 32x1 blocks along R for wgrad, [R][C] bf16
-  int nbx, nblk;           // 128 x 128 blocks per block row (ceil(C / 128)), and in all (PF walks them)
 };
 
 // (a, b, c, d: byte k of word x is column k of one row) -> column q of the four rows.
@@ -112,27 +102,9 @@ MX_DEV bool mxqb_wv_scales(const MxQuantBlockFormParams& p, const uint4* part, m
   return fast;
 }
 
-// PF: the thread's 8 rows x 16 bytes of block (bx, rows r0 ..) into its slots stage[i * 256 + t]
-// (zeros outside the tensor, as the loads give).
-MX_DEV void mxqb_stage_block(const MxQuantBlockFormParams& p, uint4* stage, int bx, int r0) {
-  const int t = threadIdx.x, lane = t & 31, hb = lane >> 4, j = lane & 15;
-  const int col = bx * 128 + 8 * j, rb = 16 * (t >> 5) + 8 * hb;
-  const bool col_ok = col < p.C;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int r = r0 + rb + i;
-    const bool ok = col_ok && r < p.R;
-    mx_copy16_async(stage + i * 256 + t, ok ? p.in + (mx_i64)r * p.C + col : p.in, ok);
-  }
-}
-
-// Dynamic shared memory of the PF builds: 8 slots of 16 bytes per thread.
-#define MXQB_PF_SMEM (8 * 256 * 16)
-
-template <int FMT, int BPC = 1, int WV = 0, int NOQ = 0, int PF = 0>
+template <int FMT, int BPC = 1, int WV = 0, int NOQ = 0>
 MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   static_assert(!WV || BPC == 1, "wv: one block per CTA");
-  static_assert(!PF || (WV && NOQ), "PF: the WV NOQ build (its amax reads every staged word before the next copy)");
   __shared__ __align__(16) mx_u32 sm[128 * 32];   // q2 transposed: word (column, 4-row group)
   __shared__ int rowc[128];                       // residuals per block row
   __shared__ mx_u8 ssat[4][128];                  // the block's sat bytes [k32 block][row]
@@ -140,19 +112,10 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   __shared__ uint4 wvpart[WV ? 256 : 1];          // WV: each thread's partial column amax
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int hb = lane >> 4, j = lane & 15;
+  const int r0 = blockIdx.y * 128;
   const int R = p.R, C = p.C, KB = C >> 5;
-  // PF: blocks blk = by nbx + bx, CTA b takes b, b + gridDim.x, ...; otherwise one pass
-  // (from the parameters, not registers: with them in registers the PF build spilled at 80)
-  const int nbx = p.nbx, nblk = PF ? p.nblk : 1;
-  MX_DYN_SMEM(pf_smem, 16);
-  uint4* const stage = reinterpret_cast<uint4*>(pf_smem);
-  if constexpr (PF != 0) {
-    if ((int)blockIdx.x < nblk) mxqb_stage_block(p, stage, blockIdx.x % nbx, blockIdx.x / nbx * 128);
-  }
-  for (int blk = PF ? (int)blockIdx.x : 0; blk < nblk; blk += PF ? (int)gridDim.x : 1) {
-  const int r0 = PF ? blk / nbx * 128 : blockIdx.y * 128;
   for (int jb = 0; jb < BPC; ++jb) {
-    const int bx = PF ? blk % nbx : blockIdx.x * BPC + jb;   // this iteration's 128-column block (one stage)
+    const int bx = blockIdx.x * BPC + jb;   // this iteration's 128-column block (one stage)
     const int c0 = bx * 128;
     if (c0 >= C) break;
     // (no barrier between blocks: this block writes sm, ssat and rowc's counts only after the
@@ -162,14 +125,11 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
     const int rb = 16 * warp + 8 * hb;   // the thread's first block row
     if (t < 128) rowc[t] = 0;
     mx_u32 raw[8][4];
-    if constexpr (PF != 0) mx_copy_async_wait_all();
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int r = r0 + rb + i;
-      uint4 v;
-      if constexpr (PF != 0) v = stage[i * 256 + t];
-      else v = col_ok && r < R ? MXQB_LD(reinterpret_cast<const uint4*>(p.in + (mx_i64)r * C + col))
-                               : make_uint4(0u, 0u, 0u, 0u);
+      const uint4 v = col_ok && r < R ? MXQB_LD(reinterpret_cast<const uint4*>(p.in + (mx_i64)r * C + col))
+                                      : make_uint4(0u, 0u, 0u, 0u);
       raw[i][0] = v.x; raw[i][1] = v.y; raw[i][2] = v.z; raw[i][3] = v.w;
     }
     if constexpr (WV) {
@@ -183,11 +143,6 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       wvpart[t] = make_uint4(a[0], a[1], a[2], a[3]);
     }
     __syncthreads();   // rowc, wvpart
-    if constexpr (PF != 0) {
-      // the next block's words into the slots this thread has read (wvpart holds their amax)
-      const int nx = blk + (int)gridDim.x;
-      if (nx < nblk) mxqb_stage_block(p, stage, nx % nbx, nx / nbx * 128);
-    }
     mx_u32 wlo = 0u, whi = 0u;
     bool wfast = false;
     float inv[WV ? 8 : 1], sc[WV ? 8 : 1];
@@ -294,5 +249,4 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       if (b < nkb && r0 + rr < R) (a ? p.s2 : p.s)[(mx_i64)(r0 + rr) * KB + kb0 + b] = ss[a][rr][b];
     }
   }
-  }   // PF: the CTA's blocks
 }

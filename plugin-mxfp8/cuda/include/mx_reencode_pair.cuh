@@ -26,14 +26,6 @@
 // instead (MXC_BT_FORM, mx_tgemm_chain.cuh). W's stores wait for the barrier after the counts.
 // Per element 2 bytes read and 2 written (both forms; beside them the scales and counts) instead
 // of 2 and 4.
-// PF (mx_quantize_pair_bf16_noq_pf_e4m3, SRC = 1 and NOQ only, opt-in MXHOST_MX_PAIR_PF=n): a
-// persistent grid (n CTAs per SM) walks the blocks in order, and each warp copies its rows of the
-// next block into its own 4 KB of 32 KB of dynamic shared memory (cp.async) as soon as its
-// lanes hold this block's bytes, so the loads run under the block's transposes and stores.
-// Without it a CTA's 32 KB are all issued at its start, and the kernel moves ~2.6-2.7 TB/s on an
-// H100 and an H200 alike (run 182: 78 % of the H100's DRAM; run 184: 389 us on an H200 against
-// 402 on the H100), latency, not DRAM. A barrier ends each block (the next one resets the counts
-// that this one's stores still read).
 // Requires mx_ptx.cuh, mx_numerics.cuh, mx_reencode.cuh and mx_quant_blocks.cuh. NVRTC-clean.
 #pragma once
 
@@ -59,8 +51,7 @@ struct MxQuantPairSrc {
   const mx_u16* in;   // W [E][R][C] bf16, 16-byte aligned (cp.async; the host checks), C % 16 == 0
   mx_u8* s;           // W's tile scales [E][R/32][C/32]
   mx_u8* st;          // Wᵀ's tile scales [E][C/32][R/32]
-  int mode;
-  int experts;        // E for the PF build (its grid is not the blocks'); 0 otherwise
+  int mode, pad;
 };
 struct MxQuantPairParams { MxReencodePairParams f; MxQuantPairSrc src; };
 
@@ -68,47 +59,18 @@ struct MxQuantPairParams { MxReencodePairParams f; MxQuantPairSrc src; };
 // of rows 16 w + i (i < 16) at bytes 4 l .. 4 l + 3 of the block: all in tile (w / 2, l / 8).
 // The transposes go through shared memory as mx_transpose_u8 does (4x4 byte transposes in
 // registers, swizzled words, 16-byte stores along the transposed rows: mx_t128_put/get).
-// SRC: the 16-byte chunks of block (e, rows r0 .., columns c0 ..) this lane copies into its
-// warp's slots of xs (zeros outside the tensor; C % 16 == 0, so a chunk is all in or all out).
-MX_DEV void mxrp_stage_block(const MxQuantPairSrc* src, mx_u32* xs, int R, int C, int e, int r0, int c0) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, m = lane & 15;
-  const bool chunk_ok = r0 + 16 * warp < R && c0 + 8 * m < C;
-  const mx_i64 row0 = (mx_i64)e * R + r0 + 16 * warp;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const int i = 2 * k + (lane >> 4);
-    const mx_u16* g = chunk_ok ? src->in + (row0 + i) * C + c0 + 8 * m : src->in;
-    mx_copy16_async(xs + 2 * (i * 256 + 32 * warp + 2 * m), g, chunk_ok);
-  }
-}
-
-// Dynamic shared memory of the PF build: the staging of one block's bf16 words.
-#define MXRP_PF_SMEM (16 * 256 * 8)
-
-template <int FMT, bool COPIES, int SRC = 0, int NOQ = 0, int PF = 0>
+template <int FMT, bool COPIES, int SRC = 0, int NOQ = 0>
 MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc* src = nullptr) {
   static_assert(!SRC || COPIES, "SRC = 1 writes W's and Wᵀ's bytes through btt and bt");
   static_assert(!NOQ || SRC, "NOQ leaves out the output tensors' bytes (SRC = 1)");
-  static_assert(!PF || NOQ, "PF: the NOQ build");
   constexpr int T1 = COPIES ? 1 : 0;                  // Wᵀ's copy's tile
   __shared__ __align__(16) mx_u32 sm[T1 + 1][128 * 32];   // (COPIES: W transposed;) Wᵀ's copy
   __shared__ mx_u32 tile_s[4][4];                     // the block's tile scales [r tile][c tile]
   __shared__ int rowc[128], colc[128];                // residuals per row of W, per column
   __shared__ mx_u32 tam[SRC ? 8 : 1][4];              // SRC: amax bits per warp and tile column
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int e = blockIdx.z, c0 = blockIdx.x * 128, r0 = blockIdx.y * 128;
   const int R = p.R, C = p.C, NB = (R + 31) >> 5, KB = (C + 31) >> 5;
-  // PF: blocks blk = (e nby + by) nbx + bx, CTA b takes b, b + gridDim.x, ...; otherwise one pass
-  const int nbx = (C + 127) >> 7, nby = (R + 127) >> 7, E = PF ? src->experts : (int)gridDim.z;
-  const int nblk = PF ? nbx * nby * E : 1;
-  MX_DYN_SMEM(pf_smem, 16);
-  mx_u32* const pf_xs = reinterpret_cast<mx_u32*>(pf_smem);
-  if constexpr (PF != 0) {
-    const int b = blockIdx.x;
-    if (b < nblk) mxrp_stage_block(src, pf_xs, R, C, b / (nbx * nby), b / nbx % nby * 128, b % nbx * 128);
-  }
-  for (int blk = PF ? (int)blockIdx.x : 0; blk < nblk; blk += PF ? (int)gridDim.x : 1) {
-  const int bx = PF ? blk % nbx : blockIdx.x, by = PF ? blk / nbx % nby : blockIdx.y;
-  const int e = PF ? blk / (nbx * nby) : blockIdx.z, c0 = bx * 128, r0 = by * 128;
   const mx_i64 tiles_e = (mx_i64)NB * KB;
   const int ta = warp >> 1, tb = lane >> 3;
   const bool rows_ok = r0 + 16 * warp < R;   // R % 16 == 0: a warp's 16 rows are all in or out
@@ -127,11 +89,19 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
     // warp reads back only its own slots: __syncwarp is the barrier). C % 16 == 0, so a chunk
     // is all in the tensor or all out (then zeros, as the loads gave).
     static_assert(!SRC || (T1 + 1) * 128 * 32 >= 16 * 256 * 2, "the staging fits the transpose tiles");
-    // (PF: the words are in pf_xs already, copied during the last block)
-    mx_u32* xs = PF ? pf_xs : &sm[0][0];
-    if constexpr (PF == 0) mxrp_stage_block(src, xs, R, C, e, r0, c0);
-    mx_copy_async_wait_all();
-    __syncwarp();
+    mx_u32* xs = &sm[0][0];
+    {
+      const int m = lane & 15;
+      const bool chunk_ok = rows_ok && c0 + 8 * m < C;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int i = 2 * k + (lane >> 4);
+        const mx_u16* g = chunk_ok ? src->in + (row0 + i) * C + c0 + 8 * m : src->in;
+        mx_copy16_async(xs + 2 * (i * 256 + 32 * warp + 2 * m), g, chunk_ok);
+      }
+      mx_copy_async_wait_all();
+      __syncwarp();
+    }
     mx_u32 am = 0;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
@@ -165,12 +135,6 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
       const mx_u32 ch[4] = {v.x, v.y, 0u, 0u};
       w[i] = word_ok ? mx_quant4<FMT>(mxq_elem<1>(ch, 0), mxq_elem<1>(ch, 1), mxq_elem<1>(ch, 2), mxq_elem<1>(ch, 3), inv, sb == 0xFFu)
                      : 0u;
-    }
-    if constexpr (PF != 0) {
-      // the next block's words into this warp's slots, which its lanes have read (w holds them)
-      __syncwarp();
-      const int nx = blk + (int)gridDim.x;
-      if (nx < nblk) mxrp_stage_block(src, pf_xs, R, C, nx / (nbx * nby), nx / nbx % nby * 128, nx % nbx * 128);
     }
     __syncthreads();   // the transposes below reuse the staging
   } else {
@@ -255,13 +219,11 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
   }
   // ---- residual counts per row and stage (every row of the block, zeros included) ----
   if (t < 128) {
-    if (r0 + t < R) p.mc[(mx_i64)bx * E * R + (mx_i64)e * R + r0 + t] = (mx_u8)rowc[t];
+    if (r0 + t < R) p.mc[(mx_i64)blockIdx.x * gridDim.z * R + (mx_i64)e * R + r0 + t] = (mx_u8)rowc[t];
   } else {
     const int c = t - 128;
-    if (c0 + c < C) p.mct[(mx_i64)by * E * C + (mx_i64)e * C + c0 + c] = (mx_u8)colc[c];
+    if (c0 + c < C) p.mct[(mx_i64)blockIdx.y * gridDim.z * C + (mx_i64)e * C + c0 + c] = (mx_u8)colc[c];
   }
-  if constexpr (PF != 0) __syncthreads();   // the next block resets rowc and colc
-  }   // PF: the CTA's blocks
 }
 
 // The residual lists of one copy from its per-stage counts (mx_reencode_pair's mc or mct). A CTA

@@ -58,7 +58,6 @@ use mxhost_plugin_common::args::{
 };
 use mxhost_plugin_common::entry::Backend;
 use std::ffi::c_void;
-use std::sync::OnceLock;
 
 mod bf16_path;
 mod bytes_on_demand;
@@ -102,34 +101,6 @@ pub fn chained_gemm_requested() -> bool {
     chain::mode().is_ok_and(|m| {
         m.forced() || (m == chain::ChainMode::Auto && chain_annex::some_device_fills_annexes())
     })
-}
-
-/// `MXHOST_MX_FORM_PF` / `MXHOST_MX_PAIR_PF`: how many CTAs per SM the persistent build of
-/// the X/dY form kernel / the weight's pair kernel runs (each copies its next block into shared
-/// memory under the current one); 0, the default, is the one-block-per-CTA build. Read once.
-pub(crate) fn persistent_ctas_per_sm(name: &'static str) -> PluginResult<u32> {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    static SEEN: OnceLock<Mutex<HashMap<&'static str, PluginResult<u32>>>> = OnceLock::new();
-    let mut seen = SEEN
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    seen.entry(name)
-        .or_insert_with(|| parse_ctas_per_sm(name, std::env::var(name).ok().as_deref()))
-        .clone()
-}
-
-/// [`persistent_ctas_per_sm`]'s rule on a value (`None` when unset): 0 to 8.
-fn parse_ctas_per_sm(name: &str, v: Option<&str>) -> PluginResult<u32> {
-    match v.map(str::trim) {
-        None | Some("") => Ok(0),
-        Some(t) => t.parse::<u32>().ok().filter(|n| *n <= 8).ok_or_else(|| {
-            PluginError::invalid(format!(
-                "{name}={t:?}: expected CTAs per SM for the persistent build, 0 to 8 (0, the default: one block per CTA)"
-            ))
-        }),
-    }
 }
 
 /// A boolean environment switch of this backend (the `MXHOST_MX_*` A/B and diagnostic

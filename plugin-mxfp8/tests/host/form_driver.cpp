@@ -5,8 +5,7 @@
 // Usage: driver IN OUT. IN: 7 little-endian i64 (R, C, fmt, mode, blocks per CTA: 1 or 4, wv: 0
 // or 1, the WV build mx_quantize_rows_form_wv_*, one block per CTA; noq: 0 the build that writes
 // q, 1 the NOQ build (one block per CTA), 2 the NOQ build then mx_plain_from_form
-// (mx_plain_from_form.cuh), 3 the same with a gate the chained GEMM took (so it writes nothing),
-// 4 the persistent NOQ build (PF, wv = 1 only) on a grid of 3 CTAs, so each walks several blocks),
+// (mx_plain_from_form.cuh), 3 the same with a gate the chained GEMM took (so it writes nothing)),
 // then the bf16 input [R][C].
 // OUT, every buffer poisoned with 0xA5 before the launch: q, s, q2, s2, at, sat, mc, sa (f32),
 // then status[2] (i32), then with wv = 1 wv ([R][C] bf16).
@@ -44,23 +43,20 @@ int main(int argc, char** argv) {
   p.sa = reinterpret_cast<float*>(sa.data());
   p.R = (int)R; p.C = (int)C; p.mode = (int)h[3];
   p.wv = wv ? reinterpret_cast<mx_u16*>(wvb.data()) : nullptr;
-  p.nbx = (int)NS; p.nblk = (int)(NS * ((R + 127) / 128));
   const int bpc = (int)h[4];
   const simt_dim3 grid{(unsigned)((NS + bpc - 1) / bpc), (unsigned)((R + 127) / 128), 1};
   if ((bpc != 1 && bpc != 4) || (wv && bpc != 1)) { fprintf(stderr, "blocks per CTA: 1 or 4 (wv: 1)\n"); return 2; }
   const int noq = (int)h[6];
-  if (noq < 0 || noq > 4 || (noq && bpc != 1) || (noq == 4 && !wv)) { fprintf(stderr, "noq: 0..4 (4: wv), one block per CTA\n"); return 2; }
+  if (noq < 0 || noq > 3 || (noq && bpc != 1)) { fprintf(stderr, "noq: 0..3, one block per CTA\n"); return 2; }
   if (noq == 0 && wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1>(p); });
   if (noq == 0 && wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1>(p); });
   if (noq == 0 && !wv && bpc == 1 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1>(p); });
   if (noq == 0 && !wv && bpc == 1 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1>(p); });
-  if (noq && noq < 4 && wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1, 1>(p); });
-  if (noq && noq < 4 && wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1, 1>(p); });
-  if (noq == 4 && h[2] == 0) simt_launch(simt_dim3{3, 1, 1}, 256, [&] { mx_quant_block_form<0, 1, 1, 1, 1>(p); }, MXQB_PF_SMEM);
-  if (noq == 4 && h[2] == 1) simt_launch(simt_dim3{3, 1, 1}, 256, [&] { mx_quant_block_form<1, 1, 1, 1, 1>(p); }, MXQB_PF_SMEM);
+  if (noq && wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1, 1>(p); });
+  if (noq && wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1, 1>(p); });
   if (noq && !wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 0, 1>(p); });
   if (noq && !wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 0, 1>(p); });
-  if (noq == 2 || noq == 3) {
+  if (noq >= 2) {
     const int took[2] = {0, 5};   // a gate the chained GEMM took (flags 0, 5 residuals <= 10)
     MxPlainFromFormParams d{};
     d.q = q.data(); d.s = s.data(); d.q2 = q2.data(); d.s2 = s2.data(); d.mc = mc.data();

@@ -4,8 +4,7 @@
 // W's bytes q ([E][R][C]) and tile scales s ([E][R/32][C/32], rounded up), or (bf16 = 1, the
 // mx_quantize_pair build, copies = 1) W in bf16 ([E][R][C]). noq (bf16 only): 0 the build that
 // writes bt and btt whole, 1 the NOQ build (mx_quantize_pair_bf16_noq_e4m3), 2 the NOQ build then
-// mx_plain_from_form (mx_plain_from_form.cuh, rpe > 0) on W (btt) and on Wᵀ (bt), 3 the
-// persistent NOQ build (PF) on a grid of 3 CTAs.
+// mx_plain_from_form (mx_plain_from_form.cuh, rpe > 0) on W (btt) and on Wᵀ (bt).
 // OUT, every buffer poisoned with 0xA5 before the launch: q2, s2, qt2, st2, bt, btt (copies only,
 // else empty), mc, mct, s and st (bf16 only, else empty), then status[2] and status_t[2] (i32).
 #include "simt.hpp"
@@ -27,7 +26,7 @@ int main(int argc, char** argv) {
   const bool copies = h[3] != 0, from_bf16 = h[4] != 0;
   const int noq = (int)h[6];
   if (from_bf16 && !copies) { fprintf(stderr, "the bf16 build writes copies\n"); return 2; }
-  if (noq < 0 || noq > 3 || (noq && !from_bf16)) { fprintf(stderr, "noq: 0..3, bf16 only\n"); return 2; }
+  if (noq < 0 || noq > 2 || (noq && !from_bf16)) { fprintf(stderr, "noq: 0..2, bf16 only\n"); return 2; }
   if (noq == 2 && (R % 32 || C % 32)) { fprintf(stderr, "mx_plain_from_form: R, C multiples of 32\n"); return 2; }
   auto poisoned = [](mx_i64 n) { return std::vector<mx_u8>(n, 0xA5); };
   std::vector<mx_u8> q(from_bf16 ? 0 : E * R * C), s(from_bf16 ? 0 : E * NB * KB);
@@ -49,11 +48,7 @@ int main(int argc, char** argv) {
   p.R = (int)R; p.C = (int)C;
   const simt_dim3 grid{(unsigned)((C + 127) / 128), (unsigned)((R + 127) / 128), (unsigned)E};
   MxQuantPairSrc src{x.data(), s_out.data(), st_out.data(), (int)h[5], 0};
-  if (from_bf16 && noq == 3) {
-    // the persistent build on 3 CTAs (each walks several blocks of several experts)
-    src.experts = (int)E;
-    simt_launch(simt_dim3{3, 1, 1}, 256, [&] { mx_reencode_pair<0, true, 1, 1, 1>(p, &src); }, MXRP_PF_SMEM);
-  } else if (from_bf16 && noq) simt_launch(grid, 256, [&] { mx_reencode_pair<0, true, 1, 1>(p, &src); });
+  if (from_bf16 && noq) simt_launch(grid, 256, [&] { mx_reencode_pair<0, true, 1, 1>(p, &src); });
   else if (from_bf16) simt_launch(grid, 256, [&] { mx_reencode_pair<0, true, 1>(p, &src); });
   else if (copies) simt_launch(grid, 256, [&] { mx_reencode_pair<0, true>(p); });
   else simt_launch(grid, 256, [&] { mx_reencode_pair<0, false>(p); });

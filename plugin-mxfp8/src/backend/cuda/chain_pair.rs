@@ -271,45 +271,19 @@ pub(super) fn quantize_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginRes
         s: plan.bw.s,
         st: plan.bwt.s,
         mode: mode_code(args.output.mode),
-        experts: 0,
+        pad: 0,
     };
-    let pf = super::persistent_ctas_per_sm("MXHOST_MX_PAIR_PF")?;
-    if noq && pf > 0 {
-        // the persistent build (mx_reencode_pair.cuh PF): its grid walks the blocks, E given
-        let (e, r, c) = plan.dims;
-        let blocks = cdiv(c, 128) * cdiv(r, 128) * e;
-        let grid = (blocks.min(pf as usize * call.dev.sms as usize), 1, 1);
-        let p = QuantPairParams {
-            experts: i32_of("experts", e)?,
-            ..p
-        };
-        let kernel = "mx_quantize_pair_bf16_noq_pf_e4m3";
-        call.launch(
-            Unit::Chain,
-            kernel,
-            grid,
-            (256, 1, 1),
-            PAIR_PF_SMEM,
-            &mut [arg(&p)],
-        )?;
-        plan.finish(call, &f)?;
-    } else {
-        let kernel = match noq {
-            true => "mx_quantize_pair_bf16_noq_e4m3",
-            false => "mx_quantize_pair_bf16_e4m3",
-        };
-        plan.run(call, kernel, arg(&p), &f)?;
-    }
+    let kernel = match noq {
+        true => "mx_quantize_pair_bf16_noq_e4m3",
+        false => "mx_quantize_pair_bf16_e4m3",
+    };
+    plan.run(call, kernel, arg(&p), &f)?;
     if noq {
         bytes_on_demand::note_left_out(plan.base);
         bytes_on_demand::note_left_out(plan.base_t);
     }
     Ok(true)
 }
-
-/// Dynamic shared memory of the persistent pair kernel (`MXRP_PF_SMEM`: one block's bf16
-/// words).
-pub(super) const PAIR_PF_SMEM: u32 = 16 * 256 * 8;
 
 /// Whether a weight's pair call may leave bytes out (with [`bytes_on_demand::enabled`]): on
 /// by default since docs/perf.md runs 177 and 179 checked it on a GPU (selftest 202/202 with

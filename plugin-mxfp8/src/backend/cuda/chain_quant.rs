@@ -76,10 +76,6 @@ fn form_blocks_per_cta() -> usize {
     }
 }
 
-/// Dynamic shared memory of the persistent form kernel (`MXQB_PF_SMEM`: each thread's next
-/// 8 × 16 bytes).
-pub(super) const FORM_PF_SMEM: u32 = 8 * 256 * 16;
-
 /// The one-pass kernel for an A of `rows` rows: `None` when neither is enabled or takes it.
 fn one_pass(rows: usize) -> Option<OnePass> {
     if fused_enabled() {
@@ -238,8 +234,6 @@ fn fused(
             c: i32_of("reduction", red)?,
             mode,
             wv: wv_at.unwrap_or(0),
-            blocks_x: i32_of("stages", red.div_ceil(128))?,
-            blocks: i32_of("blocks", red.div_ceil(128) * rows.div_ceil(128))?,
         };
         let name = match (bpc, fmt, wv_at.is_some()) {
             (1, 0, true) if noq => "mx_quantize_rows_form_wv_noq_e4m3",
@@ -253,27 +247,8 @@ fn fused(
             (_, 0, _) => "mx_quantize_rows_form4_e4m3",
             _ => "mx_quantize_rows_form4_e5m2",
         };
-        let mut grid = (cdiv(red, 128 * bpc), cdiv(rows, 128), 1);
-        let mut smem = 0;
-        let pf = super::persistent_ctas_per_sm("MXHOST_MX_FORM_PF")?;
-        let name = match name {
-            "mx_quantize_rows_form_wv_noq_e4m3" | "mx_quantize_rows_form_wv_noq_e5m2" if pf > 0 => {
-                // the persistent build (mx_quant_block_form.cuh PF): its grid walks the blocks
-                grid = (
-                    (grid.0 * grid.1).min(pf as usize * call.dev.sms as usize),
-                    1,
-                    1,
-                );
-                smem = FORM_PF_SMEM;
-                if fmt == 0 {
-                    "mx_quantize_rows_form_wv_noq_pf_e4m3"
-                } else {
-                    "mx_quantize_rows_form_wv_noq_pf_e5m2"
-                }
-            }
-            n => n,
-        };
-        call.launch(Unit::Chain, name, grid, (256, 1, 1), smem, &mut [arg(&p)])?;
+        let grid = (cdiv(red, 128 * bpc), cdiv(rows, 128), 1);
+        call.launch(Unit::Chain, name, grid, (256, 1, 1), 0, &mut [arg(&p)])?;
         let a = AMat { q, s, fmt, rdiv: 1 };
         // (the kernel wrote the FP32 scale table too)
         chain_block::lists(call, &a, (rows, red), mc, (&l, base))?;
@@ -380,23 +355,5 @@ mod tests {
             }
         }
         assert_eq!(grid(1024, 132), 512);
-    }
-
-    #[test]
-    fn persistent_ctas_per_sm_take_0_to_8_and_name_a_bad_value() {
-        let parse = super::super::parse_ctas_per_sm;
-        assert_eq!(parse("MXHOST_MX_FORM_PF", None).unwrap(), 0);
-        assert_eq!(parse("MXHOST_MX_FORM_PF", Some("")).unwrap(), 0);
-        assert_eq!(parse("MXHOST_MX_FORM_PF", Some(" 3 ")).unwrap(), 3);
-        assert_eq!(parse("MXHOST_MX_PAIR_PF", Some("8")).unwrap(), 8);
-        for bad in ["9", "-1", "three", "2.5"] {
-            let e = parse("MXHOST_MX_PAIR_PF", Some(bad))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                e.contains("MXHOST_MX_PAIR_PF") && e.contains("0 to 8"),
-                "{bad}: {e}"
-            );
-        }
     }
 }

@@ -144,13 +144,6 @@ impl Dev {
             let big_smem = match unit {
                 Unit::TGemm { w2d, .. } => Some(tgemm_smem(w2d, unit.tma_store())),
                 Unit::Chain if n.starts_with("mx_cgemm") => Some(chain_smem(&n)),
-                // (the persistent quantizers: static + dynamic over the 48 KB default)
-                Unit::Chain if n.starts_with("mx_quantize_rows_form_wv_noq_pf") => {
-                    Some(super::chain_quant::FORM_PF_SMEM)
-                }
-                Unit::Chain if n.starts_with("mx_quantize_pair_bf16_noq_pf") => {
-                    Some(super::chain_pair::PAIR_PF_SMEM)
-                }
                 _ => None,
             };
             if let Some(smem) = big_smem {

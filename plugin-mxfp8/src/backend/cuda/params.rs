@@ -200,8 +200,7 @@ pub(super) struct QuantPairParams {
     pub(super) s: u64,
     pub(super) st: u64,
     pub(super) mode: i32,
-    /// E for the persistent build (`mx_quantize_pair_bf16_noq_pf_e4m3`); 0 otherwise.
-    pub(super) experts: i32,
+    pub(super) pad: i32,
 }
 
 /// `MxChainListParams` of mx_reencode_pair.cuh (`mx_chain_lists_e4m3`): the residual lists
@@ -269,9 +268,6 @@ pub(super) struct QuantBlockFormParams {
     pub(super) mode: i32,
     /// The wgrad values (`mx_quantize_rows_form_wv_*` only; 0 for the others).
     pub(super) wv: u64,
-    /// The 128 × 128 blocks: per block row, and in all (the persistent build walks them).
-    pub(super) blocks_x: i32,
-    pub(super) blocks: i32,
 }
 
 /// `MxPlainFromFormParams` of mx_plain_from_form.cuh (`mx_plain_from_form_*`): an A operand's
@@ -391,7 +387,7 @@ const _: () = {
     assert!(std::mem::size_of::<QuantPairParams>() == 136);
     assert!(std::mem::size_of::<ChainListParams>() == 104);
     assert!(std::mem::size_of::<ReencodeBlockParams>() == 72);
-    assert!(std::mem::size_of::<QuantBlockFormParams>() == 112);
+    assert!(std::mem::size_of::<QuantBlockFormParams>() == 104);
     assert!(std::mem::size_of::<PlainFromFormParams>() == 64);
     assert!(std::mem::size_of::<ChainFix>() == 128);
     assert!(std::mem::size_of::<ChainParams>() == 768);
