@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran 2026-12-07, results in docs/perf.md; MXHOST_MX_CHAIN_TCB_MIN was taken out after it, a3533d7.)
 # Run 184 (docs/perf.md): MXHOST_MX_CHAIN_TCB_MIN (a correction round with fewer B entries than
 # this adds them on the CUDA cores instead of in a tensor-core slab; run 182 found one slab per
 # tile at ~11 % of the consumers' time on b's forward) at 9 and 17 against the default (0: every
