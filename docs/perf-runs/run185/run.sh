@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# (Ran 2026-12-07, results in docs/perf.md; the persistent builds were taken out after it, d63ff62.)
+# (Ran 2026-12-07, results in docs/perf.md; the persistent builds (d63ff62) and the -DMXCL_STATIC_ROWS build were taken out after it.)
 # Run 185 (docs/perf.md): the persistent builds of the X/dY form kernel and of the weight's pair
 # kernel (MXHOST_MX_FORM_PF / MXHOST_MX_PAIR_PF = CTAs per SM: each thread or warp copies its
 # next 128 x 128 block into shared memory under the current one) at 3 and 2 CTAs per SM against

@@ -243,9 +243,9 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
 // for X on a was no faster (8.3 us, run 122): the time is the waves' latency, not the work.
 // Which warp lists which row: the rows with a list go into a queue in shared memory, and warp w
 // takes entries w, w + 8, ...; so a warp lists at most one row more than another of its CTA.
-// With rows w, w + 8, ... per warp (MXCL_STATIC_ROWS, for timing) a CTA waited for the warp that
-// drew the most rows with residuals (W on c: 16 rows per warp, ~1 in 8 with residuals, and each
-// listed row is two or three dependent global loads), and the wave for the slowest CTA.
+// With rows w, w + 8, ... per warp a CTA waited for the warp that drew the most rows with
+// residuals (W on c: 16 rows per warp, ~1 in 8 with residuals, and each listed row is two or
+// three dependent global loads): the queue made c's W lists 35 % faster (run 185).
 struct MxChainListParams {
   const mx_u8* q; const mx_u8* s; const mx_u8* mc;   // mc[j * R + r]: row r's residuals in stage j
   MxRes* res; int* cnt; int* status;
@@ -323,21 +323,22 @@ MX_DEV void mx_chain_lists(const MxChainListParams& p) {
   }
   if (t == 0) { listed = 0; queued = 0; }
   __syncthreads();
-  // totals; rows without a list (none, or more residuals than slots) get their count here
+  // totals; rows without a list (none, or more residuals than slots) get their count here, the
+  // others go into the queue
   if (t < rc) {
     int total = 0;
     for (int f = 0; f < nf; ++f) total += part[(f << lg) + t];
     const mx_i64 r = r0 + t;
-    if (r < p.R && !(total > 0 && total <= p.slots)) {
-      p.cnt[r] = 0;
-      if (total > p.slots) atomicOr(p.status, MX_RES_OVERFLOW);
+    if (r < p.R) {
+      if (total > 0 && total <= p.slots) {
+        queue[atomicAdd(&queued, 1)] = t;
+      } else {
+        p.cnt[r] = 0;
+        if (total > p.slots) atomicOr(p.status, MX_RES_OVERFLOW);
+      }
     }
-#ifndef MXCL_STATIC_ROWS
-    else if (r < p.R) queue[atomicAdd(&queued, 1)] = t;
-#endif
   }
   const bool have_first = nf == 32 && ns <= 32;
-#ifndef MXCL_STATIC_ROWS
   __syncthreads();
   for (int q = warp; q < queued; q += 8) {
     const int i = queue[q];
@@ -349,20 +350,6 @@ MX_DEV void mx_chain_lists(const MxChainListParams& p) {
       atomicAdd(&listed, run);
     }
   }
-#else
-  for (int i = warp; i < rc; i += 8) {
-    const mx_i64 r = r0 + i;
-    const int mine = lane < nf ? part[(lane << lg) + i] : 0;   // stage `lane`'s count when have_first
-    const int total = __reduce_add_sync(0xffffffffu, mine);
-    if (r < p.R && total > 0 && total <= p.slots) {
-      const int run = mx_chain_list_row<FMT>(p, r, ns, have_first, mine);
-      if (lane == 0) {
-        p.cnt[r] = run;
-        atomicAdd(&listed, run);
-      }
-    }
-  }
-#endif
   __syncthreads();
   if (t == 0 && listed) atomicAdd(p.status + 1, listed);
 }
