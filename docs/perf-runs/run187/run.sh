@@ -24,6 +24,15 @@ timeout 150 ncu --clock-control none --kernel-name "$K" --launch-count 2 \
   "${B[@]}" > "$dev_out/ncu-breakdown.txt" 2>&1
 echo "breakdown rc=$?"
 grep -E "^  [a-z_0-9]+ \(|Duration|Throughput|lts__|dram__|l1tex__|smsp__inst|gpu__time" "$dev_out/ncu-breakdown.txt" | head -120
-# 3. the step traces, sustained (no peers)
+# 3. clock sensitivity: the same kernels with ncu's clocks locked to base (the step runs at
+# the power cap, ~1.5-1.8 GHz, where ncu above ran them at ~1.95)
+timeout 120 ncu --clock-control base --kernel-name "$K" --launch-count 2 \
+  --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+  "${B[@]}" > "$dev_out/ncu-base.txt" 2>&1
+echo "base clocks rc=$?"; grep -E "^  [a-z_0-9]+ \(|gpu__time|sm__cycles|dram__" "$dev_out/ncu-base.txt" | head
+# 4. the step traces, sustained (no peers), with the SM clock and power sampled
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw --format=csv -lms 100 > "$dev_out/clocks.csv" 2>&1 &
+smi=$!
 MXHOST_BENCH_STEP_TRACE=1 timeout 120 dist/mxhost bench --device cuda --shapes b,c --only "GroupedLinear with 32x32" > "$dev_out/trace.txt" 2>&1
 echo "trace rc=$?"; grep -o "step trace \[.*" "$dev_out/trace.txt" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-240
+kill $smi 2>/dev/null; awk -F, 'NR>1{print $2}' "$dev_out/clocks.csv" | sort | uniq -c | sort -rn | head -8
