@@ -30,15 +30,6 @@ MX_DEV mx_u32 smem_u32(const void* p) MX_PTX({
   return (mx_u32)__cvta_generic_to_shared(p);
 })
 
-// gridDim.x read from its special register where it is used: a loop that steps by gridDim.x
-// keeps the value live across its body, and in the chained GEMM's 56-register gatherers ptxas
-// spilled it (a volatile read cannot be hoisted, and costs one S2R per step).
-MX_DEV int mx_grid_x() MX_PTX({
-  int v;
-  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(v));
-  return v;
-})
-
 // ---- mbarrier (CTA scope) ----
 MX_DEV void mbar_init(mx_u64* bar, mx_u32 count) MX_PTX({
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_u32(bar)), "r"(count) : "memory");

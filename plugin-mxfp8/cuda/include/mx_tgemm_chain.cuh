@@ -86,22 +86,11 @@ template <int U_> struct MxcFixSmem {
   MxcRound<U> buf[2];
   mx_u64 full[2], empty[2];     // full: 96 gathering threads; empty: 8 consumer warps
   int offA[257], offB[129];     // the gatherers' per-tile list offsets (rows, then columns)
-  static constexpr bool TCQ = false;
 };
-// TCB: the A' B_res corrections on the tensor cores. tcb[b] holds round buffer b's two Q^T
-// slabs (128 columns x 16 entries, bf16, at 0 and 4096), which the gatherers write
-// (mxc_gather_q) and the consumers' register-A wgmmas read (mxc_apply_b_rs); a TCB round holds
-// at most MXC_TCQ_MAX_B B entries. Built with -DMXC_TCB_SMEM_P (timing A/B only): the run-111
-// form, tcb[wg] each consumer warpgroup's own P (its 128 rows x 16 entries) and Q^T, written by
-// the consumers (mxc_apply_b_tc).
-#ifdef MXC_TCB_SMEM_P
-#define MXC_TCQ 0
-#else
-#define MXC_TCQ 1
-#endif
-#define MXC_TCQ_MAX_B 32
+// TCB (mxc_apply_b_tc): each consumer warpgroup's two bf16 slabs for the A' B_res corrections
+// on the tensor cores, P (its 128 rows x 16 entries) at 0 and Q^T (128 columns x 16 entries)
+// at 4096.
 template <int U_> struct MxcFixSmemTc : MxcFixSmem<U_> {
-  static constexpr bool TCQ = MXC_TCQ;
   __align__(128) mx_u8 tcb[2][8192];
 };
 template <int U, bool TCB> struct MxcFixPick { typedef MxcFixSmem<U> T; };
@@ -148,34 +137,8 @@ MX_DEV int mxc_lower(const MxRes* row, int n, int key) {
   return lo;
 }
 
-// TCQ: a round's Q^T slabs for the register-A wgmmas of mxc_apply_b_rs, by the gatherers once
-// every entry's record is in the round (a barrier of the 96): row c of slab s holds, as bf16,
-// the values of the slab's B entries 16 s .. 16 s + 15 that lie in column c, else zeros (the
-// layout of mxc_apply_b_tc's Q^T: K-major without swizzle, entry i of row c at
-// ((c / 8) * 2 + i / 8) * 128 + (c % 8) * 16 + (i % 8) * 2). A column's entries are one run
-// (ob), so a row takes its bytes from at most a few of them. The writes reach the consumers'
-// wgmmas (async proxy) through fence.proxy.async before the round's full barrier.
-template <int U>
-MX_DEV void mxc_gather_q(MxcRound<U>& R, mx_u8* q, int nA, int nB, int gt) {
-  if (nB == 0) return;   // (uniform over the 96)
-  named_bar_sync(3, 96);
-  const int ns = (nB + 15) >> 4;
-  for (int x = gt; x < 128 * ns; x += 96) {
-    const int sl = x >> 7, c = x & 127, e0 = 16 * sl;
-    const int lo = max((int)R.ob[c], e0) - e0, hi = min((int)R.ob[c + 1], e0 + 16) - e0;
-    mx_u8* row = q + 4096 * sl + (c >> 3) * 256 + (c & 7) * 16;
-    // zeros, then the row's entries (the same thread's stores, in order; the gatherers run in
-    // 56 registers, and a row has an entry or two at most on most data)
-    *reinterpret_cast<uint4*>(row) = make_uint4(0u, 0u, 0u, 0u);
-    *reinterpret_cast<uint4*>(row + 128) = make_uint4(0u, 0u, 0u, 0u);
-    for (int i = lo; i < hi; ++i)   // (exact in bf16: a residual has at most 4 significant bits)
-      *reinterpret_cast<mx_u16*>(row + 128 * (i >> 3) + 2 * (i & 7)) = (mx_u16)(pack_bf16x2(R.v[nA + e0 + i], 0.f) & 0xFFFFu);
-  }
-  fence_proxy_async_smem();
-}
-
 // The gatherers (gt = 0..95: warps 1-3 of the producer warpgroup). They move bytes only: the
-// consumers convert them (mxc_apply); with TCQ they also write the B entries' Q^T slabs.
+// consumers convert them (mxc_apply).
 // BAT (wgrad: p.batched, B with a scale per column): a row's list spans every expert, so a
 // tile counts and takes only the entries with m in its expert's segment [g_pre[e], g_pre[e+1]),
 // B lists are indexed by column alone (no expert), and an A entry's unit holds B's 128 bytes at
@@ -188,7 +151,7 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
   const MxtCtx c = mxt_ctx(p, g_start, g_pre, 256, 128);
   const mx_u8* const Bt = (f.terms & MXC_BT_REF) ? *reinterpret_cast<const mx_u8* const*>(f.Bt) : f.Bt;
   int rc = 0;   // rounds issued
-  for (int t = blockIdx.x; t < c.total; t += mx_grid_x()) {
+  for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
     const MxgTile T = mxg_decode(p, t, 256, c.ntn, c.tiles_m, g_start, g_pre, 128);
     named_bar_sync(3, 96);   // the previous tile's offsets are no longer read
     const int m0 = BAT ? g_pre[T.e] : 0, m1 = BAT ? g_pre[T.e + 1] : 0;
@@ -227,7 +190,7 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
       if (rc >= 2) mbar_wait_parked(&F.empty[b], ((rc >> 1) - 1) & 1);   // (parked: no spinning
                                                                           //  beside the consumers)
       MxcRound<U>& R = F.buf[b];
-      const int nA = min(nAt - a0, U), nB = min(min(nBt - b0, (U - nA) >> 1), FS::TCQ ? MXC_TCQ_MAX_B : U);
+      const int nA = min(nAt - a0, U), nB = min(nBt - b0, (U - nA) >> 1);
       last = a0 + nA == nAt && b0 + nB == nBt;
       if (gt == 0) { R.nA = nA; R.nB = nB; R.last = last; R.o = T.row0 & 15; }
       for (int r = gt; r < 257 + 129; r += 96) {
@@ -294,7 +257,6 @@ MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const 
           bulk_load(dst + MXC_UNIT, f.sAt + (mx_i64)(x.k >> 5) * f.ldt + w, MXC_UNIT, &F.full[b]);
         }
       }
-      if constexpr (FS::TCQ) mxc_gather_q(R, F.tcb[b], nA, nB, gt);
       mbar_arrive(&F.full[b]);   // 96 arrivals, each after the thread's own writes and copies' expect-tx
       a0 += nA; b0 += nB; ++rc;
     } while (!last);
@@ -417,46 +379,6 @@ MX_DEV void mxc_apply_b_tc(const MxcRound<U>& R, mx_u8* slab, float* acc, int wg
   }
 }
 
-// The A' B_res terms on the tensor cores with A from registers (TCQ, the default TCB form): per
-// slab of 16 B entries the thread builds its own rows' fragment of P (rows wrow, wrow + 8 and
-// + 64, + 72; entries 2 (lane % 4) + {0, 1, 8, 9}: wgmma_m64n128k16_bf16_rs_acc's layout) from
-// the round's A' windows, and the gatherers have written Q^T (mxc_gather_q), so no thread waits
-// for another: mxc_apply_b_tc's three named barriers per slab and its P and Q stores are gone
-// (run 182: the slabs were ~11 % of the consumers' time on b's forward, mostly barriers and the
-// wgmma round trip).
-template <int FA, int U>
-MX_DEV void mxc_apply_b_rs(const MxcRound<U>& R, const mx_u8* q, float* acc, int wrow, int lane) {
-  const int nA = R.nA, nB = R.nB, o = R.o, c2 = 2 * (lane & 3);
-  for (int s0 = 0; s0 < nB; s0 += 16) {
-    mx_u32 a[2][4];
-#pragma unroll
-    for (int blk = 0; blk < 2; ++blk)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const int r = wrow + 64 * blk + 8 * (x & 1);   // tile row
-        float v2[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int e = s0 + c2 + 8 * (x >> 1) + h;   // B entry nA + e: units nA + 2 e (A') and + 1 (scales)
-          v2[h] = 0.f;
-          if (e < nB) {
-            const mx_u8* u = R.raw + MXC_UNIT * (nA + 2 * e) + o + r;
-            v2[h] = mx_fp8_value<FA>(u[0]) * mx_e8m0_to_f32(u[MXC_UNIT]);
-          }
-        }
-        a[blk][x] = pack_bf16x2(v2[0], v2[1]);
-      }
-    const mx_u64 dq = make_smem_desc(smem_u32(q + 4096 * (s0 >> 4)), 128, 256);
-    reg_pin<128>(acc);
-    wgmma_fence();
-    wgmma_m64n128k16_bf16_rs_acc(acc, a[0], dq);
-    wgmma_m64n128k16_bf16_rs_acc(acc + 64, a[1], dq);
-    wgmma_commit();
-    wgmma_wait<0>();   // (before the round is released: its Q^T is read until here)
-    reg_pin<128>(acc);
-  }
-}
-
 // Waits for the next round (the consumers' sequence of rounds follows their tiles: while a
 // tile's last round is not taken, the next one is this tile's), adds it, releases it; returns
 // whether it was the tile's last. TCB: the B entries on the tensor cores (mxc_apply_b_tc).
@@ -466,10 +388,7 @@ MX_DEV bool mxc_take(FS& F, int& fb, mx_u32& fph, float* acc, int wrow, int lane
   mbar_wait(&F.full[fb], fph);
   const bool last = F.buf[fb].last != 0;
   mxc_apply<FA, FB, U, PCS>(F.buf[fb], acc, wrow, lane, !TCB);
-  if constexpr (TCB) {
-    if constexpr (FS::TCQ) mxc_apply_b_rs<FA, U>(F.buf[fb], F.tcb[fb], acc, wrow, lane);
-    else mxc_apply_b_tc<FA, U>(F.buf[fb], F.tcb[wg], acc, wg, lt);
-  }
+  if constexpr (TCB) mxc_apply_b_tc<FA, U>(F.buf[fb], F.tcb[wg], acc, wg, lt);
   mbar_arrive_warp(&F.empty[fb], lane);
   if (++fb == 2) { fb = 0; fph ^= 1; }
   return last;

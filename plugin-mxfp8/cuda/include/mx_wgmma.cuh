@@ -130,19 +130,6 @@ MX_DEV void wgmma_m64n128k16_bf16_acc(float* d, mx_u64 da, mx_u64 db) MX_PTX({
 })
 #undef MX_WGMMA_N128_RW
 #undef MX_WGMMA_N128_RW_I
-// D += A * B, m64 x n128 x k16, bf16, A from registers and B K-major in shared memory: the
-// chained kernel's B_res corrections (mxc_apply_b_rs). a[4] is the thread's fragment of its warp's
-// 16 rows (warp w of the warpgroup: rows 16 w .. 16 w + 15), mma.m16n8k16's A layout: with
-// g = lane / 4, c = 2 (lane % 4), a[0] = row g, columns c, c + 1 (column c in the low half),
-// a[1] = row g + 8, a[2] = row g, columns c + 8, c + 9, a[3] = row g + 8, columns c + 8, c + 9.
-MX_DEV void wgmma_m64n128k16_bf16_rs_acc(float* d, const mx_u32* a, mx_u64 db) MX_PTX({
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
-})
 template <int FA, int FB> MX_DEV void wgmma_m64n128k32_acc(float* d, mx_u64 da, mx_u64 db) {
   wgmma_m64n128k32_inplace<FA, FB, 1>(d, da, db);
 }

@@ -167,8 +167,7 @@ class SimtBarrier {
 // still expected, the phase's parity.
 struct SimtMbar { int count = 0, pending = 0; mx_i64 tx = 0; mx_u32 phase = 0; };
 // What one thread hands its warpgroup's wgmma (simt_sm90.hpp).
-// ra: the thread's A fragment (4 registers) of a register-A wgmma, else null.
-struct SimtWgmmaSlot { float* d; mx_u64 da, db; int n, ta, tb, acc; const mx_u32* ra = nullptr; };
+struct SimtWgmmaSlot { float* d; mx_u64 da, db; int n, ta, tb, acc; };
 
 // The running CTA: its barrier, one barrier per warp, and the warps' exchange slots; for
 // simt_sm90.hpp its dynamic shared memory, warpgroup barriers, named barriers and mbarriers.

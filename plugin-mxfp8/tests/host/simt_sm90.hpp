@@ -47,7 +47,6 @@ inline mx_u8* simt_smem_at(mx_u32 a, size_t bytes) {
   }
   return simt_cta->smem + a;
 }
-inline int mx_grid_x() { return (int)gridDim.x; }
 inline mx_u32 smem_u32(const void* p) {
   const mx_u8* b = static_cast<const mx_u8*>(p);
   if (b >= simt_cta->smem && b <= simt_cta->smem + simt_cta->smem_bytes) return (mx_u32)(b - simt_cta->smem);
@@ -237,35 +236,19 @@ inline mx_u32 simt_desc_addr(mx_u64 desc, int row, int kb) {
   }
 }
 // D (m64 x n) = A * B (+ D when acc): A's 64 and B's n rows of 32 bytes (k32 FP8 or k16 bf16).
-// ra (a register-A wgmma, bf16 k16 only): each thread's 4 registers, mma.m16n8k16's A fragment
-// of its warp's 16 rows (mx_wgmma.cuh, wgmma_m64n128k16_bf16_rs_acc), instead of da.
-inline void simt_wgmma(float* d, mx_u64 da, mx_u64 db, int n, int ta, int tb, int acc, const mx_u32* ra = nullptr) {
+inline void simt_wgmma(float* d, mx_u64 da, mx_u64 db, int n, int ta, int tb, int acc) {
   const int t = simt_tid, wg = t >> 7, lt = t & 127;
-  simt_cta->wslots[t] = SimtWgmmaSlot{d, da, db, n, ta, tb, acc, ra};
+  simt_cta->wslots[t] = SimtWgmmaSlot{d, da, db, n, ta, tb, acc};
   if (simt_cta->wgs[wg]->arrive_and_wait() != 128) simt_fail("a wgmma reached by fewer than 128 threads of its warpgroup");
   if (lt == 0) {
     const SimtWgmmaSlot* s = &simt_cta->wslots[wg * 128];
     for (int i = 1; i < 128; ++i)
-      if (s[i].da != da || s[i].db != db || s[i].n != n || s[i].ta != ta || s[i].tb != tb || s[i].acc != acc ||
-          (s[i].ra == nullptr) != (ra == nullptr))
+      if (s[i].da != da || s[i].db != db || s[i].n != n || s[i].ta != ta || s[i].tb != tb || s[i].acc != acc)
         simt_fail("the threads of a warpgroup issued different wgmmas (descriptors, shape or types)");
     const int es = ta == 2 ? 2 : 1, K = 32 / es;
     std::vector<double> a(64 * K), b((size_t)n * K);
-    if (ra != nullptr) {
-      if (ta != 2) simt_fail("wgmma: register A is emulated for bf16 only");
-      for (int i = 0; i < 128; ++i) {
-        const int g = (i & 31) >> 2, c = 2 * (i & 3), r0 = 16 * (i >> 5) + g;
-        for (int x = 0; x < 4; ++x)
-          for (int h = 0; h < 2; ++h) {
-            const mx_u16 bits = (mx_u16)(s[i].ra[x] >> (16 * h));
-            const int r = r0 + 8 * (x & 1), k = c + 8 * (x >> 1) + h;
-            a[r * K + k] = simt_operand_value(reinterpret_cast<const mx_u8*>(&bits), 2);
-          }
-      }
-    } else {
-      for (int r = 0; r < 64; ++r)
-        for (int k = 0; k < K; ++k) a[r * K + k] = simt_operand_value(simt_smem_at(simt_desc_addr(da, r, k * es), es), ta);
-    }
+    for (int r = 0; r < 64; ++r)
+      for (int k = 0; k < K; ++k) a[r * K + k] = simt_operand_value(simt_smem_at(simt_desc_addr(da, r, k * es), es), ta);
     for (int r = 0; r < n; ++r)
       for (int k = 0; k < K; ++k) b[r * K + k] = simt_operand_value(simt_smem_at(simt_desc_addr(db, r, k * es), es), tb);
     for (int m = 0; m < 64; ++m)
@@ -295,4 +278,3 @@ template <int FA, int FB, int SD> inline void wgmma_m64n128k32_inplace(float* d,
   simt_wgmma(d, da, db, 128, FA, FB, SD);
 }
 inline void wgmma_m64n128k16_bf16_acc(float* d, mx_u64 da, mx_u64 db) { simt_wgmma(d, da, db, 128, 2, 2, 1); }
-inline void wgmma_m64n128k16_bf16_rs_acc(float* d, const mx_u32* a, mx_u64 db) { simt_wgmma(d, 0, db, 128, 2, 2, 1, a); }
