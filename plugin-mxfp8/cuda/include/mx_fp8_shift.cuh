@@ -79,18 +79,27 @@ template <int FMT> __device__ __noinline__ mx_u64 mx_fp8_shift4_rest(mx_u32 w, m
 // others (E <= d: the result is subnormal or not representable) go through mx_fp8_shift_exact
 // (mx_fp8_shift4_rest). miss: bit j set when byte j is a residual. Every (byte, d) is checked
 // against mx_fp8_shift_exact on the host (tests/fp8_shift_host.rs).
-template <int FMT> MX_DEV mx_u32 mx_fp8_shift4(mx_u32 w, mx_u32 d, mx_u32& miss) {
-  miss = 0;
-  if (d == 0) return w;
+// The fast path alone, without a branch: the word with every fast byte shifted, and in `rest`
+// (bit 8 j for byte j) the bytes that need the exact route (none when d == 0: every byte keeps
+// its value). A caller that shifts many words can test their rests together and take
+// mx_fp8_shift4 only for the rare word that has one (mx_reencode_pair.cuh; a miss needs a rest).
+template <int FMT> MX_DEV mx_u32 mx_fp8_shift4_fast(mx_u32 w, mx_u32 d, mx_u32& rest) {
   constexpr int MB = MxFmt<FMT>::mbits;
   const mx_u32 m = w & 0x7F7F7F7Fu;
   const mx_u32 t = d < (0x80u >> MB) ? (d + 1u) << MB : 0x80u;
   const mx_u32 fast = (m + (0x80u - t) * 0x01010101u) & 0x80808080u;
   const mx_u32 nonzero = (m + 0x7F7F7F7Fu) & 0x80808080u;
+  rest = d == 0 ? 0u : (nonzero & ~fast) >> 7;   // (d == 0: subnormal bytes are not fast, but stay)
   // a fast byte has d < E <= 31, so d << MB fits its byte and the subtraction borrows nothing
   // (shifted after the product: one value per d stays live in the callers' loops, not two)
-  const mx_u32 out = w - (((fast >> 7) * d) << MB);
-  const mx_u32 rest = (nonzero & ~fast) >> 7;   // bit 8 j: byte j takes the exact route
+  return w - (((fast >> 7) * d) << MB);
+}
+
+template <int FMT> MX_DEV mx_u32 mx_fp8_shift4(mx_u32 w, mx_u32 d, mx_u32& miss) {
+  miss = 0;
+  if (d == 0) return w;
+  mx_u32 rest;   // bit 8 j: byte j takes the exact route
+  const mx_u32 out = mx_fp8_shift4_fast<FMT>(w, d, rest);
   if (!rest) return out;
   const mx_u64 r = mx_fp8_shift4_rest<FMT>(w, d, rest, out);
   miss = (mx_u32)(r >> 32);

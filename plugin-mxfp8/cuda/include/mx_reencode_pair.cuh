@@ -133,8 +133,9 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
     for (int i = 0; i < 16; ++i) {
       const uint2 v = *reinterpret_cast<const uint2*>(xs + 2 * (i * 256 + t));
       const mx_u32 ch[4] = {v.x, v.y, 0u, 0u};
-      w[i] = word_ok ? mx_quant4<FMT>(mxq_elem<1>(ch, 0), mxq_elem<1>(ch, 1), mxq_elem<1>(ch, 2), mxq_elem<1>(ch, 3), inv, sb == 0xFFu)
-                     : 0u;
+      // (computed for every word, then selected: a branch per word cost a convergence region)
+      const mx_u32 x = mx_quant4<FMT>(mxq_elem<1>(ch, 0), mxq_elem<1>(ch, 1), mxq_elem<1>(ch, 2), mxq_elem<1>(ch, 3), inv, sb == 0xFFu);
+      w[i] = word_ok ? x : 0u;
     }
     __syncthreads();   // the transposes below reuse the staging
   } else {
@@ -168,25 +169,39 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
   // Four rows at a time: the words of Wᵀ's copy live only until their transpose, so the kernel
   // holds 16 + 4 words (run 119: with all 32 live, 64 registers allowed 4 CTAs per SM and the
   // kernel moved 2.7 TB/s).
+  // Each word takes both shifts' fast paths without a branch, and only a word with a byte off
+  // them (rare: a miss needs one) takes the exact route and counts its misses: with a branch
+  // per shift and per count this loop was ~46 instructions per word, and the kernel is bound by
+  // issue (docs/perf.md run 187: 19 % slower at 18 % lower clocks). The row's address advances
+  // by C per word instead of being recomputed.
+  const mx_u32 dw = sw - sc, dt = st - sc;
+  const mx_i64 o0 = row0 * C + c0 + 4 * lane;
+  mx_u8* q2r = p.q2 + o0;
+  mx_u8* bttr = (COPIES && !NOQ) ? p.btt + o0 : nullptr;
 #pragma unroll
   for (int blk = 0; blk < 4; ++blk) {
     mx_u32 wt[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int i = 4 * blk + q;
-      mx_u32 mw, mt;
-      const mx_u32 q2 = mx_fp8_shift4<FMT>(w[i], sw - sc, mw);
-      wt[q] = mx_fp8_shift4<FMT>(w[i], st - sc, mt);
-      if (word_ok) {
-        *reinterpret_cast<mx_u32*>(p.q2 + (row0 + i) * C + c0 + 4 * lane) = q2;
-        if (COPIES && !NOQ) *reinterpret_cast<mx_u32*>(p.btt + (row0 + i) * C + c0 + 4 * lane) = w[i];
-      }
-      if (mw) atomicAdd(&rowc[16 * warp + i], __popc(mw));
-      if (mt) {
+      mx_u32 rw, rt;
+      mx_u32 q2 = mx_fp8_shift4_fast<FMT>(w[i], dw, rw);
+      wt[q] = mx_fp8_shift4_fast<FMT>(w[i], dt, rt);
+      if (rw | rt) {
+        mx_u32 mw, mt;
+        q2 = mx_fp8_shift4<FMT>(w[i], dw, mw);
+        wt[q] = mx_fp8_shift4<FMT>(w[i], dt, mt);
+        if (mw) atomicAdd(&rowc[16 * warp + i], __popc(mw));
 #pragma unroll
         for (int b = 0; b < 4; ++b)
           if ((mt >> b) & 1u) atomicAdd(&colc[4 * lane + b], 1);
       }
+      if (word_ok) {
+        *reinterpret_cast<mx_u32*>(q2r) = q2;
+        if (COPIES && !NOQ) *reinterpret_cast<mx_u32*>(bttr) = w[i];
+      }
+      q2r += C;
+      if (COPIES && !NOQ) bttr += C;
     }
     // ---- the two transposes ----
     if (COPIES) mx_t128_put(sm[0], warp, lane, blk, w[4 * blk], w[4 * blk + 1], w[4 * blk + 2], w[4 * blk + 3]);
@@ -196,10 +211,10 @@ MX_DEV void mx_reencode_pair(const MxReencodePairParams& p, const MxQuantPairSrc
   if constexpr (NOQ != 0) {
     // W's bytes, now that the counts are whole: only the row-stages its form cannot give back
     // (a row's stage here is its 128 columns of this block; sw is its stage scale)
+    mx_u8* br = p.btt + o0;
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-      if (word_ok && (rowc[16 * warp + i] != 0 || sw == 0xFFu))
-        *reinterpret_cast<mx_u32*>(p.btt + (row0 + i) * C + c0 + 4 * lane) = w[i];
+    for (int i = 0; i < 16; ++i, br += C)
+      if (word_ok && (rowc[16 * warp + i] != 0 || sw == 0xFFu)) *reinterpret_cast<mx_u32*>(br) = w[i];
   }
   const int j = t & 7;   // 16-byte chunk of a transposed row: block rows 16 j .. 16 j + 15
   const bool chunk_ok = r0 + 16 * j < R;
