@@ -168,17 +168,32 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       }
       mx_u32 S = max(sb, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)sb, 4));
       S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
-      mx_u32 m0 = 0u, m1 = 0u;
-      q2[i][0] = ok ? mx_fp8_shift4<FMT>(q[0], S - sb, m0) : 0u;
-      q2[i][1] = ok ? mx_fp8_shift4<FMT>(q[1], S - sb, m1) : 0u;
+      // Both words by the shift's fast path without a branch; the exact route and the residual
+      // count only for a word with a byte off it (a miss needs one), as mx_reencode_pair.cuh
+      // does (docs/perf.md run 189: a branch per shift and count cost the weight's kernel 17 %
+      // of its instructions). Past R or C the bytes are zeros: no rest, no miss.
+      mx_u32 r0w, r1w, m0 = 0u, m1 = 0u;
+      mx_u32 a0 = mx_fp8_shift4_fast<FMT>(q[0], S - sb, r0w);
+      mx_u32 a1 = mx_fp8_shift4_fast<FMT>(q[1], S - sb, r1w);
+      if ((r0w | r1w) != 0u && ok) {
+        a0 = mx_fp8_shift4<FMT>(q[0], S - sb, m0);
+        a1 = mx_fp8_shift4<FMT>(q[1], S - sb, m1);
+        const int nm = __popc(m0) + __popc(m1);
+        if (nm) atomicAdd(&rowc[rb + i], nm);
+      }
+      q2[i][0] = ok ? a0 : 0u;
+      q2[i][1] = ok ? a1 : 0u;
       bool store_q = true;
       if constexpr (NOQ != 0) {
-        // the row-stage's 16 lanes (a half warp: xor distances below 16 stay in it)
+        // the row-stage's 16 lanes (a half warp: xor distances below 16 stay in it); the
+        // shuffles only in a warp that lost a byte anywhere (rare)
         mx_u32 lost = m0 | m1;
-        lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 1);
-        lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 2);
-        lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 4);
-        lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 8);
+        if (__ballot_sync(0xffffffffu, lost != 0u) != 0u) {
+          lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 1);
+          lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 2);
+          lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 4);
+          lost |= (mx_u32)__shfl_xor_sync(0xffffffffu, (int)lost, 8);
+        }
         store_q = lost != 0u || S == 0xFFu;
       }
       if (ok) {
@@ -196,8 +211,6 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
           ssat[j >> 2][rb + i] = (mx_u8)S;
           if (S == 0xFFu) atomicOr(p.status, MX_RES_NONFINITE);
         }
-        const int nm = __popc(m0) + __popc(m1);
-        if (nm) atomicAdd(&rowc[rb + i], nm);
       }
     }
     // 8 x 8 bytes -> 8 columns of 8 rows (two 4-row words each) -> shared tile
