@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran 2026-12-07 as run 188, results in docs/perf.md: no change; the register-A slabs were taken out after it.)
 # Run 188 (docs/perf.md): the B_res corrections' slabs with A from registers and Q^T written by
 # the gatherers (TCQ, the new default of the 3-stage chained builds) against the run-111 form
 # (each consumer warpgroup writes its P and Q^T to shared memory, three named barriers per slab;
