@@ -5,7 +5,7 @@
 //! would have computed). With `keep` the quantize calls also keep the MX tensors' own values
 //! (the fused `mx_quantize_rows_vals_wv_bf16_*` on a GPU), which must equal the CPU's.
 
-use super::compare::differing;
+use super::compare::{compare, differing};
 use super::inputs::{gen, pair};
 use super::Ctx;
 use crate::error::{OpError, OpResult};
@@ -109,7 +109,21 @@ impl Ctx {
                     &cfg,
                 )?)
             };
-            let bad_w_gpu = differing(&wgrad(&yvg, &xvg)?, &wgrad(&yg, &xg)?, false);
+            let (wv_gpu, wd_gpu) = (wgrad(&yvg, &xvg)?, wgrad(&yg, &xg)?);
+            let bad_w_gpu = differing(&wv_gpu, &wd_gpu, false);
+            // How far apart the GPU's two routes are when their bits differ (f32 outputs): a
+            // summation-order difference reads ~1e-7 relative, a wrong product far more.
+            let (w_rel, w_snr) = if bad_w_gpu > 0 {
+                let f32s = |b: &[u8]| -> Vec<f32> {
+                    b.chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect()
+                };
+                let (rel, snr, _) = compare(&f32s(&wv_gpu), &f32s(&wd_gpu));
+                (Some(rel), Some(snr))
+            } else {
+                (None, None)
+            };
             let bad_w_cpu = differing(&wgrad(&yvc, &xvc)?, &wgrad(&yc, &xc)?, false);
             if !xvg.on_wgrad_grid(format, mode, &offs) {
                 return Err(OpError::invalid("the wgrad values lost their grid tag"));
@@ -121,9 +135,16 @@ impl Ctx {
                     rows * (k + n) * if keep { 2 } else { 1 }
                 )
             } else {
-                format!("{bad_q} MX bytes, {bad_v} values, {bad_w_gpu} GPU / {bad_w_cpu} CPU wgrad outputs differ")
+                format!(
+                    "{bad_q} MX bytes, {bad_v} values, {bad_w_gpu} GPU / {bad_w_cpu} CPU wgrad outputs differ{}",
+                    if bad_w_gpu > 0 {
+                        " (rel / SNR: the GPU's wgrad on the values against on the dense tensors)"
+                    } else {
+                        ""
+                    }
+                )
             };
-            Ok((ok, None, None, note))
+            Ok((ok, w_rel, w_snr, note))
         })();
         self.push("wgrad values", case, t0, r);
     }
