@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Run 191 (docs/perf.md; written for the next session's device time): the X/dY form kernel with
+# wgrad values at 4 CTAs per SM (-DMXQBF_WV_CTAS=4: at most 64 registers, ptxas spills 36 bytes
+# stored / 288 loaded) against the default (79 registers, 3 CTAs per SM), on a, b and c: the
+# GroupedLinear step with its trace, two interleaved rounds, side by side with torch BF16; the
+# selftest under `always` with the define first (VERIFY, poisoned outputs); then ncu on c's
+# form kernel, both builds. Run 187 found this kernel bound by memory latency (3 % slower at base
+# clocks, 5.8 warps per scheduler, 1.0 eligible).
+set -u
+dev_out="${OUT:-}"
+export OUT=out/run191
+mkdir -p "$OUT"
+PARTS="${PARTS:-ab ncu}"
+has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
+pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run191.tgz" -C "$OUT" .; fi; }
+D=-DMXQBF_WV_CTAS=4
+if has ab; then
+MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SELFTEST_ENV="MXHOST_NVRTC_DEFINES=$D" SHAPES="${SHAPES:-a,b,c}" PEER_BUDGET_S=90 \
+  ROUNDS="${ROUNDS:-2}" MODE=auto VARIANTS="new new+MXHOST_NVRTC_DEFINES=$D" ONLY="GroupedLinear with 32x32" \
+  OUT="$OUT/ab" timeout 480 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
+echo "ab rc=$?"; tail -1 "$OUT/ab/selftest.txt" 2>/dev/null; grep FAIL "$OUT/ab/selftest.txt" | head -5
+cat "$OUT/ab/summary.txt" 2>/dev/null | head -8
+for f in "$OUT"/ab/ab-*.txt; do echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-200; done
+pack
+fi
+if has ncu; then
+for d in "" "$D"; do
+  f="$OUT/ncu-form$(echo "$d" | tr -c 'A-Za-z0-9' _).txt"
+  MXHOST_NVRTC_DEFINES="$d" timeout 60 ncu --clock-control none --kernel-name "regex:mx_quantize_rows_form_wv_noq" --launch-count 2 \
+    --metrics gpu__time_duration.sum,smsp__inst_executed.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,sm__warps_active.avg.per_cycle_active \
+    dist/mxhost bench --device cuda --shapes c --reps 1 --warmup-ms 0 --only "GroupedLinear with 32x32" > "$f" 2>&1
+  echo "== [$d] rc=$?"; grep -E "gpu__time|inst_executed|dram__|registers|warps_active" "$f" | awk '{printf "%s %s | ", $1, $NF} END {print ""}'
+done
+pack
+fi
