@@ -98,33 +98,25 @@ impl Ctx {
                 mode,
                 ..GemmConfig::default()
             };
-            let wgrad = |dy: &Tensor, x: &Tensor| -> OpResult<Vec<u8>> {
+            let wgrad = |dy: &Tensor, x: &Tensor| -> OpResult<Tensor> {
                 let (a, b) = (GemmOperand::Dense(dy), GemmOperand::Dense(x));
-                bytes(&ops::grouped_gemm(
-                    &self.plugin,
-                    GemmPass::Wgrad,
-                    a,
-                    b,
-                    &offs,
-                    &cfg,
-                )?)
+                ops::grouped_gemm(&self.plugin, GemmPass::Wgrad, a, b, &offs, &cfg)
             };
             let (wv_gpu, wd_gpu) = (wgrad(&yvg, &xvg)?, wgrad(&yg, &xg)?);
-            let bad_w_gpu = differing(&wv_gpu, &wd_gpu, false);
+            let bad_w_gpu = differing(&bytes(&wv_gpu)?, &bytes(&wd_gpu)?, false);
             // How far apart the GPU's two routes are when their bits differ (f32 outputs): a
             // summation-order difference reads ~1e-7 relative, a wrong product far more.
             let (w_rel, w_snr) = if bad_w_gpu > 0 {
-                let f32s = |b: &[u8]| -> Vec<f32> {
-                    b.chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect()
-                };
-                let (rel, snr, _) = compare(&f32s(&wv_gpu), &f32s(&wd_gpu));
+                let (rel, snr, _) = compare(&wv_gpu.try_to_f32_vec()?, &wd_gpu.try_to_f32_vec()?);
                 (Some(rel), Some(snr))
             } else {
                 (None, None)
             };
-            let bad_w_cpu = differing(&wgrad(&yvc, &xvc)?, &wgrad(&yc, &xc)?, false);
+            let bad_w_cpu = differing(
+                &bytes(&wgrad(&yvc, &xvc)?)?,
+                &bytes(&wgrad(&yc, &xc)?)?,
+                false,
+            );
             if !xvg.on_wgrad_grid(format, mode, &offs) {
                 return Err(OpError::invalid("the wgrad values lost their grid tag"));
             }
