@@ -140,17 +140,10 @@ extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_noq_e4m3
 extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_noq_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
   mx_quant_block_form<1, 1, 0, 1>(p);
 }
-// MXQBF_WV_CTAS (timing A/B through MXHOST_NVRTC_DEFINES, docs/perf.md): the wgrad-values NOQ
-// builds at that many CTAs per SM (4: at most 64 registers) instead of ptxas's choice (79: 3).
-#ifdef MXQBF_WV_CTAS
-#define MXQBF_WV_LB __launch_bounds__(256, MXQBF_WV_CTAS)
-#else
-#define MXQBF_WV_LB __launch_bounds__(256)
-#endif
-extern "C" __global__ void MXQBF_WV_LB mx_quantize_rows_form_wv_noq_e4m3(const __grid_constant__ MxQuantBlockFormParams p) {
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_noq_e4m3(const __grid_constant__ MxQuantBlockFormParams p) {
   mx_quant_block_form<0, 1, 1, 1>(p);
 }
-extern "C" __global__ void MXQBF_WV_LB mx_quantize_rows_form_wv_noq_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
+extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_noq_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
   mx_quant_block_form<1, 1, 1, 1>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) mx_plain_from_form_e4m3(const __grid_constant__ MxPlainFromFormParams p) {

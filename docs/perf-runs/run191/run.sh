@@ -10,7 +10,7 @@ set -u
 dev_out="${OUT:-}"
 export OUT=out/run191
 mkdir -p "$OUT"
-PARTS="${PARTS:-ab ncu}"
+PARTS="${PARTS:-ab chain ncu}"
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run191.tgz" -C "$OUT" .; fi; }
 D=-DMXQBF_WV_CTAS=4
@@ -21,6 +21,13 @@ MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SELFTEST_ENV="MXHOST_NVRTC_DEFINES=$D"
 echo "ab rc=$?"; tail -1 "$OUT/ab/selftest.txt" 2>/dev/null; grep FAIL "$OUT/ab/selftest.txt" | head -5
 cat "$OUT/ab/summary.txt" 2>/dev/null | head -8
 for f in "$OUT"/ab/ab-*.txt; do echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-200; done
+pack
+fi
+if has chain; then
+# The opt-in chained wgrad's selftest failure (run 188): how far apart the two routes are.
+MXHOST_MX_CHAIN_WGRAD=1 MXHOST_MX_CHAIN=always MXHOST_POISON_OUTPUTS=1 timeout 120 dist/mxhost selftest --device cuda --shapes "" \
+  > "$OUT/chain-wgrad-selftest.txt" 2>&1
+echo "chain rc=$?"; grep -iE "wgrad values|FAIL|passed" "$OUT/chain-wgrad-selftest.txt" | cut -c1-220 | head -12
 pack
 fi
 if has ncu; then
