@@ -4,6 +4,14 @@
 //! on the same device, which must give the same bits (the plugin multiplies the values it
 //! would have computed). With `keep` the quantize calls also keep the MX tensors' own values
 //! (the fused `mx_quantize_rows_vals_wv_bf16_*` on a GPU), which must equal the CPU's.
+//!
+//! One exception, opt-in only: under `MXHOST_MX_CHAIN_WGRAD=1` with `MXHOST_MX_CHAIN=on|always`
+//! the GPU's wgrad on the dense E4M3 tensors may take the chained FP8 kernel while wgrad on the
+//! values takes cuBLAS. Both multiply the same MX values, but the chained kernel adds each k32
+//! block's tensor-core partial (FP8 wgmma keeps fewer bits than FP32 inside a block) where
+//! cuBLAS adds BF16 products in its own order, so the GPU's two outputs may differ in their
+//! last bits; there the check asks for [`ROUTE_ORDER_GATE`] instead of bit-identity (perf.md
+//! run 191 measured rel 3.0e-5, SNR 132 dB; a wrong or missing product reads far lower).
 
 use super::compare::{compare, differing};
 use super::inputs::{gen, pair};
@@ -13,6 +21,24 @@ use crate::ops::{self, GemmConfig, GemmOperand};
 use crate::tensor::Tensor;
 use mxhost_plugin_abi::{BlockLayout, DType, GemmPass, MxFormat, ScaleMode};
 use std::time::Instant;
+
+/// (min SNR dB, max rel) between the GPU's two wgrad routes where they sum in different
+/// orders (the opt-in chained wgrad, see the module text).
+const ROUTE_ORDER_GATE: (f64, f64) = (110.0, 2e-4);
+
+/// Whether the plugin's wgrad on dense `format` tensors may take the opt-in chained kernel
+/// (read from the plugin's own variables, as `selftest` reads `MXHOST_MX_WGRAD`).
+fn chained_wgrad_opted_in(format: MxFormat) -> bool {
+    let var = |name| std::env::var(name).unwrap_or_default();
+    opted_in(&var("MXHOST_MX_CHAIN_WGRAD"), &var("MXHOST_MX_CHAIN"), format)
+}
+
+/// [`chained_wgrad_opted_in`]'s rule on the two variables' values (empty when unset).
+fn opted_in(chain_wgrad: &str, chain: &str, format: MxFormat) -> bool {
+    let flag_on = !matches!(chain_wgrad.trim(), "" | "0" | "off" | "false");
+    let forced = matches!(chain.trim(), "on" | "1" | "always");
+    flag_on && forced && format == MxFormat::E4m3
+}
 
 impl Ctx {
     /// Experts of `counts` rows (then `pad` padding rows), X `[rows, k]`, dY `[rows, n]`;
@@ -120,8 +146,20 @@ impl Ctx {
             if !xvg.on_wgrad_grid(format, mode, &offs) {
                 return Err(OpError::invalid("the wgrad values lost their grid tag"));
             }
-            let ok = bad_q + bad_v + bad_w_gpu + bad_w_cpu == 0;
-            let note = if ok {
+            // Bits, or under the opt-in chained wgrad the routes' summation-order gate.
+            let routes_ok = match (w_rel, w_snr) {
+                (Some(rel), Some(snr)) if chained_wgrad_opted_in(format) => {
+                    snr >= ROUTE_ORDER_GATE.0 && rel <= ROUTE_ORDER_GATE.1
+                }
+                _ => bad_w_gpu == 0,
+            };
+            let ok = bad_q + bad_v + bad_w_cpu == 0 && routes_ok;
+            let note = if ok && bad_w_gpu > 0 {
+                let (snr, rel) = ROUTE_ORDER_GATE;
+                format!(
+                    "MX bytes and values identical; {bad_w_gpu} GPU wgrad outputs differ in bits between the chained wgrad (opt-in) and cuBLAS on the values, within the summation-order gate SNR≥{snr} dB, rel≤{rel:.0e}"
+                )
+            } else if ok {
                 format!(
                     "MX bytes as a plain quantize, {} values identical, wgrad on them bit-identical on both devices",
                     rows * (k + n) * if keep { 2 } else { 1 }
@@ -139,5 +177,21 @@ impl Ctx {
             Ok((ok, w_rel, w_snr, note))
         })();
         self.push("wgrad values", case, t0, r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_forced_chain_with_the_wgrad_flag_on_e4m3_relaxes_the_check() {
+        assert!(opted_in("1", "always", MxFormat::E4m3));
+        assert!(opted_in(" yes ", "on", MxFormat::E4m3));
+        assert!(!opted_in("1", "auto", MxFormat::E4m3));
+        assert!(!opted_in("1", "", MxFormat::E4m3));
+        assert!(!opted_in("0", "always", MxFormat::E4m3));
+        assert!(!opted_in("", "always", MxFormat::E4m3));
+        assert!(!opted_in("1", "always", MxFormat::E5m2));
     }
 }
