@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run 192 (docs/perf.md): the current state of every target in one call, side by side with torch
+# BF16 (the "Current state" table was run 170's): every mxhost bench row on a, b and c under the
+# default (`auto`) with the step trace, one round, the peers with a 200 s budget so that c's get
+# measured; first the opt-in chained wgrad's selftest (edge cases) under the selftest's new
+# summation-order gate for its "wgrad values" check.
+set -u
+dev_out="${OUT:-}"
+export OUT=out/run192
+mkdir -p "$OUT"
+PARTS="${PARTS:-chain bench}"
+has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
+pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run192.tgz" -C "$OUT" .; fi; }
+if has chain; then
+MXHOST_MX_CHAIN_WGRAD=1 MXHOST_MX_CHAIN=always MXHOST_POISON_OUTPUTS=1 timeout 120 dist/mxhost selftest --device cuda --shapes "" \
+  > "$OUT/chain-wgrad-selftest.txt" 2>&1
+echo "chain rc=$?"; grep -E "FAIL|checks," "$OUT/chain-wgrad-selftest.txt" | cut -c1-220 | head -6
+grep -E "wgrad values .*K 2880 N 320 E4m3 Rceil " "$OUT/chain-wgrad-selftest.txt" | head -1 | cut -c1-400
+pack
+fi
+if has bench; then
+MXHOST_BENCH_STEP_TRACE=1 SELFTEST=0 SHAPES="${SHAPES:-c,a,b}" PEER_BUDGET_S=200 ROUNDS=1 MODE=auto VARIANTS="new" \
+  ONLY="quantize,forward,dgrad,wgrad,step" OUT="$OUT/ab" timeout 540 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
+echo "bench rc=$?"
+cut -c1-150 "$OUT/ab/summary.txt" 2>/dev/null | head -60
+grep -E "_grouped_mm (fwd|dgrad|wgrad|fwd\+dgrad\+wgrad)" "$OUT/ab/peers.txt" | cut -c1-120
+pack
+fi
