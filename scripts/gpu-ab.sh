@@ -61,7 +61,9 @@ if [ "${SELFTEST:-always}" != 0 ]; then
     echo "rc=$?"; grep -E "^mxhost selftest: [0-9]" "$out/selftest.txt"; grep FAIL "$out/selftest.txt" | head -5
 fi
 echo "== bench_peers.py"
-OUT="$out" timeout 150 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-60}" \
+# (the budget is checked between methods: the timeout leaves the last one ~90 s to finish)
+peer_budget="${PEER_BUDGET_S:-60}"
+OUT="$out" timeout $((peer_budget + 90)) python3 dist/bench_peers.py --shapes "$shapes" --budget-s "$peer_budget" \
     --warmup "${SETTLE_MS:-1500}" --rep 500 >"$out/peers.txt" 2>&1
 echo "peers rc=$?"
 for i in $(seq 1 "${ROUNDS:-2}"); do
