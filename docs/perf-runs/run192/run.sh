@@ -5,12 +5,7 @@
 # measured; first the opt-in chained wgrad's selftest (edge cases) under the selftest's new
 # summation-order gate for its "wgrad values" check.
 set -u
-dev_out="${OUT:-}"
-export OUT=out/run192
-mkdir -p "$OUT"
-PARTS="${PARTS:-chain bench}"
-has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
-pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run192.tgz" -C "$OUT" .; fi; }
+PARTS_DEFAULT="chain bench" source docs/perf-runs/prelude.sh run192
 if has chain; then
 MXHOST_MX_CHAIN_WGRAD=1 MXHOST_MX_CHAIN=always MXHOST_POISON_OUTPUTS=1 timeout 120 dist/mxhost selftest --device cuda --shapes "" \
   > "$OUT/chain-wgrad-selftest.txt" 2>&1
