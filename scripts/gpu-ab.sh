@@ -5,7 +5,8 @@
 #   1. SELFTEST (default always; on, default or 0): the new plugin's selftest under that
 #      MXHOST_MX_CHAIN mode, with VERIFY and poisoned outputs (and SELFTEST_ENV, e.g.
 #      "MXHOST_MX_CHAIN_FORM4=1", in its environment);
-#   2. bench_peers.py on SHAPES (default a,b,c), so the rows get their × BF16 column;
+#   2. bench_peers.py on SHAPES (default a,b,c; PEER_BUDGET_S seconds each, default 40, through
+#      scripts/gpu-peers.sh), so the rows get their × BF16 column;
 #   3. `mxhost bench --only "$ONLY"` under MXHOST_MX_CHAIN=$MODE (default on), the VARIANTS
 #      (default "old new") interleaved, ROUNDS times (default 2): ab-<round>-<variant>.txt. A
 #      variant is old, new, new+NAME=VALUE or old+NAME=VALUE (that plugin with that environment
@@ -61,10 +62,8 @@ if [ "${SELFTEST:-always}" != 0 ]; then
     echo "rc=$?"; grep -E "^mxhost selftest: [0-9]" "$out/selftest.txt"; grep FAIL "$out/selftest.txt" | head -5
 fi
 echo "== bench_peers.py"
-# (the budget is checked between methods: the timeout leaves the last one ~90 s to finish)
-peer_budget="${PEER_BUDGET_S:-60}"
-OUT="$out" timeout $((peer_budget + 90)) python3 dist/bench_peers.py --shapes "$shapes" --budget-s "$peer_budget" \
-    --warmup "${SETTLE_MS:-1500}" --rep 500 >"$out/peers.txt" 2>&1
+# (PEER_BUDGET_S per shape: scripts/gpu-peers.sh runs the shapes one by one)
+bash scripts/gpu-peers.sh "$out" "$shapes" "${PEER_BUDGET_S:-40}" --warmup "${SETTLE_MS:-1500}" --rep 500
 echo "peers rc=$?"
 for i in $(seq 1 "${ROUNDS:-2}"); do
     for v in $variants; do

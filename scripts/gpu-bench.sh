@@ -80,8 +80,8 @@ echo "== bench_peers.py"
 WARMUP_MS="${WARMUP_MS:-1500}"
 peer_timing=()
 if [ "$WARMUP_MS" != 0 ]; then peer_timing=(--warmup "$WARMUP_MS" --rep 500); fi
-OUT="$out" timeout 250 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-200}" \
-    ${peer_timing[@]+"${peer_timing[@]}"} >"$out/peers.txt" 2>&1
+# (PEER_BUDGET_S per shape: scripts/gpu-peers.sh runs the shapes one by one)
+bash scripts/gpu-peers.sh "$out" "$shapes" "${PEER_BUDGET_S:-60}" ${peer_timing[@]+"${peer_timing[@]}"}
 echo "peers rc=$?"
 for k in ${FAMILIES:-tgemm}; do
     echo "== mxhost bench ($k)"

@@ -49,8 +49,8 @@ if [ "${DEFAULT_SELFTEST:-1}" != 0 ]; then
     echo "rc=$?"; grep -E "^mxhost selftest:" "$out/selftest-default.txt"; grep -E "FAIL" "$out/selftest-default.txt" | head
 fi
 echo "== bench_peers.py"
-OUT="$out" timeout 250 python3 dist/bench_peers.py --shapes "$shapes" --budget-s "${PEER_BUDGET_S:-90}" \
-    --warmup "$W" --rep 500 >"$out/peers.txt" 2>&1
+# (PEER_BUDGET_S per shape: scripts/gpu-peers.sh runs the shapes one by one)
+bash scripts/gpu-peers.sh "$out" "$shapes" "${PEER_BUDGET_S:-40}" --warmup "$W" --rep 500
 echo "peers rc=$?"
 echo "== one traced rep, MXHOST_MX_CHAIN=on"
 MXHOST_MX_CHAIN=on MXHOST_MX_GEMM_TRACE=1 timeout 200 dist/mxhost bench --device cuda --shapes "$shapes" --reps 1 \
