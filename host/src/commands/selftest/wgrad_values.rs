@@ -30,7 +30,11 @@ const ROUTE_ORDER_GATE: (f64, f64) = (110.0, 2e-4);
 /// (read from the plugin's own variables, as `selftest` reads `MXHOST_MX_WGRAD`).
 fn chained_wgrad_opted_in(format: MxFormat) -> bool {
     let var = |name| std::env::var(name).unwrap_or_default();
-    opted_in(&var("MXHOST_MX_CHAIN_WGRAD"), &var("MXHOST_MX_CHAIN"), format)
+    opted_in(
+        &var("MXHOST_MX_CHAIN_WGRAD"),
+        &var("MXHOST_MX_CHAIN"),
+        format,
+    )
 }
 
 /// [`chained_wgrad_opted_in`]'s rule on the two variables' values (empty when unset).
