@@ -54,6 +54,12 @@
 #else
 #define MXQB_LD(ptr) __ldg(ptr)
 #endif
+// Knock-outs for a cost breakdown under ncu (MXHOST_NVRTC_DEFINES=-DMXQB_KO=bits, docs/perf.md
+// run 193; never for results: the outputs left out stay unwritten): 1 the transposed copy at,
+// 2 the wgrad values wv, 4 the per-row scale bytes s and s2 (one byte per thread and row).
+#ifndef MXQB_KO
+#define MXQB_KO 0
+#endif
 
 struct MxQuantBlockFormParams {
   const mx_u16* in;        // [R][C] bf16
@@ -164,7 +170,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       if constexpr (WV) {
         mx_u32 o[4];
         mxfq_values8<1, FMT>(raw[i], wlo, whi, wfast, inv, sc, o);
-        if (ok) MXQB_ST(reinterpret_cast<uint4*>(p.wv + (mx_i64)r * C + col), make_uint4(o[0], o[1], o[2], o[3]));
+        if (ok && !(MXQB_KO & 2)) MXQB_ST(reinterpret_cast<uint4*>(p.wv + (mx_i64)r * C + col), make_uint4(o[0], o[1], o[2], o[3]));
       }
       mx_u32 S = max(sb, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)sb, 4));
       S = max(S, (mx_u32)__shfl_xor_sync(0xffffffffu, (int)S, 8));
@@ -204,7 +210,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
           if constexpr (BPC > 1) {
             ss[0][rb + i][4 * jb + (j >> 2)] = (mx_u8)sb;
             ss[1][rb + i][4 * jb + (j >> 2)] = (mx_u8)S;
-          } else {
+          } else if (!(MXQB_KO & 4)) {
             p.s[(mx_i64)r * KB + kb] = (mx_u8)sb;
             p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
           }
@@ -232,7 +238,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       const int f = 2 * ((c >> 3) & 15);
       uint4 v = *reinterpret_cast<const uint4*>(&sm[c * 32 + 4 * (m ^ (f >> 2))]);
       if (f & 2) { mx_u32 x = v.x; v.x = v.z; v.z = x; x = v.y; v.y = v.w; v.w = x; }
-      if (c0 + c < C && r0 + 16 * m < R) MXQB_ST(reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + c) * R + r0 + 16 * m), v);
+      if (c0 + c < C && r0 + 16 * m < R && !(MXQB_KO & 1)) MXQB_ST(reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + c) * R + r0 + 16 * m), v);
     }
     // sat from shared memory, a block's rows on consecutive threads (run 120's ncu: this kernel
     // is L2-bound, 88 %, and a byte store per thread and row put 8 sectors per warp store)
