@@ -11,9 +11,9 @@ if has ko; then
 for ko in 0 1 2 4 7; do
   f="$OUT/ncu-ko$ko.txt"
   MXHOST_NVRTC_DEFINES="-DMXQB_KO=$ko" timeout 90 ncu --clock-control none --kernel-name "regex:mx_quantize_rows_form_wv_noq" --launch-count 2 \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_requests_srcunit_tex_op_write.sum,lts__t_sectors_srcunit_tex_op_write.sum,smsp__inst_executed.sum \
+    --metrics gpu__time_duration.sum,launch__registers_per_thread,sm__warps_active.avg.per_cycle_active,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_requests_srcunit_tex_op_write.sum,lts__t_sectors_srcunit_tex_op_write.sum,smsp__inst_executed.sum \
     dist/mxhost bench --device cuda --shapes c --reps 1 --warmup-ms 0 --only "GroupedLinear with 32x32" > "$f" 2>&1
-  echo "== KO=$ko rc=$?"; grep -E "gpu__time|dram__|lts__|inst_executed" "$f" | awk '{printf "%s %s | ", $1, $NF} END {print ""}'
+  echo "== KO=$ko rc=$?"; grep -E "gpu__time|registers|warps_active|dram__|lts__|inst_executed" "$f" | awk '{printf "%s %s | ", $1, $NF} END {print ""}'
 done
 pack
 fi
