@@ -434,11 +434,23 @@ pub fn options(arch: &str) -> Vec<String> {
         "-default-device".into(),
     ];
     if let Ok(d) = std::env::var("MXHOST_NVRTC_DEFINES") {
-        o.extend(
-            d.split_whitespace()
-                .filter(|w| w.starts_with("-D") && w.len() > 2)
-                .map(str::to_owned),
-        );
+        let defines: Vec<String> = d
+            .split_whitespace()
+            .filter(|w| w.starts_with("-D") && w.len() > 2)
+            .map(str::to_owned)
+            .collect();
+        if !defines.is_empty() {
+            // Once per process: a timing variant (some, like -DMXQB_KO, leave outputs
+            // unwritten) must not pass for the default build in anyone's log.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                eprintln!(
+                    "mxhost-plugin-mxfp8: MXHOST_NVRTC_DEFINES adds {} to every kernel compile (a timing variant, not the default build)",
+                    defines.join(" ")
+                )
+            });
+        }
+        o.extend(defines);
     }
     o
 }
