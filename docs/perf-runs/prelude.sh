@@ -1,8 +1,8 @@
 # Sourced by the run scripts (docs/perf-runs/runNNN/run.sh) from the repository root:
 # `source docs/perf-runs/prelude.sh runNNN` sets OUT=out/runNNN (the device's own $OUT kept in
 # dev_out), PARTS from the environment or the script's default (PARTS_DEFAULT), and defines
-# `has PART` (whether PARTS names it) and `pack` (the run's folder as one tarball in the
-# device's $OUT: a device call returns at most a few files).
+# `has PART` (whether PARTS names it), `pack` (the run's folder as one tarball in the device's
+# $OUT: a device call returns at most a few files) and `ab_report` (below).
 run_name="$1"
 dev_out="${OUT:-}"
 export OUT="out/$run_name"
@@ -10,3 +10,13 @@ mkdir -p "$OUT"
 PARTS="${PARTS:-${PARTS_DEFAULT:-}}"
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/$run_name.tgz" -C "$OUT" .; fi; }
+# `ab_report RC` after a scripts/gpu-ab.sh call with OUT="$OUT/ab": its exit status, the
+# selftest's last lines and failures, the summary table, and each bench log's step traces.
+ab_report() {
+    echo "ab rc=$1"; tail -3 "$OUT/ab/selftest.txt" 2>/dev/null; grep FAIL "$OUT/ab/selftest.txt" 2>/dev/null | head -5
+    head -20 "$OUT/ab/summary.txt" 2>/dev/null
+    local f
+    for f in "$OUT"/ab/ab-*.txt; do
+        echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-220
+    done
+}

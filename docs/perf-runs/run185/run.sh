@@ -10,19 +10,12 @@
 # and of the residual lists on b and c with their row queue against the old rows per warp.
 # PARTS=ab or PARTS=ncu runs one part (several device calls).
 set -u
-dev_out="${OUT:-}"
-export OUT=out/run185
-mkdir -p "$OUT"
-PARTS="${PARTS:-ab ncu}"
-has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
-pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run185.tgz" -C "$OUT" .; fi; }
+PARTS_DEFAULT="ab ncu" source docs/perf-runs/prelude.sh run185
 if has ab; then
 MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SELFTEST_ENV="MXHOST_MX_FORM_PF=3 MXHOST_MX_PAIR_PF=3" SHAPES="${SHAPES:-a,b,c}" PEER_BUDGET_S=60 ROUNDS=2 MODE=auto \
   VARIANTS="${VARIANTS:-new new+MXHOST_MX_FORM_PF=3+MXHOST_MX_PAIR_PF=3 new+MXHOST_MX_FORM_PF=2+MXHOST_MX_PAIR_PF=2}" \
   ONLY="GroupedLinear with 32x32" OUT="$OUT/ab" timeout 450 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
-echo "ab rc=$?"; tail -3 "$OUT/ab/selftest.txt" 2>/dev/null; grep FAIL "$OUT/ab/selftest.txt" | head -5
-cat "$OUT/ab/summary.txt" 2>/dev/null | head -20
-for f in "$OUT"/ab/ab-*.txt; do echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-200; done
+ab_report $?
 pack
 fi
 if has ncu; then

@@ -8,20 +8,13 @@
 # (VERIFY, poisoned outputs: the B residual-carried cases need the slabs right).
 # PARTS=ab (default) or PARTS=ncu (run 187's profile of c's quantizers, appended).
 set -u
-dev_out="${OUT:-}"
-export OUT=out/run188
-mkdir -p "$OUT"
-PARTS="${PARTS:-ab}"
-has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
-pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run188.tgz" -C "$OUT" .; fi; }
+PARTS_DEFAULT="ab" source docs/perf-runs/prelude.sh run188
 if has ab; then
 MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SHAPES="${SHAPES:-a,b,c}" PEER_BUDGET_S=60 ROUNDS=2 MODE=auto \
   VARIANTS="${VARIANTS:-new new+MXHOST_NVRTC_DEFINES=-DMXC_TCB_SMEM_P}" \
   ONLY="forward X 1x32 · W 32x32 (pre-quantized),[E,K,N] (transposed copy),GroupedLinear with 32x32" \
   OUT="$OUT/ab" timeout 540 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
-echo "ab rc=$?"; tail -3 "$OUT/ab/selftest.txt" 2>/dev/null; grep FAIL "$OUT/ab/selftest.txt" | head -5
-cat "$OUT/ab/summary.txt" 2>/dev/null | head -20
-for f in "$OUT"/ab/ab-*.txt; do echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-220; done
+ab_report $?
 # the chained wgrad's slabs too (opt-in MXHOST_MX_CHAIN_WGRAD=1; the same gatherer and slab code)
 MXHOST_MX_CHAIN=always MXHOST_MX_CHAIN_WGRAD=1 MXHOST_MX_CHAIN_VERIFY=1 MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 \
   timeout 150 dist/mxhost selftest --device cuda --quick > "$OUT/selftest-wgrad.txt" 2>&1

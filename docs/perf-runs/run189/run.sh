@@ -5,19 +5,12 @@
 # two interleaved rounds, side by side with torch BF16; the selftest under `always` first (VERIFY,
 # poisoned outputs); then ncu on c's pair kernel, old and new, at the card's clocks and at base.
 set -u
-dev_out="${OUT:-}"
-export OUT=out/run189
-mkdir -p "$OUT"
-PARTS="${PARTS:-ab ncu}"
-has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
-pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run189.tgz" -C "$OUT" .; fi; }
+PARTS_DEFAULT="ab ncu" source docs/perf-runs/prelude.sh run189
 if has ab; then
 MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SHAPES="${SHAPES:-a,b,c}" PEER_BUDGET_S=60 ROUNDS=2 MODE=auto \
   VARIANTS="${VARIANTS:-old new}" ONLY="GroupedLinear with 32x32" \
   OUT="$OUT/ab" timeout 420 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
-echo "ab rc=$?"; tail -1 "$OUT/ab/selftest.txt" 2>/dev/null; grep FAIL "$OUT/ab/selftest.txt" | head -5
-cat "$OUT/ab/summary.txt" 2>/dev/null | head -8
-for f in "$OUT"/ab/ab-*.txt; do echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-200; done
+ab_report $?
 pack
 fi
 if has ncu; then

@@ -5,19 +5,12 @@
 # GroupedLinear step with its trace, one round each (device time), side by side with torch BF16;
 # the selftest under `always` first (VERIFY, poisoned outputs); then ncu on c's form kernel.
 set -u
-dev_out="${OUT:-}"
-export OUT=out/run190
-mkdir -p "$OUT"
-PARTS="${PARTS:-ab ncu}"
-has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
-pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run190.tgz" -C "$OUT" .; fi; }
+PARTS_DEFAULT="ab ncu" source docs/perf-runs/prelude.sh run190
 if has ab; then
 MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SHAPES="${SHAPES:-a,b,c}" PEER_BUDGET_S=60 ROUNDS=1 MODE=auto \
   VARIANTS="${VARIANTS:-old new}" ONLY="GroupedLinear with 32x32" \
   OUT="$OUT/ab" timeout 420 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
-echo "ab rc=$?"; tail -1 "$OUT/ab/selftest.txt" 2>/dev/null; grep FAIL "$OUT/ab/selftest.txt" | head -5
-cat "$OUT/ab/summary.txt" 2>/dev/null | head -8
-for f in "$OUT"/ab/ab-*.txt; do echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-200; done
+ab_report $?
 pack
 fi
 if has ncu; then

@@ -7,20 +7,13 @@
 # form kernel, both builds. Run 187 found this kernel bound by memory latency (3 % slower at base
 # clocks, 5.8 warps per scheduler, 1.0 eligible).
 set -u
-dev_out="${OUT:-}"
-export OUT=out/run191
-mkdir -p "$OUT"
-PARTS="${PARTS:-ab chain ncu}"
-has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
-pack() { if [ -n "$dev_out" ]; then tar czf "$dev_out/run191.tgz" -C "$OUT" .; fi; }
+PARTS_DEFAULT="ab chain ncu" source docs/perf-runs/prelude.sh run191
 D=-DMXQBF_WV_CTAS=4
 if has ab; then
 MXHOST_BENCH_STEP_TRACE=1 SELFTEST=always SELFTEST_ENV="MXHOST_NVRTC_DEFINES=$D" SHAPES="${SHAPES:-a,b,c}" PEER_BUDGET_S=90 \
   ROUNDS="${ROUNDS:-2}" MODE=auto VARIANTS="new new+MXHOST_NVRTC_DEFINES=$D" ONLY="GroupedLinear with 32x32" \
   OUT="$OUT/ab" timeout 480 bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
-echo "ab rc=$?"; tail -1 "$OUT/ab/selftest.txt" 2>/dev/null; grep FAIL "$OUT/ab/selftest.txt" | head -5
-cat "$OUT/ab/summary.txt" 2>/dev/null | head -8
-for f in "$OUT"/ab/ab-*.txt; do echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-200; done
+ab_report $?
 pack
 fi
 if has chain; then
