@@ -60,6 +60,12 @@
 #ifndef MXQB_KO
 #define MXQB_KO 0
 #endif
+// Timing variant (docs/perf.md run 193): MXQB_SCOAL=1 makes the one-block builds gather their
+// scale bytes s, s2 in shared memory and write them as the BPC > 1 builds do (32 requests per
+// CTA of up to 8 sectors each, against 128 of 2 from the per-thread byte stores). Same bytes.
+#ifndef MXQB_SCOAL
+#define MXQB_SCOAL 0
+#endif
 
 struct MxQuantBlockFormParams {
   const mx_u16* in;        // [R][C] bf16
@@ -114,7 +120,8 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   __shared__ __align__(16) mx_u32 sm[128 * 32];   // q2 transposed: word (column, 4-row group)
   __shared__ int rowc[128];                       // residuals per block row
   __shared__ mx_u8 ssat[4][128];                  // the block's sat bytes [k32 block][row]
-  __shared__ mx_u8 ss[BPC > 1 ? 2 : 1][128][BPC > 1 ? 4 * BPC : 1];   // BPC > 1: s, s2 [row][k32]
+  constexpr bool SS = BPC > 1 || MXQB_SCOAL;     // scale bytes gathered in shared memory
+  __shared__ mx_u8 ss[SS ? 2 : 1][128][SS ? 4 * BPC : 1];   // SS: s, s2 [row][k32]
   __shared__ uint4 wvpart[WV ? 256 : 1];          // WV: each thread's partial column amax
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int hb = lane >> 4, j = lane & 15;
@@ -207,7 +214,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
         if (store_q) MXQB_ST(reinterpret_cast<uint2*>(p.q + o), make_uint2(q[0], q[1]));
         MXQB_ST(reinterpret_cast<uint2*>(p.q2 + o), make_uint2(q2[i][0], q2[i][1]));
         if ((j & 3) == 0) {
-          if constexpr (BPC > 1) {
+          if constexpr (SS) {
             ss[0][rb + i][4 * jb + (j >> 2)] = (mx_u8)sb;
             ss[1][rb + i][4 * jb + (j >> 2)] = (mx_u8)S;
           } else if (!(MXQB_KO & 4)) {
@@ -256,7 +263,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       *reinterpret_cast<float4*>(p.sa + (mx_i64)bx * 4 * R + 4 * (r0 + t)) = make_float4(v[0], v[1], v[2], v[3]);
     }
   }   // blocks of the CTA
-  if constexpr (BPC > 1) {
+  if constexpr (SS) {
     // each row's scale bytes of the CTA's blocks: lanes 16 h .. 16 h + 15 write one row's bytes
     // of one array (one request, two if they cross a line)
     __syncthreads();
