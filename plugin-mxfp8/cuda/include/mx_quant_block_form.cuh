@@ -37,7 +37,10 @@
 // the shift to the stage scale loses: mc > 0) or a non-finite stage scale (S = 0xFF); every
 // other byte is q2 shifted back by S - s exactly (mx_plain_from_form.cuh writes them when
 // someone reads them). mx_chain_lists reads q only in row-stages with mc > 0, so the lists are
-// the same. One byte per element less written (of 5; 7 with WV).
+// the same. One byte per element less written (of 5; 7 with WV). NOQ builds do not write s2
+// either: it is sat transposed, and its one reader for such a tensor, mx_plain_from_form, reads
+// sat (docs/perf.md run 193: the per-row scale-byte stores, each a partial 32-byte sector, cost
+// 8 % of the WV kernel's time for 1.6 % of its bytes; s2 is half of them).
 // Requires mx_quant_blocks.cuh, mx_reencode.cuh and (WV) mx_fakequant.cuh. NVRTC-clean.
 #pragma once
 
@@ -65,6 +68,11 @@
 // CTA of up to 8 sectors each, against 128 of 2 from the per-thread byte stores). Same bytes.
 #ifndef MXQB_SCOAL
 #define MXQB_SCOAL 0
+#endif
+// Timing variant (docs/perf.md run 194): MXQB_NOQ_S2=1 makes the NOQ builds write s2 as the
+// others do (as before run 194), for an A/B in one dist. Unread either way.
+#ifndef MXQB_NOQ_S2
+#define MXQB_NOQ_S2 0
 #endif
 
 struct MxQuantBlockFormParams {
@@ -219,7 +227,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
             ss[1][rb + i][4 * jb + (j >> 2)] = (mx_u8)S;
           } else if (!(MXQB_KO & 4)) {
             p.s[(mx_i64)r * KB + kb] = (mx_u8)sb;
-            p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
+            if constexpr (NOQ == 0 || MXQB_NOQ_S2) p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
           }
           ssat[j >> 2][rb + i] = (mx_u8)S;
           if (S == 0xFFu) atomicOr(p.status, MX_RES_NONFINITE);
@@ -270,7 +278,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
     constexpr int NB = 4 * BPC;
     const int kb0 = blockIdx.x * NB, nkb = min(NB, KB - kb0);
 #pragma unroll 4
-    for (int i = t; i < 2 * 128 * NB; i += 256) {
+    for (int i = t; i < (NOQ && !MXQB_NOQ_S2 ? 1 : 2) * 128 * NB; i += 256) {   // (NOQ: s only)
       const int a = i / (128 * NB), rr = (i / NB) % 128, b = i % NB;
       if (b < nkb && r0 + rr < R) (a ? p.s2 : p.s)[(mx_i64)(r0 + rr) * KB + kb0 + b] = ss[a][rr][b];
     }

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   if (noq >= 2) {
     const int took[2] = {0, 5};   // a gate the chained GEMM took (flags 0, 5 residuals <= 10)
     MxPlainFromFormParams d{};
-    d.q = q.data(); d.s = s.data(); d.q2 = q2.data(); d.s2 = s2.data(); d.mc = mc.data();
+    d.q = q.data(); d.s = s.data(); d.q2 = q2.data(); d.s2 = sat.data(); d.mc = mc.data();   // (s2 transposed)
     d.gate = noq == 3 ? took : nullptr; d.limit = 10;
     d.R = (int)R; d.C = (int)C;
     // (a grid smaller than the blocks, so that the grid-stride loop goes round)

@@ -74,6 +74,8 @@ pub(super) struct LeftOut {
     s: u64,
     fmt: u8,
     q2: u64,
+    /// The stage scales: as `s` for a weight, transposed (`[red / 32][rows]`, the annex's
+    /// `sat`) for X or dY.
     s2: u64,
     mc: u64,
     /// Rows (`E * cols` for a weight) of `red` bytes.
@@ -103,7 +105,8 @@ impl LeftOut {
                         annex.numel
                     )));
                 }
-                ([l.q2, l.s2, l.mc], rows, red, 0)
+                // (the stage scales transposed: NOQ builds write no row-major s2)
+                ([l.q2, l.sat, l.mc], rows, red, 0)
             }
             (&[_, cols, red], Some(Blocking::Tile))
                 if cols.is_multiple_of(32) && red.is_multiple_of(32) =>
@@ -243,7 +246,7 @@ mod tests {
                 s: 0x2000,
                 fmt: 1,
                 q2: annex + form.q2 as u64,
-                s2: annex + form.s2 as u64,
+                s2: annex + form.sat as u64,
                 mc: annex + form.mc as u64,
                 rows: 32,
                 red: 64,

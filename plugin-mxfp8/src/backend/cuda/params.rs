@@ -278,6 +278,7 @@ pub(super) struct PlainFromFormParams {
     pub(super) q: u64,
     pub(super) s: u64,
     pub(super) q2: u64,
+    /// The stage scales: `s`'s layout for a weight (`rpe` > 0), transposed for X or dY.
     pub(super) s2: u64,
     pub(super) mc: u64,
     /// The GEMM's gate (run only when the chained kernel did not take it), or 0: always.
