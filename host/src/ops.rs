@@ -315,7 +315,8 @@ fn quantize_full(
         None => TensorView::absent(),
     };
     // ABI 1.7: this host asks for the bytes before it reads them (`ensure_bytes`), so a
-    // plugin with `fill_bytes` may leave out those its annex gives back.
+    // plugin with `fill_bytes` may leave out those its annex gives back; 1.8: the scales too
+    // (the `scales` accessor asks as `data` does).
     let annexed = out.annex.is_some() || out_t.as_ref().is_some_and(|t| t.annex.is_some());
     let on_demand = plugin
         .fill_bytes
@@ -348,7 +349,7 @@ fn quantize_full(
             .as_ref()
             .map_or(std::ptr::null(), |o| o.as_ptr()),
         wgrad_num_groups: wgrad_offs_owned.as_ref().map_or(0, |o| o.len() as u32),
-        bytes_on_demand: on_demand.is_some() as u32,
+        bytes_on_demand: on_demand.map_or(0, |_| on_demand_promise(plugin.abi_minor)),
     };
     let mut keep: Vec<Box<dyn std::any::Any>> = vec![Box::new(x.clone()), Box::new(out.clone())];
     if let Some(t) = &out_t {
@@ -438,6 +439,17 @@ pub fn ensure_bytes(q: &MxTensor) -> OpResult<()> {
     call::fill_bytes(&b.plugin, b.fill, &desc, keep, dev == Device::Cpu)?;
     *pending = false;
     Ok(())
+}
+
+/// What a quantize call promises a plugin with `fill_bytes` (`QuantizeDesc::bytes_on_demand`):
+/// this host asks before it reads the bytes ([`ensure_bytes`]), and the scales too (the
+/// `scales` accessor asks as `data` does), which a plugin of minor ≥ 8 understands.
+fn on_demand_promise(abi_minor: u32) -> u32 {
+    if abi_minor >= 8 {
+        mxhost_plugin_abi::BYTES_ON_DEMAND_WITH_SCALES
+    } else {
+        mxhost_plugin_abi::BYTES_ON_DEMAND
+    }
 }
 
 /// Expand an MX tensor to f32.
@@ -775,6 +787,17 @@ mod tests {
             pending: std::sync::Mutex::new(true),
         }));
         q
+    }
+
+    /// ABI 1.8: the scales are promised to a plugin of minor ≥ 8 only (a 1.7 plugin would read
+    /// 2 as an invalid value).
+    #[test]
+    fn the_scales_are_promised_only_to_plugins_that_know_the_promise() {
+        assert_eq!(on_demand_promise(7), mxhost_plugin_abi::BYTES_ON_DEMAND);
+        assert_eq!(
+            on_demand_promise(8),
+            mxhost_plugin_abi::BYTES_ON_DEMAND_WITH_SCALES
+        );
     }
 
     /// ABI 1.7: the plugin is asked for the bytes of a tensor it may have left out once,

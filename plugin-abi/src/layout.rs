@@ -388,7 +388,9 @@ pub struct QuantizeDesc {
     /// ABI 1.7: 1 when the host will call `PluginApi::fill_bytes` with `output` (and with
     /// `transposed`) and its annex before anything but this plugin's GEMMs reads its bytes:
     /// the plugin may then leave out the bytes its annex gives back, and its GEMMs must
-    /// write them first wherever they read them. 0 in an older descriptor.
+    /// write them first wherever they read them. ABI 1.8: 2 when the host asks before it
+    /// reads the bytes or the scales ([`BYTES_ON_DEMAND_WITH_SCALES`]): the plugin may leave
+    /// out both. 0 in an older descriptor.
     pub bytes_on_demand: u32,
 }
 
@@ -400,6 +402,12 @@ pub const QUANTIZE_DESC_SIZE_1_1: usize = std::mem::offset_of!(QuantizeDesc, val
 pub const QUANTIZE_DESC_SIZE_1_2: usize = std::mem::offset_of!(QuantizeDesc, annex);
 /// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.3–1.4 host (no wgrad values).
 pub const QUANTIZE_DESC_SIZE_1_4: usize = std::mem::offset_of!(QuantizeDesc, wgrad_values);
+/// [`QuantizeDesc::bytes_on_demand`]: the host asks before it reads the bytes (ABI 1.7).
+pub const BYTES_ON_DEMAND: u32 = 1;
+/// [`QuantizeDesc::bytes_on_demand`]: the host asks before it reads the bytes or the scales
+/// (ABI 1.8; set only for plugins that report minor ≥ 8).
+pub const BYTES_ON_DEMAND_WITH_SCALES: u32 = 2;
+
 /// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.5–1.6 host (no `bytes_on_demand`).
 pub const QUANTIZE_DESC_SIZE_1_6: usize = std::mem::offset_of!(QuantizeDesc, bytes_on_demand);
 

@@ -42,7 +42,10 @@
 //! `QuantizeDesc::bytes_on_demand` (the host will call `PluginApi::fill_bytes` before anything
 //! but the plugin's own GEMMs reads the MX tensor's bytes, so the plugin may leave out bytes
 //! its annex gives back) and `PluginApi::fill_bytes` (may be null); a host sets the first
-//! only for plugins that report minor ≥ 7 and have the second.
+//! only for plugins that report minor ≥ 7 and have the second. 1.8 gave
+//! `QuantizeDesc::bytes_on_demand` the value 2 (`BYTES_ON_DEMAND_WITH_SCALES`: the host asks
+//! before it reads the scales too, so the plugin may leave those out as well); a host sets 2
+//! only for plugins that report minor ≥ 8. Nothing was appended.
 
 use std::ffi::{c_char, c_void};
 
@@ -56,7 +59,7 @@ pub const ENTRY_SYMBOL: &[u8] = b"mxhost_plugin_entry\0";
 /// `"MXHOSTPL"` in ASCII: the first field of every [`PluginApi`].
 pub const PLUGIN_MAGIC: u64 = 0x4D58_484F_5354_504C;
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 7;
+pub const ABI_MINOR: u32 = 8;
 
 /// ABI 1.3: the size, in i32 words, of the annex a plugin wants beside the MX tensor that
 /// `query` describes (0: none); written to `words`.
@@ -157,7 +160,8 @@ pub struct PluginApi {
     /// [`OperandKind::MxWithAnnex`]); null when it keeps none.
     pub annex_words: Option<AnnexWordsFn>,
     /// ABI 1.7: write the bytes of an MX tensor that a quantize call with
-    /// `QuantizeDesc::bytes_on_demand` may have left out, from its annex ([`FillBytesDesc`]);
+    /// `QuantizeDesc::bytes_on_demand` may have left out, from its annex ([`FillBytesDesc`]),
+    /// and (1.8, when the call had [`layout::BYTES_ON_DEMAND_WITH_SCALES`]) its scales;
     /// a no-op for a tensor whose bytes are all there. Null when the plugin never leaves
     /// bytes out.
     pub fill_bytes: Option<EntryFn<FillBytesDesc>>,

@@ -15,7 +15,8 @@ use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{
     scale_shape, AnnexQuery, BlockKind, BlockLayout, DType, DequantizeDesc, DeviceKind,
     FillBytesDesc, GemmPass, GroupedGemmDesc, MxFormat, MxTensorView, Operand, OperandKind,
-    QuantizeDesc, ScaleMode, TensorView, WeightLayout, ANNEX_QUERY_SIZE_1_3, MAX_RANK,
+    QuantizeDesc, ScaleMode, TensorView, WeightLayout, ANNEX_QUERY_SIZE_1_3,
+    BYTES_ON_DEMAND_WITH_SCALES, MAX_RANK,
 };
 use std::ffi::c_void;
 use std::ops::Range;
@@ -402,6 +403,8 @@ pub struct QuantizeArgs {
     /// ABI 1.7: the host calls `fill_bytes` before anything but this plugin's GEMMs reads
     /// the output's bytes, so a backend may leave out the bytes its annex gives back.
     pub bytes_on_demand: bool,
+    /// ABI 1.8: the same promise for the output's scales (`bytes_on_demand` = 2).
+    pub scales_on_demand: bool,
     pub device: DeviceKind,
     pub ordinal: i32,
     pub stream: *mut c_void,
@@ -550,6 +553,12 @@ impl QuantizeArgs {
         }
         let (device, ordinal) = common_device(&tensors)?;
         check_disjoint(&outs, &[&input])?;
+        if desc.bytes_on_demand > BYTES_ON_DEMAND_WITH_SCALES {
+            return Err(PluginError::invalid(format!(
+                "options.bytes_on_demand must be 0, 1 or 2 (ABI 1.8: with the scales), got {}",
+                desc.bytes_on_demand
+            )));
+        }
         Ok(QuantizeArgs {
             input,
             output,
@@ -558,7 +567,8 @@ impl QuantizeArgs {
             annex,
             transposed_annex,
             wgrad_values,
-            bytes_on_demand: flag("bytes_on_demand", desc.bytes_on_demand)?,
+            bytes_on_demand: desc.bytes_on_demand != 0,
+            scales_on_demand: desc.bytes_on_demand == BYTES_ON_DEMAND_WITH_SCALES,
             device,
             ordinal,
             stream: desc.stream,

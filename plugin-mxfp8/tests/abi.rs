@@ -927,8 +927,8 @@ fn wgrad_values_are_each_experts_quantization_along_rows() {
 }
 
 /// ABI 1.7: the table has `fill_bytes`; on the CPU a quantize call told the host fills bytes on
-/// demand still writes every byte (nothing is left out there), `fill_bytes` on such a tensor
-/// does nothing, and malformed requests are refused with a reason.
+/// demand (and, 1.8, scales) still writes every byte (nothing is left out there), `fill_bytes`
+/// on such a tensor does nothing, and malformed requests are refused with a reason.
 #[test]
 fn bytes_on_demand_change_nothing_on_the_cpu() {
     let fill = api().fill_bytes.expect("mxfp8 has fill_bytes (ABI 1.7)");
@@ -945,18 +945,20 @@ fn bytes_on_demand_change_nothing_on_the_cpu() {
     };
     let (r0, d0, s0) = quantized(0);
     let (r1, d1, s1) = quantized(1);
+    let (r2, d2, s2) = quantized(2);
     assert_eq!(
-        (r0.0, r1.0),
-        (Status::Ok, Status::Ok),
-        "{} / {}",
+        (r0.0, r1.0, r2.0),
+        (Status::Ok, Status::Ok, Status::Ok),
+        "{} / {} / {}",
         r0.1,
-        r1.1
+        r1.1,
+        r2.1
     );
     assert!(
-        d0 == d1 && s0 == s1,
-        "bytes on demand changed the CPU's bytes"
+        d0 == d1 && s0 == s1 && d0 == d2 && s0 == s2,
+        "bytes (or scales, ABI 1.8) on demand changed the CPU's bytes"
     );
-    let (st, msg) = quantized(2).0;
+    let (st, msg) = quantized(3).0;
     assert_eq!(st, Status::InvalidArgument);
     assert!(msg.contains("bytes_on_demand"), "{msg}");
     // fill_bytes on the CPU tensor and an annex: nothing to write

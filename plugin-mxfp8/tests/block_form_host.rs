@@ -81,6 +81,10 @@ enum Noq {
     ThenPlainFromForm = 2,
     /// The same, gated on a gate the chained GEMM took (so it writes nothing).
     ThenGatedPlainFromForm = 3,
+    /// The NOQ build given no scales pointer: s goes transposed into s2's buffer.
+    OmitsScales = 4,
+    /// That, then `mx_plain_from_form` writing the bytes and s back.
+    ThenPlainFromFormWithScales = 5,
 }
 
 fn run_kernel_noq(
@@ -264,7 +268,8 @@ fn the_wv_build_writes_the_wgrad_values_beside_the_same_outputs() {
 /// s2 transposed), and write every other output as the builds that write q do;
 /// `mx_plain_from_form` (reading the stage scales from `sat`) then writes the rest of q back
 /// from the chain form, equal byte for byte to the plain quantizer's, and with a gate the
-/// chained GEMM took it writes nothing. On inputs with residuals, signed zeros, tiny values, an Inf and a NaN,
+/// chained GEMM took it writes nothing. Given no s (the scales on demand too, ABI 1.8) the
+/// NOQ build writes s transposed into s2's buffer instead, and the write-back restores s. On inputs with residuals, signed zeros, tiny values, an Inf and a NaN,
 /// both formats and every scale mode.
 #[test]
 fn the_noq_build_leaves_out_only_bytes_the_form_gives_back() {
@@ -345,6 +350,27 @@ fn the_noq_build_leaves_out_only_bytes_the_form_gives_back() {
                     &omits.q,
                     c,
                 );
+                // the scales left out too: s untouched, s transposed in s2's buffer, the rest as
+                // the NOQ build writes it; then both written back
+                let no_s = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::OmitsScales);
+                let vs = format!("{ctx} (NOQ without s against NOQ)");
+                same_form_but_s2(&vs, &no_s, &omits, (r, c));
+                host::first_difference(&format!("{vs}: q"), &no_s.q, &omits.q, c);
+                host::first_difference(&format!("{vs}: wv"), &no_s.wv, &omits.wv, 2 * c);
+                assert!(
+                    no_s.s.iter().all(|&b| b == 0xA5),
+                    "{ctx}: the NOQ build given no s wrote s"
+                );
+                host::first_difference(
+                    &format!("{vs}: s transposed"),
+                    &no_s.s2,
+                    &host::transpose(&plain.s, r, c / 32),
+                    r,
+                );
+                let back = run_kernel_noq(&exe, &x, (r, c), cfg, Noq::ThenPlainFromFormWithScales);
+                let vs = format!("{ctx}: written back without s");
+                host::first_difference(&format!("{vs}: q"), &back.q, &plain.q, c);
+                host::first_difference(&format!("{vs}: s"), &back.s, &plain.s, c / 32);
             }
         }
     }

@@ -7,7 +7,8 @@
 //! values), the count per row, and the status words the chained GEMM's gate reads. Its rows per
 //! warp (`rpw`: 1 … 16) change how a CTA's threads split the work, never the result, so every
 //! case runs at every `rpw`, on fresh random operands: rows without residuals, with a few, and
-//! with more than the row's slots (overflow); 1×32 rows and 32×32 weight tiles; both formats;
+//! with more than the row's slots (overflow); 1×32 rows (their scales row-major or transposed)
+//! and 32×32 weight tiles; both formats;
 //! 2 stages (the last one short), 23 and 33 (past the 32 counts a warp keeps in shared memory).
 //! The seed is printed, and `MXHOST_TEST_SEED` replays one.
 
@@ -65,6 +66,19 @@ fn rows_case(rng: &mut Rng, format: MxFormat, rows: usize, k: usize) -> Case {
         q,
         s_rows: s.clone(),
         s,
+    }
+}
+
+/// The same with the scales transposed, `[kb][rows]` (strides swapped): where X's and dY's
+/// form kernel writes them when the MX tensor's scales are left out too (plugin ABI 1.8).
+fn rows_case_transposed(rng: &mut Rng, format: MxFormat, rows: usize, k: usize) -> Case {
+    let c = rows_case(rng, format, rows, k);
+    let kb = k.div_ceil(32);
+    Case {
+        name: format!("{}, scales transposed", c.name),
+        strides: (0, rows, 1),
+        s: host::transpose(&c.s_rows, rows, kb),
+        ..c
     }
 }
 
@@ -192,6 +206,7 @@ fn lists_equal_the_cpu_reference_at_every_rows_per_warp() {
         rows_case(&mut rng, MxFormat::E5m2, 301, 2880),
         rows_case(&mut rng, MxFormat::E4m3, 200, 4224),
         rows_case(&mut rng, MxFormat::E4m3, 77, 160),
+        rows_case_transposed(&mut rng, MxFormat::E4m3, 301, 2880),
         tiles_case(&mut rng, MxFormat::E4m3, 3, 96, 2880),
     ];
     let (mut lists, mut overflows) = (0, 0);

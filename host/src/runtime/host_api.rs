@@ -335,7 +335,11 @@ impl mx::HostMxTensor for HostState {
     }
 
     fn scales(&mut self, this: Resource<MxTensor>) -> wasmtime::Result<Resource<Tensor>> {
-        let t = self.table.get(&this)?.scales.clone();
+        let q = self.table.get(&this)?;
+        // (scales its plugin left out, ABI 1.8, are written with the bytes, before the guest
+        // holds them)
+        crate::ops::ensure_bytes(q).map_err(|e| wasmtime::Error::msg(e.message))?;
+        let t = q.scales.clone();
         self.push_tensor(t)
             .map_err(|e| wasmtime::Error::msg(e.message))
     }

@@ -7,7 +7,10 @@
 // [0, limit]), i.e. when the per-k32 kernel enqueued after it will read q; null: always.
 // rpe = 0 (X, dY): the stage scales s2 are read transposed, [C / 32][R] (the annex's sat: the
 // form kernel's NOQ builds write no row-major copy), so the blocks are walked rows fastest (the
-// reads of s2 and mc coalesced; q2 and q are whole 32-byte sectors either way).
+// reads of s2 and mc coalesced; q2 and q are whole 32-byte sectors either way). st (rpe = 0,
+// optional): the scales s left out too (mx_quant_block_form.cuh, NOQ with s null), transposed as
+// s2; every block's scale byte is then written to s from it, the row-stages the quantizer
+// stored included.
 // rpe > 0: a weight's bytes instead (W or Wᵀ of mx_reencode_pair.cuh's NOQ, 32x32 tiles): R = E rpe
 // rows of C bytes, scales s[e][ceil(rpe / 32)][C / 32] (s2 likewise), mc[(c / 128) * R + e rpe + r].
 // One thread per 32-byte block, grid-stride. Requires mx_ptx.cuh, mx_numerics.cuh,
@@ -15,12 +18,13 @@
 #pragma once
 
 struct MxPlainFromFormParams {
-  mx_u8* q; const mx_u8* s;          // the MX tensor: [R][C], [R][C / 32]
+  mx_u8* q; mx_u8* s;                // the MX tensor: [R][C], [R][C / 32] (written only with st)
   const mx_u8* q2; const mx_u8* s2;  // its stage-uniform copy: q2 as q; s2 as s, but [C / 32][R] if rpe = 0
   const mx_u8* mc;                   // residuals per row and stage: mc[(c / 128) * R + r]
   const int* gate; int limit;
   int R, C;                          // C % 32 == 0
   int rpe;                           // 0: 1x32 blocks along rows; else rows per expert of 32x32 tiles
+  const mx_u8* st;                   // rpe = 0: s transposed, [C / 32][R], if s was left out; else null
 };
 
 template <int FMT>
@@ -44,8 +48,15 @@ MX_DEV void mx_plain_from_form(const MxPlainFromFormParams& p) {
     }
     const mx_i64 i = r * KB + kb;   // the block's 32 bytes are q[32 i ..]
     const mx_u32 S = p.s2[si2];
+    mx_u32 sb;
+    if (p.st != nullptr) {
+      sb = p.st[t];
+      p.s[si] = (mx_u8)sb;
+    } else {
+      sb = p.s[si];
+    }
     if (S == 0xFFu || p.mc[(mx_i64)(kb >> 2) * p.R + r] != 0) continue;   // stored by the quantizer
-    const mx_u32 d = S - p.s[si];
+    const mx_u32 d = S - sb;
     const uint4* src = reinterpret_cast<const uint4*>(p.q2 + i * 32);
     uint4* dst = reinterpret_cast<uint4*>(p.q + i * 32);
 #pragma unroll

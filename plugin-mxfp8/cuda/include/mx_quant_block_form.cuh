@@ -40,7 +40,9 @@
 // the same. One byte per element less written (of 5; 7 with WV). NOQ builds do not write s2
 // either: it is sat transposed, and its one reader for such a tensor, mx_plain_from_form, reads
 // sat (docs/perf.md run 193: the per-row scale-byte stores, each a partial 32-byte sector, cost
-// 8 % of the WV kernel's time for 1.6 % of its bytes; s2 is half of them).
+// 8 % of the WV kernel's time for 1.6 % of its bytes; s2 is half of them). A NOQ build given no
+// s (p.s null: the MX tensor's scales on demand too, plugin ABI 1.8) writes s transposed into
+// the s2 buffer instead, [C / 32][R] as sat, whole sectors; mx_plain_from_form writes s from it.
 // Requires mx_quant_blocks.cuh, mx_reencode.cuh and (WV) mx_fakequant.cuh. NVRTC-clean.
 #pragma once
 
@@ -78,7 +80,8 @@
 struct MxQuantBlockFormParams {
   const mx_u16* in;        // [R][C] bf16
   mx_u8* q; mx_u8* s;      // the MX tensor: [R][C], [R][C / 32]
-  mx_u8* q2; mx_u8* s2;    // the stage-uniform copy, same layouts
+  mx_u8* q2; mx_u8* s2;    // the stage-uniform copy, same layouts (NOQ: s2 unwritten; with s
+                           //   null, s transposed [C / 32][R] instead)
   mx_u8* at; mx_u8* sat;   // q2 and s2 transposed: [C][R], [C / 32][R]
   mx_u8* mc;               // residuals per row and stage: mc[(c / 128) * R + r]
   int* status;             // this kernel ORs MX_RES_NONFINITE into status[0]
@@ -128,6 +131,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   __shared__ __align__(16) mx_u32 sm[128 * 32];   // q2 transposed: word (column, 4-row group)
   __shared__ int rowc[128];                       // residuals per block row
   __shared__ mx_u8 ssat[4][128];                  // the block's sat bytes [k32 block][row]
+  __shared__ mx_u8 sst[NOQ ? 4 : 1][128];         // NOQ: its s bytes, the same way
   constexpr bool SS = BPC > 1 || MXQB_SCOAL;     // scale bytes gathered in shared memory
   __shared__ mx_u8 ss[SS ? 2 : 1][128][SS ? 4 * BPC : 1];   // SS: s, s2 [row][k32]
   __shared__ uint4 wvpart[WV ? 256 : 1];          // WV: each thread's partial column amax
@@ -226,10 +230,11 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
             ss[0][rb + i][4 * jb + (j >> 2)] = (mx_u8)sb;
             ss[1][rb + i][4 * jb + (j >> 2)] = (mx_u8)S;
           } else if (!(MXQB_KO & 4)) {
-            p.s[(mx_i64)r * KB + kb] = (mx_u8)sb;
-            if constexpr (NOQ == 0 || MXQB_NOQ_S2) p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
+            if (NOQ == 0 || p.s != nullptr) p.s[(mx_i64)r * KB + kb] = (mx_u8)sb;
+            if (NOQ == 0 || (MXQB_NOQ_S2 && p.s != nullptr)) p.s2[(mx_i64)r * KB + kb] = (mx_u8)S;
           }
           ssat[j >> 2][rb + i] = (mx_u8)S;
+          if constexpr (NOQ != 0) sst[j >> 2][rb + i] = (mx_u8)sb;
           if (S == 0xFFu) atomicOr(p.status, MX_RES_NONFINITE);
         }
       }
@@ -260,7 +265,10 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int i = t + 256 * k, rr = i & 127, b = i >> 7;
-      if (r0 + rr < R && (c0 >> 5) + b < KB) p.sat[(mx_i64)((c0 >> 5) + b) * R + r0 + rr] = ssat[b][rr];
+      if (r0 + rr < R && (c0 >> 5) + b < KB) {
+        p.sat[(mx_i64)((c0 >> 5) + b) * R + r0 + rr] = ssat[b][rr];
+        if (NOQ != 0 && p.s == nullptr) p.s2[(mx_i64)((c0 >> 5) + b) * R + r0 + rr] = sst[b][rr];
+      }
     }
     if (t < 128 && r0 + t < R) {
       p.mc[(mx_i64)bx * R + r0 + t] = (mx_u8)rowc[t];
@@ -280,7 +288,8 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
 #pragma unroll 4
     for (int i = t; i < (NOQ && !MXQB_NOQ_S2 ? 1 : 2) * 128 * NB; i += 256) {   // (NOQ: s only)
       const int a = i / (128 * NB), rr = (i / NB) % 128, b = i % NB;
-      if (b < nkb && r0 + rr < R) (a ? p.s2 : p.s)[(mx_i64)(r0 + rr) * KB + kb0 + b] = ss[a][rr][b];
+      // (NOQ with s null: s went transposed into s2 above, and neither is written here)
+      if (b < nkb && r0 + rr < R && (NOQ == 0 || p.s != nullptr)) (a ? p.s2 : p.s)[(mx_i64)(r0 + rr) * KB + kb0 + b] = ss[a][rr][b];
     }
   }
 }

@@ -5,7 +5,9 @@
 // Usage: driver IN OUT. IN: 7 little-endian i64 (R, C, fmt, mode, blocks per CTA: 1 or 4, wv: 0
 // or 1, the WV build mx_quantize_rows_form_wv_*, one block per CTA; noq: 0 the build that writes
 // q, 1 the NOQ build (one block per CTA), 2 the NOQ build then mx_plain_from_form
-// (mx_plain_from_form.cuh), 3 the same with a gate the chained GEMM took (so it writes nothing)),
+// (mx_plain_from_form.cuh), 3 the same with a gate the chained GEMM took (so it writes nothing),
+// 4 the NOQ build given no s (it writes s transposed into s2), 5 that, then mx_plain_from_form
+// writing s from it),
 // then the bf16 input [R][C].
 // OUT, every buffer poisoned with 0xA5 before the launch: q, s, q2, s2, at, sat, mc, sa (f32),
 // then status[2] (i32), then with wv = 1 wv ([R][C] bf16).
@@ -47,7 +49,9 @@ int main(int argc, char** argv) {
   const simt_dim3 grid{(unsigned)((NS + bpc - 1) / bpc), (unsigned)((R + 127) / 128), 1};
   if ((bpc != 1 && bpc != 4) || (wv && bpc != 1)) { fprintf(stderr, "blocks per CTA: 1 or 4 (wv: 1)\n"); return 2; }
   const int noq = (int)h[6];
-  if (noq < 0 || noq > 3 || (noq && bpc != 1)) { fprintf(stderr, "noq: 0..3, one block per CTA\n"); return 2; }
+  if (noq < 0 || noq > 5 || (noq && bpc != 1)) { fprintf(stderr, "noq: 0..5, one block per CTA\n"); return 2; }
+  const bool s_out = noq >= 4;   // the scales left out too
+  if (s_out) p.s = nullptr;
   if (noq == 0 && wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1>(p); });
   if (noq == 0 && wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1>(p); });
   if (noq == 0 && !wv && bpc == 1 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1>(p); });
@@ -56,10 +60,11 @@ int main(int argc, char** argv) {
   if (noq && wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1, 1>(p); });
   if (noq && !wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 0, 1>(p); });
   if (noq && !wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 0, 1>(p); });
-  if (noq >= 2) {
+  if (noq == 2 || noq == 3 || noq == 5) {
     const int took[2] = {0, 5};   // a gate the chained GEMM took (flags 0, 5 residuals <= 10)
     MxPlainFromFormParams d{};
     d.q = q.data(); d.s = s.data(); d.q2 = q2.data(); d.s2 = sat.data(); d.mc = mc.data();   // (s2 transposed)
+    d.st = s_out ? s2.data() : nullptr;
     d.gate = noq == 3 ? took : nullptr; d.limit = 10;
     d.R = (int)R; d.C = (int)C;
     // (a grid smaller than the blocks, so that the grid-stride loop goes round)

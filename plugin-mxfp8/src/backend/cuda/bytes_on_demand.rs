@@ -18,6 +18,12 @@
 //! else that reads a weight's bytes asks here first, as for X and dY ([`LeftOut`] covers both
 //! layouts).
 //!
+//! Where the host promises the same for the scales (ABI 1.8, `scales_on_demand`), X's and
+//! dY's NOQ builds leave out their scales too and write them transposed into the annex's
+//! `s2` region instead (whole sectors: the row-major scale bytes, each a partial sector, cost
+//! 8 % of the form kernel's time for 1.6 % of its bytes, docs/perf.md run 193); the lists read
+//! them there, and `mx_plain_from_form` writes them back with the bytes.
+//!
 //! Which annexes belong to a tensor with bytes left out is remembered here by the annex's
 //! device address: every quantize call first forgets its annexes ([`forget`]), then the NOQ
 //! path notes its own ([`note_left_out`]), so a reused address never carries a stale mark.
@@ -34,7 +40,7 @@ use super::{arg, cdiv, i32_of, ptr};
 use crate::kernels::Unit;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_common::args::{Blocking, FillBytesArgs, MxArg, OperandArg, TensorArg};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 /// Whether a quantize call the host asked with `bytes_on_demand` may leave bytes out.
@@ -43,9 +49,17 @@ pub(super) fn enabled() -> bool {
     *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_NOQ", true)) && !chain_verify::enabled()
 }
 
-/// Annex addresses whose tensor's bytes are partly left out.
-fn left_out() -> std::sync::MutexGuard<'static, HashSet<u64>> {
-    static SET: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
+/// Whether a quantize call the host asked with the scales on demand too (ABI 1.8) may leave
+/// them out (`MXHOST_MX_CHAIN_NOQ_S=0` writes them, for A/B timing).
+pub(super) fn scales_enabled() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_NOQ_S", true))
+}
+
+/// Annex addresses whose tensor's bytes are partly left out, each with whether its scales are
+/// left out too.
+fn left_out() -> std::sync::MutexGuard<'static, HashMap<u64, bool>> {
+    static SET: OnceLock<Mutex<HashMap<u64, bool>>> = OnceLock::new();
     SET.get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -56,14 +70,20 @@ pub(super) fn forget(annex: u64) {
     left_out().remove(&annex);
 }
 
-/// The tensor of the annex at `annex` was written by a NOQ build.
-pub(super) fn note_left_out(annex: u64) {
-    left_out().insert(annex);
+/// The tensor of the annex at `annex` was written by a NOQ build; `scales`: one that left out
+/// the scales too (X or dY only), writing them transposed into the annex's `s2` region.
+pub(super) fn note_left_out(annex: u64, scales: bool) {
+    left_out().insert(annex, scales);
 }
 
 /// Whether the tensor of the annex at `annex` may miss bytes.
 pub(super) fn is_left_out(annex: u64) -> bool {
-    left_out().contains(&annex)
+    left_out().contains_key(&annex)
+}
+
+/// Whether the tensor of the annex at `annex` may miss its scales too.
+fn scales_left_out(annex: u64) -> bool {
+    left_out().get(&annex).copied().unwrap_or(false)
 }
 
 /// What `mx_plain_from_form` reads and writes for one tensor whose bytes a NOQ build left out:
@@ -78,6 +98,9 @@ pub(super) struct LeftOut {
     /// `sat`) for X or dY.
     s2: u64,
     mc: u64,
+    /// X's or dY's scales transposed (`[red / 32][rows]`, the annex's `s2` region) when they
+    /// were left out too (ABI 1.8); else 0.
+    st: u64,
     /// Rows (`E * cols` for a weight) of `red` bytes.
     rows: usize,
     red: usize,
@@ -96,7 +119,7 @@ impl LeftOut {
         let (q, s, fmt) = (ptr(&m.data), ptr(&m.scales), super::fmt_code(m.format));
         let shape: Vec<usize> = m.data.shape.iter().map(|&d| d as usize).collect();
         // (each layout's form regions: bytes, scale bytes, residual counts)
-        let (regions, rows, red, rpe) = match (shape.as_slice(), Blocking::from_abi(m.block)) {
+        let (regions, rows, red, rpe, st) = match (shape.as_slice(), Blocking::from_abi(m.block)) {
             (&[rows, red], Some(Blocking::Vector { axis: 1 })) if red.is_multiple_of(32) => {
                 let l = a_layout(rows, red);
                 if annex.numel * 4 < l.bytes {
@@ -105,8 +128,10 @@ impl LeftOut {
                         annex.numel
                     )));
                 }
-                // (the stage scales transposed: NOQ builds write no row-major s2)
-                ([l.q2, l.sat, l.mc], rows, red, 0)
+                // (the stage scales transposed: NOQ builds write no row-major s2; that region
+                // holds the scales, transposed, where they were left out too)
+                let st = if scales_left_out(base) { at(l.s2) } else { 0 };
+                ([l.q2, l.sat, l.mc], rows, red, 0, st)
             }
             (&[_, cols, red], Some(Blocking::Tile))
                 if cols.is_multiple_of(32) && red.is_multiple_of(32) =>
@@ -116,7 +141,7 @@ impl LeftOut {
                     unreachable!("a rank-3 tile tensor's annex is a B form")
                 };
                 let l = b_annex_layout((e, cols, red), bt);
-                ([l.q2, l.s2, l.mc], e * cols, red, cols)
+                ([l.q2, l.s2, l.mc], e * cols, red, cols, 0)
             }
             _ => return Err(PluginError::invalid(format!(
                 "fill_bytes: an annex noted for a tensor [rows, red] in 1×32 blocks along its last axis or [E, cols, red] in 32×32 tiles (axes multiples of 32), got shape {:?}",
@@ -131,6 +156,7 @@ impl LeftOut {
             q2,
             s2,
             mc,
+            st,
             rows,
             red,
             rpe,
@@ -152,6 +178,7 @@ impl LeftOut {
             r: i32_of("rows", self.rows)?,
             c: i32_of("reduction", self.red)?,
             rpe: i32_of("rows per expert", self.rpe)?,
+            st: self.st,
         };
         let name = if self.fmt == 0 {
             "mx_plain_from_form_e4m3"
@@ -236,7 +263,7 @@ mod tests {
         forget(annex);
         let o = operand(vec![32, 64], Some(annex));
         assert!(left_out_of(&o).unwrap().is_none(), "not noted");
-        note_left_out(annex);
+        note_left_out(annex, false);
         let l = left_out_of(&o).unwrap().expect("noted");
         let form = a_layout(32, 64);
         assert_eq!(
@@ -248,6 +275,7 @@ mod tests {
                 q2: annex + form.q2 as u64,
                 s2: annex + form.sat as u64,
                 mc: annex + form.mc as u64,
+                st: 0,
                 rows: 32,
                 red: 64,
                 rpe: 0,
@@ -262,6 +290,12 @@ mod tests {
         assert!(
             left_out_of(&operand(vec![2, 32, 64], Some(annex))).is_err(),
             "rank 3, 1×32"
+        );
+        // (the scales left out too: their transposed copy in the form's s2 region)
+        note_left_out(annex, true);
+        assert_eq!(
+            left_out_of(&o).unwrap().expect("noted").st,
+            annex + form.s2 as u64
         );
         forget(annex);
         assert!(left_out_of(&o).unwrap().is_none(), "forgotten");

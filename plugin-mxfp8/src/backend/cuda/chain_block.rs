@@ -71,7 +71,7 @@ pub(super) fn form_a(
         0,
         &mut [arg(&p)],
     )?;
-    lists(call, a, (rows, red), mc, (&l, base))?;
+    lists(call, a, (rows, red), mc, (&l, base), false)?;
     chain_form::a_scale_table(call, &l, (rows, red), base)?;
     if chain_verify::enabled() {
         verify(call, a, (rows, red), (&l, base))?;
@@ -81,26 +81,34 @@ pub(super) fn form_a(
 
 /// What follows a one-pass kernel that left per-row, per-stage residual counts at `mc`
 /// (`mx_reencode_block_*`, `mx_quantize_rows_form_*`): `mx_chain_lists_*` writes the lists,
-/// their counts and status word 1.
+/// their counts and status word 1. `scales_in_s2`: the kernel wrote A's scales transposed into
+/// the form's `s2` region instead of `a.s` (a NOQ build with the scales on demand, ABI 1.8).
 pub(super) fn lists(
     call: &Call,
     a: &AMat,
     (rows, red): (usize, usize),
     mc: u64,
     (l, base): (&ALayout, u64),
+    scales_in_s2: bool,
 ) -> PluginResult<()> {
     let at = |o: usize| base + o as u64;
+    // (the lists read a row's scale at s + r·isc + (k / 32)·isr)
+    let (s, isr, isc) = if scales_in_s2 {
+        (at(l.s2), rows as i64, 1)
+    } else {
+        (a.s, 1, cdiv(red, 32) as i64)
+    };
     let lp = ChainListParams {
         q: a.q,
-        s: a.s,
+        s,
         mc,
         res: at(l.res),
         cnt: at(l.cnt),
         status: at(l.status),
         r: rows as i64,
         ise: 0,
-        isr: 1,
-        isc: cdiv(red, 32) as i64,
+        isr,
+        isc,
         k: i32_of("reduction", red)?,
         rpe: i32_of("rows", rows)?,
         rdv: 1,

@@ -279,8 +279,8 @@ pub(super) fn quantize_b_pair(call: &mut Call, args: &QuantizeArgs) -> PluginRes
     };
     plan.run(call, kernel, arg(&p), &f)?;
     if noq {
-        bytes_on_demand::note_left_out(plan.base);
-        bytes_on_demand::note_left_out(plan.base_t);
+        bytes_on_demand::note_left_out(plan.base, false);
+        bytes_on_demand::note_left_out(plan.base_t, false);
     }
     Ok(true)
 }

@@ -126,21 +126,29 @@ pub(super) fn quantize_a_with_annex(
         call.zero(base, a_layout(rows, red).bytes)?;
     }
     // ABI 1.7: the bytes the form gives back are left out where the host fills them on demand
-    // (the one-block form kernel's NOQ builds)
+    // (the one-block form kernel's NOQ builds); 1.8: the scales too, where it asks for those
     let noq = args.bytes_on_demand
         && bytes_on_demand::enabled()
         && kernel == OnePass::Block
         && form_blocks_per_cta() == 1;
+    let on_demand = match (
+        noq,
+        args.scales_on_demand && bytes_on_demand::scales_enabled(),
+    ) {
+        (false, _) => OnDemand::Nothing,
+        (true, false) => OnDemand::Bytes,
+        (true, true) => OnDemand::BytesAndScales,
+    };
     let l = fused(
         call,
         kernel,
         ptr(x),
         (q, s, fmt, mode),
         (rows, red),
-        (base, wv, noq),
+        (base, wv, on_demand),
     )?;
     if noq {
-        bytes_on_demand::note_left_out(base);
+        bytes_on_demand::note_left_out(base, on_demand == OnDemand::BytesAndScales);
     }
     if chain_verify::enabled() {
         verify(call, ptr(x), (q, s, fmt, mode), (rows, red), (&l, base))?;
@@ -192,7 +200,7 @@ pub(super) fn quantize_dense_a(
         x,
         (q, s, fmt, mode),
         (rows, red),
-        (base, &mut None, false),
+        (base, &mut None, OnDemand::Nothing),
     )?;
     if chain_verify::enabled() {
         verify(call, x, (q, s, fmt, mode), (rows, red), (&l, base))?;
@@ -200,17 +208,30 @@ pub(super) fn quantize_dense_a(
     Ok(Some((AMat { q, s, fmt, rdiv: 1 }, base)))
 }
 
+/// What a quantize call leaves out of the MX tensor for `fill_bytes` to write (the one-block
+/// form kernel's NOQ builds; [`bytes_on_demand`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnDemand {
+    Nothing,
+    /// The bytes the form gives back (ABI 1.7).
+    Bytes,
+    /// Those and the scales, written transposed into the form's `s2` region (ABI 1.8).
+    BytesAndScales,
+}
+
 /// `kernel` over bf16 `x` (`[rows][red]`): the MX tensor at `q`, `s` and its chain form at
 /// `base`, with the form's FP32 scale table; with the one-block form kernel also the wgrad
-/// values at `wv` (taken then).
+/// values at `wv` (taken then) and, as `on_demand` says, part of the MX tensor left out.
 fn fused(
     call: &mut Call,
     kernel: OnePass,
     x: u64,
     (q, s, fmt, mode): (u64, u64, u8, i32),
     (rows, red): (usize, usize),
-    (base, wv, noq): (u64, &mut Option<u64>, bool),
+    (base, wv, on_demand): (u64, &mut Option<u64>, OnDemand),
 ) -> PluginResult<ALayout> {
+    let noq = on_demand != OnDemand::Nothing;
+    let scales_out = on_demand == OnDemand::BytesAndScales;
     let l = a_layout(rows, red);
     let at = |o: usize| base + o as u64;
     call.zero(at(l.status), 8)?;
@@ -222,7 +243,8 @@ fn fused(
         let p = QuantBlockFormParams {
             inp: x,
             q,
-            s,
+            // (null: the NOQ build writes the scales transposed into s2's region instead)
+            s: if scales_out { 0 } else { s },
             q2: at(l.q2),
             s2: at(l.s2),
             at: at(l.at),
@@ -251,7 +273,7 @@ fn fused(
         call.launch(Unit::Chain, name, grid, (256, 1, 1), 0, &mut [arg(&p)])?;
         let a = AMat { q, s, fmt, rdiv: 1 };
         // (the kernel wrote the FP32 scale table too)
-        chain_block::lists(call, &a, (rows, red), mc, (&l, base))?;
+        chain_block::lists(call, &a, (rows, red), mc, (&l, base), scales_out)?;
         return Ok(l);
     }
     let p = QuantChainParams {

@@ -606,8 +606,8 @@ pub(super) fn weights(
 /// forward/dgrad launch: out[rows][cols] = Σ A[rows][red] · B_e[cols][red]. With `gate`
 /// (the chained kernel was enqueued before) the TMA kernels return at once when the chained
 /// kernel took the GEMM; `mx_gemm_*` does not look, so it recomputes the same result.
-/// `a_left_out`, `b_left_out`: A's and B's bytes where their quantize calls left some out,
-/// written before the per-k32 kernel reads them, behind the same gate as its tables.
+/// `a_left_out`, `b_left_out`: A's and B's bytes (and scales) where their quantize calls left
+/// some out, written before the tables and the per-k32 kernel read them, behind the same gate.
 #[allow(clippy::too_many_arguments)]
 fn gemm_rows(
     call: &mut Call,
@@ -661,6 +661,10 @@ fn gemm_rows(
     };
     let choice = tgemm_choice(call, unit, &p)?;
     let table_gate = gate.filter(|_| choice.is_ok());
+    // (before the tables: a tensor whose scales were left out too, ABI 1.8, gets them here)
+    for l in [a_left_out, b_left_out].into_iter().flatten() {
+        l.write_before_read(call, table_gate)?;
+    }
     call.scales_f32_into(
         sa,
         a.s,
@@ -681,9 +685,6 @@ fn gemm_rows(
         false,
         table_gate,
     )?;
-    for l in [a_left_out, b_left_out].into_iter().flatten() {
-        l.write_before_read(call, table_gate)?;
-    }
     launch_chosen(call, (a.fmt, b.fmt, b.w2d, out_bf16), choice, &p, gate)
 }
 

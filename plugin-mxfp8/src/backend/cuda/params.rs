@@ -288,6 +288,9 @@ pub(super) struct PlainFromFormParams {
     pub(super) c: i32,
     /// 0: 1×32 blocks along rows (X, dY); else the rows per expert of a weight in 32×32 tiles.
     pub(super) rpe: i32,
+    /// `rpe` = 0: the scales transposed, when they were left out too (then written to `s`);
+    /// else 0.
+    pub(super) st: u64,
 }
 
 /// `MxQuantChainParams` of mx_quant_chain.cuh (`mx_quantize_rows_chain_*`): bf16 rows
@@ -389,7 +392,7 @@ const _: () = {
     assert!(std::mem::size_of::<ChainListParams>() == 104);
     assert!(std::mem::size_of::<ReencodeBlockParams>() == 72);
     assert!(std::mem::size_of::<QuantBlockFormParams>() == 104);
-    assert!(std::mem::size_of::<PlainFromFormParams>() == 64);
+    assert!(std::mem::size_of::<PlainFromFormParams>() == 72);
     assert!(std::mem::size_of::<ChainFix>() == 128);
     assert!(std::mem::size_of::<ChainParams>() == 768);
     assert!(std::mem::offset_of!(ChainParams, f) == 448);
