@@ -413,6 +413,14 @@ fn annex_words(
     Ok(call::annex_words(plugin, f, &query)?)
 }
 
+/// `q`'s bytes (`scales`: its scale bytes) for a reader outside its plugin (the guest's
+/// `mx-tensor.data` and `mx-tensor.scales`): what the plugin left out (ABI 1.7 bytes, 1.8
+/// scales) written first.
+pub fn filled_part(q: &MxTensor, scales: bool) -> OpResult<Tensor> {
+    ensure_bytes(q)?;
+    Ok(if scales { &q.scales } else { &q.data }.clone())
+}
+
 /// Has the plugin that quantized `q` write the bytes it left out, if it may have (ABI 1.7):
 /// before anything but that plugin's GEMMs reads them. Once per tensor; the work is enqueued
 /// on the device's stream, ahead of any read.
@@ -762,8 +770,10 @@ mod tests {
 
     static FILLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-    /// A plugin's `fill_bytes` that counts its calls and checks what it gets: the tensor's
-    /// data and its annex. A tensor of 7 rows makes it fail.
+    /// A plugin's `fill_bytes` that counts its calls for tensors of 64 columns (the
+    /// once-per-tensor test's: other tests use other widths, so that tests running in
+    /// parallel leave its count alone) and checks what it gets: the tensor's data and its
+    /// annex. A tensor of 7 rows makes it fail.
     unsafe extern "C" fn counting_fill(
         desc: *const FillBytesDesc,
         _err: *mut mxhost_plugin_abi::ErrorBuf,
@@ -775,7 +785,9 @@ mod tests {
         if d.tensor.data.shape[0] == 7 {
             return mxhost_plugin_abi::Status::BackendError as u32;
         }
-        FILLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if d.tensor.data.shape[1] == 64 {
+            FILLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         mxhost_plugin_abi::Status::Ok as u32
     }
 
@@ -828,6 +840,30 @@ mod tests {
             .as_ref()
             .unwrap();
         assert!(*b.pending.lock().unwrap(), "and leaves the bytes pending");
+    }
+
+    /// ABI 1.8: a reader of the scales, as of the bytes, gets them after the plugin was asked.
+    #[test]
+    fn reading_the_scales_asks_for_them_first() {
+        let pending = |q: &MxTensor| {
+            let b = q.annex.as_ref().unwrap().bytes_on_demand.as_ref().unwrap();
+            *b.pending.lock().unwrap()
+        };
+        for scales in [true, false] {
+            let q = on_demand(vec![32, 48]);
+            assert!(pending(&q));
+            let t = filled_part(&q, scales).unwrap();
+            assert!(
+                !pending(&q),
+                "read (scales {scales}) before the plugin was asked"
+            );
+            let want = if scales { &q.scales } else { &q.data };
+            assert_eq!(t.shape, want.shape);
+        }
+        assert!(
+            filled_part(&on_demand(vec![7, 48]), true).is_err(),
+            "a failed ask is the reader's error"
+        );
     }
 
     /// ABI 1.4: each result of a transposing quantize keeps the other's data alive (and so

@@ -322,10 +322,9 @@ impl mx::HostMxTensor for HostState {
     }
 
     fn data(&mut self, this: Resource<MxTensor>) -> wasmtime::Result<Resource<Tensor>> {
-        let q = self.table.get(&this)?;
         // (bytes its plugin left out, ABI 1.7, are written before the guest holds them)
-        crate::ops::ensure_bytes(q).map_err(|e| wasmtime::Error::msg(e.message))?;
-        let t = q.data.clone();
+        let t = crate::ops::filled_part(self.table.get(&this)?, false)
+            .map_err(|e| wasmtime::Error::msg(e.message))?;
         self.push_tensor(t)
             .map_err(|e| wasmtime::Error::msg(e.message))
     }
@@ -335,11 +334,10 @@ impl mx::HostMxTensor for HostState {
     }
 
     fn scales(&mut self, this: Resource<MxTensor>) -> wasmtime::Result<Resource<Tensor>> {
-        let q = self.table.get(&this)?;
         // (scales its plugin left out, ABI 1.8, are written with the bytes, before the guest
         // holds them)
-        crate::ops::ensure_bytes(q).map_err(|e| wasmtime::Error::msg(e.message))?;
-        let t = q.scales.clone();
+        let t = crate::ops::filled_part(self.table.get(&this)?, true)
+            .map_err(|e| wasmtime::Error::msg(e.message))?;
         self.push_tensor(t)
             .map_err(|e| wasmtime::Error::msg(e.message))
     }
