@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Run 196 (docs/perf.md): the chained GEMM's narrow split, new by default (a GEMM whose last
+# column of 128-wide tiles holds at most 64 columns inside N computes it in a narrow kernel, n64
+# wgmmas, on a second stream beside the main launch, which skips it: shape c's forward and
+# dgrad). First the selftest (poisoned outputs, nothing set and under `always`, no VERIFY); then
+# the GroupedLinear step on c, b, a beside torch BF16, two interleaved rounds of three builds:
+# new | MXHOST_MX_CHAIN_NARROW=0 | that and the behaviour before run 194 (MXHOST_MX_CHAIN_NOQ_S=0,
+# -DMXQB_NOQ_S2=1; run 195's comparison, folded in here).
+set -u
+PARTS_DEFAULT="selftest ab" source docs/perf-runs/prelude.sh run196
+if has selftest; then
+for mode in auto always; do
+  MXHOST_MX_CHAIN=$mode MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 dist/mxhost selftest --device cuda --quick \
+    > "$OUT/selftest-$mode.txt" 2>&1
+  echo "selftest $mode rc=$?"; grep -E "^mxhost selftest: [0-9]" "$OUT/selftest-$mode.txt"; grep FAIL "$OUT/selftest-$mode.txt" | cut -c1-220 | head -5
+done
+pack
+fi
+if has ab; then
+MXHOST_BENCH_STEP_TRACE=1 SELFTEST=0 SHAPES="${SHAPES:-c,b,a}" PEER_BUDGET_S=${PEER_BUDGET_S:-40} ROUNDS=${ROUNDS:-2} MODE=auto \
+  VARIANTS="new new+MXHOST_MX_CHAIN_NARROW=0 new+MXHOST_MX_CHAIN_NARROW=0+MXHOST_MX_CHAIN_NOQ_S=0+MXHOST_NVRTC_DEFINES=-DMXQB_NOQ_S2=1" \
+  ONLY="GroupedLinear with 32x32" OUT="$OUT/ab" timeout ${AB_TIMEOUT_S:-400} bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
+ab_report $?
+pack
+fi
