@@ -61,7 +61,7 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
 // VEPI 1: the epilogue's 16-byte stores (mxc_epilogue_v4); 0: the 4-byte ones (harness A/B, run 110).
 #define MXC_INST_E(NAME, FA, FB, OBF, STAGES, POLL, VEPI) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, STAGES, POLL, VEPI>(p.b, &p.f, nullptr, p.cols); }
+  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, STAGES, POLL, VEPI>(p.b, &p.f); }
 #define MXC_INST(NAME, FA, FB, OBF, STAGES, POLL) MXC_INST_E(NAME, FA, FB, OBF, STAGES, POLL, true)
 // The 3-stage build with the A' B_res corrections on the tensor cores (mxc_apply_b_tc, run 111).
 // SB2D 1: B in 32x32 tiles (forward, dgrad); 0: the chained wgrad (batched over experts, B with
@@ -69,21 +69,10 @@ static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, tr
 #define MXC_INST_TC_SB(NAME, FA, FB, SB2D, OBF) \
   extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
   NAME(const __grid_constant__ MxGemmChainParams p) { \
-    mx_tgemm_chain_impl<FA, FB, SB2D, OBF, 3, false, true, true>(p.b, &p.f, p.o_tma ? &p.tmO : nullptr, p.cols); \
+    mx_tgemm_chain_impl<FA, FB, SB2D, OBF, 3, false, true, true>(p.b, &p.f, p.o_tma ? &p.tmO : nullptr); \
   }
 #define MXC_INST_TC(NAME, FA, FB, OBF) MXC_INST_TC_SB(NAME, FA, FB, 1, OBF)
 #define MXC_INST_W(NAME, FA, FB, OBF) MXC_INST_TC_SB(NAME, FA, FB, 0, OBF)
-// The narrow kernels (`_nw`): the last column of tiles alone, at most 64 columns inside N, with
-// n64 wgmmas, launched beside the main kernel's launch with `cols` 1 (src/backend/cuda/chain.rs,
-// MXC_NARROW in mx_tgemm_chain.cuh).
-#define MXC_INST_NW(NAME, FA, FB, OBF) \
-  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmChainParams p) { mx_tgemm_chain_impl<FA, FB, 1, OBF, 4, false, true, false, true>(p.b, &p.f, nullptr, 2); }
-#define MXC_INST_TC_NW(NAME, FA, FB, OBF) \
-  extern "C" __global__ void __launch_bounds__(MXT_THREADS, 1) \
-  NAME(const __grid_constant__ MxGemmChainParams p) { \
-    mx_tgemm_chain_impl<FA, FB, 1, OBF, 3, false, true, true, true>(p.b, &p.f, p.o_tma ? &p.tmO : nullptr, 2); \
-  }
 
 // The gate's status words of one GEMM from its operands' own (each operand re-encoded on its
 // own, in the call or by its quantizer into an annex), and their copy for the gate memory when
@@ -206,11 +195,6 @@ MXC_INST_TC(mx_cgemm_e4m3e4m3_w2d_bf16_s3, 0, 0, 1)
 MXC_INST_TC(mx_cgemm_e4m3e4m3_w2d_f32_s3, 0, 0, 0)
 MXC_INST_W(mx_cgemm_w_e4m3e4m3_bf16_s3, 0, 0, 1)
 MXC_INST_W(mx_cgemm_w_e4m3e4m3_f32_s3, 0, 0, 0)
-MXC_INST_NW(mx_cgemm_e4m3e4m3_w2d_bf16_nw, 0, 0, 1)
-MXC_INST_NW(mx_cgemm_e4m3e4m3_w2d_f32_nw, 0, 0, 0)
-MXC_INST_NW(mx_cgemm_e5m2e4m3_w2d_bf16_nw, 1, 0, 1)
-MXC_INST_TC_NW(mx_cgemm_e4m3e4m3_w2d_bf16_s3_nw, 0, 0, 1)
-MXC_INST_TC_NW(mx_cgemm_e4m3e4m3_w2d_f32_s3_nw, 0, 0, 0)
 #ifdef MXC_HARNESS_VARIANTS   // bench/launch.cu: the polling builds (run 103)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16_poll, 0, 0, 1, 4, true)
 MXC_INST(mx_cgemm_e4m3e4m3_w2d_bf16_s3_poll, 0, 0, 1, 3, true)

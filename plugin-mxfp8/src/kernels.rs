@@ -258,11 +258,6 @@ impl Unit {
                 "mx_cgemm_e4m3e4m3_w2d_f32_s3",
                 "mx_cgemm_w_e4m3e4m3_bf16_s3",
                 "mx_cgemm_w_e4m3e4m3_f32_s3",
-                "mx_cgemm_e4m3e4m3_w2d_bf16_nw",
-                "mx_cgemm_e4m3e4m3_w2d_f32_nw",
-                "mx_cgemm_e5m2e4m3_w2d_bf16_nw",
-                "mx_cgemm_e4m3e4m3_w2d_bf16_s3_nw",
-                "mx_cgemm_e4m3e4m3_w2d_f32_s3_nw",
             ]
             .map(String::from)
             .to_vec(),

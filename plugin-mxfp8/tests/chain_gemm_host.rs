@@ -60,9 +60,6 @@ struct Case {
     form: bool,
     /// The 3-stage build's TMA-store epilogue for full tiles (bf16 output; `TMA_STORE`).
     tma_store: bool,
-    /// The narrow split (`NARROW`; N % 128 in 1..=64): the build skips the last column of tiles
-    /// and its narrow kernel computes it; run without the narrow kernel too, which must fail.
-    narrow: bool,
 }
 
 /// `MxChainFix::terms` beside the corrections: `Bt` addresses words, the partner's bytes
@@ -76,15 +73,10 @@ const LEFT_OUT: usize = 16;
 const COUNTS_ZERO: usize = 32;
 /// The driver's TERMS bit for the TMA-store epilogue (`MxGemmChainParams::tmO`, `o_tma`).
 const TMA_STORE: usize = 64;
-/// The driver's TERMS bits for the narrow split (chain.rs's `narrow_split`): the build with
-/// `cols` 1, then its narrow kernel (`NARROW`); the build with `cols` 1 alone (`MAIN_ONLY`, a
-/// diagnostic: the last column of tiles stays poisoned).
-const NARROW: usize = 128;
-const MAIN_ONLY: usize = 256;
 
 const CASES: &[Case] = &[
     Case {
-        name: "4 stages, e4m3, f32 out, K 2880, an empty expert, N tail, narrow split",
+        name: "4 stages, e4m3, f32 out, K 2880, an empty expert, N tail",
         experts: &[40, 0, 200],
         pad: 16,
         n: 144,
@@ -97,7 +89,6 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: false,
         tma_store: false,
-        narrow: true,
     },
     Case {
         name: "_s3 (B corrections on the tensor cores), e4m3, f32 out, K tail",
@@ -113,7 +104,6 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: false,
         tma_store: false,
-        narrow: false,
     },
     Case {
         name: "4 stages, e5m2 A (dgrad), bf16 out",
@@ -129,26 +119,9 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: false,
         tma_store: false,
-        narrow: false,
     },
     Case {
-        name: "4 stages, e5m2 A (dgrad), bf16 out, N 192: narrow split",
-        experts: &[96, 0, 40],
-        pad: 8,
-        n: 192,
-        k: 400,
-        fa: E5m2,
-        out_bf16: true,
-        build: 0,
-        grid: 2,
-        without: false,
-        sparse_b: false,
-        form: false,
-        tma_store: false,
-        narrow: true,
-    },
-    Case {
-        name: "_s3, e4m3, bf16 out, narrow split",
+        name: "_s3, e4m3, bf16 out",
         experts: &[16, 0, 200],
         pad: 8,
         n: 160,
@@ -161,7 +134,6 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: false,
         tma_store: false,
-        narrow: true,
     },
     Case {
         name: "_s3 with few B residuals per tile at several stages, K tail, an empty expert",
@@ -177,7 +149,6 @@ const CASES: &[Case] = &[
         sparse_b: true,
         form: false,
         tma_store: false,
-        narrow: false,
     },
     Case {
         name: "4 stages, Wᵀ's bytes left out where its form gives them back, K tail",
@@ -193,7 +164,6 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: true,
         tma_store: false,
-        narrow: false,
     },
     Case {
         name: "_s3, Wᵀ's bytes left out where its form gives them back, N tail",
@@ -209,10 +179,9 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: true,
         tma_store: false,
-        narrow: false,
     },
     Case {
-        name: "_s3, bf16 out, TMA-store epilogue: full tiles and an expert's partial one, N tail, K tail of 96, narrow split",
+        name: "_s3, bf16 out, TMA-store epilogue: full tiles and an expert's partial one, N tail, K tail of 96",
         experts: &[256, 0, 300],
         pad: 4,
         n: 144,
@@ -225,7 +194,6 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: false,
         tma_store: true,
-        narrow: true,
     },
 ];
 
@@ -435,8 +403,7 @@ fn chained_forward_matches_float64_and_needs_its_corrections() {
             3 | BT_REF | BT_FORM | LEFT_OUT
         } else {
             3
-        } | if c.tma_store { TMA_STORE } else { 0 }
-            | if c.narrow { NARROW } else { 0 };
+        } | if c.tma_store { TMA_STORE } else { 0 };
         let (words, got) = run(&exe, &o, c, terms);
         let (flags, listed) = (words[0], words[1]);
         let hits = if c.form {
@@ -493,16 +460,6 @@ fn chained_forward_matches_float64_and_needs_its_corrections() {
             assert!(
                 first_miss((c.out_bf16, c.n), &no_counts, &want, &mag).is_some(),
                 "{} (seed {seed}): within tolerance with the form read at its residuals: the case does not test the counts",
-                c.name
-            );
-        }
-        if c.narrow {
-            // the main kernel alone leaves the last column of tiles poisoned: the narrow kernel
-            // is what computes it
-            let (_, main_only) = run(&exe, &o, c, (terms & !NARROW) | MAIN_ONLY);
-            assert!(
-                first_miss((c.out_bf16, c.n), &main_only, &want, &mag).is_some(),
-                "{} (seed {seed}): within tolerance without the narrow kernel: the case does not test it",
                 c.name
             );
         }

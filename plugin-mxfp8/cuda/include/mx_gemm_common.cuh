@@ -39,7 +39,7 @@ struct MxgLayout {
 struct MxgTile { int e, row0, rows, n0, kbeg, klen; };
 
 MX_DEV MxgTile mxg_decode(const MxGemmParams& p, int t, int BM, int ntn, int tiles_m,
-                          const int* g_start, const int* g_pre, int BN = MXG_BN, int nt0 = 0) {
+                          const int* g_start, const int* g_pre, int BN = MXG_BN) {
   MxgTile T;
   if (!p.batched) {
     int mt = t / ntn, nt = t - mt * ntn;
@@ -47,7 +47,7 @@ MX_DEV MxgTile mxg_decode(const MxGemmParams& p, int t, int BM, int ntn, int til
     T.e = e;
     T.row0 = g_start[e] + (mt - g_pre[e]) * BM;
     T.rows = min(BM, g_start[e + 1] - T.row0);
-    T.n0 = (nt + nt0) * BN;
+    T.n0 = nt * BN;
     T.kbeg = 0;
     T.klen = p.K;
   } else {

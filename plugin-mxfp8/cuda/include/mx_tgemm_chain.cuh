@@ -54,9 +54,7 @@ struct MxChainFix {
 #define MXC_BT_FORM 8
 // tmO, o_tma (MXHOST_MX_CHAIN_TMA_STORE=1): the bf16 output's tensor map (box 64 x 64,
 // 128-byte swizzle, as the per-k32 v2t kernels') and whether to store full tiles through it.
-// cols: the column split (mxt_cols): 0 every tile; 1 all but the last column of tiles; 2 that
-// column alone (the narrow kernels, mx_cgemm_*_nw).
-struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; MxTmap tmO; int o_tma; int cols; };
+struct MxGemmChainParams { MxGemmTmaParams b; MxChainFix f; MxTmap tmO; int o_tma; };
 
 // ---- the corrections, gathered into shared memory (runs 100-104) ----
 // Producer warps 1-3 walk the CTA's tiles with the consumers and, for each, bring what its
@@ -147,15 +145,14 @@ MX_DEV int mxc_lower(const MxRes* row, int n, int key) {
 // m and their 128 column scales (sBo[(m / 32) * isr + n], isc = 1) instead of s4's four.
 template <bool BAT, class FS>
 MX_DEV void mxc_gather(const MxGemmParams& p, const MxChainFix& f, FS& F, const int* g_start,
-                       const int* g_pre, int gt, int cols = 0) {
+                       const int* g_pre, int gt) {
   constexpr int U = FS::U;
   const int gw = gt >> 5, lane = gt & 31;
-  MxtCtx c = mxt_ctx(p, g_start, g_pre, 256, 128);
-  mxt_cols(c, cols);
+  const MxtCtx c = mxt_ctx(p, g_start, g_pre, 256, 128);
   const mx_u8* const Bt = (f.terms & MXC_BT_REF) ? *reinterpret_cast<const mx_u8* const*>(f.Bt) : f.Bt;
   int rc = 0;   // rounds issued
   for (int t = blockIdx.x; t < c.total; t += gridDim.x) {
-    const MxgTile T = mxg_decode(p, t, 256, c.ntn, c.tiles_m, g_start, g_pre, 128, c.nt0);
+    const MxgTile T = mxg_decode(p, t, 256, c.ntn, c.tiles_m, g_start, g_pre, 128);
     named_bar_sync(3, 96);   // the previous tile's offsets are no longer read
     const int m0 = BAT ? g_pre[T.e] : 0, m1 = BAT ? g_pre[T.e + 1] : 0;
     if (gw == 0) {
@@ -475,47 +472,6 @@ MX_DEV void mxc_epilogue_v4(const MxGemmParams& p, const MxgTile& T, const float
   }
 }
 
-// One stage's MMAs for a consumer warpgroup: its two 64-row blocks, each chained (four k32
-// wgmmas) into the 64-register partial t0 and promoted once. NARROW (at most 64 of the tile's
-// columns inside N): both blocks chained at once with n64 wgmmas, block 0 into t0's first 32
-// registers and block 1 into the other 32 (half the MMA work; columns 64-127, past N, are
-// neither computed nor promoted), then each half promoted.
-template <int FA, int FB, int SB2D, class LAY, bool NARROW>
-MX_DEV void mxc_stage_mma(float* acc, float* t0, mx_u32 bst, const mx_u8* sg, int wg, int wrow, int lane) {
-  if constexpr (NARROW) {
-    reg_pin<64>(t0);
-    wgmma_fence();
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const mx_u32 bb = bst + 32 * q;
-        const mx_u64 da = make_smem_desc_sw128(bb + (2 * wg + h) * LAY::A_WG), db = make_smem_desc_sw128(bb + LAY::B_OFF);
-        // (the first k32 as D = A B with write-only operands: with read-write ones ptxas spilled)
-        if (q == 0) wgmma_m64n64k32<FA, FB>(t0 + 32 * h, da, db);
-        else wgmma_m64n64k32_inplace<FA, FB, 1>(t0 + 32 * h, da, db);
-      }
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_pin<64>(t0);
-    const float* sBg = reinterpret_cast<const float*>(sg + LAY::SB_OFF);
-    const float4 sb4 = SB2D ? lds_f32x4(bst + LAY::SB_OFF) : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float4 sa0 = lds_f32x4(bst + LAY::SA_OFF + 16 * (wrow + 64 * h));
-      const float4 sa1 = lds_f32x4(bst + LAY::SA_OFF + 16 * (wrow + 64 * h + 8));
-      mxt_promote<SB2D, 0>(acc + 64 * h, t0 + 32 * h, sa0.x, sa1.x, make_float2(sb4.x, sb4.y), sBg, lane);
-    }
-  } else {
-    mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg);
-    wgmma_wait<0>();
-    mxt_chain_promote<SB2D, LAY, 0>(acc, t0, bst, sg, nullptr, wrow, lane);
-    mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg + 1);
-    wgmma_wait<0>();
-    mxt_chain_promote<SB2D, LAY, 0>(acc + 64, t0, bst, sg, nullptr, wrow + 64, lane);
-  }
-}
-
 // The TMA-store epilogue (tmO != nullptr; bf16 output, forward and dgrad): a full tile keeps its
 // last stage's buffer instead of releasing it after the stage, and each consumer warpgroup stages
 // its two 64 x 128 blocks, one after the other, in the 16 KB of A' rows it alone read there
@@ -527,22 +483,14 @@ MX_DEV void mxc_stage_mma(float* acc, float* t0, mx_u32 bst, const mx_u8* sg, in
 // fix == nullptr: no corrections (the harness's v8c diagnostic on stage-uniform operands).
 // VEPI: the epilogue with 16-byte stores (mxc_epilogue_v4); false: mxt_epilogue (harness A/B).
 // TCB: the A' B_res corrections on the tensor cores (mxc_apply_b_tc; 3 stages, no POLL).
-// cols: the column split (mxt_cols). NARROW: the narrow kernel (cols 2, N - n0 <= 64): each
-// stage's MMAs as n64 wgmmas (mxc_stage_mma); the launcher runs it beside the main launch
-// (cols 1). The two chain shapes cannot share one kernel: beside the n128 chain, n64 wgmmas
-// made ptxas serialize every wgmma (C7511) and spill (docs/perf.md, eighteenth part).
 template <int FA, int FB, int SB2D, int OUT_BF16, int STAGES = MXT8_STAGES, bool POLL = false, bool VEPI = true,
-          bool TCB = false, bool NARROW = false>
-MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix, const MxTmap* tmO = nullptr,
-                                int cols = 0) {
+          bool TCB = false>
+MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix, const MxTmap* tmO = nullptr) {
   typedef MxtLay256<SB2D> LAY;
   typedef MxcFix<STAGES, TCB> FS;
   static_assert(!TCB || (STAGES == 3 && !POLL), "the TCB slabs fit beside 3 stages; POLL would add them mid-loop");
   if (P.gate != nullptr && !mxt_chain_open(P)) return;   // the per-k32 kernel takes it
   const MxGemmParams& p = P.g;
-  // (a main kernel sees 0 or 1 only, so the first column of tiles stays a constant 0 in its
-  // producer and gatherers, whose 56 registers a variable one spilled)
-  cols = NARROW ? 2 : (cols == 1);
   MX_DYN_SMEM(mxt_smem, 1024);
   __shared__ __align__(8) mx_u64 full[STAGES], empty[STAGES];
   __shared__ int g_start[MXC_MAX_E + 1], g_pre[MXC_MAX_E + 1];
@@ -557,15 +505,13 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix,
   if (tid >= 256) {
     setmaxnreg_dec<56>();
     if (tid == 256)
-      mxt_produce<SB2D, STAGES, 0, LAY>(P, g_start, g_pre, sbase, blockIdx.x, gridDim.x, full, empty, 0, cols);
+      mxt_produce<SB2D, STAGES, 0, LAY>(P, g_start, g_pre, sbase, blockIdx.x, gridDim.x, full, empty);
     else if (fix != nullptr && tid >= 288)
-      mxc_gather<!SB2D>(p, *fix, F, g_start, g_pre, tid - 288, cols);
+      mxc_gather<!SB2D>(p, *fix, F, g_start, g_pre, tid - 288);
     return;
   }
   setmaxnreg_inc<224>();
-  MxtCtx c = mxt_ctx(p, g_start, g_pre, LAY::BM, LAY::BN);
-  mxt_cols(c, cols);
-  const int nt0 = c.nt0;
+  const MxtCtx c = mxt_ctx(p, g_start, g_pre, LAY::BM, LAY::BN);
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
   const int lt = tid & 127;
   const int warp = lt >> 5, lane = lt & 31;
@@ -578,7 +524,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix,
     int nst;
     bool hold;   // the TMA-store epilogue keeps the last stage's buffer for its staging
     {
-      const MxgTile T = mxg_decode(p, t, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN, nt0);
+      const MxgTile T = mxg_decode(p, t, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
       nst = mxt_tile_stages(p, T, g_pre);
       hold = tma_epi && T.rows == LAY::BM && nst > 0;
     }
@@ -590,7 +536,12 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix,
       const mx_u32 bst = sbase + stage * LAY::STAGE;
       const mx_u8* sg = sgen + stage * LAY::STAGE;
       mbar_wait(&full[stage], phase);
-      mxc_stage_mma<FA, FB, SB2D, LAY, NARROW>(acc, t0, bst, sg, wg, wrow, lane);
+      mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg);
+      wgmma_wait<0>();
+      mxt_chain_promote<SB2D, LAY, 0>(acc, t0, bst, sg, nullptr, wrow, lane);
+      mxt_chain4<FA, FB, LAY>(t0, bst, 2 * wg + 1);
+      wgmma_wait<0>();
+      mxt_chain_promote<SB2D, LAY, 0>(acc + 64, t0, bst, sg, nullptr, wrow + 64, lane);
       if (hold && nst == 1) held = stage;
       else mbar_arrive_warp(&empty[stage], lane);
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
@@ -602,7 +553,7 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix,
     while (!tdone) tdone = mxc_take<FA, FB, FS, TCB, !SB2D>(F, fb, fph, acc, wrow, lane, wg, lt);
     int te = t;
     asm volatile("" : "+r"(te));
-    const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN, nt0);
+    const MxgTile T = mxg_decode(p, te, LAY::BM, c.ntn, c.tiles_m, g_start, g_pre, LAY::BN);
     if (hold) {
       // (this warpgroup's A' rows of the held stage: its own wgmmas read them, and are complete)
       const mx_u32 sbuf = sbase + held * LAY::STAGE + wg * 2 * LAY::A_WG;
@@ -620,5 +571,5 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix,
     }
   }
   if (tma_epi && lt == 0) bulk_wait<0>();
-  if (!NARROW) mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);   // (once: the main launch)
+  mxt_zero_padding_rows<OUT_BF16>(p, g_start, tid);
 }

@@ -80,8 +80,7 @@ struct MxtProd {
   int step;              // tile stride of this producer's sequence (gridDim.x; v4: 2 * gridDim.x)
   int crank;             // MC (v6) only: this CTA's rank in its 2-CTA cluster (its 64-row half, its B half)
 };
-// nt0: the first column of tiles (nonzero only in the chained GEMM's narrow launch, mxt_cols).
-struct MxtCtx { int ntn, tiles_m, total, brows_e; const int* g_start; const int* g_pre; int nt0; };
+struct MxtCtx { int ntn, tiles_m, total, brows_e; const int* g_start; const int* g_pre; };
 
 MX_DEV int mxt_tile_stages(const MxGemmParams& p, const MxgTile& T, const int* g_pre) {
   return p.batched ? (g_pre[T.e + 1] - g_pre[T.e]) >> 7 : (p.K + MXG_BK - 1) / MXG_BK;
@@ -114,7 +113,7 @@ MX_DEV void mxt_fill(MxtProd& s, int limit, const MxGemmTmaParams& P, const MxtC
     while (s.ks >= s.nst) {
       s.t += s.step;
       if (s.t >= c.total) { s.pc = 0x7fffffff; return; }
-      const MxgTile T = mxg_decode(p, s.t, DBM, c.ntn, c.tiles_m, c.g_start, c.g_pre, LAY::BN, c.nt0);
+      const MxgTile T = mxg_decode(p, s.t, DBM, c.ntn, c.tiles_m, c.g_start, c.g_pre, LAY::BN);
       s.nst = mxt_tile_stages(p, T, c.g_pre);
       if (PAD2) { s.nreal = s.nst; s.nst = (s.nst + 1) & ~1; }
       s.ks = 0;

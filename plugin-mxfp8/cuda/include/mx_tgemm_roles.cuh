@@ -105,16 +105,7 @@ MX_DEV MxtCtx mxt_ctx(const MxGemmParams& p, const int* g_start, const int* g_pr
   c.total = p.batched ? p.E * c.tiles_m * c.ntn : c.tiles_m * c.ntn;
   c.brows_e = p.batched ? 0 : (int)(p.b_es / p.ldb);
   c.g_start = g_start; c.g_pre = g_pre;
-  c.nt0 = 0;
   return c;
-}
-
-// The chained GEMM's column split (MxGemmChainParams::cols; grouped GEMMs only): 0 every tile;
-// 1 every tile but the last column of tiles (the main launch); 2 that column alone, from nt0
-// (the narrow launch, mx_tgemm_chain.cuh).
-MX_DEV void mxt_cols(MxtCtx& c, int cols) {
-  if (cols == 1) { c.ntn -= 1; c.total = c.tiles_m * c.ntn; }
-  else if (cols == 2) { c.nt0 = c.ntn - 1; c.ntn = 1; c.total = c.tiles_m; }
 }
 
 // ---- pieces shared by the TMA kernels (MODE 0-3, v2/v2u/v3, v4) ----
@@ -143,9 +134,8 @@ MX_DEV void mxt_setup(const MxGemmTmaParams& P, mx_u64* full, mx_u64* empty, int
 // first + step, ... of this CTA's sequence until the sequence ends.
 template <int SB2D, int STAGES, int PAD2, class LAY, int MC = 0, int RES = 0>
 MX_DEV void mxt_produce(const MxGemmTmaParams& P, const int* g_start, const int* g_pre, mx_u32 sbase,
-                        int first, int step, mx_u64* full, mx_u64* empty, int crank = 0, int cols = 0) {
-  MxtCtx c = mxt_ctx(P.g, g_start, g_pre, MC ? 2 * LAY::BM : LAY::BM, LAY::BN);
-  mxt_cols(c, cols);
+                        int first, int step, mx_u64* full, mx_u64* empty, int crank = 0) {
+  const MxtCtx c = mxt_ctx(P.g, g_start, g_pre, MC ? 2 * LAY::BM : LAY::BM, LAY::BN);
   MxtProd prod;
   prod.step = step;
   prod.crank = crank;

@@ -134,24 +134,6 @@ template <int FA, int FB> MX_DEV void wgmma_m64n128k32_acc(float* d, mx_u64 da, 
   wgmma_m64n128k32_inplace<FA, FB, 1>(d, da, db);
 }
 
-// m64 x n64 x k32 with read-write accumulator operands (32 registers: the n128 form's first
-// 32, columns 0-63) and scale-d SD as above: the chained GEMM's narrow kernels chain k32 steps
-// 1-3 of a stage with it (mxc_stage_mma, mx_tgemm_chain.cuh).
-#define MX_WGMMA_N64_RW(TYPES) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32." TYPES " " \
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-      : "l"(da), "l"(db), "n"(SD))
-template <int FA, int FB, int SD = 0> MX_DEV void wgmma_m64n64k32_inplace(float* d, mx_u64 da, mx_u64 db) MX_PTX({
-  if constexpr (FA == 0 && FB == 0) MX_WGMMA_N64_RW("e4m3.e4m3");
-  else if constexpr (FA == 0) MX_WGMMA_N64_RW("e4m3.e5m2");
-  else if constexpr (FB == 0) MX_WGMMA_N64_RW("e5m2.e4m3");
-  else MX_WGMMA_N64_RW("e5m2.e5m2");
-})
-#undef MX_WGMMA_N64_RW
-
 // m64n192k32 with read-write accumulator operands and scale-d = 0 (as the n128 _inplace form
 // above): 96 accumulator registers per thread. Used by the 128 x 192 tile kernels (v5).
 template <int FA, int FB> MX_DEV void wgmma_m64n192k32_inplace(float* d, mx_u64 da, mx_u64 db);

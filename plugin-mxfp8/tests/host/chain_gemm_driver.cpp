@@ -25,9 +25,6 @@
 // bytes are all there). TERMS & 32 (with 16): mc passed as zeros (a diagnostic: the form read
 // where it has lost residuals). TERMS & 64 (BUILD 1, bf16 output): the TMA-store epilogue
 // (MxGemmChainParams::tmO over the output, as chain.rs maps it under MXHOST_MX_CHAIN_TMA_STORE).
-// TERMS & 128: the narrow split (chain.rs's narrow_split): the build with cols 1 (every column of
-// tiles but the last), then its narrow kernel (NARROW: n64 wgmmas) for the last one. TERMS & 256:
-// the build with cols 1 alone (a diagnostic: the last column of tiles stays poisoned).
 // BUILD 2 is the chained wgrad (mx_cgemm_w_*: batched K segments, a scale per B column and
 // stage, as chain_wgrad.rs launches it); the header is then (E, PR, QC, MPAD, 0, OUT_BF16, 2,
 // GRID, TERMS), the input offs (E x i32, cumulative segment lengths), A (PR x MPAD bytes, the
@@ -247,24 +244,10 @@ int main(int argc, char** argv) {
     const MxGemmTmaParams& pb = P.b;
     const MxChainFix* pf = &P.f;
     const MxTmap* pto = P.o_tma ? &P.tmO : nullptr;
-    const int cols = (terms & (128 | 256)) ? 1 : 0;
-    const bool nw = (terms & 128) != 0;
-#define CHAIN4(FA, OBF)                                                                                             \
-  do {                                                                                                              \
-    simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<FA, 0, 1, OBF, 4, false, true, false>(pb, pf, nullptr, cols); }, \
-                mxc_smem_bytes<4, true>());                                                                         \
-    if (nw)                                                                                                         \
-      simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<FA, 0, 1, OBF, 4, false, true, false, true>(pb, pf, nullptr, 2); }, \
-                  mxc_smem_bytes<4, true>());                                                                       \
-  } while (0)
-#define CHAIN3(FA, OBF)                                                                                             \
-  do {                                                                                                              \
-    simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<FA, 0, 1, OBF, 3, false, true, true>(pb, pf, pto, cols); }, \
-                mxc_smem_bytes<3, true, true>());                                                                   \
-    if (nw)                                                                                                         \
-      simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<FA, 0, 1, OBF, 3, false, true, true, true>(pb, pf, pto, 2); }, \
-                  mxc_smem_bytes<3, true, true>());                                                                 \
-  } while (0)
+#define CHAIN4(FA, OBF) simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<FA, 0, 1, OBF, 4, false, true, false>(pb, pf); }, \
+                                    mxc_smem_bytes<4, true>())
+#define CHAIN3(FA, OBF) simt_launch(g3, MXT_THREADS, [&] { mx_tgemm_chain_impl<FA, 0, 1, OBF, 3, false, true, true>(pb, pf, pto); }, \
+                                    mxc_smem_bytes<3, true, true>())
     // the backend's builds (mx_chain_gemm.cu): 4 stages e4m3/e5m2 A, _s3 e4m3 A
     const int key = build * 100 + fa * 10 + obf;
     switch (key) {

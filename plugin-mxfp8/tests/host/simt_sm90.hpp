@@ -277,7 +277,4 @@ SIMT_WGMMA_FP8_ALL(wgmma_m64n192k32_inplace, 192)
 template <int FA, int FB, int SD> inline void wgmma_m64n128k32_inplace(float* d, mx_u64 da, mx_u64 db) {
   simt_wgmma(d, da, db, 128, FA, FB, SD);
 }
-template <int FA, int FB, int SD> inline void wgmma_m64n64k32_inplace(float* d, mx_u64 da, mx_u64 db) {
-  simt_wgmma(d, da, db, 64, FA, FB, SD);
-}
 inline void wgmma_m64n128k16_bf16_acc(float* d, mx_u64 da, mx_u64 db) { simt_wgmma(d, da, db, 128, 2, 2, 1); }

@@ -86,28 +86,6 @@ fn tma_store_enabled() -> bool {
     *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_TMA_STORE", false))
 }
 
-/// `MXHOST_MX_CHAIN_NARROW=0` turns off the narrow split ([`narrow_split`]).
-fn narrow_enabled() -> bool {
-    static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_NARROW", true))
-}
-
-/// Whether a GEMM of `cols` output columns splits off its last column of 128-wide tiles: when
-/// it holds at most 64 columns inside N (N % 128 in 1..=64; shape c's 2880 = 22.5 × 128) and is
-/// not the only one. The main kernel then skips that column (`ChainParams::cols` = 1) and a
-/// narrow kernel (`_nw`: n64 wgmmas, half the MMA work of a full tile) computes it on a second
-/// stream, where its CTAs take the SMs the main kernel's last round leaves idle (docs/perf.md
-/// run 196). The two cannot be one kernel: ptxas serializes the wgmmas of a kernel that holds
-/// both chain shapes.
-fn narrow_split(cols: usize) -> bool {
-    cols > 128 && (1..=64).contains(&(cols % 128))
-}
-
-/// The narrow kernel of a chained build.
-fn narrow_name(name: &str) -> String {
-    format!("{name}_nw")
-}
-
 /// What `MXHOST_MX_CHAIN` asks for.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum ChainMode {
@@ -517,51 +495,14 @@ pub(super) fn launch_chained(
         },
         tm_o: tm_o.unwrap_or([0; 16]),
         o_tma: tm_o.is_some() as i32,
-        cols: 0,
-        _pad: [0; 56],
-    };
-    // The narrow kernels, where the split applies and every build that runs has one.
-    let builds: Vec<&str> = std::iter::once(name).chain(split.and(name_s3)).collect();
-    let mut narrow = Vec::new();
-    if narrow_enabled() && narrow_split(cols) {
-        for b in &builds {
-            let nw = narrow_name(b);
-            if call.dev.func_opt(Unit::Chain, &nw)?.is_none() {
-                narrow.clear();
-                break;
-            }
-            narrow.push(nw);
-        }
-    }
-    p.cols = !narrow.is_empty() as i32;
-    // (forked before the main launches: the narrow kernels wait for the operands, not for them)
-    let side = if narrow.is_empty() {
-        None
-    } else {
-        Some(call.fork()?)
+        _pad: [0; 60],
     };
     // Both builds are enqueued when there are two; the gate lets at most one of them run.
-    let mut params = vec![p];
-    if let Some(split) = split.filter(|_| name_s3.is_some()) {
+    launch_kernel(call, name, &p)?;
+    if let (Some(split), Some(n3)) = (split, name_s3) {
         p.b.limit_lo = split + 1;
         p.b.limit = limit;
-        params.push(p);
-    }
-    for (b, bp) in builds.iter().zip(&params) {
-        launch_kernel(call, b, bp)?;
-    }
-    if let Some(side) = side {
-        for (nw, bp) in narrow.iter().zip(&params) {
-            side.launch(
-                Unit::Chain,
-                nw,
-                (call.dev.sms as usize, 1, 1),
-                (TGEMM_THREADS, 1, 1),
-                chain_smem(nw),
-                &mut [arg(bp)],
-            )?;
-        }
-        side.join()?;
+        launch_kernel(call, n3, &p)?;
     }
     let gate = Gate {
         status,
@@ -767,22 +708,6 @@ mod tests {
             kernel_name_s3(0, 0, false),
         ] {
             assert!(Unit::Chain.kernel_names().contains(&n.unwrap().to_string()));
-            // (the launcher splits off the narrow column for every build it launches)
-            assert!(Unit::Chain
-                .kernel_names()
-                .contains(&narrow_name(n.unwrap())));
-        }
-    }
-
-    #[test]
-    fn the_narrow_split_takes_a_last_column_of_at_most_64() {
-        // shape c's 2880 = 22.5 x 128; 192 and 144 as the host test's cases
-        for cols in [2880, 192, 144, 129, 320] {
-            assert!(narrow_split(cols), "{cols}");
-        }
-        // whole tiles, a last column wider than 64, or only one column of tiles
-        for cols in [4096, 2048, 128, 256, 224, 2912, 96, 64, 16] {
-            assert!(!narrow_split(cols), "{cols}");
         }
     }
 }

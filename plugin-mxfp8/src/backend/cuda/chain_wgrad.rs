@@ -150,8 +150,7 @@ pub(super) fn launch(
         // (the batched wgrad keeps the register epilogue)
         tm_o: [0; 16],
         o_tma: 0,
-        cols: 0,
-        _pad: [0; 56],
+        _pad: [0; 60],
     };
     chain::launch_kernel(call, name, &p)?;
     Ok(Ok(Gate::three_stage_only(status, limit)))

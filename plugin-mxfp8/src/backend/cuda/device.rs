@@ -28,16 +28,7 @@ pub(super) struct Dev {
     smem_optin: i32,
     funcs: Mutex<HashMap<String, FuncHandle>>,
     loaded: Mutex<Vec<Unit>>,
-    /// The second stream of [`Call::fork`] (created on first use, kept for the process).
-    side: OnceLock<StreamHandle>,
 }
-
-/// A stream handle the device keeps ([`Dev::side`]).
-struct StreamHandle(cu::CUstream);
-// SAFETY: as FuncHandle: a driver handle of the device's primary context, valid on any thread
-// once that context is current, and never destroyed.
-unsafe impl Send for StreamHandle {}
-unsafe impl Sync for StreamHandle {}
 
 /// A loaded kernel and whether it can be launched with the dynamic shared memory our
 /// launches use (false only for a `mx_tgemm_*` kernel on a device that cannot give it).
@@ -81,7 +72,6 @@ fn device(ordinal: i32) -> PluginResult<&'static Dev> {
         smem_optin: pc.smem_optin,
         funcs: Mutex::new(HashMap::new()),
         loaded: Mutex::new(Vec::new()),
-        side: OnceLock::new(),
     }));
     map.insert(ordinal, d);
     Ok(d)
@@ -267,20 +257,6 @@ impl Call {
         smem: u32,
         params: &mut [*mut c_void],
     ) -> PluginResult<()> {
-        self.launch_on(self.stream, unit, name, grid, block, smem, params)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn launch_on(
-        &self,
-        stream: cu::CUstream,
-        unit: Unit,
-        name: &str,
-        grid: (usize, usize, usize),
-        block: (u32, u32, u32),
-        smem: u32,
-        params: &mut [*mut c_void],
-    ) -> PluginResult<()> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
@@ -299,72 +275,10 @@ impl Call {
                 (grid.0 as u32, grid.1 as u32, grid.2 as u32),
                 block,
                 smem,
-                stream,
+                self.stream,
                 params,
             )
         }
         .map_err(|e| PluginError::backend(format!("CUDA launch of {name} failed: {e}")))
     }
-
-    /// A second stream for work that may run beside what this call enqueues next on its own
-    /// stream (the chained GEMM's narrow kernel beside its main one): it starts after all this
-    /// call's stream holds so far, and [`Side::join`] makes the call's stream wait for it.
-    pub(super) fn fork(&self) -> PluginResult<Side<'_>> {
-        let side = match self.dev.side.get() {
-            Some(s) => s.0,
-            None => {
-                let s = cr::stream::create(cr::stream::StreamKind::NonBlocking)
-                    .map_err(drv("cuStreamCreate"))?;
-                // (a thread that lost the race leaves its stream unused: at most one per thread)
-                self.dev.side.get_or_init(|| StreamHandle(s)).0
-            }
-        };
-        wait_for(side, self.stream)?;
-        Ok(Side {
-            call: self,
-            stream: side,
-        })
-    }
-}
-
-/// [`Call::fork`]'s stream: launches on it, then [`Side::join`].
-pub(super) struct Side<'a> {
-    call: &'a Call,
-    stream: cu::CUstream,
-}
-
-impl Side<'_> {
-    pub(super) fn launch(
-        &self,
-        unit: Unit,
-        name: &str,
-        grid: (usize, usize, usize),
-        block: (u32, u32, u32),
-        smem: u32,
-        params: &mut [*mut c_void],
-    ) -> PluginResult<()> {
-        self.call
-            .launch_on(self.stream, unit, name, grid, block, smem, params)
-    }
-
-    /// The call's stream waits for everything launched here.
-    pub(super) fn join(self) -> PluginResult<()> {
-        wait_for(self.call.stream, self.stream)
-    }
-}
-
-/// `waiter` waits (in stream order) for what `on` has enqueued so far.
-fn wait_for(waiter: cu::CUstream, on: cu::CUstream) -> PluginResult<()> {
-    let ev = cr::event::create(cu::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-        .map_err(drv("cuEventCreate"))?;
-    // SAFETY: both streams are live (the host's for the call, the device's side stream); the
-    // event is destroyed after the wait is enqueued, which the driver allows (its resources go
-    // once the work completes).
-    let r = unsafe {
-        cr::event::record(ev, on).and_then(|_| {
-            cr::stream::wait_event(waiter, ev, cu::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
-        })
-    };
-    unsafe { cr::event::destroy(ev) }.map_err(drv("cuEventDestroy"))?;
-    r.map_err(drv("cuEventRecord/cuStreamWaitEvent"))
 }
