@@ -76,14 +76,10 @@ pub(super) fn note_left_out(annex: u64, scales: bool) {
     left_out().insert(annex, scales);
 }
 
-/// Whether the tensor of the annex at `annex` may miss bytes.
-pub(super) fn is_left_out(annex: u64) -> bool {
-    left_out().contains_key(&annex)
-}
-
-/// Whether the tensor of the annex at `annex` may miss its scales too.
-fn scales_left_out(annex: u64) -> bool {
-    left_out().get(&annex).copied().unwrap_or(false)
+/// Whether the tensor of the annex at `annex` may miss bytes: `Some(scales)` with whether it
+/// may miss its scales too, `None` when it has all of them.
+fn noted(annex: u64) -> Option<bool> {
+    left_out().get(&annex).copied()
 }
 
 /// What `mx_plain_from_form` reads and writes for one tensor whose bytes a NOQ build left out:
@@ -110,10 +106,11 @@ pub(super) struct LeftOut {
 }
 
 impl LeftOut {
-    /// The tensor `m` with its annex `annex` (noted by a NOQ build): X or dY `[rows, red]` in
-    /// 1×32 blocks along `red` (mx_quant_block_form.cuh), or a weight `[E][cols][red]` in
-    /// 32×32 tiles (mx_reencode_pair.cuh), with an annex of that role's size.
-    fn of(m: &MxArg, annex: &TensorArg) -> PluginResult<LeftOut> {
+    /// The tensor `m` with its annex `annex` (noted by a NOQ build, `scales`: with its scales
+    /// left out too): X or dY `[rows, red]` in 1×32 blocks along `red`
+    /// (mx_quant_block_form.cuh), or a weight `[E][cols][red]` in 32×32 tiles
+    /// (mx_reencode_pair.cuh), with an annex of that role's size.
+    fn of(m: &MxArg, annex: &TensorArg, scales: bool) -> PluginResult<LeftOut> {
         let base = ptr(annex);
         let at = |o: usize| base + o as u64;
         let (q, s, fmt) = (ptr(&m.data), ptr(&m.scales), super::fmt_code(m.format));
@@ -130,7 +127,7 @@ impl LeftOut {
                 }
                 // (the stage scales transposed: NOQ builds write no row-major s2; that region
                 // holds the scales, transposed, where they were left out too)
-                let st = if scales_left_out(base) { at(l.s2) } else { 0 };
+                let st = if scales { at(l.s2) } else { 0 };
                 ([l.q2, l.sat, l.mc], rows, red, 0, st)
             }
             (&[_, cols, red], Some(Blocking::Tile))
@@ -220,17 +217,20 @@ pub(super) fn left_out_of(o: &OperandArg) -> PluginResult<Option<LeftOut>> {
         return Ok(None);
     };
     match &m.annex {
-        Some(annex) if is_left_out(ptr(annex)) => LeftOut::of(m, annex).map(Some),
-        _ => Ok(None),
+        Some(annex) => match noted(ptr(annex)) {
+            Some(scales) => LeftOut::of(m, annex, scales).map(Some),
+            None => Ok(None),
+        },
+        None => Ok(None),
     }
 }
 
 /// The ABI entry (`PluginApi::fill_bytes`): the tensor's left-out bytes, if any.
 pub(super) fn fill(args: &FillBytesArgs) -> PluginResult<()> {
-    if !is_left_out(ptr(&args.annex)) {
+    let Some(scales) = noted(ptr(&args.annex)) else {
         return Ok(());
-    }
-    let l = LeftOut::of(&args.tensor, &args.annex)?;
+    };
+    let l = LeftOut::of(&args.tensor, &args.annex, scales)?;
     let mut call = Call::new(args.ordinal, args.stream)?;
     l.write_before_read(&mut call, None)
 }
