@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run 197 (docs/perf.md): how evenly the chained forward and dgrad keep the SMs busy (the
+# round model of "Narrow last tiles in the chained GEMM": on c 2944 tiles over 132 CTAs, 23
+# rounds for 40 of them against a mean of 22.3), and what they read from DRAM. ncu on one
+# GroupedLinear step per shape (c, a, b), the chained kernels' launches (each GEMM enqueues the
+# 4-stage and the 3-stage build; the gate lets one run): duration, SM active cycles (mean, max,
+# min over SMs), DRAM bytes read, L2 read sectors. dist/ at 06836ec with MXHOST_MX_CHAIN_NARROW=0
+# (the kernels of HEAD).
+set -u
+PARTS_DEFAULT="ncu" source docs/perf-runs/prelude.sh run197
+if has ncu; then
+for shape in ${SHAPES:-c a b}; do
+  f="$OUT/ncu-$shape.txt"
+  MXHOST_MX_CHAIN_NARROW=0 timeout 120 ncu --clock-control none --kernel-name "regex:mx_cgemm_" --launch-count 4 \
+    --metrics gpu__time_duration.sum,sm__cycles_active.avg,sm__cycles_active.max,sm__cycles_active.min,sm__cycles_elapsed.max,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum \
+    dist/mxhost bench --device cuda --shapes $shape --reps 1 --warmup-ms 0 --only "GroupedLinear with 32x32" > "$f" 2>&1
+  echo "== $shape rc=$?"
+  grep -E "mx_cgemm_|gpu__time|sm__cycles|dram__bytes|lts__t" "$f" | awk '/mx_cgemm_/ {printf "\n%s ", $1; next} {printf "%s %s | ", $1, $NF} END {print ""}'
+done
+pack
+fi
