@@ -20,3 +20,14 @@ ab_report() {
         echo "${f##*/}"; grep -o "step trace \[.*" "$f" | sed 's/GPU µs (host enqueue µs) //' | cut -c1-220
     done
 }
+# `selftest_modes MODE...`: the GPU selftest (`--quick`, poisoned outputs, CUDA required) under
+# each MXHOST_MX_CHAIN mode given, into $OUT/selftest-MODE.txt: its exit status, summary line and
+# first failures.
+selftest_modes() {
+    local mode
+    for mode in "$@"; do
+        MXHOST_MX_CHAIN=$mode MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 dist/mxhost selftest --device cuda --quick \
+            > "$OUT/selftest-$mode.txt" 2>&1
+        echo "selftest $mode rc=$?"; grep -E "^mxhost selftest: [0-9]" "$OUT/selftest-$mode.txt"; grep FAIL "$OUT/selftest-$mode.txt" | cut -c1-220 | head -5
+    done
+}

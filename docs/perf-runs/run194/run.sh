@@ -11,11 +11,7 @@
 set -u
 PARTS_DEFAULT="selftest ab ncu" source docs/perf-runs/prelude.sh run194
 if has selftest; then
-for mode in auto always; do
-  MXHOST_MX_CHAIN=$mode MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 dist/mxhost selftest --device cuda --quick \
-    > "$OUT/selftest-$mode.txt" 2>&1
-  echo "selftest $mode rc=$?"; grep -E "^mxhost selftest: [0-9]" "$OUT/selftest-$mode.txt"; grep FAIL "$OUT/selftest-$mode.txt" | cut -c1-220 | head -5
-done
+selftest_modes auto always
 pack
 fi
 if has ab; then
