@@ -4,10 +4,12 @@
 # rounds for 40 of them against a mean of 22.3), and what they read from DRAM. ncu on one
 # GroupedLinear step per shape (c, a, b), the chained kernels' launches (each GEMM enqueues the
 # 4-stage and the 3-stage build; the gate lets one run): duration, SM active cycles (mean, max,
-# min over SMs), DRAM bytes read, L2 read sectors. dist/ at 06836ec with MXHOST_MX_CHAIN_NARROW=0
-# (the kernels of HEAD).
+# min over SMs), DRAM bytes read, L2 read sectors. MXHOST_MX_CHAIN_NARROW=0 only matters for a
+# dist/ built at 06836ec (run 196's, with the narrow split); from 0a23717 on there is no split. Part `xdy`: every kernel of c's step under ncu (durations only), to
+# say where X's quantize call spends the 30-60 µs it reads above dY's in the step traces of
+# runs 194 and 196 (the same shape and kernel on c).
 set -u
-PARTS_DEFAULT="ncu" source docs/perf-runs/prelude.sh run197
+PARTS_DEFAULT="ncu xdy" source docs/perf-runs/prelude.sh run197
 if has ncu; then
 for shape in ${SHAPES:-c a b}; do
   f="$OUT/ncu-$shape.txt"
@@ -18,4 +20,12 @@ for shape in ${SHAPES:-c a b}; do
   grep -E "mx_cgemm_|gpu__time|sm__cycles|dram__bytes|lts__t" "$f" | awk '/mx_cgemm_/ {printf "\n%s ", $1; next} {printf "%s %s | ", $1, $NF} END {print ""}'
 done
 pack
+fi
+if has xdy; then
+  f="$OUT/ncu-c-step.txt"
+  MXHOST_MX_CHAIN_NARROW=0 timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum \
+    dist/mxhost bench --device cuda --shapes c --reps 1 --warmup-ms 0 --only "GroupedLinear with 32x32" > "$f" 2>&1
+  echo "== c step kernels rc=$?"
+  awk '/^  [a-z_0-9]+.*\(/ {k=$1} /gpu__time_duration.sum/ {printf "%s %s\n", k, $NF}' "$f" | tail -40
+  pack
 fi
