@@ -194,6 +194,44 @@ impl CudaDevice {
         Ok(ms as f64 / 1e3)
     }
 
+    /// GPU times, in seconds, of `reps` runs of `f` enqueued one after another without waiting
+    /// in between, each after `flush` bytes of scratch are overwritten and timed by its own
+    /// pair of events; one synchronization at the end. That is Triton's `do_bench` loop (which
+    /// bench_peers.py times torch with): the host runs ahead of the GPU, so no rep's first
+    /// launch waits for the host. [`CudaDevice::time_on_stream`] synchronizes after every rep
+    /// instead.
+    pub fn time_queued_on_stream(
+        &'static self,
+        flush: Option<&DeviceBuffer>,
+        reps: usize,
+        mut f: impl FnMut() -> crate::error::OpResult<()>,
+    ) -> crate::error::OpResult<Vec<f64>> {
+        self.make_current()?;
+        let mut marks = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let (start, end) = (Event::new()?, Event::new()?);
+            if let Some(b) = flush.filter(|b| b.len > 0) {
+                // SAFETY: `b.ptr` addresses `b.len` bytes on our stream.
+                unsafe { cr::memset_d8_async(b.ptr, 0, b.len, self.stream) }
+                    .map_err(op_err("cuMemsetD8Async"))?;
+            }
+            start.record(self.stream)?;
+            f()?;
+            end.record(self.stream)?;
+            marks.push((start, end));
+        }
+        self.synchronize()?;
+        marks
+            .iter()
+            .map(|(start, end)| {
+                // SAFETY: both events were recorded on our stream, which is now synchronized.
+                unsafe { cr::event::elapsed(start.0, end.0) }
+                    .map(|ms| ms as f64 / 1e3)
+                    .map_err(op_err("cuEventElapsedTime"))
+            })
+            .collect()
+    }
+
     /// A point in the host stream's work: an event recorded there now, with the host's
     /// clock beside it (`mxhost bench`'s step trace: where a step's GPU time goes, and
     /// whether the host enqueues it faster than the GPU runs it).

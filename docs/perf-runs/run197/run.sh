@@ -7,9 +7,13 @@
 # min over SMs), DRAM bytes read, L2 read sectors. MXHOST_MX_CHAIN_NARROW=0 only matters for a
 # dist/ built at 06836ec (run 196's, with the narrow split); from 0a23717 on there is no split. Part `xdy`: every kernel of c's step under ncu (durations only), to
 # say where X's quantize call spends the 30-60 µs it reads above dY's in the step traces of
-# runs 194 and 196 (the same shape and kernel on c).
+# runs 194 and 196 (the same shape and kernel on c). Part `protocol`: the GroupedLinear step on
+# c, b, a with each rep synchronized before the next (the default) against
+# MXHOST_BENCH_QUEUED_REPS=1 (reps enqueued back to back, one synchronization: do_bench's loop,
+# as bench_peers.py times torch), two interleaved rounds. Needs a dist/ from fa796bc's
+# successor on (the variable is ignored before).
 set -u
-PARTS_DEFAULT="ncu xdy" source docs/perf-runs/prelude.sh run197
+PARTS_DEFAULT="ncu xdy protocol" source docs/perf-runs/prelude.sh run197
 if has ncu; then
 for shape in ${SHAPES:-c a b}; do
   f="$OUT/ncu-$shape.txt"
@@ -28,4 +32,11 @@ if has xdy; then
   echo "== c step kernels rc=$?"
   awk '/^  [a-z_0-9]+.*\(/ {k=$1} /gpu__time_duration.sum/ {printf "%s %s\n", k, $NF}' "$f" | tail -40
   pack
+fi
+if has protocol; then
+MXHOST_BENCH_STEP_TRACE=1 SELFTEST=0 SHAPES="${SHAPES_AB:-c,b,a}" PEER_BUDGET_S=${PEER_BUDGET_S:-40} ROUNDS=${ROUNDS:-2} MODE=auto \
+  VARIANTS="new new+MXHOST_BENCH_QUEUED_REPS=1" ONLY="GroupedLinear with 32x32" \
+  OUT="$OUT/ab" timeout ${AB_TIMEOUT_S:-330} bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
+ab_report $?
+pack
 fi

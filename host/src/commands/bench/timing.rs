@@ -61,6 +61,19 @@ impl Timing {
     }
 }
 
+/// `MXHOST_BENCH_QUEUED_REPS=1`: a GPU row's reps are enqueued back to back and synchronized
+/// once, each timed by its own events, as Triton's `do_bench` times torch
+/// ([`crate::cuda::CudaDevice::time_queued_on_stream`]); by default each rep is synchronized
+/// before the next is enqueued, so the host cannot run ahead of it. Opt-in until the two are
+/// compared on a GPU (docs/perf.md run 197).
+#[cfg(feature = "cuda")]
+fn queued_reps() -> bool {
+    matches!(
+        std::env::var("MXHOST_BENCH_QUEUED_REPS").as_deref(),
+        Ok("1")
+    )
+}
+
 /// Seconds per call of `f` after 2 warm-up calls. On a GPU, the protocol bench_peers.py
 /// times torch with (Triton's `do_bench`): the L2 cache flushed before each call, each
 /// call timed by CUDA events, the median of `reps`. On the CPU (or with `back_to_back`),
@@ -86,9 +99,13 @@ pub(super) fn time(
     if let (Device::Cuda(_), false) = (device, timing.back_to_back) {
         let dev = crate::cuda::device()?;
         let flush = dev.alloc(L2_FLUSH_BYTES)?;
-        let mut times = (0..reps.max(1))
-            .map(|_| dev.time_on_stream(Some(&flush), &mut f))
-            .collect::<OpResult<Vec<f64>>>()?;
+        let mut times = if queued_reps() {
+            dev.time_queued_on_stream(Some(&flush), reps.max(1) as usize, &mut f)?
+        } else {
+            (0..reps.max(1))
+                .map(|_| dev.time_on_stream(Some(&flush), &mut f))
+                .collect::<OpResult<Vec<f64>>>()?
+        };
         times.sort_by(f64::total_cmp);
         return Ok(times[times.len() / 2]);
     }
