@@ -10,8 +10,8 @@
 # runs 194 and 196 (the same shape and kernel on c). Part `protocol`: the GroupedLinear step on
 # c, b, a with each rep synchronized before the next (the default) against
 # MXHOST_BENCH_QUEUED_REPS=1 (reps enqueued back to back, one synchronization: do_bench's loop,
-# as bench_peers.py times torch), two interleaved rounds. Needs a dist/ from fa796bc's
-# successor on (the variable is ignored before).
+# as bench_peers.py times torch), two interleaved rounds. Needs a dist/ built at 644c3fb or later (the
+# variable is ignored before).
 set -u
 PARTS_DEFAULT="ncu xdy protocol" source docs/perf-runs/prelude.sh run197
 if has ncu; then
