@@ -176,22 +176,9 @@ impl CudaDevice {
         flush: Option<&DeviceBuffer>,
         f: impl FnOnce() -> crate::error::OpResult<()>,
     ) -> crate::error::OpResult<f64> {
-        self.make_current()?;
-        let start = Event::new()?;
-        let end = Event::new()?;
-        if let Some(b) = flush.filter(|b| b.len > 0) {
-            // SAFETY: `b.ptr` addresses `b.len` bytes on our stream.
-            unsafe { cr::memset_d8_async(b.ptr, 0, b.len, self.stream) }
-                .map_err(op_err("cuMemsetD8Async"))?;
-        }
-        start.record(self.stream)?;
-        f()?;
-        end.record(self.stream)?;
-        self.synchronize()?;
-        // SAFETY: both events were recorded on our stream, which is now synchronized.
-        let ms =
-            unsafe { cr::event::elapsed(start.0, end.0) }.map_err(op_err("cuEventElapsedTime"))?;
-        Ok(ms as f64 / 1e3)
+        let mut f = Some(f);
+        let times = self.time_queued_on_stream(flush, 1, || f.take().map_or(Ok(()), |f| f()))?;
+        Ok(times[0])
     }
 
     /// GPU times, in seconds, of `reps` runs of `f` enqueued one after another without waiting
