@@ -13,6 +13,9 @@
 #      variable, e.g. new+MXHOST_MX_CHAIN_QPAIR=0; new+MXHOST_MX_CHAIN=off runs under that mode
 #      instead of MODE, for the default path side by side with the chained one; several
 #      assignments join with '+', e.g. new+MXHOST_MX_CHAIN=off+MXHOST_BENCH_STEP_WGRAD_VALUES=1);
+#      WARM_ROUND=1 first runs the first variant once into warm.txt, not compared: the first
+#      bench call after the peers read every GEMM ~2 % slower in runs 194 and 196, whichever
+#      build it ran;
 #   4. with NCU=regex: ncu durations (and NCU_METRICS) of the matching kernels in one rep of
 #      the NCU_ONLY rows (default ONLY) on NCU_SHAPE (default c), each variant in reverse
 #      order: ncu-<variant>.txt;
@@ -65,6 +68,13 @@ echo "== bench_peers.py"
 # (PEER_BUDGET_S per shape: scripts/gpu-peers.sh runs the shapes one by one)
 bash scripts/gpu-peers.sh "$out" "$shapes" "${PEER_BUDGET_S:-40}" --warmup "${SETTLE_MS:-1500}" --rep 500
 echo "peers rc=$?"
+if [ "${WARM_ROUND:-0}" = 1 ]; then
+    v="${variants%% *}"
+    plugin "$v"
+    MXHOST_MX_CHAIN=$vmode timeout 150 dist/mxhost bench --device cuda --shapes "$shapes" --reps 10 --only "$only" \
+        --warmup-ms "${SETTLE_MS:-1500}" --peers "$out/peer_bench.csv" >"$out/warm.txt" 2>&1
+    echo "== warm-up round ($v, not compared): rc=$?"
+fi
 for i in $(seq 1 "${ROUNDS:-2}"); do
     for v in $variants; do
         plugin "$v"
