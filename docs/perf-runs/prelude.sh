@@ -31,3 +31,12 @@ selftest_modes() {
         echo "selftest $mode rc=$?"; grep -E "^mxhost selftest: [0-9]" "$OUT/selftest-$mode.txt"; grep FAIL "$OUT/selftest-$mode.txt" | cut -c1-220 | head -5
     done
 }
+# `step_ab ROUNDS TIMEOUT_S VARIANTS`: scripts/gpu-ab.sh on the GroupedLinear training step (its
+# trace on) on SHAPES (default c,b,a) beside torch BF16, under MODE=auto, without a selftest,
+# into $OUT/ab, then ab_report; ROUNDS, PEER_BUDGET_S (40), AB_TIMEOUT_S and WARM_ROUND from the
+# environment override the script's defaults given here.
+step_ab() {
+    MXHOST_BENCH_STEP_TRACE=1 SELFTEST=0 SHAPES="${SHAPES:-c,b,a}" PEER_BUDGET_S=${PEER_BUDGET_S:-40} ROUNDS=${ROUNDS:-$1} MODE=auto \
+        VARIANTS="$3" ONLY="GroupedLinear with 32x32" OUT="$OUT/ab" timeout "${AB_TIMEOUT_S:-$2}" bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
+    ab_report $?
+}

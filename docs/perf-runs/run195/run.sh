@@ -7,9 +7,6 @@
 set -u
 PARTS_DEFAULT="ab" source docs/perf-runs/prelude.sh run195
 if has ab; then
-MXHOST_BENCH_STEP_TRACE=1 SELFTEST=0 SHAPES="${SHAPES:-c,b,a}" PEER_BUDGET_S=${PEER_BUDGET_S:-40} ROUNDS=${ROUNDS:-3} MODE=auto \
-  VARIANTS="new new+MXHOST_MX_CHAIN_NOQ_S=0+MXHOST_NVRTC_DEFINES=-DMXQB_NOQ_S2=1" ONLY="GroupedLinear with 32x32" \
-  OUT="$OUT/ab" timeout ${AB_TIMEOUT_S:-420} bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
-ab_report $?
+step_ab 3 420 "new new+MXHOST_MX_CHAIN_NOQ_S=0+MXHOST_NVRTC_DEFINES=-DMXQB_NOQ_S2=1"
 pack
 fi

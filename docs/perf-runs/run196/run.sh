@@ -13,9 +13,6 @@ selftest_modes auto always
 pack
 fi
 if has ab; then
-MXHOST_BENCH_STEP_TRACE=1 SELFTEST=0 SHAPES="${SHAPES:-c,b,a}" PEER_BUDGET_S=${PEER_BUDGET_S:-40} ROUNDS=${ROUNDS:-2} MODE=auto \
-  VARIANTS="new new+MXHOST_MX_CHAIN_NARROW=0 new+MXHOST_MX_CHAIN_NARROW=0+MXHOST_MX_CHAIN_NOQ_S=0+MXHOST_NVRTC_DEFINES=-DMXQB_NOQ_S2=1" \
-  ONLY="GroupedLinear with 32x32" OUT="$OUT/ab" timeout ${AB_TIMEOUT_S:-400} bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
-ab_report $?
+step_ab 2 400 "new new+MXHOST_MX_CHAIN_NARROW=0 new+MXHOST_MX_CHAIN_NARROW=0+MXHOST_MX_CHAIN_NOQ_S=0+MXHOST_NVRTC_DEFINES=-DMXQB_NOQ_S2=1"
 pack
 fi

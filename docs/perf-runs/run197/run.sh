@@ -34,9 +34,7 @@ if has xdy; then
   pack
 fi
 if has protocol; then
-MXHOST_BENCH_STEP_TRACE=1 SELFTEST=0 SHAPES="${SHAPES_AB:-c,b,a}" PEER_BUDGET_S=${PEER_BUDGET_S:-40} ROUNDS=${ROUNDS:-2} MODE=auto WARM_ROUND=1 \
-  VARIANTS="new new+MXHOST_BENCH_QUEUED_REPS=1" ONLY="GroupedLinear with 32x32" \
-  OUT="$OUT/ab" timeout ${AB_TIMEOUT_S:-330} bash scripts/gpu-ab.sh > "$OUT/ab.txt" 2>&1
-ab_report $?
+# (SHAPES is the ncu part's, space-separated: this part takes SHAPES_AB)
+SHAPES="${SHAPES_AB:-c,b,a}" WARM_ROUND=1 step_ab 2 330 "new new+MXHOST_BENCH_QUEUED_REPS=1"
 pack
 fi
