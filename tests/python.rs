@@ -317,14 +317,16 @@ def run(args):
 }
 
 /// `gemm.quantize_with_wgrad_values` reaches the host from Python: the MX tensor is the plain
-/// quantize's, and wgrad on the values gives the bits wgrad on the dense tensors gives.
+/// quantize's, and wgrad on the values gives the bits wgrad on the dense tensors gives. With
+/// `weight=` (quantize-with-wgrad-values-for, ABI 1.9) the MX tensor is the same, and a weight
+/// whose last axis is not x's is an invalid argument.
 #[test]
 fn python_wgrad_values_reach_the_gemm() {
     let dir = temp_dir("wgrad-values");
     let script = dir.join("wgrad_values.py");
     std::fs::write(
         &script,
-        r#"from mxhost_guest import Failure, Tensor, gemm, mx_spec, plugin
+        r#"from mxhost_guest import Failure, HostError, Tensor, Tile32x32, gemm, mx_spec, plugin
 
 def run(args):
     plugin.select("mxfp8")
@@ -339,6 +341,17 @@ def run(args):
     b = gemm.wgrad(dy, x, offs).to_f32()
     if a != b:
         raise Failure("wgrad on the wgrad values differs")
+    w = Tensor.randn_f32([3, 32, 64], 3)
+    qw, qwt = gemm.quantize_with_transpose(w, mx_spec(block=Tile32x32), for_gemm=True)
+    nx, _, _ = gemm.quantize_with_wgrad_values(x, mx_spec(), offs, for_gemm=True, weight=qw)
+    if gemm.dequantize(nx).to_f32() != gemm.dequantize(qx).to_f32():
+        raise Failure("naming the weight changed the MX tensor")
+    try:
+        gemm.quantize_with_wgrad_values(x, mx_spec(), offs, for_gemm=True, weight=qwt)
+        raise Failure("a weight of the wrong shape was accepted")
+    except HostError as e:
+        if "weight" not in e.value.message:
+            raise
     return "wgrad values: same result"
 "#,
     )

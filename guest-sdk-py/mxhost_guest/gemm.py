@@ -104,14 +104,18 @@ def quantize_for_gemm(x, spec):
 
 
 def quantize_with_wgrad_values(x, spec, offs, transposed=False, keep_values=False,
-                               for_gemm=False):
+                               for_gemm=False, weight=None):
     """x quantized (as `quantize`, or with the options of quantize-ext), plus x's wgrad
     values from the same pass where the plugin can: x [rows, C] quantized as wgrad
     quantizes a dense operand with these offsets, dequantized, in bf16. Returns
     (mx_tensor, transposed copy or None, values). Pass the values to `wgrad` with the same
     offsets and the spec's format and mode: they are multiplied as they are, so a training
-    step reads X and dY once each."""
+    step reads X and dY once each. `weight`: the quantized weight x's forward (dgrad) reads
+    (W [E, N, K] for X, its transposed copy for dY), when it is quantized already: the same
+    results, and the plugin may write less beside x (quantize-with-wgrad-values-for)."""
     o = _mx.QuantizeOptions(transposed=transposed, keep_values=keep_values, for_gemm=for_gemm)
+    if weight is not None:
+        return _mx.quantize_with_wgrad_values_for(x, spec, o, offs, weight)
     return _mx.quantize_with_wgrad_values(x, spec, o, offs)
 
 

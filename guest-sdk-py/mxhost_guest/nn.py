@@ -137,16 +137,18 @@ class GroupedLinear:
                 return None
             raise
 
-    def _with_values(self, t, offs, layout):
+    def _with_values(self, t, offs, layout, weight):
         """t quantized along its rows with its wgrad values from the same pass (beside a
         weight's kept values, layout nk, with its own values kept; beside a transposed copy,
-        layout kn, for a chained GEMM), or None when the plugin cannot write them (an older
-        ABI)."""
+        layout kn, for a chained GEMM, naming `weight`, the one its GEMM reads), or None when
+        the plugin cannot write them (an older ABI)."""
         o = self.options
+        chained = layout == gemm.WeightLayout.KN
         try:
             q, _, v = gemm.quantize_with_wgrad_values(t, MxSpec(o.format, o.mode, Along(1)), offs,
                                                       keep_values=layout == gemm.WeightLayout.NK,
-                                                      for_gemm=layout == gemm.WeightLayout.KN)
+                                                      for_gemm=chained,
+                                                      weight=weight if chained else None)
             return q, v
         except Err as e:
             if e.value.kind == ErrorKind.UNSUPPORTED:
@@ -160,7 +162,7 @@ class GroupedLinear:
         w = gemm._Dense(self.weight) if kept is None else gemm._Quantized(kept[0])
         # beside the weight's kept values (layout nk) x keeps its own too, and so will dy;
         # beside its transposed copy (kn) both are quantized for the chained GEMM
-        xq = None if kept is None else self._with_values(x, offs, kept[2])
+        xq = None if kept is None else self._with_values(x, offs, kept[2], kept[0])
         if xq is None:
             y = gemm.forward(gemm._Dense(x), w, offs, self.options)
             self._saved = (x, False, list(offs), None if kept is None else kept[1:])
@@ -187,7 +189,7 @@ class GroupedLinear:
         x, x_values, offs, w_dgrad = self._saved
         self._saved = None
         # dy's wgrad values from the pass that quantizes it for dgrad (as forward's x)
-        dyq = self._with_values(dy, offs, w_dgrad[1]) if x_values and want_dx else None
+        dyq = self._with_values(dy, offs, w_dgrad[1], w_dgrad[0]) if x_values and want_dx else None
         dy_wgrad = dy if dyq is None else dyq[1]
         self.grad = gemm.wgrad(gemm._Dense(dy_wgrad), gemm._Dense(x), offs, self.options)
         del x

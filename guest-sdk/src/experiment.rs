@@ -183,6 +183,19 @@ pub mod gemm {
     ) -> Result<(MxTensor, Option<MxTensor>, Tensor), Error> {
         mx::quantize_with_wgrad_values(x, spec, options, offs)
     }
+    /// `quantize_with_wgrad_values` for X (or dY) whose forward (dgrad) weight is quantized
+    /// already: `weight` is that GEMM's weight as it reads it (W `[E, N, K]` for X, the
+    /// transposed copy for dY). The same results; the plugin may write less beside `x` (mxfp8
+    /// on a Hopper GPU: only the part of its GEMM form that a GEMM with this weight reads).
+    pub fn quantize_with_wgrad_values_for(
+        x: &Tensor,
+        spec: MxSpec,
+        options: QuantizeOptions,
+        offs: &[i32],
+        weight: &MxTensor,
+    ) -> Result<(MxTensor, Option<MxTensor>, Tensor), Error> {
+        mx::quantize_with_wgrad_values_for(x, spec, options, offs, weight)
+    }
     pub fn dequantize(q: &MxTensor) -> Result<Tensor, Error> {
         mx::dequantize(q)
     }

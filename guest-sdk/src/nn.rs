@@ -209,18 +209,27 @@ impl GroupedLinear {
     /// With `keep`, the MX tensor keeps its values too (for a GEMM on cuBLAS beside the
     /// weight's kept values, which then expands nothing); with `for_gemm`, the plugin's GEMM
     /// form (for a chained GEMM beside the weight's transposed copy).
+    /// With `for_gemm` the weight its GEMM reads is named too (`weight`: forward's for X,
+    /// dgrad's transposed copy for dY), so the plugin writes only the part of that form the
+    /// GEMM reads.
     fn quantize_with_values(
         &self,
         t: &Tensor,
         offs: &[i32],
         (keep, for_gemm): (bool, bool),
+        weight: Option<&MxTensor>,
     ) -> R<Option<(MxTensor, Tensor)>> {
         let options = crate::QuantizeOptions {
             transposed: false,
             keep_values: keep,
             for_gemm,
         };
-        match gemm::quantize_with_wgrad_values(t, self.spec(BlockLayout::Along(1)), options, offs) {
+        let spec = self.spec(BlockLayout::Along(1));
+        let quantized = match weight.filter(|_| for_gemm) {
+            Some(w) => gemm::quantize_with_wgrad_values_for(t, spec, options, offs, w),
+            None => gemm::quantize_with_wgrad_values(t, spec, options, offs),
+        };
+        match quantized {
             Ok((q, _, v)) => Ok(Some((q, v))),
             Err(e) if e.kind == ErrorKind::Unsupported => Ok(None),
             Err(e) => Err(e),
@@ -276,7 +285,8 @@ impl GroupedLinear {
             // keeps its own too, and so will dY.
             let keep = prep == WeightPrep::KeptValues;
             let for_gemm = prep == WeightPrep::WithTranspose;
-            let (y, x, x_values) = match self.quantize_with_values(&x, offs, (keep, for_gemm))? {
+            let quantized = self.quantize_with_values(&x, offs, (keep, for_gemm), Some(&qw))?;
+            let (y, x, x_values) = match quantized {
                 Some((qx, xv)) => {
                     let (a, b) = (Operand::Quantized(&qx), Operand::Quantized(&qw));
                     (gemm::forward(a, b, offs, &self.options)?, xv, true)
@@ -350,7 +360,8 @@ impl GroupedLinear {
             .as_ref()
             .is_some_and(|d| d.layout == WeightLayout::Kn);
         let dy_q = if x_values && want_dx {
-            self.quantize_with_values(dy, &offs, (keep, for_gemm))?
+            let weight = w_dgrad.as_ref().map(|d| &d.q);
+            self.quantize_with_values(dy, &offs, (keep, for_gemm), weight)?
         } else {
             None
         };

@@ -147,7 +147,7 @@ pub fn quantize_with(
     block: BlockLayout,
     extras: QuantizeExtras,
 ) -> OpResult<(MxTensor, Option<MxTensor>)> {
-    let (q, t, _) = quantize_full(plugin, x, (format, mode, block), extras, None)?;
+    let (q, t, _) = quantize_full(plugin, x, (format, mode, block), extras, None, None)?;
     Ok((q, t))
 }
 
@@ -158,12 +158,19 @@ pub fn quantize_with(
 /// the plugin multiplies them as they are (ABI 1.5, `DenseMxValues`) instead of reading
 /// `x` again to quantize it: a training step's X and dY then cross memory once for both
 /// of their quantizations. Needs a plugin of ABI minor ≥ 5.
+///
+/// `weight`: the weight `x` will be multiplied with as forward's or dgrad's `a` operand (W
+/// `[E, N, K]` for X, its transposed copy for dY; `[E, cols, C]` with one expert per offset),
+/// when the caller knows it. Checked, then passed to a plugin of minor ≥ 9 that wrote the
+/// weight's annex (`QuantizeDesc::weight`), which may then write only the part of `x`'s annex
+/// that this GEMM reads. Results never depend on it.
 pub fn quantize_with_wgrad_values(
     plugin: &LoadedPlugin,
     x: &Tensor,
     (format, mode, block): (MxFormat, ScaleMode, BlockLayout),
     extras: QuantizeExtras,
     offs: &[i32],
+    weight: Option<&MxTensor>,
 ) -> OpResult<(MxTensor, Option<MxTensor>, Tensor)> {
     if x.shape.len() != 2 {
         return Err(OpError::invalid(format!(
@@ -178,18 +185,46 @@ pub fn quantize_with_wgrad_values(
             plugin.name, plugin.abi_minor
         )));
     }
-    let (q, t, v) = quantize_full(plugin, x, (format, mode, block), extras, Some(offs))?;
+    if let Some(w) = weight {
+        check_gemm_weight(w, x, offs.len())?;
+    }
+    // (only to the plugin that wrote the weight's annex, and that understands the field)
+    let weight = weight.filter(|w| {
+        plugin.abi_minor >= 9 && w.annex.as_ref().is_some_and(|a| a.plugin == plugin.path)
+    });
+    let (q, t, v) = quantize_full(plugin, x, (format, mode, block), extras, Some(offs), weight)?;
     Ok((q, t, v.expect("requested")))
 }
 
+/// The weight named for `x`'s quantize call ([`quantize_with_wgrad_values`]): `[E, cols, C]`
+/// for `x` of `[rows, C]` and `experts` offsets, on `x`'s device.
+fn check_gemm_weight(w: &MxTensor, x: &Tensor, experts: usize) -> OpResult<()> {
+    let ws = &w.data.shape;
+    if ws.len() != 3 || ws[0] != experts as u64 || ws[2] != x.shape[1] {
+        return Err(OpError::invalid(format!(
+            "the weight named for this quantization has shape {ws:?}; x of shape {:?} with {experts} experts is multiplied with [{experts}, cols, {}]",
+            x.shape, x.shape[1]
+        )));
+    }
+    if w.data.location() != x.location() {
+        return Err(OpError::invalid(format!(
+            "the weight named for this quantization lives on {:?}, x on {:?}",
+            w.data.location(),
+            x.location()
+        )));
+    }
+    Ok(())
+}
+
 /// [`quantize_with`], with the wgrad values for `wgrad_offs` when given (checked by the
-/// caller), tagged with their grid.
+/// caller), tagged with their grid, and `weight` passed on (checked by the caller; ABI 1.9).
 fn quantize_full(
     plugin: &LoadedPlugin,
     x: &Tensor,
     (format, mode, block): (MxFormat, ScaleMode, BlockLayout),
     extras: QuantizeExtras,
     wgrad_offs: Option<&[i32]>,
+    weight: Option<&MxTensor>,
 ) -> OpResult<(MxTensor, Option<MxTensor>, Option<Tensor>)> {
     let transposed = extras.transposed;
     if !plugin.has(caps::QUANTIZE) {
@@ -230,7 +265,15 @@ fn quantize_full(
     });
     if needs_staging(plugin, dev) {
         let cpu_x = x.to_device(Device::Cpu)?;
-        let (q, t, v) = quantize_full(plugin, &cpu_x, (format, mode, block), extras, wgrad_offs)?;
+        // (the weight's annex is a device plugin's: none to pass on a staged call)
+        let (q, t, v) = quantize_full(
+            plugin,
+            &cpu_x,
+            (format, mode, block),
+            extras,
+            wgrad_offs,
+            None,
+        )?;
         let t = t.map(|t| t.to_device(dev)).transpose()?;
         let v = match v {
             Some(v) => Some(Tensor {
@@ -350,6 +393,10 @@ fn quantize_full(
             .map_or(std::ptr::null(), |o| o.as_ptr()),
         wgrad_num_groups: wgrad_offs_owned.as_ref().map_or(0, |o| o.len() as u32),
         bytes_on_demand: on_demand.map_or(0, |_| on_demand_promise(plugin.abi_minor)),
+        weight: weight.map_or(mxhost_plugin_abi::MxTensorView::absent(), MxTensor::view),
+        weight_annex: weight
+            .and_then(|w| w.annex.as_ref())
+            .map_or(TensorView::absent(), |a| a.tensor.view()),
     };
     let mut keep: Vec<Box<dyn std::any::Any>> = vec![Box::new(x.clone()), Box::new(out.clone())];
     if let Some(t) = &out_t {
@@ -357,6 +404,9 @@ fn quantize_full(
     }
     if let Some(v) = &wgrad {
         keep.push(Box::new(v.clone()));
+    }
+    if let Some(w) = weight {
+        keep.push(Box::new(w.clone()));
     }
     // Owned, so that a call the watchdog abandons still reads valid offsets.
     keep.push(Box::new(wgrad_offs_owned));

@@ -392,6 +392,16 @@ pub struct QuantizeDesc {
     /// reads the bytes or the scales ([`BYTES_ON_DEMAND_WITH_SCALES`]): the plugin may leave
     /// out both. 0 in an older descriptor.
     pub bytes_on_demand: u32,
+    /// ABI 1.9: the weight `output` will be multiplied with as the `a` operand of forward or
+    /// dgrad (W `[E, N, K]` for X, the transposed copy `[E, K, N]` for dY), already quantized
+    /// by this plugin with its annex (`weight_annex`), so that the plugin may write only the
+    /// part of `output`'s annex that GEMM reads. A hint: any GEMM computes the same result
+    /// whatever was passed here, at most slower with another weight. The host checks that the
+    /// weight's last axis is `input`'s and that it has one expert per `wgrad_offs` entry.
+    /// Absent (and `weight_annex` absent) when the caller named none, and in an older
+    /// descriptor; a host sets it only for plugins that report minor ≥ 9.
+    pub weight: MxTensorView,
+    pub weight_annex: TensorView,
 }
 
 /// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.0 host (no `transposed`).
@@ -410,6 +420,8 @@ pub const BYTES_ON_DEMAND_WITH_SCALES: u32 = 2;
 
 /// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.5–1.6 host (no `bytes_on_demand`).
 pub const QUANTIZE_DESC_SIZE_1_6: usize = std::mem::offset_of!(QuantizeDesc, bytes_on_demand);
+/// `struct_size` of a [`QuantizeDesc`] written by an ABI 1.7–1.8 host (no `weight`).
+pub const QUANTIZE_DESC_SIZE_1_8: usize = std::mem::offset_of!(QuantizeDesc, weight);
 
 /// ABI 1.3: which annex a plugin wants beside one MX tensor a quantize call will write
 /// ([`crate::PluginApi::annex_words`]). The host asks before it allocates the outputs.
@@ -556,7 +568,9 @@ mod tests {
             assert!(QUANTIZE_DESC_SIZE_1_0 < QUANTIZE_DESC_SIZE_1_1);
             assert!(QUANTIZE_DESC_SIZE_1_1 < QUANTIZE_DESC_SIZE_1_2);
             assert!(QUANTIZE_DESC_SIZE_1_2 < QUANTIZE_DESC_SIZE_1_4);
-            assert!(QUANTIZE_DESC_SIZE_1_4 < std::mem::size_of::<QuantizeDesc>());
+            assert!(QUANTIZE_DESC_SIZE_1_4 < QUANTIZE_DESC_SIZE_1_6);
+            assert!(QUANTIZE_DESC_SIZE_1_6 < QUANTIZE_DESC_SIZE_1_8);
+            assert!(QUANTIZE_DESC_SIZE_1_8 < std::mem::size_of::<QuantizeDesc>());
             assert!(ANNEX_QUERY_SIZE_1_3 < ANNEX_QUERY_SIZE_1_5);
             assert!(ANNEX_QUERY_SIZE_1_5 < std::mem::size_of::<AnnexQuery>());
         }

@@ -45,7 +45,11 @@
 //! only for plugins that report minor ≥ 7 and have the second. 1.8 gave
 //! `QuantizeDesc::bytes_on_demand` the value 2 (`BYTES_ON_DEMAND_WITH_SCALES`: the host asks
 //! before it reads the scales too, so the plugin may leave those out as well); a host sets 2
-//! only for plugins that report minor ≥ 8. Nothing was appended.
+//! only for plugins that report minor ≥ 8. Nothing was appended. 1.9 appended
+//! `QuantizeDesc::weight` and `weight_annex` (the weight the output will be multiplied with in
+//! forward or dgrad, with this plugin's annex: a hint that lets the plugin write only the part
+//! of the output's annex that GEMM reads); a host sets them only for plugins that report
+//! minor ≥ 9.
 
 use std::ffi::{c_char, c_void};
 
@@ -59,7 +63,7 @@ pub const ENTRY_SYMBOL: &[u8] = b"mxhost_plugin_entry\0";
 /// `"MXHOSTPL"` in ASCII: the first field of every [`PluginApi`].
 pub const PLUGIN_MAGIC: u64 = 0x4D58_484F_5354_504C;
 pub const ABI_MAJOR: u32 = 1;
-pub const ABI_MINOR: u32 = 8;
+pub const ABI_MINOR: u32 = 9;
 
 /// ABI 1.3: the size, in i32 words, of the annex a plugin wants beside the MX tensor that
 /// `query` describes (0: none); written to `words`.

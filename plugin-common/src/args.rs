@@ -405,6 +405,10 @@ pub struct QuantizeArgs {
     pub bytes_on_demand: bool,
     /// ABI 1.8: the same promise for the output's scales (`bytes_on_demand` = 2).
     pub scales_on_demand: bool,
+    /// ABI 1.9: the weight the output will be multiplied with in forward or dgrad, with its
+    /// annex (checked: a rank-3 MX tensor whose last axis is the input's, one expert per
+    /// wgrad offset, same device as the input; a hint, see `QuantizeDesc::weight`).
+    pub weight: Option<MxArg>,
     pub device: DeviceKind,
     pub ordinal: i32,
     pub stream: *mut c_void,
@@ -551,8 +555,19 @@ impl QuantizeArgs {
             tensors.push(&w.out);
             outs.push(&w.out);
         }
+        let weight = parse_weight(desc, &input, wgrad_values.as_ref())?;
+        if let Some(w) = &weight {
+            tensors.extend([&w.data, &w.scales]);
+            tensors.extend(w.annex.iter());
+        }
         let (device, ordinal) = common_device(&tensors)?;
-        check_disjoint(&outs, &[&input])?;
+        let weight_in: Vec<&TensorArg> = weight
+            .iter()
+            .flat_map(|w| [&w.data, &w.scales].into_iter().chain(w.annex.iter()))
+            .collect();
+        let mut inputs = vec![&input];
+        inputs.extend(weight_in);
+        check_disjoint(&outs, &inputs)?;
         if desc.bytes_on_demand > BYTES_ON_DEMAND_WITH_SCALES {
             return Err(PluginError::invalid(format!(
                 "options.bytes_on_demand must be 0, 1 or 2 (ABI 1.8: with the scales), got {}",
@@ -569,11 +584,41 @@ impl QuantizeArgs {
             wgrad_values,
             bytes_on_demand: desc.bytes_on_demand != 0,
             scales_on_demand: desc.bytes_on_demand == BYTES_ON_DEMAND_WITH_SCALES,
+            weight,
             device,
             ordinal,
             stream: desc.stream,
         })
     }
+}
+
+/// `QuantizeDesc::weight` with its annex (ABI 1.9), checked against the input: `[E, cols,
+/// red]` with `red` the input's last axis, and `E` the wgrad offsets' count when there are any.
+fn parse_weight(
+    desc: &QuantizeDesc,
+    input: &TensorArg,
+    wgrad_values: Option<&WgradValues>,
+) -> PluginResult<Option<MxArg>> {
+    if desc.weight.is_absent() {
+        return Ok(None);
+    }
+    if desc.weight_annex.is_absent() {
+        return Err(PluginError::invalid(
+            "quantize.weight without quantize.weight_annex",
+        ));
+    }
+    let w = MxArg::parse(&desc.weight, "quantize.weight")?
+        .with_annex(&desc.weight_annex, "quantize.weight")?;
+    let (ws, xs) = (&w.data.shape, &input.shape);
+    let experts = wgrad_values.map(|v| v.offs.len() as u64);
+    if ws.len() != 3 || xs.last() != ws.last() || experts.is_some_and(|e| e != ws[0]) {
+        return Err(PluginError::invalid(format!(
+            "quantize.weight: shape {ws:?} does not fit an input of shape {xs:?}{} (want [E, cols, {}])",
+            experts.map_or(String::new(), |e| format!(" with {e} experts")),
+            xs.last().copied().unwrap_or(0)
+        )));
+    }
+    Ok(Some(w))
 }
 
 /// A validated annex query (ABI 1.3): which MX tensor a quantize call will write.

@@ -5,7 +5,9 @@
 //   mx_reencode_block_<fmt> (+ mx_chain_lists_<fmt>): an A operand's form and its transposed copy
 //   from one read (mx_reencode_block.cuh); mx_quantize_rows_form_<fmt>: bf16 rows to the MX
 //   tensor and that form in one pass (mx_quant_block_form.cuh; _form_wv_<fmt> also writes
-//   wgrad's X fake-quantized along rows);
+//   wgrad's X fake-quantized along rows; given a need map, the transposed copy only where the
+//   chained GEMM reads it); mx_chain_need_map: that map from a weight's residual lists
+//   (mx_chain_need.cuh);
 //   mx_cgemm_<A fmt><B fmt>_w2d_<bf16|f32>: the 256 x 128 chained GEMM on the copies, with the
 //   residual corrections gathered into shared memory and added before its epilogue
 //   (mx_tgemm_chain.cuh).
@@ -34,6 +36,7 @@
 #include "mx_quant_values.cuh"
 #include "mx_fakequant.cuh"
 #include "mx_quant_block_form.cuh"
+#include "mx_chain_need.cuh"
 #include "mx_plain_from_form.cuh"
 #include "mx_tgemm_chain.cuh"
 #include "mx_chain_status.cuh"
@@ -45,8 +48,9 @@ static_assert(sizeof(MxGemmChainParams) == 768 && mxc_smem_bytes<4, true>() == 2
               "ChainParams in src/backend/cuda/params.rs, chain_smem in device.rs");
 static_assert(sizeof(MxReencodePairParams) == 104 && sizeof(MxChainListParams) == 104 && sizeof(MxQuantPairParams) == 136,
               "ReencodePairParams, ChainListParams, QuantPairParams in src/backend/cuda/params.rs");
-static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72 && sizeof(MxQuantBlockFormParams) == 104,
-              "QuantChainParams, ReencodeBlockParams, QuantBlockFormParams in src/backend/cuda/params.rs");
+static_assert(sizeof(MxQuantChainParams) == 96 && sizeof(MxReencodeBlockParams) == 72 && sizeof(MxQuantBlockFormParams) == 128 &&
+              sizeof(MxNeedMapParams) == 48,
+              "QuantChainParams, ReencodeBlockParams, QuantBlockFormParams, NeedMapParams in src/backend/cuda/params.rs");
 static_assert(mxt8_smem_bytes() == 218112, "the v8c variant in bench/launch.cu");
 // the dynamic shared memory beside the kernel's 3 KB of static shared memory (ptxas), within sm_90's 227 KB
 static_assert(mxc_smem_bytes<4, true>() + 3072 <= 232448 && mxc_smem_bytes<3, true>() + 3072 <= 232448 &&
@@ -158,6 +162,11 @@ extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form4_e4m3(co
 }
 extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form4_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
   mx_quant_block_form<1, 4>(p);
+}
+// Which columns of X's or dY's transposed copy the chained GEMM reads, per expert, from the
+// partner weight's B residual lists: the form kernels' need map (mx_chain_need.cuh).
+extern "C" __global__ void __launch_bounds__(256) mx_chain_need_map(const __grid_constant__ MxNeedMapParams p) {
+  mx_chain_need_map<>(p);
 }
 
 #define MXQC_INST(NAME, F) \

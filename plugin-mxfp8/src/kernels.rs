@@ -36,7 +36,7 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 27] = [
+pub const HEADERS: [(&str, &str); 28] = [
     header!("mx_types.cuh"),
     header!("mx_ptx.cuh"),
     header!("mx_warp.cuh"),
@@ -62,6 +62,7 @@ pub const HEADERS: [(&str, &str); 27] = [
     header!("mx_chain_status.cuh"),
     header!("mx_quant_chain.cuh"),
     header!("mx_quant_block_form.cuh"),
+    header!("mx_chain_need.cuh"),
     header!("mx_plain_from_form.cuh"),
     header!("mx_quant_rows_wv.cuh"),
 ];
@@ -239,6 +240,7 @@ impl Unit {
                 "mx_quantize_rows_form_e5m2",
                 "mx_quantize_rows_form4_e4m3",
                 "mx_quantize_rows_form4_e5m2",
+                "mx_chain_need_map",
                 "mx_quantize_rows_form_wv_e4m3",
                 "mx_quantize_rows_form_wv_e5m2",
                 "mx_quantize_rows_form_noq_e4m3",

@@ -80,6 +80,8 @@ fn quantize_desc(input: TensorView, output: MxTensorView) -> QuantizeDesc {
         wgrad_offs: std::ptr::null(),
         wgrad_num_groups: 0,
         bytes_on_demand: 0,
+        weight: MxTensorView::absent(),
+        weight_annex: TensorView::absent(),
     }
 }
 
@@ -868,6 +870,63 @@ fn wgrad_values_are_each_experts_quantization_along_rows() {
     let mut bad = desc;
     bad.wgrad_offs = std::ptr::null();
     assert_eq!(run(&bad).0, Status::InvalidArgument, "null offsets");
+
+    // ABI 1.9: a weight named beside the wgrad values (a hint: the CPU backend writes the
+    // same bytes); refused without its annex or when its shape does not fit x; ignored in a
+    // 1.8 descriptor, which ends before it.
+    let (e, cols) = (offs.len(), 64usize);
+    let wshape = [e as u64, cols as u64, c as u64];
+    let (mut wd, mut ws) = (vec![0u8; e * cols * c], vec![0u8; e * cols * c / 1024]);
+    let mut wannex = vec![0i32; 64];
+    let (mut d19, mut s19, mut v19) = (d.clone(), s.clone(), v.clone());
+    let mut named = desc;
+    named.output = mx_view(
+        &mut d19,
+        &mut s19,
+        &shape,
+        MxFormat::E4m3,
+        BlockLayout::vector(1),
+    );
+    named.wgrad_values = view(&mut v19, DType::Bf16, &shape);
+    named.weight = mx_view(
+        &mut wd,
+        &mut ws,
+        &wshape,
+        MxFormat::E4m3,
+        BlockLayout::tile(),
+    );
+    named.weight_annex = view(&mut wannex, DType::I32, &[64]);
+    let (st, msg) = run(&named);
+    assert_eq!(st, Status::Ok, "{msg}");
+    assert_eq!(
+        (&d19, &s19, &v19),
+        (&d, &s, &want),
+        "the same bytes as without the weight"
+    );
+    let mut bad = named;
+    bad.weight_annex = TensorView::absent();
+    let (st, msg) = run(&bad);
+    assert_eq!(st, Status::InvalidArgument);
+    assert!(msg.contains("weight_annex"), "{msg}");
+    let (mut wd2, mut ws2) = (vec![0u8; e * cols * 32], vec![0u8; e * cols * 32 / 1024]);
+    let short = [e as u64, cols as u64, 32];
+    let mut bad = named;
+    bad.weight = mx_view(
+        &mut wd2,
+        &mut ws2,
+        &short,
+        MxFormat::E4m3,
+        BlockLayout::tile(),
+    );
+    let (st, msg) = run(&bad);
+    assert_eq!(
+        st,
+        Status::InvalidArgument,
+        "a weight of reduction 32 for x of 96 columns"
+    );
+    assert!(msg.contains("quantize.weight"), "{msg}");
+    bad.struct_size = QUANTIZE_DESC_SIZE_1_8;
+    assert_eq!(run(&bad).0, Status::Ok, "a 1.8 descriptor has no weight");
 
     // wgrad: the values as DenseMxValues against the dense originals.
     let n = 48usize;

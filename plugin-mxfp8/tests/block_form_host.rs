@@ -15,6 +15,11 @@
 //! matches) on the same inputs, and, on inputs whose 32×1 and 1×32 blocks draw zeros, tiny
 //! values (the reference decode), huge ones, NaN and ±Inf, in every scale mode, with its other
 //! outputs equal byte for byte to the plain build's.
+//!
+//! Given a need map (plugin ABI 1.9) every build stores exactly the 16-row chunks of `at` that
+//! the map names for the chunk's experts, and the rest as without it; the map's own kernel
+//! `mx_chain_need_map` (`cuda/include/mx_chain_need.cuh`) is compared with one built here from
+//! the same residual lists.
 
 use half::bf16;
 use mxhost_plugin_abi::{BlockLayout, MxFormat, ScaleMode};
@@ -90,15 +95,53 @@ enum Noq {
 fn run_kernel_noq(
     exe: &std::path::Path,
     x: &[bf16],
+    shape: (usize, usize),
+    cfg: (usize, usize, usize, bool),
+    noq: Noq,
+) -> Form {
+    run_kernel_need(exe, x, shape, cfg, noq, None)
+}
+
+/// A need map as the form kernel takes it (plugin ABI 1.9): the experts' cumulative end rows,
+/// and per expert `c / 32` words whose bit `k % 32` of word `k / 32` says that column `k` of
+/// `at` is read for the expert's rows.
+struct NeedMap {
+    offs: Vec<i32>,
+    words: Vec<u32>,
+}
+
+/// [`run_kernel_noq`] with a need map (`None`: the kernel's null, all of `at`).
+fn run_kernel_need(
+    exe: &std::path::Path,
+    x: &[bf16],
     (r, c): (usize, usize),
     (fmt, mode, bpc, wv): (usize, usize, usize, bool),
     noq: Noq,
+    need: Option<&NeedMap>,
 ) -> Form {
     let x: Vec<u8> = x.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+    let (offs, words): (Vec<u8>, Vec<u8>) = match need {
+        Some(m) => (
+            m.offs.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            m.words.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    let experts = need.map_or(0, |m| m.offs.len());
     let o = host::run_driver(
         exe,
-        &[r, c, fmt, mode, bpc, wv as usize, noq as usize],
-        &[&x],
+        &[
+            r,
+            c,
+            fmt,
+            mode,
+            bpc,
+            wv as usize,
+            noq as usize,
+            need.is_some() as usize,
+            experts,
+        ],
+        &[&x, &offs, &words],
     );
     let (n, kb, ns) = (r * c, c / 32, c.div_ceil(STAGE));
     let sizes = [n, r * kb, n, r * kb, n, r * kb, ns * r, ns * 4 * r * 4];
@@ -377,5 +420,227 @@ fn the_noq_build_leaves_out_only_bytes_the_form_gives_back() {
     assert!(
         stored > 1000 && left_out > 50_000,
         "seed {seed}: {stored} bytes stored, {left_out} left out: too few of either to test"
+    );
+}
+
+/// A need map over `r` rows and `c` columns: an empty expert before row 0, one of 21 rows (chunks
+/// 0 and 1), an empty one inside chunk 1, one of 19 rows, then random sizes (a quarter empty)
+/// while at least 24 rows are left: those belong to no expert. Each expert's words are empty,
+/// dense or sparse; the empty experts' are dense (no row of theirs reads them).
+fn need_map(rng: &mut Rng, r: usize, c: usize) -> NeedMap {
+    let mut sizes = vec![0, 21, 0, 19];
+    loop {
+        let size = if rng.below(4) == 0 {
+            0
+        } else {
+            1 + rng.below(40)
+        };
+        if sizes.iter().sum::<usize>() + size > r - 24 {
+            break;
+        }
+        sizes.push(size);
+    }
+    let offs: Vec<i32> = sizes
+        .iter()
+        .scan(0, |end, &n| {
+            *end += n;
+            Some(*end as i32)
+        })
+        .collect();
+    let word = |rng: &mut Rng, kind| -> u32 {
+        let bits = |rng: &mut Rng| rng.next_u64() as u32;
+        match kind {
+            0 => 0,
+            1 => bits(rng),
+            // each bit one in 16
+            _ => bits(rng) & bits(rng) & bits(rng) & bits(rng),
+        }
+    };
+    let mut words = Vec::new();
+    for &n in &sizes {
+        let kind = if n == 0 { 1 } else { rng.below(4) };
+        for _ in 0..c / 32 {
+            words.push(word(rng, kind));
+        }
+    }
+    NeedMap { offs, words }
+}
+
+/// Whether the 16-row chunk `m` of `at`'s column `k` is read, at `[k * r / 16 + m]`: some row of
+/// the chunk belongs to an expert whose words have bit `k`.
+fn chunks_needed(map: &NeedMap, r: usize, c: usize) -> Vec<bool> {
+    let nw = c / 32;
+    let expert = |row: usize| map.offs.iter().position(|&end| end as usize > row);
+    let mut needed = vec![false; c * r / 16];
+    for row in 0..r {
+        let Some(e) = expert(row) else { continue };
+        for k in 0..c {
+            if map.words[e * nw + k / 32] >> (k % 32) & 1 != 0 {
+                needed[k * r / 16 + row / 16] = true;
+            }
+        }
+    }
+    needed
+}
+
+/// Given a need map (plugin ABI 1.9), every build stores exactly the 16-row chunks of `at` whose
+/// column an expert with rows in the chunk needs, those byte for byte as without a map, and
+/// leaves the other chunks alone (the driver's poison); every other output is the same as
+/// without a map. Experts whose sizes are not multiples of 16 (chunks straddle them), empty
+/// experts (before row 0, and inside a chunk, their own words dense: no row reads them), rows
+/// past the last expert; R not a multiple of 128 and C = 2880 (a short last stage); the
+/// one-block, WV, four-block and NOQ builds in E4M3, the one-block build in E5M2. (Without a
+/// map the kernel writes all of `at`: the tests above.)
+#[test]
+fn a_need_map_stores_exactly_the_chunks_of_at_it_names() {
+    let Some((exe, mut rng, seed)) = host::setup("block_form_host_need", "form_driver.cpp") else {
+        return;
+    };
+    let (r, c) = (208, 2880);
+    let x = input(&mut rng, r, c);
+    let map = need_map(&mut rng, r, c);
+    let needed = chunks_needed(&map, r, c);
+    let (mut stored, mut left_out) = (0usize, 0usize);
+    let builds = [
+        (1, false, Noq::Writes),
+        (1, true, Noq::Writes),
+        (4, false, Noq::Writes),
+        (1, false, Noq::Omits),
+        (1, true, Noq::Omits),
+    ];
+    for (fmt, format) in [MxFormat::E4m3, MxFormat::E5m2].into_iter().enumerate() {
+        // (the mask does not depend on the format: E5M2 in the one-block build only)
+        for &(bpc, wv, noq) in &builds[..if fmt == 0 { builds.len() } else { 1 }] {
+            let ctx = format!(
+                "{r} x {c} {format:?}, {bpc} blocks per CTA, wv {wv}, {noq:?}, experts {:?}, seed {seed}",
+                map.offs
+            );
+            let cfg = (fmt, (fmt + bpc) % 3, bpc, wv);
+            let all = run_kernel_need(&exe, &x, (r, c), cfg, noq, None);
+            let some = run_kernel_need(&exe, &x, (r, c), cfg, noq, Some(&map));
+            same_but_at(&format!("{ctx} (map against none)"), &some, &all, (r, c));
+            for (i, &need) in needed.iter().enumerate() {
+                let (k, m) = (i / (r / 16), i % (r / 16));
+                let chunk = k * r + 16 * m..k * r + 16 * m + 16;
+                if need {
+                    assert_eq!(
+                        some.at[chunk.clone()],
+                        all.at[chunk],
+                        "{ctx}: at's column {k}, rows {} .. {}: a chunk the map needs",
+                        16 * m,
+                        16 * m + 15
+                    );
+                    stored += 1;
+                } else {
+                    assert!(
+                        some.at[chunk].iter().all(|&b| b == 0xA5),
+                        "{ctx}: at's column {k}, rows {} .. {} was stored (the map does not need it)",
+                        16 * m,
+                        16 * m + 15
+                    );
+                    left_out += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        stored > 5000 && left_out > 5000,
+        "seed {seed}: {stored} chunks stored, {left_out} left out: too few of either to test"
+    );
+}
+
+/// Two runs' outputs but `at`, byte for byte.
+fn same_but_at(ctx: &str, got: &Form, want: &Form, (r, c): (usize, usize)) {
+    let pairs = [
+        ("q", &got.q, &want.q, c),
+        ("s", &got.s, &want.s, c / 32),
+        ("q2", &got.q2, &want.q2, c),
+        ("s2", &got.s2, &want.s2, c / 32),
+        ("sat", &got.sat, &want.sat, r),
+        ("mc", &got.mc, &want.mc, r),
+        ("wv", &got.wv, &want.wv, 2 * c),
+    ];
+    for (what, a, b, width) in pairs {
+        host::first_difference(&format!("{ctx}: {what}"), a, b, width);
+    }
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert!(bits(&got.sa) == bits(&want.sa), "{ctx}: sa");
+    assert_eq!(got.status, want.status, "{ctx}: status");
+}
+
+/// `mx_chain_need_map` (`cuda/include/mx_chain_need.cuh`, through `tests/host/need_map_driver.cpp`)
+/// against the map built here from the same lists: per expert, bit `k % 32` of word `k / 32`
+/// for every k in its weight rows' lists. Rows with empty lists, an expert without residuals,
+/// lists k-ascending as `mx_chain_lists` writes them and one out of order, one that overflowed
+/// (`cnt` > slots: read up to the slots; it is the row before the expert without residuals);
+/// more rows than the driver's threads (the grid-stride loop goes round). The lists name only
+/// columns before the last word, and every slot past a row's count holds a stale k in the last
+/// word: a slot read that should not be sets a bit the reference leaves clear.
+#[test]
+fn the_need_map_kernel_marks_each_experts_residual_columns() {
+    let Some((exe, mut rng, seed)) = host::setup("block_form_host_need_map", "need_map_driver.cpp")
+    else {
+        return;
+    };
+    let (experts, n, slots, nw) = (5, 120, 12, 90);
+    let rows = experts * n;
+    let quiet = 3; // the expert without residuals
+    let listed_k = |rng: &mut Rng| rng.below(32 * (nw - 1)) as i32;
+    let stale_k = |rng: &mut Rng| (32 * (nw - 1) + rng.below(32)) as i32;
+    let mut cnt = vec![0i32; rows];
+    let mut res: Vec<(i32, f32)> = (0..rows * slots)
+        .map(|_| (stale_k(&mut rng), -1.0))
+        .collect();
+    for row in 0..rows {
+        let listed = match rng.below(4) {
+            _ if row / n == quiet => 0,
+            0 => 0,
+            _ => 1 + rng.below(slots),
+        };
+        let mut ks: Vec<i32> = (0..listed).map(|_| listed_k(&mut rng)).collect();
+        ks.sort_unstable();
+        if row == 8 {
+            ks.reverse();
+        }
+        for (i, &k) in ks.iter().enumerate() {
+            res[row * slots + i] = (k, rng.normal() as f32);
+        }
+        cnt[row] = listed as i32;
+    }
+    let overflow = quiet * n - 1;
+    cnt[overflow] = slots as i32 + 5;
+    for i in 0..slots {
+        res[overflow * slots + i].0 = (3 * i + 1) as i32;
+    }
+    let mut want = vec![0u32; experts * nw];
+    for row in 0..rows {
+        for &(k, _) in &res[row * slots..row * slots + (cnt[row] as usize).min(slots)] {
+            want[row / n * nw + k as usize / 32] |= 1 << (k % 32);
+        }
+    }
+    let cnt_bytes: Vec<u8> = cnt.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let res_bytes: Vec<u8> = res
+        .iter()
+        .flat_map(|&(k, v)| k.to_le_bytes().into_iter().chain(v.to_le_bytes()))
+        .collect();
+    let o = host::run_driver(&exe, &[rows, n, slots, nw], &[&cnt_bytes, &res_bytes]);
+    let got: Vec<u32> = o
+        .chunks(4)
+        .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    assert_eq!(got.len(), want.len(), "seed {seed}: map size");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(
+            g,
+            w,
+            "seed {seed}: expert {}, word {} (columns {} ..): kernel {g:#010x}, reference {w:#010x}",
+            i / nw,
+            i % nw,
+            32 * (i % nw)
+        );
+    }
+    assert!(
+        want.iter().filter(|&&w| w != 0).count() > 100,
+        "seed {seed}: the lists set too few bits to test"
     );
 }

@@ -9,7 +9,7 @@
 //! Args: `[seed]` (default 7).
 
 use mxhost_guest::prelude::*;
-use mxhost_guest::{gemm::*, Error, QuantizeOptions};
+use mxhost_guest::{gemm::*, Error, ErrorKind, QuantizeOptions};
 
 struct HelloGemm;
 
@@ -331,6 +331,7 @@ fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
     )?;
     let exact = Pass::Dgrad.reference(&deq(&gdy)?, &w_exact, p);
     row(Pass::Dgrad, "for a GEMM, W^T copy kn", &out, Some(exact))?;
+    named_weight_checks(p, (&gx, &gdy), (&gw, &gw_t), &opts_kn)?;
     // Same tensors, other precision: switching moves no data.
     plugin::select("bf16")?;
     for pass in PASSES {
@@ -340,6 +341,69 @@ fn run_all(p: &Problem) -> Result<Vec<Row>, String> {
     }
     plugin::select("mxfp8")?;
     Ok(table)
+}
+
+/// X and dY quantized for a GEMM naming the weight that GEMM reads
+/// (quantize-with-wgrad-values-for: W for X's forward, its transposed copy for dY's dgrad):
+/// the MX tensors are the plain ones, and forward and dgrad give the same bits as on the
+/// operands quantized without a name (the plugin may write less of their GEMM forms, never
+/// other results). A weight whose shape does not fit x is an invalid argument.
+fn named_weight_checks(
+    p: &Problem,
+    (gx, gdy): (&MxTensor, &MxTensor),
+    (gw, gw_t): (&MxTensor, &MxTensor),
+    opts_kn: &GemmOptions,
+) -> Result<(), Error> {
+    let opts = options();
+    let for_gemm = QuantizeOptions {
+        transposed: false,
+        keep_values: false,
+        for_gemm: true,
+    };
+    let named = |t: &Tensor, w: &MxTensor| {
+        quantize_with_wgrad_values_for(t, along(1), for_gemm, &p.offs, w).map(|(q, _, _)| q)
+    };
+    let (nx, ndy) = (named(&p.x.0, gw)?, named(&p.dy.0, gw_t)?);
+    if deq(&nx)? != deq(gx)? || deq(&ndy)? != deq(gdy)? {
+        return Err(invalid(
+            "quantize-with-wgrad-values-for changed the MX tensor",
+        ));
+    }
+    let forward = |a: &MxTensor| {
+        Pass::Forward.call(
+            Operand::Quantized(a),
+            Operand::Quantized(gw),
+            &p.offs,
+            &opts,
+        )
+    };
+    let dgrad = |a: &MxTensor| {
+        Pass::Dgrad.call(
+            Operand::Quantized(a),
+            Operand::Quantized(gw_t),
+            &p.offs,
+            opts_kn,
+        )
+    };
+    if !same_bits(&forward(&nx)?, &forward(gx)?) || !same_bits(&dgrad(&ndy)?, &dgrad(gdy)?) {
+        return Err(invalid(
+            "a GEMM on operands quantized naming their weight gave other bits",
+        ));
+    }
+    // (K != N: the transposed copy's last axis is not X's)
+    match named(&p.x.0, gw_t) {
+        Err(e) if e.kind == ErrorKind::InvalidArgument => Ok(()),
+        Err(e) => Err(e),
+        Ok(_) => Err(invalid("naming a weight of the wrong shape was accepted")),
+    }
+}
+
+/// An invalid-argument error with `message`.
+fn invalid(message: &str) -> Error {
+    Error {
+        kind: ErrorKind::InvalidArgument,
+        message: message.into(),
+    }
 }
 
 impl Experiment for HelloGemm {

@@ -189,6 +189,43 @@ impl HostState {
         self.guard(quantize_request(&plugin.name, &x, spec))?;
         Ok((x, plugin))
     }
+
+    /// `quantize-with-wgrad-values` and its `-for` form (`weight`: the GEMM partner, ABI 1.9).
+    fn wgrad_values_call(
+        &mut self,
+        x: Resource<Tensor>,
+        spec: types::MxSpec,
+        options: mx::QuantizeOptions,
+        offs: Vec<i32>,
+        weight: Option<Resource<MxTensor>>,
+    ) -> OpResult<(
+        Resource<MxTensor>,
+        Option<Resource<MxTensor>>,
+        Resource<Tensor>,
+    )> {
+        let copies = if options.transposed { 2 } else { 1 };
+        let (x, plugin) = self.quantize_prologue(&x, &spec, copies)?;
+        // the wgrad values (bf16), and the kept ones counted once per result
+        let kept = if options.keep_values { copies } else { 0 };
+        self.check_room((kept + 1) * 2 * x.numel())?;
+        let (format, mode) = (format_from_wit(spec.format), mode_from_wit(spec.mode));
+        let extras = ops::QuantizeExtras {
+            transposed: options.transposed,
+            keep_values: options.keep_values,
+            for_gemm: options.for_gemm,
+        };
+        let fmb = (format, mode, block_from_wit(spec.block));
+        let weight = match &weight {
+            Some(w) => Some(self.mx_tensor(w)?.clone()),
+            None => None,
+        };
+        let (q, t, v) =
+            ops::quantize_with_wgrad_values(&plugin, &x, fmb, extras, &offs, weight.as_ref())?;
+        let q = self.push_mx(q)?;
+        let t = t.map(|t| self.push_mx(t)).transpose()?;
+        let v = self.push_tensor(v)?;
+        Ok((q, t, v))
+    }
 }
 
 /// What the guard chain sees for a quantization of `x` (with or without a transposed
@@ -275,23 +312,22 @@ impl mx::Host for HostState {
         Option<Resource<MxTensor>>,
         Resource<Tensor>,
     )> {
-        let copies = if options.transposed { 2 } else { 1 };
-        let (x, plugin) = self.quantize_prologue(&x, &spec, copies)?;
-        // the wgrad values (bf16), and the kept ones counted once per result
-        let kept = if options.keep_values { copies } else { 0 };
-        self.check_room((kept + 1) * 2 * x.numel())?;
-        let (format, mode) = (format_from_wit(spec.format), mode_from_wit(spec.mode));
-        let extras = ops::QuantizeExtras {
-            transposed: options.transposed,
-            keep_values: options.keep_values,
-            for_gemm: options.for_gemm,
-        };
-        let fmb = (format, mode, block_from_wit(spec.block));
-        let (q, t, v) = ops::quantize_with_wgrad_values(&plugin, &x, fmb, extras, &offs)?;
-        let q = self.push_mx(q)?;
-        let t = t.map(|t| self.push_mx(t)).transpose()?;
-        let v = self.push_tensor(v)?;
-        Ok((q, t, v))
+        self.wgrad_values_call(x, spec, options, offs, None)
+    }
+
+    fn quantize_with_wgrad_values_for(
+        &mut self,
+        x: Resource<Tensor>,
+        spec: types::MxSpec,
+        options: mx::QuantizeOptions,
+        offs: Vec<i32>,
+        weight: Resource<MxTensor>,
+    ) -> OpResult<(
+        Resource<MxTensor>,
+        Option<Resource<MxTensor>>,
+        Resource<Tensor>,
+    )> {
+        self.wgrad_values_call(x, spec, options, offs, Some(weight))
     }
 
     fn dequantize(&mut self, q: Resource<MxTensor>) -> OpResult<Resource<Tensor>> {

@@ -43,6 +43,15 @@
 // 8 % of the WV kernel's time for 1.6 % of its bytes; s2 is half of them). A NOQ build given no
 // s (p.s null: the MX tensor's scales on demand too, plugin ABI 1.8) writes s transposed into
 // the s2 buffer instead, [C / 32][R] as sat, whole sectors; mx_plain_from_form writes s from it.
+// Need map (plugin ABI 1.9): the chained GEMM reads at only in its B-residual corrections, at the
+// reduction indices k where the weight has a residual and for the rows of the experts whose
+// weight has one there; mx_chain_need_map (mx_chain_need.cuh) ORs those k into a bit map per
+// expert. Given it (p.need), the kernel stores a 16-row chunk of at's column k only where one of
+// the chunk's experts needs k, and leaves the rest unwritten (at was 17 % of the kernel's time
+// on shape c); every other output is written whole. Before the block loop threads 0-7 OR their
+// chunk's words for the CTA's columns into shared memory (a binary search over the experts' end
+// rows, then the chunk's experts), so the store loop tests one bit. (Done inside the loop, behind
+// the loads, ptxas took the BPC = 4 build from 62 registers to 100.)
 // Requires mx_quant_blocks.cuh, mx_reencode.cuh and (WV) mx_fakequant.cuh. NVRTC-clean.
 #pragma once
 
@@ -89,7 +98,49 @@ struct MxQuantBlockFormParams {
                            //   (0 for the blocks past C / 32 of the last stage); 16-byte aligned
   int R, C, mode;
   mx_u16* wv;              // WV builds: X fake-quantized in 32x1 blocks along R for wgrad, [R][C] bf16
+  // Need map (plugin ABI 1.9, a partner weight given at the quantize call): the 16-row chunk
+  // of at at column k is stored only where need[e * nw + k / 32] has bit k % 32 for some
+  // expert e with rows in the chunk (offs: the E experts' cumulative END rows; rows at or past
+  // offs[E - 1] belong to none and are never stored). need null: all of at, as before.
+  const mx_u32* need; const int* offs; int E; int nw;
 };
+
+// The first expert whose rows end past row r (offs: cumulative end rows), E when none does.
+MX_DEV int mxqb_expert_of(const int* offs, int E, int r) {
+  int lo = 0, hi = E;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (__ldg(offs + mid) > r) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
+
+// The need words of chunk rows r .. r + 15 for NW 32-column groups from word w0 (bit i of word
+// k: column 32 (w0 + k) + i), into out: the OR over the experts with rows in the chunk; all
+// ones without a need map. An expert without rows is left out: its weight may have residuals
+// all the same, which no row of this chunk reads.
+template <int NW>
+MX_DEV void mxqb_chunk_need(const MxQuantBlockFormParams& p, int r, int w0, mx_u32* out) {
+  mx_u32 w[NW];
+#pragma unroll
+  for (int k = 0; k < NW; ++k) w[k] = p.need == nullptr ? ~0u : 0u;
+  if (p.need != nullptr) {
+    int start = r;   // the first chunk row past the experts before e
+    for (int e = mxqb_expert_of(p.offs, p.E, r); e < p.E; ++e) {
+      const int end = __ldg(p.offs + e);
+      if (end > start) {
+        const mx_u32* row = p.need + (mx_i64)e * p.nw;
+#pragma unroll
+        for (int k = 0; k < NW; ++k)
+          if (w0 + k < p.nw) w[k] |= __ldg(row + w0 + k);
+      }
+      if (end > r + 15) break;   // the chunk ends in this expert
+      start = end;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NW; ++k) out[k] = w[k];
+}
 
 // (a, b, c, d: byte k of word x is column k of one row) -> column q of the four rows.
 MX_DEV mx_u32 mxqb_col(mx_u32 a, mx_u32 b, mx_u32 c, mx_u32 d, int q) {
@@ -135,10 +186,14 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   constexpr bool SS = BPC > 1 || MXQB_SCOAL;     // scale bytes gathered in shared memory
   __shared__ mx_u8 ss[SS ? 2 : 1][128][SS ? 4 * BPC : 1];   // SS: s, s2 [row][k32]
   __shared__ uint4 wvpart[WV ? 256 : 1];          // WV: each thread's partial column amax
+  __shared__ mx_u32 need[8][4 * BPC];             // at's need words [16-row chunk][32-column group]
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int hb = lane >> 4, j = lane & 15;
   const int r0 = blockIdx.y * 128;
   const int R = p.R, C = p.C, KB = C >> 5;
+  // the need words of the CTA's columns, once: its blocks share their rows (the first barrier
+  // below publishes them)
+  if (t < 8) mxqb_chunk_need<4 * BPC>(p, r0 + 16 * t, blockIdx.x * 4 * BPC, need[t]);
   for (int jb = 0; jb < BPC; ++jb) {
     const int bx = blockIdx.x * BPC + jb;   // this iteration's 128-column block (one stage)
     const int c0 = bx * 128;
@@ -167,7 +222,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       }
       wvpart[t] = make_uint4(a[0], a[1], a[2], a[3]);
     }
-    __syncthreads();   // rowc, wvpart
+    __syncthreads();   // rowc, wvpart, need
     mx_u32 wlo = 0u, whi = 0u;
     bool wfast = false;
     float inv[WV ? 8 : 1], sc[WV ? 8 : 1];
@@ -251,6 +306,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
     }
     __syncthreads();
     // transposed rows: thread t writes column c of 4 (t / 8 + 32 k), block rows 16 m .. 16 m + 15
+    // where the chunk needs it (column c0 + c is bit t / 8 of the chunk's need word k)
     const int m = t & 7;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -258,7 +314,8 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       const int f = 2 * ((c >> 3) & 15);
       uint4 v = *reinterpret_cast<const uint4*>(&sm[c * 32 + 4 * (m ^ (f >> 2))]);
       if (f & 2) { mx_u32 x = v.x; v.x = v.z; v.z = x; x = v.y; v.y = v.w; v.w = x; }
-      if (c0 + c < C && r0 + 16 * m < R && !(MXQB_KO & 1)) MXQB_ST(reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + c) * R + r0 + 16 * m), v);
+      const bool needed = (need[m][4 * jb + k] >> (t >> 3)) & 1u;
+      if (needed && c0 + c < C && r0 + 16 * m < R && !(MXQB_KO & 1)) MXQB_ST(reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + c) * R + r0 + 16 * m), v);
     }
     // sat from shared memory, a block's rows on consecutive threads (run 120's ncu: this kernel
     // is L2-bound, 88 %, and a byte store per thread and row put 8 sectors per warp store)

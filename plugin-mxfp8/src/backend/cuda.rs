@@ -59,6 +59,7 @@ use mxhost_plugin_common::args::{
 use mxhost_plugin_common::entry::Backend;
 use std::ffi::c_void;
 
+mod at_need;
 mod bf16_path;
 mod bytes_on_demand;
 mod chain;
@@ -355,9 +356,11 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let mut call = Call::new(args.ordinal, args.stream)?;
-        // (an annex's address may have been another tensor's: its bytes start complete)
+        // (an annex's address may have been another tensor's: its bytes start complete, and
+        // its `at` whole unless the A-side path notes otherwise; each gets a new generation)
         for (annex, ..) in annexed_results(args) {
             bytes_on_demand::forget(ptr(annex));
+            at_need::note_handed(ptr(annex));
         }
         // ABI 1.5: the wgrad values, from the quantizer's own pass where a kernel writes
         // both (it takes `wv`), else by a pass of their own after it.

@@ -2,13 +2,14 @@
 // through simt.hpp, for tests/block_form_host.rs. FP8 conversion takes mx_numerics.cuh's
 // software path here (bit-identical to the GPU's cvt.rn.satfinite over all 2^32 inputs:
 // cuda/bench/fp8_encode_check.cu); the rest is the kernel's own code.
-// Usage: driver IN OUT. IN: 7 little-endian i64 (R, C, fmt, mode, blocks per CTA: 1 or 4, wv: 0
+// Usage: driver IN OUT. IN: 9 little-endian i64 (R, C, fmt, mode, blocks per CTA: 1 or 4, wv: 0
 // or 1, the WV build mx_quantize_rows_form_wv_*, one block per CTA; noq: 0 the build that writes
 // q, 1 the NOQ build (one block per CTA), 2 the NOQ build then mx_plain_from_form
 // (mx_plain_from_form.cuh), 3 the same with a gate the chained GEMM took (so it writes nothing),
 // 4 the NOQ build given no s (it writes s transposed into s2), 5 that, then mx_plain_from_form
-// writing s from it),
-// then the bf16 input [R][C].
+// writing s from it; need: 0 no need map, 1 the one that follows the input; E: its experts),
+// then the bf16 input [R][C], then with need = 1 the experts' end rows offs[E] (i32) and the
+// need map [E][C / 32] (u32).
 // OUT, every buffer poisoned with 0xA5 before the launch: q, s, q2, s2, at, sat, mc, sa (f32),
 // then status[2] (i32), then with wv = 1 wv ([R][C] bf16).
 #include "simt.hpp"
@@ -26,11 +27,18 @@
 int main(int argc, char** argv) {
   if (argc != 3) { fprintf(stderr, "usage: driver IN OUT\n"); return 2; }
   FILE* in = fopen(argv[1], "rb");
-  mx_i64 h[7];
-  if (!in || fread(h, 8, 7, in) != 7) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
-  const mx_i64 R = h[0], C = h[1], KB = C / 32, NS = (C + 127) / 128;
+  mx_i64 h[9];
+  if (!in || fread(h, 8, 9, in) != 9) { fprintf(stderr, "cannot read %s\n", argv[1]); return 2; }
+  const mx_i64 R = h[0], C = h[1], KB = C / 32, NS = (C + 127) / 128, E = h[8];
+  const bool with_need = h[7] != 0;
   std::vector<mx_u16> x(R * C);
-  if (fread(x.data(), 2, x.size(), in) != x.size()) { fprintf(stderr, "short input\n"); return 2; }
+  std::vector<int> offs(with_need ? E : 0);
+  std::vector<mx_u32> need(with_need ? E * KB : 0);
+  if (fread(x.data(), 2, x.size(), in) != x.size() || fread(offs.data(), 4, offs.size(), in) != offs.size() ||
+      fread(need.data(), 4, need.size(), in) != need.size()) {
+    fprintf(stderr, "short input\n");
+    return 2;
+  }
   fclose(in);
   auto poisoned = [](mx_i64 n) { return std::vector<mx_u8>(n, 0xA5); };
   std::vector<mx_u8> q = poisoned(R * C), s = poisoned(R * KB), q2 = poisoned(R * C), s2 = poisoned(R * KB),
@@ -45,6 +53,7 @@ int main(int argc, char** argv) {
   p.sa = reinterpret_cast<float*>(sa.data());
   p.R = (int)R; p.C = (int)C; p.mode = (int)h[3];
   p.wv = wv ? reinterpret_cast<mx_u16*>(wvb.data()) : nullptr;
+  if (with_need) { p.need = need.data(); p.offs = offs.data(); p.E = (int)E; p.nw = (int)KB; }
   const int bpc = (int)h[4];
   const simt_dim3 grid{(unsigned)((NS + bpc - 1) / bpc), (unsigned)((R + 127) / 128), 1};
   if ((bpc != 1 && bpc != 4) || (wv && bpc != 1)) { fprintf(stderr, "blocks per CTA: 1 or 4 (wv: 1)\n"); return 2; }

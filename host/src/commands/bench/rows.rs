@@ -94,19 +94,23 @@ pub(super) fn bench_shape(
     let fmb = (MxFormat::E4m3, ScaleMode::Rceil, BlockLayout::vector(1));
     // (X or dY along rows: with its wgrad values, with its own values kept, or for a GEMM
     // where the plugin chains: `gemm`, a GEMM row's operand, not a quantize row's)
-    let qv = |t: &Tensor, with_values: bool, keep: bool, gemm: bool| {
+    // (`weight`: the GEMM partner named for the quantize call, ABI 1.9)
+    let qvw = |t: &Tensor, with_values: bool, keep: bool, gemm: bool, weight: Option<&MxTensor>| {
         let extras = ops::QuantizeExtras {
             transposed: false,
             keep_values: keep,
             for_gemm: gemm && for_gemm && !keep,
         };
         if with_values {
-            let (q, _, v) = ops::quantize_with_wgrad_values(plugin, t, fmb, extras, &offs)?;
+            let (q, _, v) = ops::quantize_with_wgrad_values(plugin, t, fmb, extras, &offs, weight)?;
             Ok((q, Some(v)))
         } else {
             let (f, m, b) = fmb;
             Ok((ops::quantize_with(plugin, t, f, m, b, extras)?.0, None))
         }
+    };
+    let qv = |t: &Tensor, with_values: bool, keep: bool, gemm: bool| {
+        qvw(t, with_values, keep, gemm, None)
     };
     // The weight in both layouts from one pass: [E, N, K] for forward, [E, K, N] for dgrad.
     let ((qx, (qw, qw_t)), qdy) = (
@@ -215,21 +219,47 @@ pub(super) fn bench_shape(
         wgrad_values: plugin.abi_minor >= 5 && env_on("MXHOST_BENCH_STEP_WGRAD_VALUES"),
         keep_w: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_W"),
         keep_x: plugin.abi_minor >= 2 && env_on("MXHOST_BENCH_STEP_KEEP_X"),
+        name_weight: false,
     };
     let trace = StepTrace::from_env(device, s.key);
     let step_with = |x: &Tensor, recipe: StepRecipe| -> OpResult<()> {
         trace.begin()?;
-        let (qx, xv) = qv(x, recipe.wgrad_values, recipe.keep_x, true)?;
-        trace.mark("quantize X")?;
         // (the weight for forward, and for dgrad with that dgrad's layout)
-        let (qw, qw_dgrad, cfg_dgrad) = if recipe.keep_w {
-            (quantize_kept(plugin, &w, BlockLayout::tile())?, None, &cfg)
-        } else {
-            let (qw, qw_t) = qwt(&w, true)?;
-            (qw, Some(qw_t), &cfg_kn)
+        let quantize_w = || -> OpResult<_> {
+            Ok(if recipe.keep_w {
+                (quantize_kept(plugin, &w, BlockLayout::tile())?, None, &cfg)
+            } else {
+                let (qw, qw_t) = qwt(&w, true)?;
+                (qw, Some(qw_t), &cfg_kn)
+            })
         };
-        trace.mark("quantize W")?;
-        let (qdy, dyv) = qv(&dy, recipe.wgrad_values, recipe.keep_x, true)?;
+        // GroupedLinear's order where it names the weight: W, then X and dY each with the
+        // weight its GEMM reads (W for forward, the transposed copy for dgrad)
+        let named = recipe.name_weight && recipe.wgrad_values && !recipe.keep_w;
+        let w_first = if named {
+            let w = quantize_w()?;
+            trace.mark("quantize W")?;
+            Some(w)
+        } else {
+            None
+        };
+        let weight_of = |i: usize| {
+            w_first
+                .as_ref()
+                .and_then(|(qw, qw_t, _)| if i == 0 { Some(qw) } else { qw_t.as_ref() })
+        };
+        let (qx, xv) = qvw(x, recipe.wgrad_values, recipe.keep_x, true, weight_of(0))?;
+        trace.mark("quantize X")?;
+        let (qw, qw_dgrad, cfg_dgrad) = match w_first {
+            Some(w) => w,
+            None => {
+                let w = quantize_w()?;
+                trace.mark("quantize W")?;
+                w
+            }
+        };
+        let weight_t = named.then_some(qw_dgrad.as_ref()).flatten();
+        let (qdy, dyv) = qvw(&dy, recipe.wgrad_values, recipe.keep_x, true, weight_t)?;
         trace.mark("quantize dY")?;
         let (dy_w, x_w) = (dyv.as_ref().unwrap_or(&dy), xv.as_ref().unwrap_or(x));
         for (pass, a, b, c) in [
@@ -363,6 +393,7 @@ pub(super) fn bench_shape(
                     wgrad_values: true,
                     keep_w: false,
                     keep_x: false,
+                    name_weight: false,
                 };
                 step_with(&x, values)
             },
@@ -380,6 +411,7 @@ pub(super) fn bench_shape(
             wgrad_values: true,
             keep_w: !chained,
             keep_x: !chained,
+            name_weight: plugin.abi_minor >= 9,
         };
         push_gemm_row(
             (device, timing),
@@ -410,4 +442,8 @@ struct StepRecipe {
     keep_w: bool,
     /// X and dY quantized with their values kept (ABI 1.2).
     keep_x: bool,
+    /// With `wgrad_values` and a transposed weight copy: the weight quantized first and named
+    /// at X's and dY's quantize calls (ABI 1.9, `quantize-with-wgrad-values-for`), as
+    /// GroupedLinear does.
+    name_weight: bool,
 }

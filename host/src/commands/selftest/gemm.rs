@@ -192,6 +192,11 @@ impl Ctx {
             }
             _ => None,
         };
+        // The weight named at A's quantize call (ABI 1.9) where the case asks and it fits: A
+        // along its rows, the weight's reduction its last axis.
+        let named = g
+            .name_weight
+            .filter(|_| on_gpu.is_some() && red_last && a_blk == BlockLayout::vector(1));
         // The GPU side: quantized on the GPU (or uploaded) and multiplied; run `g.repeat`
         // times from the same input buffers when the case asks (the plugin's gate memory then
         // meets the same operands again), each result checked below.
@@ -205,20 +210,41 @@ impl Ctx {
                 let q = |t: &Tensor, blk, extras| {
                     ops::quantize_with(&self.plugin, t, g.format, ScaleMode::Rceil, blk, extras)
                 };
-                let qa_g = if g.dense_a {
-                    None
-                } else {
-                    Some(q(&ag, a_blk, keep)?.0)
+                // (the weight first: A may name it)
+                let qb = || -> OpResult<MxTensor> {
+                    Ok(if let Some(btg) = &bt_g {
+                        let extras = ops::QuantizeExtras {
+                            transposed: true,
+                            ..keep
+                        };
+                        let blk_t = mxhost_plugin_abi::transposed_block(b_blk, 3);
+                        q(btg, blk_t, extras)?.1.expect("requested")
+                    } else {
+                        q(&bg, b_blk, keep)?.0
+                    })
                 };
-                let qb_g = if let Some(btg) = &bt_g {
-                    let extras = ops::QuantizeExtras {
-                        transposed: true,
-                        ..keep
-                    };
-                    let blk_t = mxhost_plugin_abi::transposed_block(b_blk, 3);
-                    q(btg, blk_t, extras)?.1.expect("requested")
-                } else {
-                    q(&bg, b_blk, keep)?.0
+                let mut qb_g = qb()?;
+                let qa_g = match (g.dense_a, named) {
+                    (true, _) => None,
+                    (false, Some(fresh)) => {
+                        let fmb = (g.format, ScaleMode::Rceil, a_blk);
+                        let w = Some(&qb_g);
+                        let qa = ops::quantize_with_wgrad_values(
+                            &self.plugin,
+                            &ag,
+                            fmb,
+                            keep,
+                            &offs,
+                            w,
+                        )?
+                        .0;
+                        if !fresh {
+                            // (the named fill goes stale: the GEMM must write A's `at` whole)
+                            qb_g = qb()?;
+                        }
+                        Some(qa)
+                    }
+                    (false, None) => Some(q(&ag, a_blk, keep)?.0),
                 };
                 (qa_g, Some(qb_g))
             } else {
@@ -438,6 +464,13 @@ pub(super) struct GemmCase {
     /// result checked (1: once). Under `MXHOST_MX_CHAIN=on` with the gate memory, an operand
     /// whose gate closed then gets no annex until the 16th call: both paths checked.
     pub(super) repeat: usize,
+    /// With `quantized_on_gpu`, where the weight's reduction is its last axis (forward on
+    /// `Nk`, dgrad on `Kn`): the weight quantized first and named at A's quantize call, which
+    /// then writes A's wgrad values too (ABI 1.9, `quantize-with-wgrad-values-for`: the plugin
+    /// may write only the part of A's form this weight's GEMM reads). `Some(false)`: the
+    /// weight quantized again after A, so the named fill is stale and the GEMM must write
+    /// that form whole first.
+    pub(super) name_weight: Option<bool>,
 }
 
 impl GemmCase {
@@ -466,6 +499,7 @@ impl GemmCase {
             b_residual_carried: false,
             quantized_on_gpu: false,
             repeat: 1,
+            name_weight: None,
         }
     }
     fn sizes_desc(&self) -> String {
@@ -501,6 +535,11 @@ impl GemmCase {
         }
         if self.repeat > 1 {
             v.push(format!("{} calls", self.repeat));
+        }
+        match self.name_weight {
+            Some(true) => v.push("W named".into()),
+            Some(false) => v.push("W named, then quantized again".into()),
+            None => {}
         }
         if self.wgrad_x_block == Some(BlockLayout::tile()) {
             v.push("X 32x32".into());

@@ -312,6 +312,25 @@ pub fn main(args: SelftestArgs) -> anyhow::Result<i32> {
             ctx.gemm_case("B residual-carried", &g);
         }
     }
+    // The same B residuals, the weight quantized on the GPU first and named at A's quantize
+    // call (ABI 1.9: A's form may hold only the part this weight's corrections read), or
+    // named and then quantized again (the GEMM writes A's form whole first). Forward on Nk and
+    // dgrad on Kn, the two GEMMs of guest-sdk's GroupedLinear; expert ends off the 16-row
+    // chunks A's form is stored in (a chunk with rows of two experts).
+    if ctx.plugin.abi_minor >= 9 {
+        for (pass, layout) in [
+            (GemmPass::Forward, WeightLayout::Nk),
+            (GemmPass::Dgrad, WeightLayout::Kn),
+        ] {
+            for fresh in [true, false] {
+                let mut g = GemmCase::new(pass, vec![520, 0, 376, 640], 2880, 256);
+                (g.mx, g.layout, g.b_residual_carried) = (true, layout, true);
+                (g.quantized_on_gpu, g.keep_values) = (true, None);
+                g.name_weight = Some(fresh);
+                ctx.gemm_case("B residual-carried", &g);
+            }
+        }
+    }
     // The residual-carried forward quantized on the GPU and multiplied 18 times from the same
     // buffers: under MXHOST_MX_CHAIN=on (with its gate memory, chain_memory.rs) the
     // first call closes the gate, the next 15 run without annexes on the default path, the

@@ -91,7 +91,7 @@ impl Ctx {
                 for_gemm: false,
             };
             let with_values = |t: &Tensor| {
-                ops::quantize_with_wgrad_values(&self.plugin, t, fmb, extras, &offs)
+                ops::quantize_with_wgrad_values(&self.plugin, t, fmb, extras, &offs, None)
                     .map(|(q, _, v)| (q, v))
             };
             let ((qxc, xvc), (qxg, xvg)) = (with_values(&xc)?, with_values(&xg)?);

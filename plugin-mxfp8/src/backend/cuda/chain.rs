@@ -25,6 +25,7 @@
 //! a GEMM, so a plain quantize call costs what it cost without the chain (docs/perf.md run
 //! 170: forward and dgrad 1.24–1.35× torch BF16 with nothing set).
 
+use super::at_need;
 use super::chain_annex::{b_annex_layout, Annexes};
 use super::chain_form::BtAt;
 use super::chain_memory::{self, OperandKey};
@@ -405,6 +406,12 @@ pub(super) fn launch_chained(
         }
     };
     let (pa, pb) = (|o: usize| abase + o as u64, |o: usize| bbase + o as u64);
+    // ABI 1.9: an A annex written for another weight (or an older fill of this one) holds only
+    // part of `at`; the corrections read it for this B's residuals, so all of it first
+    if annexes.a.is_some() && at_need::needs_whole(abase, annexes.b.map(|(b, _)| b)) {
+        call.transpose(pa(la.q2), pa(la.at), 1, rows, red)?;
+        at_need::note_whole(abase);
+    }
     // The operands the gate memory follows: annexes filled under it, a dense A by its buffer.
     let filled = |addr: u64| match chain_memory::annex(addr) {
         Some((key, true)) => Some(key),

@@ -22,6 +22,7 @@
 //! for byte (the residual lists up to each row's count) and fails the call on any difference.
 //! It synchronizes: for tests (`scripts/gpu-chain.sh` runs the selftests with it).
 
+use super::at_need::{self, NeedMap};
 use super::bytes_on_demand;
 use super::chain;
 use super::chain_annex::{annex_filled_here, checked_annex, AnnexRole};
@@ -139,14 +140,27 @@ pub(super) fn quantize_a_with_annex(
         (true, false) => OnDemand::Bytes,
         (true, true) => OnDemand::BytesAndScales,
     };
+    // ABI 1.9: only the part of `at` that the named weight's GEMM reads (one-block builds)
+    let need = if kernel == OnePass::Block && form_blocks_per_cta() == 1 {
+        at_need::need_map(call, args, red)?
+    } else {
+        None
+    };
     let l = fused(
         call,
         kernel,
         ptr(x),
         (q, s, fmt, mode),
         (rows, red),
-        (base, wv, on_demand),
+        (base, wv, on_demand, need),
     )?;
+    if let Some(n) = need {
+        if !at_need::note_partial(base, n.weight) {
+            // (unreachable while need_map asks `known` first; never leave a partial copy
+            // unnoted)
+            call.transpose(base + l.q2 as u64, base + l.at as u64, 1, rows, red)?;
+        }
+    }
     if noq {
         bytes_on_demand::note_left_out(base, on_demand == OnDemand::BytesAndScales);
     }
@@ -200,7 +214,7 @@ pub(super) fn quantize_dense_a(
         x,
         (q, s, fmt, mode),
         (rows, red),
-        (base, &mut None, OnDemand::Nothing),
+        (base, &mut None, OnDemand::Nothing, None),
     )?;
     if chain_verify::enabled() {
         verify(call, x, (q, s, fmt, mode), (rows, red), (&l, base))?;
@@ -221,14 +235,15 @@ enum OnDemand {
 
 /// `kernel` over bf16 `x` (`[rows][red]`): the MX tensor at `q`, `s` and its chain form at
 /// `base`, with the form's FP32 scale table; with the one-block form kernel also the wgrad
-/// values at `wv` (taken then) and, as `on_demand` says, part of the MX tensor left out.
+/// values at `wv` (taken then), as `on_demand` says part of the MX tensor left out, and with
+/// `need` only the part of `at` a GEMM with that weight reads (the caller notes it).
 fn fused(
     call: &mut Call,
     kernel: OnePass,
     x: u64,
     (q, s, fmt, mode): (u64, u64, u8, i32),
     (rows, red): (usize, usize),
-    (base, wv, on_demand): (u64, &mut Option<u64>, OnDemand),
+    (base, wv, on_demand, need): (u64, &mut Option<u64>, OnDemand, Option<NeedMap>),
 ) -> PluginResult<ALayout> {
     let noq = on_demand != OnDemand::Nothing;
     let scales_out = on_demand == OnDemand::BytesAndScales;
@@ -256,6 +271,10 @@ fn fused(
             c: i32_of("reduction", red)?,
             mode,
             wv: wv_at.unwrap_or(0),
+            need: need.map_or(0, |n| n.need),
+            offs: need.map_or(0, |n| n.offs),
+            e: need.map_or(0, |n| n.experts),
+            nw: need.map_or(0, |n| n.words),
         };
         let name = match (bpc, fmt, wv_at.is_some()) {
             (1, 0, true) if noq => "mx_quantize_rows_form_wv_noq_e4m3",

@@ -268,6 +268,36 @@ pub(super) struct QuantBlockFormParams {
     pub(super) mode: i32,
     /// The wgrad values (`mx_quantize_rows_form_wv_*` only; 0 for the others).
     pub(super) wv: u64,
+    /// The need map `[e][nw]` of the partner weight ([`NeedMapParams`], plugin ABI 1.9): the
+    /// 16-row chunks of `at` stored are those the chained GEMM's B-residual corrections read;
+    /// 0: all of `at`.
+    pub(super) need: u64,
+    /// The experts' cumulative end rows (`e` × i32) the need map's experts cover; 0 with `need`.
+    pub(super) offs: u64,
+    /// Experts of `offs`.
+    pub(super) e: i32,
+    /// Need words per expert (`ceil(c / 32)`).
+    pub(super) nw: i32,
+}
+
+/// `MxNeedMapParams` of mx_chain_need.cuh (`mx_chain_need_map`): per expert, the reduction
+/// indices where the weight has a B residual, as bits of `need` (`[rows / n][nw]` u32, zeroed
+/// first), from its lists (row `e * n + j`: `res[row * slots + i]`, `i < min(cnt[row], slots)`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct NeedMapParams {
+    pub(super) res: u64,
+    pub(super) cnt: u64,
+    pub(super) need: u64,
+    /// Experts × rows per expert.
+    pub(super) rows: i64,
+    /// Rows per expert.
+    pub(super) n: i32,
+    pub(super) slots: i32,
+    /// Words per expert of `need`.
+    pub(super) nw: i32,
+    /// (C's tail padding: the struct is 8-byte aligned)
+    pub(super) _pad: i32,
 }
 
 /// `MxPlainFromFormParams` of mx_plain_from_form.cuh (`mx_plain_from_form_*`): an A operand's
@@ -391,7 +421,9 @@ const _: () = {
     assert!(std::mem::size_of::<QuantPairParams>() == 136);
     assert!(std::mem::size_of::<ChainListParams>() == 104);
     assert!(std::mem::size_of::<ReencodeBlockParams>() == 72);
-    assert!(std::mem::size_of::<QuantBlockFormParams>() == 104);
+    assert!(std::mem::size_of::<QuantBlockFormParams>() == 128);
+    assert!(std::mem::offset_of!(QuantBlockFormParams, need) == 104);
+    assert!(std::mem::size_of::<NeedMapParams>() == 48);
     assert!(std::mem::size_of::<PlainFromFormParams>() == 72);
     assert!(std::mem::size_of::<ChainFix>() == 128);
     assert!(std::mem::size_of::<ChainParams>() == 768);
