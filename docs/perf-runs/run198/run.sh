@@ -7,10 +7,12 @@
 # VERIFY), whose new cases name the weight fresh and stale. Part `ab`: the step on c, b, a
 # beside torch BF16, two interleaved rounds of new | MXHOST_MX_CHAIN_AT_NEED=0 (the whole copy),
 # after a warm round, with ncu durations of the form kernels in one step on c per variant.
+# SELFTEST_MODES (default "auto always"), and prelude.sh's PEER_BUDGET_S / AB_TIMEOUT_S, trim
+# the call to fit one device call.
 set -u
 PARTS_DEFAULT="selftest ab" source docs/perf-runs/prelude.sh run198
 if has selftest; then
-selftest_modes auto always
+selftest_modes ${SELFTEST_MODES:-auto always}
 pack
 fi
 if has ab; then
