@@ -32,11 +32,12 @@ use mxhost_plugin_common::cuda::drv;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// `MXHOST_MX_CHAIN_AT_NEED=0` writes every A annex's `at` whole even where the weight is
-/// named (A/B timing; the default is on).
+/// `MXHOST_MX_CHAIN_AT_NEED=1` stores only the needed part of `at` where the weight is named;
+/// off by default until a GPU has run the selftest's named-weight cases and timed it
+/// (docs/perf.md run 198: no machine came this session).
 pub(super) fn enabled() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_AT_NEED", true))
+    *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_AT_NEED", false))
 }
 
 #[derive(Default)]
@@ -136,7 +137,7 @@ pub(super) struct NeedMap {
 /// The need map of the weight named at this quantize call of an A of reduction `red`, built
 /// in the call's scratch from the residual lists in the weight's annex, with the experts'
 /// row offsets beside it; `None` where `at` is to be written whole: no weight named or no
-/// wgrad offsets, `MXHOST_MX_CHAIN_AT_NEED=0`, under `MXHOST_MX_CHAIN_VERIFY` (it compares
+/// wgrad offsets, `MXHOST_MX_CHAIN_AT_NEED` not set to 1, under `MXHOST_MX_CHAIN_VERIFY` (it compares
 /// `at` whole), or a weight whose annex this process did not fill as a B form of this
 /// reduction and expert count.
 pub(super) fn need_map(
