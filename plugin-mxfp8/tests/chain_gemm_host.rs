@@ -22,6 +22,11 @@
 //!
 //! One case stores its full tiles through the TMA-store epilogue (`MXHOST_MX_CHAIN_TMA_STORE`)
 //! beside a partial tile.
+//!
+//! Two cases also run with the transposed copy of X's form poisoned in every 16-row chunk at a k where no
+//! expert of the chunk's rows has a residual of W (what the form kernel leaves unwritten for a
+//! named weight, plugin ABI 1.9; the map from `mx_chain_need_map`): the result must not change,
+//! and must when the first expert's map is emptied.
 
 use half::bf16;
 use mxhost_plugin_abi::MxFormat;
@@ -60,6 +65,10 @@ struct Case {
     form: bool,
     /// The 3-stage build's TMA-store epilogue for full tiles (bf16 output; `TMA_STORE`).
     tma_store: bool,
+    /// Also run with the transposed copy of X's form poisoned outside W's need map (`AT_NEED`: what the
+    /// form kernel leaves unwritten for a named weight, plugin ABI 1.9) and require the same
+    /// result; and with the first expert's map emptied (`AT_NEED_DROP`) and require a miss.
+    at_need: bool,
 }
 
 /// `MxChainFix::terms` beside the corrections: `Bt` addresses words, the partner's bytes
@@ -73,6 +82,9 @@ const LEFT_OUT: usize = 16;
 const COUNTS_ZERO: usize = 32;
 /// The driver's TERMS bit for the TMA-store epilogue (`MxGemmChainParams::tmO`, `o_tma`).
 const TMA_STORE: usize = 64;
+/// The driver's TERMS bits for `Case::at_need`.
+const AT_NEED: usize = 128;
+const AT_NEED_DROP: usize = 256;
 
 const CASES: &[Case] = &[
     Case {
@@ -89,6 +101,7 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: false,
         tma_store: false,
+        at_need: true,
     },
     Case {
         name: "_s3 (B corrections on the tensor cores), e4m3, f32 out, K tail",
@@ -104,6 +117,7 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: false,
         tma_store: false,
+        at_need: false,
     },
     Case {
         name: "4 stages, e5m2 A (dgrad), bf16 out",
@@ -119,6 +133,7 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: false,
         tma_store: false,
+        at_need: false,
     },
     Case {
         name: "_s3, e4m3, bf16 out",
@@ -134,6 +149,7 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: false,
         tma_store: false,
+        at_need: false,
     },
     Case {
         name: "_s3 with few B residuals per tile at several stages, K tail, an empty expert",
@@ -149,6 +165,7 @@ const CASES: &[Case] = &[
         sparse_b: true,
         form: false,
         tma_store: false,
+        at_need: true,
     },
     Case {
         name: "4 stages, Wᵀ's bytes left out where its form gives them back, K tail",
@@ -164,6 +181,7 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: true,
         tma_store: false,
+        at_need: false,
     },
     Case {
         name: "_s3, Wᵀ's bytes left out where its form gives them back, N tail",
@@ -179,6 +197,7 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: true,
         tma_store: false,
+        at_need: false,
     },
     Case {
         name: "_s3, bf16 out, TMA-store epilogue: full tiles and an expert's partial one, N tail, K tail of 96",
@@ -194,6 +213,7 @@ const CASES: &[Case] = &[
         sparse_b: false,
         form: false,
         tma_store: true,
+        at_need: false,
     },
 ];
 
@@ -460,6 +480,21 @@ fn chained_forward_matches_float64_and_needs_its_corrections() {
             assert!(
                 first_miss((c.out_bf16, c.n), &no_counts, &want, &mag).is_some(),
                 "{} (seed {seed}): within tolerance with the form read at its residuals: the case does not test the counts",
+                c.name
+            );
+        }
+        if c.at_need {
+            let (_, partial) = run(&exe, &o, c, terms | AT_NEED);
+            if let Some(miss) = first_miss((c.out_bf16, c.n), &partial, &want, &mag) {
+                panic!(
+                    "{} (seed {seed}), at only where W's residuals read it: {miss}",
+                    c.name
+                );
+            }
+            let (_, dropped) = run(&exe, &o, c, terms | AT_NEED | AT_NEED_DROP);
+            assert!(
+                first_miss((c.out_bf16, c.n), &dropped, &want, &mag).is_some(),
+                "{} (seed {seed}): within tolerance with the first expert's needed chunks of at poisoned: the case does not test the need map",
                 c.name
             );
         }

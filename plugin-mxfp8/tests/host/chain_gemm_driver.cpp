@@ -25,6 +25,11 @@
 // bytes are all there). TERMS & 32 (with 16): mc passed as zeros (a diagnostic: the form read
 // where it has lost residuals). TERMS & 64 (BUILD 1, bf16 output): the TMA-store epilogue
 // (MxGemmChainParams::tmO over the output, as chain.rs maps it under MXHOST_MX_CHAIN_TMA_STORE).
+// TERMS & 128: the transposed copy of X's form only where W's residuals read it (plugin ABI 1.9's named
+// weight): mx_chain_need_map over W's lists, then every 16-row chunk of at's column k with no
+// expert of its rows needing k poisoned (0x7F, E4M3's NaN), as the form kernel leaves it
+// unwritten. TERMS & 256 (with 128, a diagnostic): the first expert with rows given an empty
+// map first (its rows' chunks poisoned wherever no other expert of the chunk needs them).
 // BUILD 2 is the chained wgrad (mx_cgemm_w_*: batched K segments, a scale per B column and
 // stage, as chain_wgrad.rs launches it); the header is then (E, PR, QC, MPAD, 0, OUT_BF16, 2,
 // GRID, TERMS), the input offs (E x i32, cumulative segment lengths), A (PR x MPAD bytes, the
@@ -40,6 +45,7 @@
 #include "mx_fp8_shift.cuh"
 #include "mx_reencode.cuh"
 #include "mx_tgemm_chain.cuh"
+#include "mx_chain_need.cuh"
 
 struct Reenc {
   std::vector<mx_u8> q2, s2;
@@ -57,6 +63,32 @@ static Reenc reencode(const std::vector<mx_u8>& q, const std::vector<mx_u8>& s, 
   if (fmt == 0) simt_launch(g, 256, [&] { mx_reencode_rows<0>(p); });
   else simt_launch(g, 256, [&] { mx_reencode_rows<1>(p); });
   return o;
+}
+
+// TERMS & 128: at's chunks that no residual of W reads poisoned (the form kernel's need map),
+// with TERMS & 256 the first expert with rows given an empty map first. at: K rows of ldt bytes, M of them X's.
+static void poison_unneeded(std::vector<mx_u8>& at, const Reenc& rw, const std::vector<int>& offs, int E, int M,
+                            int N, int K, int slots, mx_i64 ldt, bool drop_first) {
+  const int nw = (K + 31) / 32;
+  std::vector<mx_u32> need((size_t)E * nw, 0u);
+  MxNeedMapParams p{rw.res.data(), rw.cnt.data(), need.data(), (mx_i64)E * N, N, slots, nw};
+  simt_launch(simt_dim3{2, 1, 1}, 256, [&] { mx_chain_need_map<>(p); });
+  if (drop_first) {
+    int e = 0;
+    while (e < E && offs[e] == (e ? offs[e - 1] : 0)) ++e;
+    if (e < E) std::fill_n(need.begin() + (size_t)e * nw, nw, 0u);
+  }
+  for (int m = 0; m < M / 16; ++m) {
+    // the experts with rows in chunk m
+    int lo = 0;
+    while (lo < E && offs[lo] <= 16 * m) ++lo;
+    for (int k = 0; k < K; ++k) {
+      bool needed = false;
+      for (int e = lo, start = 16 * m; e < E && start < 16 * m + 16; start = offs[e], ++e)
+        if (offs[e] > start) needed = needed || ((need[(size_t)e * nw + k / 32] >> (k % 32)) & 1u);
+      if (!needed) std::fill_n(at.begin() + (size_t)k * ldt + 16 * m, 16, (mx_u8)0x7F);
+    }
+  }
 }
 
 template <class T> bool read_into(FILE* f, std::vector<T>& v, size_t n) {
@@ -204,6 +236,7 @@ int main(int argc, char** argv) {
     std::vector<mx_u8> at((size_t)K * ldt + 272, 0), sat((size_t)KB * ldt + 272, 0);
     transpose_u8(rx.q2.data(), at.data(), M, K, ldt);
     transpose_u8(rx.s2.data(), sat.data(), M, KB, ldt);
+    if (terms & 128) poison_unneeded(at, rw, offs, E, M, N, K, slots, ldt, (terms & 256) != 0);
     // the copies' scales as f32 tables (zero padded): SA stage-major, SB [e][kb][NB4]
     std::vector<float> SA((size_t)KB4 / 4 * 4 * M, 0.f), SB((size_t)E * KB4 * NB4, 0.f);
     for (int r = 0; r < M; ++r)
