@@ -198,11 +198,7 @@ impl HostState {
         options: mx::QuantizeOptions,
         offs: Vec<i32>,
         weight: Option<Resource<MxTensor>>,
-    ) -> OpResult<(
-        Resource<MxTensor>,
-        Option<Resource<MxTensor>>,
-        Resource<Tensor>,
-    )> {
+    ) -> OpResult<WgradValuesResult> {
         let copies = if options.transposed { 2 } else { 1 };
         let (x, plugin) = self.quantize_prologue(&x, &spec, copies)?;
         // the wgrad values (bf16), and the kept ones counted once per result
@@ -227,6 +223,14 @@ impl HostState {
         Ok((q, t, v))
     }
 }
+
+/// What `quantize-with-wgrad-values(-for)` returns: the MX tensor, its transposed copy when
+/// asked, and the wgrad values.
+type WgradValuesResult = (
+    Resource<MxTensor>,
+    Option<Resource<MxTensor>>,
+    Resource<Tensor>,
+);
 
 /// What the guard chain sees for a quantization of `x` (with or without a transposed
 /// copy: the guard rules are about the recipe, which is the same).
