@@ -184,6 +184,17 @@ fn same_form(ctx: &str, got: &Form, want: &Form, (r, c): (usize, usize)) {
     host::first_difference(&format!("{ctx}: s2"), &got.s2, &want.s2, c / 32);
 }
 
+/// Each `(name, got, want, row width)` region byte for byte, then the FP32 scale table bit for
+/// bit and the status word.
+fn same_regions(ctx: &str, pairs: &[(&str, &Vec<u8>, &Vec<u8>, usize)], got: &Form, want: &Form) {
+    for &(what, a, b, width) in pairs {
+        host::first_difference(&format!("{ctx}: {what}"), a, b, width);
+    }
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert!(bits(&got.sa) == bits(&want.sa), "{ctx}: sa");
+    assert_eq!(got.status, want.status, "{ctx}: status");
+}
+
 /// [`same_form`] without `s2` (which the NOQ builds do not write: `sat` holds it transposed).
 fn same_form_but_s2(ctx: &str, got: &Form, want: &Form, (r, c): (usize, usize)) {
     let pairs = [
@@ -192,12 +203,7 @@ fn same_form_but_s2(ctx: &str, got: &Form, want: &Form, (r, c): (usize, usize)) 
         ("sat", &got.sat, &want.sat, r),
         ("mc", &got.mc, &want.mc, r),
     ];
-    for (what, a, b, width) in pairs {
-        host::first_difference(&format!("{ctx}: {what}"), a, b, width);
-    }
-    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-    assert!(bits(&got.sa) == bits(&want.sa), "{ctx}: sa");
-    assert_eq!(got.status, want.status, "{ctx}: status");
+    same_regions(ctx, &pairs, got, want);
 }
 
 #[test]
@@ -560,12 +566,7 @@ fn same_but_at(ctx: &str, got: &Form, want: &Form, (r, c): (usize, usize)) {
         ("mc", &got.mc, &want.mc, r),
         ("wv", &got.wv, &want.wv, 2 * c),
     ];
-    for (what, a, b, width) in pairs {
-        host::first_difference(&format!("{ctx}: {what}"), a, b, width);
-    }
-    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-    assert!(bits(&got.sa) == bits(&want.sa), "{ctx}: sa");
-    assert_eq!(got.status, want.status, "{ctx}: status");
+    same_regions(ctx, &pairs, got, want);
 }
 
 /// `mx_chain_need_map` (`cuda/include/mx_chain_need.cuh`, through `tests/host/need_map_driver.cpp`)
