@@ -68,19 +68,22 @@ echo "== bench_peers.py"
 # (PEER_BUDGET_S per shape: scripts/gpu-peers.sh runs the shapes one by one)
 bash scripts/gpu-peers.sh "$out" "$shapes" "${PEER_BUDGET_S:-40}" --warmup "${SETTLE_MS:-1500}" --rep 500
 echo "peers rc=$?"
+# `bench_rows FILE`: one round's bench of the current variant (after `plugin`) into FILE
+bench_rows() {
+    MXHOST_MX_CHAIN=$vmode timeout 150 dist/mxhost bench --device cuda --shapes "$shapes" --reps 10 --only "$only" \
+        --warmup-ms "${SETTLE_MS:-1500}" --peers "$out/peer_bench.csv" >"$1" 2>&1
+}
 if [ "${WARM_ROUND:-0}" = 1 ]; then
     v="${variants%% *}"
     plugin "$v"
-    MXHOST_MX_CHAIN=$vmode timeout 150 dist/mxhost bench --device cuda --shapes "$shapes" --reps 10 --only "$only" \
-        --warmup-ms "${SETTLE_MS:-1500}" --peers "$out/peer_bench.csv" >"$out/warm.txt" 2>&1
+    bench_rows "$out/warm.txt"
     echo "== warm-up round ($v, not compared): rc=$?"
 fi
 for i in $(seq 1 "${ROUNDS:-2}"); do
     for v in $variants; do
         plugin "$v"
         lab=$(printf %s "$v" | tr -c 'A-Za-z0-9_-' '_')   # (file names the device returns)
-        MXHOST_MX_CHAIN=$vmode timeout 150 dist/mxhost bench --device cuda --shapes "$shapes" --reps 10 --only "$only" \
-            --warmup-ms "${SETTLE_MS:-1500}" --peers "$out/peer_bench.csv" >"$out/ab-$i-$lab.txt" 2>&1
+        bench_rows "$out/ab-$i-$lab.txt"
         echo "== round $i, $v: rc=$?"
         grep -E "^[a-d] " "$out/ab-$i-$lab.txt" |
             awk '{op=""; for (i=6; i<=NF-5; i++) op=op" "$i; printf "%s%-50.50s %8s %5s\n", $1, op, $(NF-4), $NF}'
