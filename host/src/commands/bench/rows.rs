@@ -243,12 +243,8 @@ pub(super) fn bench_shape(
         } else {
             None
         };
-        let weight_of = |i: usize| {
-            w_first
-                .as_ref()
-                .and_then(|(qw, qw_t, _)| if i == 0 { Some(qw) } else { qw_t.as_ref() })
-        };
-        let (qx, xv) = qvw(x, recipe.wgrad_values, recipe.keep_x, true, weight_of(0))?;
+        let weight = w_first.as_ref().map(|(qw, ..)| qw);
+        let (qx, xv) = qvw(x, recipe.wgrad_values, recipe.keep_x, true, weight)?;
         trace.mark("quantize X")?;
         let (qw, qw_dgrad, cfg_dgrad) = match w_first {
             Some(w) => w,

@@ -62,14 +62,8 @@ impl Book {
         self.fills.get(&annex).copied()
     }
 
-    fn note_partial(&mut self, a: u64, weight: u64) -> bool {
-        match self.generation(weight) {
-            Some(g) => {
-                self.partial.insert(a, (weight, g));
-                true
-            }
-            None => false,
-        }
+    fn note_partial(&mut self, a: u64, (weight, generation): (u64, u64)) {
+        self.partial.insert(a, (weight, generation));
     }
 
     fn note_whole(&mut self, a: u64) {
@@ -98,18 +92,16 @@ pub(super) fn note_handed(annex: u64) {
     book().note_handed(annex);
 }
 
-/// Whether a quantize call has handed out the annex at `annex` in this process: only such a
-/// weight's residual lists are read for a need map.
-pub(super) fn known(annex: u64) -> bool {
-    book().generation(annex).is_some()
+/// The generation of the annex at `annex`: `None` when no quantize call has handed it out in
+/// this process (such a weight's residual lists are never read for a need map).
+fn generation(annex: u64) -> Option<u64> {
+    book().generation(annex)
 }
 
-/// The A annex at `a` holds only the part of `at` a GEMM with the weight annex at `weight`,
-/// as filled now, reads. Returns false (and notes nothing) for a weight annex never handed
-/// out: the caller must then write `at` whole.
-#[must_use]
-pub(super) fn note_partial(a: u64, weight: u64) -> bool {
-    book().note_partial(a, weight)
+/// The A annex at `a` holds only the part of `at` that a GEMM reads with the weight annex and
+/// fill `map` was built from.
+pub(super) fn note_partial(a: u64, map: &NeedMap) {
+    book().note_partial(a, (map.weight, map.generation));
 }
 
 /// Whether a chained GEMM over the A annex at `a` and the B annex at `b` (`None`: B's form
@@ -131,7 +123,9 @@ pub(super) struct NeedMap {
     pub(super) offs: u64,
     pub(super) experts: i32,
     pub(super) words: i32,
-    pub(super) weight: u64,
+    /// The weight's annex and its generation when the map was read from its lists.
+    weight: u64,
+    generation: u64,
 }
 
 /// The need map of the weight named at this quantize call of an A of reduction `red`, built
@@ -169,9 +163,12 @@ pub(super) fn need_map(
         return Ok(None);
     };
     let unfilled = matches!(chain_memory::annex(weight), Some((_, false)));
-    if w_red != red || e != values.offs.len() || e == 0 || unfilled || !known(weight) {
+    if w_red != red || e != values.offs.len() || e == 0 || unfilled {
         return Ok(None);
     }
+    let Some(generation) = generation(weight) else {
+        return Ok(None);
+    };
     let lb = b_annex_layout((e, cols, red), bt);
     let words = cdiv(red, 32);
     let offs = values
@@ -211,6 +208,7 @@ pub(super) fn need_map(
         experts: i32_of("experts", e)?,
         words: i32_of("need words", words)?,
         weight,
+        generation,
     }))
 }
 
@@ -226,7 +224,7 @@ mod tests {
         b.note_handed(wt);
         b.note_handed(x);
         assert!(!b.needs_whole(x, Some(w)), "whole until noted partial");
-        assert!(b.note_partial(x, w));
+        b.note_partial(x, (w, b.generation(w).unwrap()));
         assert!(!b.needs_whole(x, Some(w)));
         assert!(b.needs_whole(x, Some(wt)), "another weight");
         assert!(b.needs_whole(x, None), "B's form made in the call");
@@ -237,10 +235,14 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_weight_is_not_noted() {
+    fn an_unknown_weight_has_no_generation() {
         let mut b = Book::default();
         b.note_handed(0x10);
-        assert!(!b.note_partial(0x10, 0x20));
+        assert_eq!(
+            b.generation(0x20),
+            None,
+            "never handed out: need_map reads no lists"
+        );
         assert!(!b.needs_whole(0x10, Some(0x20)));
     }
 
@@ -249,7 +251,8 @@ mod tests {
         let mut b = Book::default();
         b.note_handed(0x20);
         b.note_handed(0x10);
-        assert!(b.note_partial(0x10, 0x20));
+        b.note_partial(0x10, (0x20, b.generation(0x20).unwrap()));
+        assert!(b.needs_whole(0x10, Some(0x30)));
         b.note_whole(0x10);
         assert!(!b.needs_whole(0x10, Some(0x30)));
     }

@@ -154,12 +154,8 @@ pub(super) fn quantize_a_with_annex(
         (rows, red),
         (base, wv, on_demand, need),
     )?;
-    if let Some(n) = need {
-        if !at_need::note_partial(base, n.weight) {
-            // (unreachable while need_map asks `known` first; never leave a partial copy
-            // unnoted)
-            call.transpose(base + l.q2 as u64, base + l.at as u64, 1, rows, red)?;
-        }
+    if let Some(n) = &need {
+        at_need::note_partial(base, n);
     }
     if noq {
         bytes_on_demand::note_left_out(base, on_demand == OnDemand::BytesAndScales);
