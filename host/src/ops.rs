@@ -8,7 +8,9 @@ use crate::device::Device;
 use crate::error::{OpError, OpResult};
 use crate::plugin::call::{self, KeepAlive};
 use crate::plugin::LoadedPlugin;
-use crate::tensor::{BytesOnDemand, MxAnnex, MxTensor, MxValues, Storage, Tensor, WgradGrid};
+use crate::tensor::{
+    BytesOnDemand, KeptPartner, MxAnnex, MxTensor, MxValues, Storage, Tensor, WgradGrid,
+};
 use crate::validate::{self, MxDesc, OperandDesc};
 use mxhost_plugin_abi::{
     caps, BlockLayout, DType, DequantizeDesc, FillBytesDesc, GemmOptions, GemmPass,
@@ -332,8 +334,9 @@ fn quantize_full(
     } else {
         None
     };
-    // ABI 1.4: the two results of a transposing quantize keep each other's data alive (linked
-    // after the call), so the plugin's annex of one may refer to the other's bytes.
+    // ABI 1.4: the two results of a transposing quantize keep each other's data and annex
+    // alive (linked after the call), so the plugin's annex of one may refer to the other's
+    // bytes and form.
     let partner_kept = out_t.is_some() && plugin.abi_minor >= 4;
     // The plugin's annexes (ABI 1.3), allocated as it asks; their writable views are taken
     // while they are unshared.
@@ -424,14 +427,19 @@ fn quantize_full(
 }
 
 /// Each annex of the two results of a transposing quantize keeps the other result's data
-/// alive (ABI 1.4, `AnnexQuery::partner_kept`).
+/// and annex alive (ABI 1.4, `AnnexQuery::partner_kept`; the annex since 1.7, whose bytes
+/// left out an annex reads from its partner's form).
 fn link_partners(a: &mut MxTensor, b: &mut MxTensor) {
-    let (da, db) = (a.data.clone(), b.data.clone());
+    let kept = |m: &MxTensor| KeptPartner {
+        data: m.data.clone(),
+        annex: m.annex.as_ref().map(|x| x.tensor.clone()),
+    };
+    let (ka, kb) = (kept(a), kept(b));
     if let Some(x) = &mut a.annex {
-        x.partner = Some(Box::new(db));
+        x.partner = Some(Box::new(kb));
     }
     if let Some(x) = &mut b.annex {
-        x.partner = Some(Box::new(da));
+        x.partner = Some(Box::new(ka));
     }
 }
 
@@ -916,25 +924,47 @@ mod tests {
         );
     }
 
-    /// ABI 1.4: each result of a transposing quantize keeps the other's data alive (and so
-    /// unwritable), and counts it among the bytes it holds.
+    /// ABI 1.4: each result of a transposing quantize keeps the other's data and annex alive
+    /// (and so unwritable), and counts them among the bytes it holds; both outlive the other
+    /// result (its annex too: an annex may read its partner's form, run 198).
     #[test]
-    fn partners_keep_each_others_data_alive() {
+    fn partners_keep_each_others_data_and_annex_alive() {
         let (mut w, mut wt) = (annexed(vec![32, 64]), annexed(vec![64, 32]));
         let before = w.byte_len();
+        let wt_annex = wt.annex.as_ref().unwrap().tensor.clone();
         link_partners(&mut w, &mut wt);
-        assert_eq!(w.byte_len(), before + wt.data.byte_len());
+        assert_eq!(
+            w.byte_len(),
+            before + wt.data.byte_len() + wt_annex.byte_len()
+        );
         let kept = w.annex.as_ref().unwrap().partner.as_ref().unwrap();
-        assert!(Arc::ptr_eq(&kept.storage, &wt.data.storage));
+        assert!(Arc::ptr_eq(&kept.data.storage, &wt.data.storage));
+        let kept_annex = kept.annex.as_ref().expect("the partner's annex kept");
+        assert!(Arc::ptr_eq(&kept_annex.storage, &wt_annex.storage));
         assert_eq!(Arc::strong_count(&wt.data.storage), 2);
         assert!(
             wt.data.view_mut().is_none(),
             "a kept partner is never written"
         );
         let back = wt.annex.as_ref().unwrap().partner.as_ref().unwrap();
-        assert!(Arc::ptr_eq(&back.storage, &w.data.storage));
-        drop(wt);
+        assert!(Arc::ptr_eq(&back.data.storage, &w.data.storage));
+        let w_annex = &w.annex.as_ref().unwrap().tensor;
+        assert!(Arc::ptr_eq(
+            &back.annex.as_ref().unwrap().storage,
+            &w_annex.storage
+        ));
+        drop((wt, wt_annex));
         let kept = w.annex.as_ref().unwrap().partner.as_ref().unwrap();
-        assert_eq!(Arc::strong_count(&kept.storage), 1, "outlives its tensor");
+        assert_eq!(
+            Arc::strong_count(&kept.data.storage),
+            1,
+            "outlives its tensor"
+        );
+        let kept_annex = kept.annex.as_ref().unwrap();
+        assert_eq!(
+            Arc::strong_count(&kept_annex.storage),
+            1,
+            "its annex outlives it too"
+        );
     }
 }

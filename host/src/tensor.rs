@@ -326,15 +326,32 @@ pub struct MxAnnex {
     pub tensor: Tensor,
     /// The library of the plugin that wrote it; the host hands it to no other.
     pub plugin: std::path::PathBuf,
-    /// ABI 1.4: the data of the other result of the transposing quantize that wrote this
-    /// annex, kept alive (and, being shared, never written again) because the annex may
-    /// refer to its bytes (`AnnexQuery::partner_kept`).
-    pub partner: Option<Box<Tensor>>,
+    /// ABI 1.4: what the annex may refer to of the other result of the transposing quantize
+    /// that wrote it (`AnnexQuery::partner_kept`), kept alive and, being shared, never
+    /// written again.
+    pub partner: Option<Box<KeptPartner>>,
     /// ABI 1.7: set when the quantize call was told the host would ask for the tensor's
     /// bytes (`QuantizeDesc::bytes_on_demand`), so the plugin may have left some out; shared
     /// by every clone of the tensor. [`crate::ops::ensure_bytes`] asks once before anything
     /// but the plugin's own GEMMs reads them.
     pub bytes_on_demand: Option<Arc<BytesOnDemand>>,
+}
+
+/// The parts of a transposing quantize's other result that an annex keeps alive: its bytes
+/// (ABI 1.4) and its own annex, where a plugin that left bytes out (ABI 1.7) has the annex
+/// read the partner's form in their place (mxfp8's `MXC_BT_FORM`). Keeping only the bytes let
+/// a dropped partner's annex be reused while the other result's GEMM still read it (docs/
+/// perf.md run 198: the selftest's dgrad on a `Kn` weight quantized before A, 19.6 dB).
+#[derive(Clone)]
+pub struct KeptPartner {
+    pub data: Tensor,
+    pub annex: Option<Tensor>,
+}
+
+impl KeptPartner {
+    pub fn byte_len(&self) -> u64 {
+        self.data.byte_len() + self.annex.as_ref().map_or(0, Tensor::byte_len)
+    }
 }
 
 /// Bytes of an MX tensor that its plugin writes when asked (ABI 1.7, `fill_bytes`).
@@ -356,8 +373,8 @@ pub struct MxValues {
 }
 
 impl MxTensor {
-    /// Bytes held: data, scales, kept values and the annex with the partner data it keeps
-    /// alive (counted in full by both tensors that share them).
+    /// Bytes held: data, scales, kept values and the annex with the partner's data and annex
+    /// it keeps alive (counted in full by both tensors that share them).
     pub fn byte_len(&self) -> u64 {
         self.data.byte_len()
             + self.scales.byte_len()

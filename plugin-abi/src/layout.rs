@@ -442,7 +442,9 @@ pub struct AnnexQuery {
     /// ABI 1.4: 1 when the tensor is one of the two results of a transposing quantize
     /// (`QuantizeDesc::transposed`) and the host keeps its partner's data alive, unchanged,
     /// for as long as this tensor's annex lives. The plugin's annex may then refer to the
-    /// partner's bytes instead of holding a copy of them. 0 in an older query (which ends
+    /// partner's bytes instead of holding a copy of them. A host of ABI 1.7 or later keeps the
+    /// partner's annex alive too, so that where the plugin left bytes out (`bytes_on_demand`)
+    /// the annex may read the partner's form in their place. 0 in an older query (which ends
     /// before this field).
     pub partner_kept: u32,
     /// ABI 1.6: 1 when the caller quantizes the tensor to be a GEMM operand and wants the

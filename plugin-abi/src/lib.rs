@@ -30,8 +30,8 @@
 //! may keep private data beside an MX tensor it writes (host-allocated, host-owned, handed
 //! back only to that plugin); a host reads `annex_words` only from tables whose
 //! `struct_size` covers it. 1.4 appended `AnnexQuery::partner_kept`: the two results of a
-//! transposing quantize each keep the other's data alive, so a plugin's annex of one may
-//! refer to the other's bytes (a host sets it only for plugins that report minor ≥ 4;
+//! transposing quantize each keep the other's data (and, from 1.7, its annex) alive, so a
+//! plugin's annex of one may refer to the other's bytes and form (a host sets it only for plugins that report minor ≥ 4;
 //! plugins read 1.3 queries with `read_desc_grown`). 1.5 appended
 //! `QuantizeDesc::wgrad_values` / `wgrad_offs` / `wgrad_num_groups` (also write the values
 //! wgrad would quantize the input to, from the same pass) and the operand kind
