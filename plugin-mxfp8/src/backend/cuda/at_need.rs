@@ -32,12 +32,13 @@ use mxhost_plugin_common::cuda::drv;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// `MXHOST_MX_CHAIN_AT_NEED=1` stores only the needed part of `at` where the weight is named;
-/// off by default until a GPU has run the selftest's named-weight cases and timed it
-/// (docs/perf.md run 198: no machine came this session).
+/// Whether a quantize call that names the weight stores only the needed part of `at`: on by
+/// default since docs/perf.md run 198 (the selftest's named-weight cases passed on an H100;
+/// b's dY call −42 µs, a's X and dY −10 each, c unchanged); `MXHOST_MX_CHAIN_AT_NEED=0`
+/// writes it whole, for A/B timing.
 pub(super) fn enabled() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_AT_NEED", false))
+    *F.get_or_init(|| super::env_flag("MXHOST_MX_CHAIN_AT_NEED", true))
 }
 
 #[derive(Default)]
@@ -131,7 +132,7 @@ pub(super) struct NeedMap {
 /// The need map of the weight named at this quantize call of an A of reduction `red`, built
 /// in the call's scratch from the residual lists in the weight's annex, with the experts'
 /// row offsets beside it; `None` where `at` is to be written whole: no weight named or no
-/// wgrad offsets, `MXHOST_MX_CHAIN_AT_NEED` not set to 1, under `MXHOST_MX_CHAIN_VERIFY` (it compares
+/// wgrad offsets, `MXHOST_MX_CHAIN_AT_NEED=0`, under `MXHOST_MX_CHAIN_VERIFY` (it compares
 /// `at` whole), or a weight whose annex this process did not fill as a B form of this
 /// reduction and expert count.
 pub(super) fn need_map(
