@@ -21,14 +21,15 @@ ab_report() {
     done
 }
 # `selftest_modes MODE...`: the GPU selftest (`--quick`, poisoned outputs, CUDA required) under
-# each MXHOST_MX_CHAIN mode given, into $OUT/selftest-MODE.txt: its exit status, summary line and
-# first failures.
+# each MXHOST_MX_CHAIN mode given, into $OUT/selftest-MODE.txt (selftest-MODE-TAG.txt with
+# SELFTEST_TAG set): its exit status, summary line and first failures.
 selftest_modes() {
-    local mode
+    local mode f
     for mode in "$@"; do
+        f="$OUT/selftest-$mode${SELFTEST_TAG:+-$SELFTEST_TAG}.txt"
         MXHOST_MX_CHAIN=$mode MXHOST_POISON_OUTPUTS=1 MXHOST_REQUIRE_CUDA=1 timeout 150 dist/mxhost selftest --device cuda --quick \
-            > "$OUT/selftest-$mode.txt" 2>&1
-        echo "selftest $mode rc=$?"; grep -E "^mxhost selftest: [0-9]" "$OUT/selftest-$mode.txt"; grep FAIL "$OUT/selftest-$mode.txt" | cut -c1-220 | head -5
+            > "$f" 2>&1
+        echo "selftest $mode${SELFTEST_TAG:+ ($SELFTEST_TAG)} rc=$?"; grep -E "^mxhost selftest: [0-9]" "$f"; grep FAIL "$f" | cut -c1-220 | head -5
     done
 }
 # `step_ab ROUNDS TIMEOUT_S VARIANTS`: scripts/gpu-ab.sh on the GroupedLinear training step (its
