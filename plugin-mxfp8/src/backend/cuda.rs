@@ -73,6 +73,7 @@ mod chain_verify;
 mod chain_wgrad;
 mod device;
 mod gemm;
+mod kernel_trace;
 mod params;
 mod quantize;
 mod tma;

@@ -3,6 +3,7 @@
 //! limits) and [`Call`], a call's launch context (device, stream, stream-ordered scratch)
 //! with the generic launch helpers.
 
+use super::kernel_trace;
 use super::GRID_YZ_MAX;
 use crate::kernels::{self, Unit};
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
@@ -11,6 +12,7 @@ use mxhost_plugin_common::cuda::{
 };
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::result as cr;
@@ -213,14 +215,18 @@ pub(super) struct Call {
     pub(super) dev: &'static Dev,
     pub(super) stream: cu::CUstream,
     scratch: StreamScratch,
+    /// This call's number in the process (`MXHOST_MX_KERNEL_TRACE` counts gaps within a call).
+    id: u64,
 }
 
 impl Call {
     pub(super) fn new(ordinal: i32, stream: *mut c_void) -> PluginResult<Call> {
+        static CALLS: AtomicU64 = AtomicU64::new(0);
         Ok(Call {
             dev: device(ordinal)?,
             stream: stream as cu::CUstream,
             scratch: StreamScratch::new(stream as cu::CUstream),
+            id: CALLS.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -266,19 +272,21 @@ impl Call {
             )));
         }
         let f = self.dev.func(unit, name)?;
-        // SAFETY: `params` point at live values laid out as the kernel's parameters; every
-        // buffer they reference outlives the enqueued work (host tensors for the call,
-        // scratch freed stream-ordered after it).
-        unsafe {
-            cr::launch_kernel(
-                f,
-                (grid.0 as u32, grid.1 as u32, grid.2 as u32),
-                block,
-                smem,
-                self.stream,
-                params,
-            )
-        }
-        .map_err(|e| PluginError::backend(format!("CUDA launch of {name} failed: {e}")))
+        kernel_trace::traced(self.id, self.stream, name, || {
+            // SAFETY: `params` point at live values laid out as the kernel's parameters; every
+            // buffer they reference outlives the enqueued work (host tensors for the call,
+            // scratch freed stream-ordered after it).
+            unsafe {
+                cr::launch_kernel(
+                    f,
+                    (grid.0 as u32, grid.1 as u32, grid.2 as u32),
+                    block,
+                    smem,
+                    self.stream,
+                    params,
+                )
+            }
+            .map_err(|e| PluginError::backend(format!("CUDA launch of {name} failed: {e}")))
+        })
     }
 }
