@@ -7,9 +7,12 @@
 //!
 //! Each launch is bracketed by two events on its stream. Completed pairs are read back without
 //! blocking as later launches come (blocking only past [`MAX_PENDING`] pending pairs), and FILE
-//! is rewritten at most every [`WRITE_EVERY`] with, per kernel name: launches, mean time, and
-//! the mean gap since the previous kernel of the same plugin call (the events' own cost, about
-//! a microsecond, included). A diagnostic: off by default, and it perturbs what it measures
+//! is rewritten at most every [`WRITE_EVERY`] with, per kernel name: launches, mean time, the
+//! mean gap since the previous kernel of the same plugin call, and, for a call's first kernel,
+//! the mean gap since the previous mxfp8 kernel of an earlier call (what lies between two
+//! calls: the host's enqueueing where it waited on the GPU, other libraries' kernels; gaps
+//! over [`CALL_GAP_MAX`], between a bench's reps, are left out). The events' own cost, about a
+//! microsecond, is included. A diagnostic: off by default, and it perturbs what it measures
 //! by that microsecond per launch.
 
 use cudarc::driver::result as cr;
@@ -24,6 +27,8 @@ use std::time::{Duration, Instant};
 const MAX_PENDING: usize = 1024;
 /// How often FILE is rewritten (at most).
 const WRITE_EVERY: Duration = Duration::from_millis(500);
+/// Gaps between calls longer than this (ms) are not counted: a bench's sync and L2 flush.
+const CALL_GAP_MAX: f64 = 1.0;
 
 /// The trace file, when `MXHOST_MX_KERNEL_TRACE` names one.
 fn file() -> Option<&'static str> {
@@ -48,22 +53,39 @@ pub(super) struct KernelStats {
     kernel_ms: f64,
     gaps: u64,
     gap_ms: f64,
+    call_gaps: u64,
+    call_gap_ms: f64,
 }
 
-/// Adds one completed launch of `name` to `stats`: its time, and its gap since the previous
-/// kernel of the same call (`None` for a call's first kernel).
+/// The gap before a launch: since the previous kernel of its call, or, for a call's first
+/// kernel, since the previous kernel of an earlier call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Gap {
+    InCall(f64),
+    CallStart(f64),
+    Unknown,
+}
+
+/// Adds one completed launch of `name` to `stats`: its time (ms) and the gap before it.
 pub(super) fn note(
     stats: &mut BTreeMap<String, KernelStats>,
     name: &str,
     kernel_ms: f64,
-    gap_ms: Option<f64>,
+    gap: Gap,
 ) {
     let s = stats.entry(name.to_string()).or_default();
     s.launches += 1;
     s.kernel_ms += kernel_ms;
-    if let Some(g) = gap_ms {
-        s.gaps += 1;
-        s.gap_ms += g;
+    match gap {
+        Gap::InCall(g) => {
+            s.gaps += 1;
+            s.gap_ms += g;
+        }
+        Gap::CallStart(g) if g <= CALL_GAP_MAX => {
+            s.call_gaps += 1;
+            s.call_gap_ms += g;
+        }
+        _ => {}
     }
 }
 
@@ -72,17 +94,19 @@ pub(super) fn table(stats: &BTreeMap<String, KernelStats>) -> String {
     let mut rows: Vec<(&String, &KernelStats)> = stats.iter().collect();
     rows.sort_by(|a, b| (b.1.kernel_ms + b.1.gap_ms).total_cmp(&(a.1.kernel_ms + a.1.gap_ms)));
     let mut out = String::from(
-        "kernel\tlaunches\tmean µs\tmean gap before µs (within a call)\tgaps\ttotal ms (kernel + gaps)\n",
+        "kernel\tlaunches\tmean µs\tmean gap before µs (within a call)\tgaps\tmean gap before µs (call start)\tcall starts\ttotal ms (kernel + in-call gaps)\n",
     );
     for (name, s) in rows {
         let mean = |ms: f64, n: u64| if n == 0 { 0.0 } else { 1e3 * ms / n as f64 };
         let _ = writeln!(
             out,
-            "{name}\t{}\t{:.2}\t{:.2}\t{}\t{:.3}",
+            "{name}\t{}\t{:.2}\t{:.2}\t{}\t{:.2}\t{}\t{:.3}",
             s.launches,
             mean(s.kernel_ms, s.launches),
             mean(s.gap_ms, s.gaps),
             s.gaps,
+            mean(s.call_gap_ms, s.call_gaps),
+            s.call_gaps,
             s.kernel_ms + s.gap_ms
         );
     }
@@ -182,16 +206,17 @@ fn read_back(t: &mut Trace) {
         let l = t.pending.pop_front().expect("front exists");
         // SAFETY: both events completed.
         let kernel_ms = unsafe { cr::event::elapsed(l.start, l.end) }.map_or(0.0, f64::from);
-        let gap_ms = match t.last {
-            // SAFETY: the previous launch's end event completed before this launch's start.
-            Some((call, prev_end)) if call == l.call => {
-                unsafe { cr::event::elapsed(prev_end, l.start) }
-                    .ok()
-                    .map(f64::from)
-            }
-            _ => None,
+        let gap = match t.last {
+            // SAFETY: the previous launch's end event completed before this launch's start
+            // (one stream: a process's calls run on the host's stream).
+            Some((call, prev_end)) => match unsafe { cr::event::elapsed(prev_end, l.start) } {
+                Ok(ms) if call == l.call => Gap::InCall(f64::from(ms)),
+                Ok(ms) => Gap::CallStart(f64::from(ms)),
+                Err(_) => Gap::Unknown,
+            },
+            None => Gap::Unknown,
         };
-        note(&mut t.stats, &l.name, kernel_ms, gap_ms);
+        note(&mut t.stats, &l.name, kernel_ms, gap);
         destroy(l.start);
         if let Some((_, prev_end)) = t.last.replace((l.call, l.end)) {
             destroy(prev_end);
@@ -214,28 +239,36 @@ mod tests {
     #[test]
     fn launches_and_gaps_add_up_per_kernel_and_the_largest_total_comes_first() {
         let mut s = BTreeMap::new();
-        note(&mut s, "mx_cgemm", 0.640, Some(0.004));
-        note(&mut s, "mx_cgemm", 0.660, None);
-        note(&mut s, "mx_plain_from_form", 0.003, Some(0.002));
+        note(&mut s, "mx_cgemm", 0.640, Gap::InCall(0.004));
+        note(&mut s, "mx_cgemm", 0.660, Gap::CallStart(0.030));
+        note(&mut s, "mx_cgemm", 0.650, Gap::CallStart(2.5));
+        note(&mut s, "mx_plain_from_form", 0.003, Gap::InCall(0.002));
         let c = s["mx_cgemm"];
-        assert_eq!((c.launches, c.gaps), (2, 1));
-        assert!((c.kernel_ms - 1.3).abs() < 1e-12 && (c.gap_ms - 0.004).abs() < 1e-12);
+        assert_eq!(
+            (c.launches, c.gaps, c.call_gaps),
+            (3, 1, 1),
+            "a bench's gap left out"
+        );
+        assert!((c.kernel_ms - 1.95).abs() < 1e-12 && (c.gap_ms - 0.004).abs() < 1e-12);
         let t = table(&s);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("kernel\t"));
-        // mean 650 µs over 2 launches, mean gap 4 µs over the one gap, 1.304 ms in all
-        assert_eq!(lines[1], "mx_cgemm\t2\t650.00\t4.00\t1\t1.304");
-        assert_eq!(lines[2], "mx_plain_from_form\t1\t3.00\t2.00\t1\t0.005");
+        // mean 650 µs over 3 launches, 4 µs in the call, 30 µs at a call's start, 1.954 ms
+        assert_eq!(lines[1], "mx_cgemm\t3\t650.00\t4.00\t1\t30.00\t1\t1.954");
+        assert_eq!(
+            lines[2],
+            "mx_plain_from_form\t1\t3.00\t2.00\t1\t0.00\t0\t0.005"
+        );
     }
 
     #[test]
     fn a_kernel_with_no_gap_reads_zero_not_nan() {
         let mut s = BTreeMap::new();
-        note(&mut s, "mx_chain_lists", 0.008, None);
+        note(&mut s, "mx_chain_lists", 0.008, Gap::Unknown);
         assert_eq!(
             table(&s).lines().nth(1),
-            Some("mx_chain_lists\t1\t8.00\t0.00\t0\t0.008")
+            Some("mx_chain_lists\t1\t8.00\t0.00\t0\t0.00\t0\t0.008")
         );
     }
 }
