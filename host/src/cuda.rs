@@ -252,9 +252,11 @@ impl CudaDevice {
     pub fn upload(&'static self, bytes: &[u8]) -> crate::error::OpResult<DeviceBuffer> {
         let b = self.alloc(bytes.len())?;
         if !bytes.is_empty() {
-            // SAFETY: `b.ptr` addresses `bytes.len()` bytes; copies from pageable memory
-            // are staged before the call returns, so `bytes` may be dropped afterwards.
-            unsafe { cr::memcpy_htod_async(b.ptr, bytes, self.stream) }
+            // SAFETY: `b.ptr` addresses `bytes.len()` bytes, freed stream-ordered after the
+            // copy; small copies go through the plugins' pinned ring where
+            // `MXHOST_PINNED_UPLOADS=1` (a pageable one may wait for the stream first), and
+            // either way `bytes` may be dropped afterwards.
+            unsafe { mxhost_plugin_common::staging::upload(self.stream, b.ptr, bytes) }
                 .map_err(op_err("cuMemcpyHtoDAsync"))?;
         }
         Ok(b)

@@ -14,6 +14,7 @@
 //! - [`gemm`]: the CPU grouped-GEMM driver (rayon + `matrixmultiply`).
 //! - [`entry`]: the [`entry::Backend`] trait and the panic-safe ABI entry helpers.
 //! - `cuda` (feature `cuda`): library probes, the primary context, cuBLAS handles.
+//! - [`staging`]: small host-to-device copies through a pinned ring (`upload` with `cuda`).
 //! - `testing` (feature `testing`): RNG and f64 references for the plugins' tests.
 
 pub mod args;
@@ -23,6 +24,7 @@ pub mod dense;
 pub mod entry;
 pub mod gemm;
 pub mod host;
+pub mod staging;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -548,9 +548,9 @@ fn upload_ptrs(call: &mut Call, addrs: &[[u64; 3]]) -> PluginResult<u64> {
         .flat_map(|t| addrs.iter().map(move |a| a[t]))
         .collect();
     let d = call.alloc(host.len() * 8)?;
-    // SAFETY: `d` holds host.len() u64 (allocated above on this stream); pageable copies
-    // are staged before returning.
-    unsafe { cr::memcpy_htod_async(d, &host, call.stream) }
+    // SAFETY: `d` holds host.len() u64 (allocated above on this stream); the pinned ring
+    // (`MXHOST_PINNED_UPLOADS=1`) or a pageable copy, staged before returning.
+    unsafe { mxhost_plugin_common::staging::upload_slice(call.stream, d, &host) }
         .map_err(drv("cuMemcpyHtoDAsync (cuBLAS pointer arrays)"))?;
     Ok(d)
 }

@@ -25,10 +25,8 @@ use super::device::Call;
 use super::params::NeedMapParams;
 use super::{arg, cdiv, i32_of};
 use crate::kernels::Unit;
-use cudarc::driver::result as cr;
 use mxhost_plugin_abi::plugin_support::PluginResult;
 use mxhost_plugin_common::args::QuantizeArgs;
-use mxhost_plugin_common::cuda::drv;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
@@ -178,9 +176,8 @@ pub(super) fn need_map(
         .map(|&o| i32_of("expert offset", o))
         .collect::<PluginResult<Vec<i32>>>()?;
     let offs_at = call.alloc(4 * e)?;
-    // SAFETY: `offs_at` holds e i32; pageable copies are staged before returning.
-    unsafe { cr::memcpy_htod_async(offs_at, &offs, call.stream) }
-        .map_err(drv("cuMemcpyHtoDAsync"))?;
+    // SAFETY: `offs_at` holds e i32 (this call's scratch).
+    unsafe { call.upload(offs_at, &offs) }?;
     let need = call.alloc(4 * e * words)?;
     call.zero(need, 4 * e * words)?;
     let p = NeedMapParams {

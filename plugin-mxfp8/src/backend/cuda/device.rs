@@ -10,6 +10,7 @@ use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_common::cuda::{
     driver_present, drv, retain_primary_context, RetainedContext, StreamScratch,
 };
+use mxhost_plugin_common::staging;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -249,9 +250,20 @@ impl Call {
 
     /// Writes `values` to the `8 * values.len()` device bytes at `p`, in stream order.
     pub(super) fn put_u64s(&self, p: u64, values: &[u64]) -> PluginResult<()> {
-        // SAFETY: `p` addresses that many writable device bytes (annex words); the pageable
-        // source is staged before the call returns.
-        unsafe { cr::memcpy_htod_async(p, values, self.stream) }.map_err(drv("cuMemcpyHtoDAsync"))
+        // SAFETY: `p` addresses that many writable device bytes (annex words).
+        unsafe { self.upload(p, values) }
+    }
+
+    /// Copies `values` (plain numbers) to the device bytes at `dst` in stream order, through
+    /// the pinned ring where `MXHOST_PINNED_UPLOADS=1` ([`staging::upload`]); `values` may be
+    /// dropped when this returns.
+    ///
+    /// # Safety
+    /// `dst` addresses `size_of_val(values)` writable device bytes that stay allocated until
+    /// the copy has run (host tensors of the call, or this call's scratch).
+    pub(super) unsafe fn upload<T: Copy>(&self, dst: u64, values: &[T]) -> PluginResult<()> {
+        // SAFETY: the caller's contract; the call's context is current (`Call::new`).
+        unsafe { staging::upload_slice(self.stream, dst, values) }.map_err(drv("cuMemcpyHtoDAsync"))
     }
 
     pub(super) fn launch(

@@ -20,10 +20,7 @@ use crate::kernels::{self, Unit};
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{DType, GemmPass, WeightLayout};
 use mxhost_plugin_common::args::{Blocking, GemmArgs, MxArg, OperandArg, TensorArg};
-use mxhost_plugin_common::cuda::drv;
 use std::sync::OnceLock;
-
-use cudarc::driver::result as cr;
 
 /// `MX_MAX_E` of the kernels: experts per grouped launch.
 const MAX_E: usize = 1024;
@@ -423,8 +420,8 @@ pub(super) fn offsets_on_device(call: &mut Call, args: &GemmArgs) -> PluginResul
     }
     let host: Vec<i32> = args.offs.iter().map(|&o| o as i32).collect();
     let d = call.alloc(host.len() * 4)?;
-    // SAFETY: `d` holds host.len() i32; pageable copies are staged before returning.
-    unsafe { cr::memcpy_htod_async(d, &host, call.stream) }.map_err(drv("cuMemcpyHtoDAsync"))?;
+    // SAFETY: `d` holds host.len() i32 (this call's scratch).
+    unsafe { call.upload(d, &host) }?;
     Ok(d)
 }
 

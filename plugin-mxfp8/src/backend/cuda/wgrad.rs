@@ -15,9 +15,6 @@ use crate::kernels::Unit;
 use mxhost_plugin_abi::plugin_support::{PluginError, PluginResult};
 use mxhost_plugin_abi::{DType, WeightLayout};
 use mxhost_plugin_common::args::{Blocking, GemmArgs, MxArg, OperandArg, TensorArg};
-use mxhost_plugin_common::cuda::drv;
-
-use cudarc::driver::result as cr;
 
 /// wgrad: out_e = dY_eᵀ · X_e over each expert's rows. Both operands go to the GEMM's
 /// padded transposed layout `[P][Mpad]` with 1×32 scales along M:
@@ -112,11 +109,10 @@ pub(super) fn wgrad(call: &mut Call, args: &GemmArgs, out_bf16: bool) -> PluginR
             i32_of("padded rows", mpad)?;
             let tbl_d = call.alloc(tbl.len() * 4)?;
             let offs_d = call.alloc(e * 4)?;
-            // SAFETY: both buffers hold the copied i32s; pageable copies are staged.
+            // SAFETY: both buffers hold the copied i32s (this call's scratch).
             unsafe {
-                cr::memcpy_htod_async(tbl_d, &tbl, call.stream).map_err(drv("cuMemcpyHtoDAsync"))?;
-                cr::memcpy_htod_async(offs_d, &fake_offs, call.stream)
-                    .map_err(drv("cuMemcpyHtoDAsync"))?;
+                call.upload(tbl_d, &tbl)?;
+                call.upload(offs_d, &fake_offs)?;
             }
             let mut relayout = |m: &MxArg, p: usize| -> PluginResult<(u64, u64, u8)> {
                 let qt = call.alloc(p * mpad)?;

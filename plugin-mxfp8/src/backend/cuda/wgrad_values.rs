@@ -18,11 +18,8 @@ use crate::kernels::Unit;
 use mxhost_plugin_abi::plugin_support::PluginResult;
 use mxhost_plugin_abi::DType;
 use mxhost_plugin_common::args::{Blocking, QuantizeArgs, TensorArg, WgradValues};
-use mxhost_plugin_common::cuda::drv;
 use std::ops::Range;
 use std::sync::OnceLock;
-
-use cudarc::driver::result as cr;
 
 fn fusion_enabled() -> bool {
     static F: OnceLock<bool> = OnceLock::new();
@@ -107,9 +104,8 @@ impl DeviceBlocks {
             return Ok(DeviceBlocks { table: 0, count: 0 });
         }
         let table = call.alloc(blocks.len() * 4)?;
-        // SAFETY: `table` holds the copied i32s; pageable copies are staged.
-        unsafe { cr::memcpy_htod_async(table, &blocks, call.stream) }
-            .map_err(drv("cuMemcpyHtoDAsync"))?;
+        // SAFETY: `table` holds the copied i32s (this call's scratch).
+        unsafe { call.upload(table, &blocks) }?;
         Ok(DeviceBlocks {
             table,
             count: blocks.len() / 2,
