@@ -15,6 +15,7 @@
 //! - [`entry`]: the [`entry::Backend`] trait and the panic-safe ABI entry helpers.
 //! - `cuda` (feature `cuda`): library probes, the primary context, cuBLAS handles.
 //! - [`staging`]: small host-to-device copies through a pinned ring (`upload` with `cuda`).
+//! - [`switch`]: the plugins' boolean environment switches.
 //! - `testing` (feature `testing`): RNG and f64 references for the plugins' tests.
 
 pub mod args;
@@ -25,6 +26,7 @@ pub mod entry;
 pub mod gemm;
 pub mod host;
 pub mod staging;
+pub mod switch;
 #[cfg(feature = "testing")]
 pub mod testing;
 

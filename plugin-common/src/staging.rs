@@ -98,16 +98,10 @@ mod cuda_upload {
     /// The largest copy taken through the ring.
     const SMALL: usize = 64 << 10;
 
-    /// `MXHOST_PINNED_UPLOADS`, by the rule of the plugins' other switches: unset or empty
-    /// is off (the default for now), `0`, `off` and `false` are off, anything else on.
+    /// `MXHOST_PINNED_UPLOADS` (off by default for now).
     fn enabled() -> bool {
         static F: OnceLock<bool> = OnceLock::new();
-        *F.get_or_init(|| {
-            std::env::var("MXHOST_PINNED_UPLOADS")
-                .ok()
-                .map(|v| v.trim().to_string())
-                .is_some_and(|v| !matches!(v.as_str(), "" | "0" | "off" | "false"))
-        })
+        *F.get_or_init(|| crate::switch::env_flag("MXHOST_PINNED_UPLOADS", false))
     }
 
     struct Pinned {

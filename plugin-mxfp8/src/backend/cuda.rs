@@ -105,21 +105,9 @@ pub fn chained_gemm_requested() -> bool {
     })
 }
 
-/// A boolean environment switch of this backend (the `MXHOST_MX_*` A/B and diagnostic
-/// switches): unset or empty gives `default`; `0`, `off` and `false` are off; anything else
-/// is on. One rule for all of them, so `=1`, `=on` and `=true` mean the same everywhere.
-pub(crate) fn env_flag(name: &str, default: bool) -> bool {
-    flag_value(std::env::var(name).ok().as_deref(), default)
-}
-
-/// [`env_flag`]'s rule on a variable's value (`None` when unset).
-fn flag_value(v: Option<&str>, default: bool) -> bool {
-    match v.map(str::trim) {
-        None | Some("") => default,
-        Some("0") | Some("off") | Some("false") => false,
-        Some(_) => true,
-    }
-}
+/// This backend's boolean environment switches (the `MXHOST_MX_*` A/B and diagnostic
+/// switches), by the plugins' one rule.
+pub(crate) use mxhost_plugin_common::switch::{env_flag, flag_value};
 
 fn cdiv(a: usize, b: usize) -> usize {
     a.div_ceil(b)
