@@ -344,7 +344,10 @@ impl Backend for CudaBackend {
         if args.input.numel == 0 {
             return Ok(());
         }
-        let mut call = Call::new(args.ordinal, args.stream)?;
+        let mut call = Call::entered(args.ordinal, args.stream, || {
+            let t = if args.transposed.is_some() { " +T" } else { "" };
+            format!("quantize {:?}{t}", args.input.shape)
+        })?;
         // (an annex's address may have been another tensor's: its bytes start complete, and
         // its `at` whole unless the A-side path notes otherwise; each gets a new generation)
         for (annex, ..) in annexed_results(args) {
@@ -375,13 +378,18 @@ impl Backend for CudaBackend {
         if args.output.numel == 0 {
             return Ok(());
         }
-        let call = Call::new(args.ordinal, args.stream)?;
+        let call = Call::entered(args.ordinal, args.stream, || {
+            format!("dequantize {:?}", args.output.shape)
+        })?;
         let out_bf16 = args.output.dtype == DType::Bf16;
         dequantize_into(&call, &args.input, ptr(&args.output), out_bf16)
     }
 
     fn grouped_gemm(&self, args: &GemmArgs) -> PluginResult<()> {
-        let mut call = Call::new(args.ordinal, args.stream)?;
+        let mut call = Call::entered(args.ordinal, args.stream, || {
+            let (m, n, k) = (args.rows, args.n, args.k);
+            format!("{:?} M{m} N{n} K{k}", args.pass)
+        })?;
         gemm(&mut call, args)
     }
 }

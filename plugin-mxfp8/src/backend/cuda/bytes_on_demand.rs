@@ -231,7 +231,9 @@ pub(super) fn fill(args: &FillBytesArgs) -> PluginResult<()> {
         return Ok(());
     };
     let l = LeftOut::of(&args.tensor, &args.annex, scales)?;
-    let mut call = Call::new(args.ordinal, args.stream)?;
+    let mut call = Call::entered(args.ordinal, args.stream, || {
+        format!("fill_bytes {:?}", args.tensor.shape())
+    })?;
     l.write_before_read(&mut call, None)
 }
 

@@ -218,6 +218,16 @@ pub(super) struct Call {
     scratch: StreamScratch,
     /// This call's number in the process (`MXHOST_MX_KERNEL_TRACE` counts gaps within a call).
     id: u64,
+    /// Under `MXHOST_MX_KERNEL_TRACE`, what the call is (its entry and exit marks' names).
+    label: Option<String>,
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if let Some(label) = self.label.take() {
+            self.mark(&format!("(exit {label})"));
+        }
+    }
 }
 
 impl Call {
@@ -228,7 +238,32 @@ impl Call {
             stream: stream as cu::CUstream,
             scratch: StreamScratch::new(stream as cu::CUstream),
             id: CALLS.fetch_add(1, Ordering::Relaxed),
+            label: None,
         })
+    }
+
+    /// [`Call::new`] for one plugin entry point, named by `label` under
+    /// `MXHOST_MX_KERNEL_TRACE`: the trace marks where the call begins and ends on the stream,
+    /// so the idle time before its first kernel (the GPU waiting for the host) and after its
+    /// last one read as gaps of their own (docs/perf.md run 199: W's call 65–75 µs longer in
+    /// the step than its kernels).
+    pub(super) fn entered(
+        ordinal: i32,
+        stream: *mut c_void,
+        label: impl FnOnce() -> String,
+    ) -> PluginResult<Call> {
+        let mut call = Call::new(ordinal, stream)?;
+        if kernel_trace::enabled() {
+            let label = label();
+            call.mark(&format!("(entry {label})"));
+            call.label = Some(label);
+        }
+        Ok(call)
+    }
+
+    /// An empty, timed point in the stream under `MXHOST_MX_KERNEL_TRACE` (nothing otherwise).
+    fn mark(&self, what: &str) {
+        let _ = kernel_trace::traced(self.id, self.stream, what, || Ok(()));
     }
 
     pub(super) fn alloc(&mut self, bytes: usize) -> PluginResult<u64> {
@@ -239,8 +274,10 @@ impl Call {
         if bytes == 0 {
             return Ok(());
         }
-        // SAFETY: `p` addresses at least `bytes` device bytes (host output or scratch).
-        unsafe { cr::memset_d8_async(p, 0, bytes, self.stream) }.map_err(drv("cuMemsetD8Async"))
+        kernel_trace::traced(self.id, self.stream, "(memset)", || {
+            // SAFETY: `p` addresses at least `bytes` device bytes (host output or scratch).
+            unsafe { cr::memset_d8_async(p, 0, bytes, self.stream) }.map_err(drv("cuMemsetD8Async"))
+        })
     }
 
     /// Writes `value` to the 8 device bytes at `p`, in stream order.
@@ -262,8 +299,11 @@ impl Call {
     /// `dst` addresses `size_of_val(values)` writable device bytes that stay allocated until
     /// the copy has run (host tensors of the call, or this call's scratch).
     pub(super) unsafe fn upload<T: Copy>(&self, dst: u64, values: &[T]) -> PluginResult<()> {
-        // SAFETY: the caller's contract; the call's context is current (`Call::new`).
-        unsafe { staging::upload_slice(self.stream, dst, values) }.map_err(drv("cuMemcpyHtoDAsync"))
+        kernel_trace::traced(self.id, self.stream, "(upload)", || {
+            // SAFETY: the caller's contract; the call's context is current (`Call::new`).
+            unsafe { staging::upload_slice(self.stream, dst, values) }
+                .map_err(drv("cuMemcpyHtoDAsync"))
+        })
     }
 
     pub(super) fn launch(
