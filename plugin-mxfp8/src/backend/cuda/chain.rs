@@ -561,9 +561,10 @@ pub(super) fn merged_status(call: &mut Call, a: u64, b: u64, host: u64) -> Plugi
     Ok(status)
 }
 
-/// One launch of the chained kernel `name`: a CTA per SM, its shared memory.
+/// One launch of the chained kernel `name`: a CTA per SM, its shared memory. A dependent
+/// launch under `MXHOST_MX_PDL` (every chained build begins with `mx_pdl_enter()`).
 pub(super) fn launch_kernel(call: &Call, name: &str, p: &ChainParams) -> PluginResult<()> {
-    call.launch(
+    call.launch_dependent(
         Unit::Chain,
         name,
         (call.dev.sms as usize, 1, 1),
