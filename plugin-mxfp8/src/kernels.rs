@@ -36,11 +36,10 @@ macro_rules! header {
 }
 
 /// Headers, passed to NVRTC in memory under the names the `.cu` files include.
-pub const HEADERS: [(&str, &str); 29] = [
+pub const HEADERS: [(&str, &str); 28] = [
     header!("mx_types.cuh"),
     header!("mx_ptx.cuh"),
     header!("mx_warp.cuh"),
-    header!("mx_pdl.cuh"),
     header!("mx_numerics.cuh"),
     header!("mx_wgmma.cuh"),
     header!("mx_quant_blocks.cuh"),

@@ -29,7 +29,6 @@ struct MxPlainFromFormParams {
 
 template <int FMT>
 MX_DEV void mx_plain_from_form(const MxPlainFromFormParams& p) {
-  mx_pdl_enter();   // (gated: a dependent launch behind the chained GEMM)
   if (p.gate != nullptr && mx_chain_took(p.gate, p.limit, 0)) return;
   const int KB = p.C >> 5;
   const mx_i64 n = (mx_i64)p.R * KB;

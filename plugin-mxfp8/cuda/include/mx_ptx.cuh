@@ -17,8 +17,6 @@
 
 // The helpers without PTX (byte transposes, warp scan, the chained GEMM's gate test).
 #include "mx_warp.cuh"
-// griddepcontrol (programmatic dependent launch): mx_pdl_enter.
-#include "mx_pdl.cuh"
 
 // A kernel's dynamic shared memory, as bytes named NAME (the host harness hands each CTA an
 // arena instead: simt_sm90.hpp).

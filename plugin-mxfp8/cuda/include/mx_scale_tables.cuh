@@ -1,9 +1,8 @@
 // mx_scale_tables.cuh — E8M0 scale bytes to the FP32 tables the per-k32 GEMM kernels read
 // (mx_scales_to_f32, mx_scales_to_f32_stages in mx_quantize.cu). Apart from the unit so that
 // tests/scale_tables_host.rs can run them on the host. Needs mx_numerics.cuh and mx_warp.cuh
-// (mx_chain_took); its only PTX is mx_pdl.cuh's.
+// (mx_chain_took); no PTX.
 #pragma once
-#include "mx_pdl.cuh"
 
 // E8M0 bytes -> FP32 scale table for the GEMM, with relayout and zero padding:
 //   out[e*ose + (c/4)*ocg + r*osr + c%4] = (r < R && c < C) ? 2^(in[e*ise + (r/rdv)*isr + c*isc] - 127) : 0
@@ -19,7 +18,6 @@ MX_DEV void mx_scales_to_f32_body(
     const mx_u8* __restrict__ in, mx_i64 ise, mx_i64 isr, mx_i64 isc,
     float* __restrict__ out, mx_i64 ose, mx_i64 osr, mx_i64 ocg, int R, int C, int Rp, int Cp, int rdv,
     const int* __restrict__ gate, int limit) {
-  mx_pdl_enter();   // (gated: a dependent launch behind the chained GEMM)
   if (gate != nullptr && mx_chain_took(gate, limit, 0)) return;
   mx_i64 i = (mx_i64)blockIdx.x * 256 + threadIdx.x;
   if (i >= (mx_i64)Rp * Cp) return;
@@ -43,7 +41,6 @@ MX_DEV void mx_scales_to_f32_stages_body(
     const mx_u8* __restrict__ in, mx_i64 ise, mx_i64 isr, mx_i64 isc,
     float* __restrict__ out, mx_i64 ose, int R, int C, int Rp, int Cp, int rdv,
     const int* __restrict__ gate, int limit) {
-  mx_pdl_enter();   // (gated: a dependent launch behind the chained GEMM)
   if (gate != nullptr && mx_chain_took(gate, limit, 0)) return;
   __shared__ float tile[32][129];
   const int r0 = blockIdx.x * 32, c0 = blockIdx.y * 128;

@@ -489,7 +489,6 @@ MX_DEV void mx_tgemm_chain_impl(const MxGemmTmaParams& P, const MxChainFix* fix,
   typedef MxtLay256<SB2D> LAY;
   typedef MxcFix<STAGES, TCB> FS;
   static_assert(!TCB || (STAGES == 3 && !POLL), "the TCB slabs fit beside 3 stages; POLL would add them mid-loop");
-  mx_pdl_enter();   // (the 3-stage build is a dependent launch behind the 4-stage one)
   if (P.gate != nullptr && !mxt_chain_open(P)) return;   // the per-k32 kernel takes it
   const MxGemmParams& p = P.g;
   MX_DYN_SMEM(mxt_smem, 1024);

@@ -30,9 +30,7 @@ struct MxGemmTmaParams {
 // kernel's [limit_lo, limit] is the union of the chained builds' ranges.
 MX_DEV bool mxt_chain_open(const MxGemmTmaParams& P) { return mx_chain_took(P.gate, P.limit, P.limit_lo); }
 // The per-k32 kernels' first statement: whether the chained kernel took this GEMM.
-// (mx_pdl_enter first: the kernel may be a dependent launch behind the chained one.)
 #define MXT_RETURN_IF_CHAINED(P) \
-  mx_pdl_enter();                \
   if ((P).gate != nullptr && mxt_chain_open(P)) return;
 // The TMA-store kernels (v2t) take the output tensor map too: bf16 [rows][N] (batched:
 // rows = E * M, which needs o_es == M * ldo and out_t == 0), box 64 x 64 elements,

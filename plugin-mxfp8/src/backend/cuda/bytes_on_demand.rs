@@ -185,12 +185,14 @@ impl LeftOut {
         // (a grid-stride loop over 32-byte blocks: a few waves of 256 threads)
         let blocks =
             cdiv(self.rows * (self.red / 32), 256).clamp(1, 8 * call.dev.sms.max(1) as usize);
-        let (grid, block) = ((blocks, 1, 1), (256, 1, 1));
-        // (gated, behind a chained GEMM: a dependent launch under MXHOST_MX_PDL)
-        match gate {
-            Some(_) => call.launch_dependent(Unit::Chain, name, grid, block, 0, &mut [arg(&p)]),
-            None => call.launch(Unit::Chain, name, grid, block, 0, &mut [arg(&p)]),
-        }
+        call.launch(
+            Unit::Chain,
+            name,
+            (blocks, 1, 1),
+            (256, 1, 1),
+            0,
+            &mut [arg(&p)],
+        )
     }
 
     /// Before a kernel that reads the operand's bytes: writes the left-out ones, gated on

@@ -561,10 +561,9 @@ pub(super) fn merged_status(call: &mut Call, a: u64, b: u64, host: u64) -> Plugi
     Ok(status)
 }
 
-/// One launch of the chained kernel `name`: a CTA per SM, its shared memory. A dependent
-/// launch under `MXHOST_MX_PDL` (every chained build begins with `mx_pdl_enter()`).
+/// One launch of the chained kernel `name`: a CTA per SM, its shared memory.
 pub(super) fn launch_kernel(call: &Call, name: &str, p: &ChainParams) -> PluginResult<()> {
-    call.launch_dependent(
+    call.launch(
         Unit::Chain,
         name,
         (call.dev.sms as usize, 1, 1),

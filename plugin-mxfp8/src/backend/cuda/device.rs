@@ -315,38 +315,6 @@ impl Call {
         smem: u32,
         params: &mut [*mut c_void],
     ) -> PluginResult<()> {
-        self.launch_as(false, unit, name, grid, block, smem, params)
-    }
-
-    /// [`Call::launch`] as a programmatic dependent launch where `MXHOST_MX_PDL` is on
-    /// ([`pdl_enabled`]): the kernel's CTAs may be scheduled while the previous kernel in the
-    /// stream still runs. Only for kernels that begin with `mx_pdl_enter()` (mx_pdl.cuh), which
-    /// waits for that kernel before anything touches memory.
-    pub(super) fn launch_dependent(
-        &self,
-        unit: Unit,
-        name: &str,
-        grid: (usize, usize, usize),
-        block: (u32, u32, u32),
-        smem: u32,
-        params: &mut [*mut c_void],
-    ) -> PluginResult<()> {
-        // (the portable build, below sm_90, has no dependent launches)
-        let dependent = pdl_enabled() && !self.dev.portable;
-        self.launch_as(dependent, unit, name, grid, block, smem, params)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn launch_as(
-        &self,
-        dependent: bool,
-        unit: Unit,
-        name: &str,
-        grid: (usize, usize, usize),
-        block: (u32, u32, u32),
-        smem: u32,
-        params: &mut [*mut c_void],
-    ) -> PluginResult<()> {
         if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return Ok(());
         }
@@ -360,63 +328,17 @@ impl Call {
             // SAFETY: `params` point at live values laid out as the kernel's parameters; every
             // buffer they reference outlives the enqueued work (host tensors for the call,
             // scratch freed stream-ordered after it).
-            let grid = (grid.0 as u32, grid.1 as u32, grid.2 as u32);
-            let launched = if dependent {
-                unsafe { launch_programmatic(f, grid, block, smem, self.stream, params) }
-            } else {
-                unsafe { cr::launch_kernel(f, grid, block, smem, self.stream, params) }
-            };
-            launched
-                .map_err(|e| PluginError::backend(format!("CUDA launch of {name} failed: {e}")))
+            unsafe {
+                cr::launch_kernel(
+                    f,
+                    (grid.0 as u32, grid.1 as u32, grid.2 as u32),
+                    block,
+                    smem,
+                    self.stream,
+                    params,
+                )
+            }
+            .map_err(|e| PluginError::backend(format!("CUDA launch of {name} failed: {e}")))
         })
     }
-}
-
-/// `MXHOST_MX_PDL`: the gated kernels behind a chained GEMM (its 3-stage build, the per-k32
-/// kernel and its tables, the bytes written back) go out as programmatic dependent launches
-/// ([`Call::launch_dependent`]), so their launch latency overlaps the kernel before them.
-/// Off by default until a GPU run says what it is worth (docs/perf.md run 200).
-pub(super) fn pdl_enabled() -> bool {
-    static F: OnceLock<bool> = OnceLock::new();
-    *F.get_or_init(|| super::env_flag("MXHOST_MX_PDL", false))
-}
-
-/// `cuLaunchKernelEx` with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
-///
-/// # Safety
-/// As `cuLaunchKernel`'s: `params` point at values laid out as `f`'s parameters, and every
-/// buffer they reference outlives the enqueued work. Besides, `f` begins with `mx_pdl_enter()`
-/// (griddepcontrol.wait before any memory access), or it could read its predecessor's output
-/// before that kernel has written it.
-unsafe fn launch_programmatic(
-    f: cu::CUfunction,
-    grid: (u32, u32, u32),
-    block: (u32, u32, u32),
-    smem: u32,
-    stream: cu::CUstream,
-    params: &mut [*mut c_void],
-) -> Result<(), cudarc::driver::DriverError> {
-    // SAFETY: a plain C union of integers; zero is a valid value of every member.
-    let mut value: cu::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
-    value.programmaticStreamSerializationAllowed = 1;
-    let mut attr = cu::CUlaunchAttribute {
-        id: cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-        pad: [0; 4],
-        value,
-    };
-    let config = cu::CUlaunchConfig {
-        gridDimX: grid.0,
-        gridDimY: grid.1,
-        gridDimZ: grid.2,
-        blockDimX: block.0,
-        blockDimY: block.1,
-        blockDimZ: block.2,
-        sharedMemBytes: smem,
-        hStream: stream,
-        attrs: &mut attr,
-        numAttrs: 1,
-    };
-    // SAFETY: the caller's contract; `config` and `attr` live across the call.
-    unsafe { cu::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) }
-        .result()
 }

@@ -788,12 +788,6 @@ fn launch_chosen(
             }
             let smem = tgemm_smem(w2d, unit.tma_store());
             let block = (kernels::TGEMM_THREADS, 1, 1);
-            // (behind a chained GEMM: a dependent launch, MXHOST_MX_PDL; the kernels begin
-            // with mx_pdl_enter in MXT_RETURN_IF_CHAINED)
-            let launch = |u, n: &str, g, b, s, a: &mut [_]| match gate {
-                Some(_) => call.launch_dependent(u, n, g, b, s, a),
-                None => call.launch(u, n, g, b, s, a),
-            };
             if unit.tma_store() {
                 let tm_o = out_map(p);
                 if trace {
@@ -810,12 +804,12 @@ fn launch_chosen(
                     o_tma: tm_o.is_some() as i32,
                     _pad: [0; 60],
                 };
-                return launch(unit, &name, (grid, 1, 1), block, smem, &mut [arg(&tpo)]);
+                return call.launch(unit, &name, (grid, 1, 1), block, smem, &mut [arg(&tpo)]);
             }
             if trace {
                 eprintln!("mxhost-plugin-mxfp8: GEMM {name} ({shape})");
             }
-            return launch(unit, &name, (grid, 1, 1), block, smem, &mut [arg(&tp)]);
+            return call.launch(unit, &name, (grid, 1, 1), block, smem, &mut [arg(&tp)]);
         }
         Err(why) => why,
     };

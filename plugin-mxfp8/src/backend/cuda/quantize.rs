@@ -200,11 +200,7 @@ impl Call {
         let (status, limit) = gate.map_or((0u64, 0i32), |g| (g.status, g.limit));
         args.extend([arg(&r), arg(&c), arg(&rp32), arg(&cp32), arg(&rdv)]);
         args.extend([arg(&status), arg(&limit)]);
-        // (gated, behind a chained GEMM: a dependent launch under MXHOST_MX_PDL)
-        match gate {
-            Some(_) => self.launch_dependent(Unit::Quantize, name, grid, (256, 1, 1), 0, &mut args),
-            None => self.launch(Unit::Quantize, name, grid, (256, 1, 1), 0, &mut args),
-        }
+        self.launch(Unit::Quantize, name, grid, (256, 1, 1), 0, &mut args)
     }
 
     /// out[b][c][r] = in[b][r][c] (bytes).
