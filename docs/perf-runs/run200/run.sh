@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 200 (docs/perf.md): programmatic dependent launches (MXHOST_MX_PDL=1) for the gated kernels
+# Run 200 (docs/perf.md; ran at b826035, MXHOST_MX_PDL was taken out after it, dd9e6e0): programmatic dependent launches (MXHOST_MX_PDL=1) for the gated kernels
 # behind a chained GEMM, and the kernel trace's entry/exit marks. One call of ~420 s:
 #   selftest: auto with MXHOST_MX_PDL=1 (poisoned outputs; the gated per-k32 kernel, its tables
 #     and the bytes written back run as dependent launches where the gate closes);
