@@ -12,13 +12,13 @@
 //! the mean gap since the previous mxfp8 kernel of an earlier call (what lies between two
 //! calls: the host's enqueueing where it waited on the GPU, other libraries' kernels). Gaps
 //! over [`CALL_GAP_MAX`] (between a bench's reps, one-time costs) are left out. The events'
-//! own cost, about a
-//! microsecond, is included. Besides kernels, each plugin call's memsets (`(memset)`) and
-//! host-to-device copies (`(upload)`) are timed the same way, and empty marks at its entry and
-//! exit (`(entry quantize [32, 2880, 2880] +T)`, `(exit …)`, `Call::entered`) make the time
-//! before its first kernel (the GPU waiting for the host to enqueue it) and between calls rows
-//! of their own. A diagnostic: off by default, and it perturbs what it measures by that
-//! microsecond per launch.
+//! own cost, about a microsecond, is included. Besides kernels, each plugin call's memsets
+//! (`(memset)`) and host-to-device copies (`(upload)`) are timed the same way, and empty marks
+//! at its entry and exit (`(entry quantize [32, 2880, 2880] +T)`, `(exit …)`, `Call::entered`)
+//! make the time before its first kernel (the GPU waiting for the host to enqueue it) and
+//! between calls rows of their own. A diagnostic: off by default. It perturbs what it measures:
+//! the GPU by that microsecond per launch, the host's enqueueing about threefold (docs/perf.md
+//! run 200), so a call's idle under the trace is not its idle without it.
 
 use cudarc::driver::result as cr;
 use cudarc::driver::sys as cu;
