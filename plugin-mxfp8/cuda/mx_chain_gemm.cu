@@ -150,6 +150,15 @@ extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_noq_e
 extern "C" __global__ void __launch_bounds__(256) mx_quantize_rows_form_wv_noq_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
   mx_quant_block_form<1, 1, 1, 1>(p);
 }
+// The WV NOQ build walking its row block's column blocks with the next one's loads in flight
+// (MXHOST_MX_FORM_PREFETCH=1, mx_quant_block_form.cuh PF): 2 CTAs per SM (the next block's 32
+// words of input live beside the current one's).
+extern "C" __global__ void __launch_bounds__(256, 2) mx_quantize_rows_form_wv_noq_pf_e4m3(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<0, 1, 1, 1, 1>(p);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) mx_quantize_rows_form_wv_noq_pf_e5m2(const __grid_constant__ MxQuantBlockFormParams p) {
+  mx_quant_block_form<1, 1, 1, 1, 1>(p);
+}
 extern "C" __global__ void __launch_bounds__(256) mx_plain_from_form_e4m3(const __grid_constant__ MxPlainFromFormParams p) {
   mx_plain_from_form<0>(p);
 }

@@ -247,6 +247,8 @@ impl Unit {
                 "mx_quantize_rows_form_noq_e5m2",
                 "mx_quantize_rows_form_wv_noq_e4m3",
                 "mx_quantize_rows_form_wv_noq_e5m2",
+                "mx_quantize_rows_form_wv_noq_pf_e4m3",
+                "mx_quantize_rows_form_wv_noq_pf_e5m2",
                 "mx_plain_from_form_e4m3",
                 "mx_plain_from_form_e5m2",
                 "mx_quantize_rows_chain_e4m3",

@@ -645,3 +645,51 @@ fn the_need_map_kernel_marks_each_experts_residual_columns() {
         "seed {seed}: the lists set too few bits to test"
     );
 }
+
+/// The prefetching build (`mx_quantize_rows_form_wv_noq_pf_*`, `MXHOST_MX_FORM_PREFETCH=1`:
+/// two CTAs per row block walk its column blocks, each loading its next block while it stores
+/// the current one) writes exactly the bytes of the one-block WV NOQ build, and leaves the same
+/// ones out (every buffer poisoned before both): with and without the scales pointer, with and
+/// without a need map (whose words are double-buffered across a CTA's blocks), both formats,
+/// every scale mode; C = 2880 (23 column blocks, a short last one: the walkers' counts differ),
+/// 96 (one block: the second walker has none) and 1024, R not a multiple of 128, non-finite
+/// input.
+#[test]
+fn the_prefetching_build_writes_the_one_block_builds_bytes() {
+    let Some((exe, mut rng, seed)) = host::setup("block_form_host_pf", "form_driver.cpp") else {
+        return;
+    };
+    for (i, (r, c)) in [(208, 2880), (144, 96), (48, 1024)].into_iter().enumerate() {
+        let mut x = input(&mut rng, r, c);
+        if i == 2 {
+            x[3 * c + 200] = bf16::INFINITY;
+            x[20 * c + 7] = bf16::NAN;
+        }
+        let map = need_map(&mut rng, r, c);
+        for (fmt, format) in [MxFormat::E4m3, MxFormat::E5m2].into_iter().enumerate() {
+            for (noq, need) in [
+                (Noq::Omits, None),
+                (Noq::OmitsScales, None),
+                (Noq::Omits, Some(&map)),
+                (Noq::OmitsScales, Some(&map)),
+            ] {
+                let mode = (i + fmt) % 3;
+                let ctx = format!(
+                    "{r} x {c} {format:?} mode {mode} {noq:?}, need map {}, seed {seed}",
+                    need.is_some()
+                );
+                let want = run_kernel_need(&exe, &x, (r, c), (fmt, mode, 1, true), noq, need);
+                let got = run_kernel_need(&exe, &x, (r, c), (fmt, mode, 2, true), noq, need);
+                same_form(&ctx, &got, &want, (r, c));
+                let regions = [
+                    ("q", &got.q, &want.q, c),
+                    ("s", &got.s, &want.s, c / 32),
+                    ("wv", &got.wv, &want.wv, 2 * c),
+                ];
+                for (what, a, b, width) in regions {
+                    host::first_difference(&format!("{ctx}: {what}"), a, b, width);
+                }
+            }
+        }
+    }
+}

@@ -52,6 +52,14 @@
 // chunk's words for the CTA's columns into shared memory (a binary search over the experts' end
 // rows, then the chunk's experts), so the store loop tests one bit. (Done inside the loop, behind
 // the loads, ptxas took the BPC = 4 build from 62 registers to 100.)
+// PF (mx_quantize_rows_form_wv_noq_pf_*, opt-in MXHOST_MX_FORM_PREFETCH=1; the WV NOQ build with
+// one block at a time): the CTA walks its row block's 128-column blocks bx = blockIdx.x,
+// blockIdx.x + gridDim.x, ... (a grid of a few CTAs per row block instead of one CTA per block)
+// and loads the next block's input into registers right after the current one's first barrier,
+// so those loads are in flight while it quantizes and stores the current block (run 184: the
+// one-block build took the same time on an H200's 43 % more bandwidth: bound by latency). Its
+// need words are double-buffered (a block's are written while the previous block's are read).
+// Same arithmetic and stores, so the same bytes as the one-block build.
 // Requires mx_quant_blocks.cuh, mx_reencode.cuh and (WV) mx_fakequant.cuh. NVRTC-clean.
 #pragma once
 
@@ -176,9 +184,21 @@ MX_DEV bool mxqb_wv_scales(const MxQuantBlockFormParams& p, const uint4* part, m
   return fast;
 }
 
-template <int FMT, int BPC = 1, int WV = 0, int NOQ = 0>
+// The thread's 8 rows (from row r) x 8 bf16 columns (from col) of the input; zeros past R or C.
+MX_DEV void mxqb_load(const MxQuantBlockFormParams& p, int r, int col, mx_u32 (&raw)[8][4]) {
+  const bool col_ok = col < p.C;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint4 v = col_ok && r + i < p.R ? MXQB_LD(reinterpret_cast<const uint4*>(p.in + (mx_i64)(r + i) * p.C + col))
+                                          : make_uint4(0u, 0u, 0u, 0u);
+    raw[i][0] = v.x; raw[i][1] = v.y; raw[i][2] = v.z; raw[i][3] = v.w;
+  }
+}
+
+template <int FMT, int BPC = 1, int WV = 0, int NOQ = 0, int PF = 0>
 MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   static_assert(!WV || BPC == 1, "wv: one block per CTA");
+  static_assert(!PF || (BPC == 1 && !MXQB_SCOAL), "prefetch: one block at a time, scale bytes stored directly");
   __shared__ __align__(16) mx_u32 sm[128 * 32];   // q2 transposed: word (column, 4-row group)
   __shared__ int rowc[128];                       // residuals per block row
   __shared__ mx_u8 ssat[4][128];                  // the block's sat bytes [k32 block][row]
@@ -186,32 +206,35 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
   constexpr bool SS = BPC > 1 || MXQB_SCOAL;     // scale bytes gathered in shared memory
   __shared__ mx_u8 ss[SS ? 2 : 1][128][SS ? 4 * BPC : 1];   // SS: s, s2 [row][k32]
   __shared__ uint4 wvpart[WV ? 256 : 1];          // WV: each thread's partial column amax
-  __shared__ mx_u32 need[8][4 * BPC];             // at's need words [16-row chunk][32-column group]
+  __shared__ mx_u32 need[PF ? 2 : 1][8][4 * BPC];   // at's need words [16-row chunk][32-column group]
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int hb = lane >> 4, j = lane & 15;
   const int r0 = blockIdx.y * 128;
   const int R = p.R, C = p.C, KB = C >> 5;
+  const int rb = 16 * warp + 8 * hb;   // the thread's first block row
   // the need words of the CTA's columns, once: its blocks share their rows (the first barrier
-  // below publishes them)
-  if (t < 8) mxqb_chunk_need<4 * BPC>(p, r0 + 16 * t, blockIdx.x * 4 * BPC, need[t]);
-  for (int jb = 0; jb < BPC; ++jb) {
-    const int bx = blockIdx.x * BPC + jb;   // this iteration's 128-column block (one stage)
+  // below publishes them); PF: each block's, in the loop
+  if (!PF && t < 8) mxqb_chunk_need<4 * BPC>(p, r0 + 16 * t, blockIdx.x * 4 * BPC, need[0][t]);
+  const int nbx = (C + 127) >> 7;
+  mx_u32 raw[8][4];
+  if constexpr (PF) {
+    if ((int)blockIdx.x < nbx) mxqb_load(p, r0 + rb, blockIdx.x * 128 + 8 * j, raw);
+  }
+  for (int jb = 0;; ++jb) {
+    // this iteration's 128-column block (one stage)
+    const int bx = PF ? (int)blockIdx.x + jb * (int)gridDim.x : (int)blockIdx.x * BPC + jb;
+    if (PF ? bx >= nbx : jb >= BPC) break;
     const int c0 = bx * 128;
     if (c0 >= C) break;
+    mx_u32 (&nd)[8][4 * BPC] = need[PF ? (jb & 1) : 0];
+    const int nj = PF ? 0 : jb;   // the block's need words in nd's rows
+    if (PF && t < 8) mxqb_chunk_need<4 * BPC>(p, r0 + 16 * t, bx * 4, nd[t]);
     // (no barrier between blocks: this block writes sm, ssat and rowc's counts only after the
     // barrier below, and resets rowc[t] in the thread that read it for the last block's mc)
     const int col = c0 + 8 * j, kb = col >> 5;
     const bool col_ok = col < C;   // (C % 32 == 0: a 1x32 block is whole or absent)
-    const int rb = 16 * warp + 8 * hb;   // the thread's first block row
     if (t < 128) rowc[t] = 0;
-    mx_u32 raw[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r = r0 + rb + i;
-      const uint4 v = col_ok && r < R ? MXQB_LD(reinterpret_cast<const uint4*>(p.in + (mx_i64)r * C + col))
-                                      : make_uint4(0u, 0u, 0u, 0u);
-      raw[i][0] = v.x; raw[i][1] = v.y; raw[i][2] = v.z; raw[i][3] = v.w;
-    }
+    if constexpr (!PF) mxqb_load(p, r0 + rb, col, raw);
     if constexpr (WV) {
       mx_u32 a[4];
 #pragma unroll
@@ -223,6 +246,12 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       wvpart[t] = make_uint4(a[0], a[1], a[2], a[3]);
     }
     __syncthreads();   // rowc, wvpart, need
+    // PF: the next block's input, in flight while this one is quantized and stored
+    mx_u32 nxt[PF ? 8 : 1][4];
+    if constexpr (PF) {
+      const int bn = bx + (int)gridDim.x;
+      if (bn < nbx) mxqb_load(p, r0 + rb, bn * 128 + 8 * j, nxt);
+    }
     mx_u32 wlo = 0u, whi = 0u;
     bool wfast = false;
     float inv[WV ? 8 : 1], sc[WV ? 8 : 1];
@@ -314,7 +343,7 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
       const int f = 2 * ((c >> 3) & 15);
       uint4 v = *reinterpret_cast<const uint4*>(&sm[c * 32 + 4 * (m ^ (f >> 2))]);
       if (f & 2) { mx_u32 x = v.x; v.x = v.z; v.z = x; x = v.y; v.y = v.w; v.w = x; }
-      const bool needed = (need[m][4 * jb + k] >> (t >> 3)) & 1u;
+      const bool needed = (nd[m][4 * nj + k] >> (t >> 3)) & 1u;
       if (needed && c0 + c < C && r0 + 16 * m < R && !(MXQB_KO & 1)) MXQB_ST(reinterpret_cast<uint4*>(p.at + (mx_i64)(c0 + c) * R + r0 + 16 * m), v);
     }
     // sat from shared memory, a block's rows on consecutive threads (run 120's ncu: this kernel
@@ -334,6 +363,14 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
 #pragma unroll
       for (int b = 0; b < 4; ++b) v[b] = (c0 >> 5) + b < KB ? mx_e8m0_to_f32(ssat[b][t]) : 0.f;
       *reinterpret_cast<float4*>(p.sa + (mx_i64)bx * 4 * R + 4 * (r0 + t)) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+    if constexpr (PF) {
+      if (bx + (int)gridDim.x < nbx) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) raw[i][k] = nxt[i][k];
+      }
     }
   }   // blocks of the CTA
   if constexpr (SS) {

@@ -2,7 +2,8 @@
 // through simt.hpp, for tests/block_form_host.rs. FP8 conversion takes mx_numerics.cuh's
 // software path here (bit-identical to the GPU's cvt.rn.satfinite over all 2^32 inputs:
 // cuda/bench/fp8_encode_check.cu); the rest is the kernel's own code.
-// Usage: driver IN OUT. IN: 9 little-endian i64 (R, C, fmt, mode, blocks per CTA: 1 or 4, wv: 0
+// Usage: driver IN OUT. IN: 9 little-endian i64 (R, C, fmt, mode, blocks per CTA: 1 or 4, or 2
+// for the prefetching WV NOQ build (PF: two CTAs per row block walk its column blocks), wv: 0
 // or 1, the WV build mx_quantize_rows_form_wv_*, one block per CTA; noq: 0 the build that writes
 // q, 1 the NOQ build (one block per CTA), 2 the NOQ build then mx_plain_from_form
 // (mx_plain_from_form.cuh), 3 the same with a gate the chained GEMM took (so it writes nothing),
@@ -55,18 +56,24 @@ int main(int argc, char** argv) {
   p.wv = wv ? reinterpret_cast<mx_u16*>(wvb.data()) : nullptr;
   if (with_need) { p.need = need.data(); p.offs = offs.data(); p.E = (int)E; p.nw = (int)KB; }
   const int bpc = (int)h[4];
-  const simt_dim3 grid{(unsigned)((NS + bpc - 1) / bpc), (unsigned)((R + 127) / 128), 1};
-  if ((bpc != 1 && bpc != 4) || (wv && bpc != 1)) { fprintf(stderr, "blocks per CTA: 1 or 4 (wv: 1)\n"); return 2; }
+  const bool pf = bpc == 2;
+  // (PF: two walkers, so that a row block's column blocks alternate between CTAs, each of which
+  // goes round its loop and prefetches)
+  const simt_dim3 grid{pf ? 2u : (unsigned)((NS + bpc - 1) / bpc), (unsigned)((R + 127) / 128), 1};
+  if ((bpc != 1 && bpc != 4 && !pf) || (wv && bpc == 4)) { fprintf(stderr, "blocks per CTA: 1, 2 (PF) or 4 (wv: 1 or 2)\n"); return 2; }
   const int noq = (int)h[6];
-  if (noq < 0 || noq > 5 || (noq && bpc != 1)) { fprintf(stderr, "noq: 0..5, one block per CTA\n"); return 2; }
+  if (noq < 0 || noq > 5 || (noq && bpc == 4)) { fprintf(stderr, "noq: 0..5, one block per CTA\n"); return 2; }
+  if (pf && !(wv && noq)) { fprintf(stderr, "the prefetching build is WV NOQ\n"); return 2; }
   const bool s_out = noq >= 4;   // the scales left out too
   if (s_out) p.s = nullptr;
   if (noq == 0 && wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1>(p); });
   if (noq == 0 && wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1>(p); });
   if (noq == 0 && !wv && bpc == 1 && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1>(p); });
   if (noq == 0 && !wv && bpc == 1 && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1>(p); });
-  if (noq && wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1, 1>(p); });
-  if (noq && wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1, 1>(p); });
+  if (noq && wv && !pf && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1, 1>(p); });
+  if (noq && wv && !pf && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1, 1>(p); });
+  if (pf && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 1, 1, 1>(p); });
+  if (pf && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 1, 1, 1>(p); });
   if (noq && !wv && h[2] == 0) simt_launch(grid, 256, [&] { mx_quant_block_form<0, 1, 0, 1>(p); });
   if (noq && !wv && h[2] == 1) simt_launch(grid, 256, [&] { mx_quant_block_form<1, 1, 0, 1>(p); });
   if (noq == 2 || noq == 3 || noq == 5) {

@@ -77,6 +77,22 @@ fn form_blocks_per_cta() -> usize {
     }
 }
 
+/// `MXHOST_MX_FORM_PREFETCH=1`: the WV NOQ form kernel (X's and dY's default) as its
+/// prefetching build (`mx_quantize_rows_form_wv_noq_pf_*`: a few CTAs per row block walk its
+/// column blocks with the next one's loads in flight). Same bytes; off until a GPU run times it
+/// (docs/perf.md run 201).
+fn form_prefetch() -> bool {
+    static F: OnceLock<bool> = OnceLock::new();
+    *F.get_or_init(|| super::env_flag("MXHOST_MX_FORM_PREFETCH", false))
+}
+
+/// Column-block walkers per row block of the prefetching form kernel: as many as fit in one
+/// wave of two CTAs per SM over `row_blocks` row blocks (a second wave would walk its blocks
+/// after the first's), at most one per column block, at least one.
+pub(super) fn prefetch_grid_x(col_blocks: usize, row_blocks: usize, sms: usize) -> usize {
+    (2 * sms / row_blocks.max(1)).clamp(1, col_blocks.max(1))
+}
+
 /// The one-pass kernel for an A of `rows` rows: `None` when neither is enabled or takes it.
 fn one_pass(rows: usize) -> Option<OnePass> {
     if fused_enabled() {
@@ -272,7 +288,10 @@ fn fused(
             e: need.map_or(0, |n| n.experts),
             nw: need.map_or(0, |n| n.words),
         };
+        let pf = bpc == 1 && noq && wv_at.is_some() && form_prefetch();
         let name = match (bpc, fmt, wv_at.is_some()) {
+            (1, 0, true) if pf => "mx_quantize_rows_form_wv_noq_pf_e4m3",
+            (1, _, true) if pf => "mx_quantize_rows_form_wv_noq_pf_e5m2",
             (1, 0, true) if noq => "mx_quantize_rows_form_wv_noq_e4m3",
             (1, _, true) if noq => "mx_quantize_rows_form_wv_noq_e5m2",
             (1, 0, _) if noq => "mx_quantize_rows_form_noq_e4m3",
@@ -284,7 +303,12 @@ fn fused(
             (_, 0, _) => "mx_quantize_rows_form4_e4m3",
             _ => "mx_quantize_rows_form4_e5m2",
         };
-        let grid = (cdiv(red, 128 * bpc), cdiv(rows, 128), 1);
+        let (col_blocks, row_blocks) = (cdiv(red, 128 * bpc), cdiv(rows, 128));
+        let grid_x = match pf {
+            true => prefetch_grid_x(col_blocks, row_blocks, call.dev.sms as usize),
+            false => col_blocks,
+        };
+        let grid = (grid_x, row_blocks, 1);
         call.launch(Unit::Chain, name, grid, (256, 1, 1), 0, &mut [arg(&p)])?;
         let a = AMat { q, s, fmt, rdiv: 1 };
         // (the kernel wrote the FP32 scale table too)
@@ -375,6 +399,19 @@ fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prefetching_grid_fills_two_ctas_per_sm_within_the_column_blocks() {
+        // c's X (32768 rows, 2880 columns) on 132 SMs: 256 row blocks, one walker each (one
+        // wave of 264 slots)
+        assert_eq!(prefetch_grid_x(23, 256, 132), 1);
+        assert_eq!(prefetch_grid_x(23, 512, 132), 1);
+        // few rows: as many walkers as the wave and the columns allow
+        assert_eq!(prefetch_grid_x(23, 1, 132), 23);
+        assert_eq!(prefetch_grid_x(23, 8, 132), 23);
+        assert_eq!(prefetch_grid_x(32, 16, 132), 16);
+        assert_eq!(prefetch_grid_x(1, 0, 0), 1);
+    }
 
     #[test]
     fn the_grid_covers_every_tile_in_the_fewest_rounds() {
