@@ -8,7 +8,7 @@
 //! rest of the call. [`Ring`] plans copies through one pinned buffer instead: each copy takes
 //! the next free bytes, and only a copy that wraps onto bytes an unfinished copy still reads
 //! waits (for that copy alone). The CUDA half, [`upload`], is behind the `cuda` feature and
-//! `MXHOST_PINNED_UPLOADS=1` (opt-in until a GPU has timed it: docs/perf.md run 199).
+//! `MXHOST_PINNED_UPLOADS=1` (opt-in: run 199 timed it with no gain, docs/perf.md).
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -98,7 +98,7 @@ mod cuda_upload {
     /// The largest copy taken through the ring.
     const SMALL: usize = 64 << 10;
 
-    /// `MXHOST_PINNED_UPLOADS` (off by default for now).
+    /// `MXHOST_PINNED_UPLOADS` (off by default: no gain in docs/perf.md run 199).
     fn enabled() -> bool {
         static F: OnceLock<bool> = OnceLock::new();
         *F.get_or_init(|| crate::switch::env_flag("MXHOST_PINNED_UPLOADS", false))
