@@ -230,7 +230,9 @@ MX_DEV void mx_quant_block_form(const MxQuantBlockFormParams& p) {
     const int nj = PF ? 0 : jb;   // the block's need words in nd's rows
     if (PF && t < 8) mxqb_chunk_need<4 * BPC>(p, r0 + 16 * t, bx * 4, nd[t]);
     // (no barrier between blocks: this block writes sm, ssat and rowc's counts only after the
-    // barrier below, and resets rowc[t] in the thread that read it for the last block's mc)
+    // barrier below, and resets rowc[t] in the thread that read it for the last block's mc;
+    // PF: wvpart is read before the last block's second barrier, which every thread writing it
+    // here has passed, while need is read after it, hence its two buffers)
     const int col = c0 + 8 * j, kb = col >> 5;
     const bool col_ok = col < C;   // (C % 32 == 0: a 1x32 block is whole or absent)
     if (t < 128) rowc[t] = 0;
