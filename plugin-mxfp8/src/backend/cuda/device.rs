@@ -231,7 +231,7 @@ impl Drop for Call {
 }
 
 impl Call {
-    pub(super) fn new(ordinal: i32, stream: *mut c_void) -> PluginResult<Call> {
+    fn new(ordinal: i32, stream: *mut c_void) -> PluginResult<Call> {
         static CALLS: AtomicU64 = AtomicU64::new(0);
         Ok(Call {
             dev: device(ordinal)?,
@@ -242,7 +242,7 @@ impl Call {
         })
     }
 
-    /// [`Call::new`] for one plugin entry point, named by `label` under
+    /// A plugin entry point's call (the only way one is made), named by `label` under
     /// `MXHOST_MX_KERNEL_TRACE`: the trace marks where the call begins and ends on the stream,
     /// so the idle time before its first kernel (the GPU waiting for the host) and after its
     /// last one read as gaps of their own (docs/perf.md run 199: W's call 65–75 µs longer in
